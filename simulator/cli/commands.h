@@ -1,0 +1,31 @@
+// The sluice CLI: one small file per subcommand. Each add_* registers its subcommand on the
+// app and, when chosen, stores the action to run after parsing.
+#pragma once
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+#include "registry/registry.h"
+
+namespace sluice::cli {
+
+using Action = std::function<int()>;
+
+struct CliContext {
+  Registry& registry;
+  Action& action;
+};
+
+void add_run(CLI::App& app, CliContext& ctx);
+void add_validate(CLI::App& app, CliContext& ctx);
+void add_list(CLI::App& app, CliContext& ctx);
+void add_bench(CLI::App& app, CliContext& ctx);
+void add_cost(CLI::App& app, CliContext& ctx);
+void add_compare(CLI::App& app, CliContext& ctx);
+void add_topo(CLI::App& app, CliContext& ctx);
+void add_calibrate(CLI::App& app, CliContext& ctx);
+
+// Prints a ConfigError (or any error) the same way for every subcommand; returns the exit code.
+int report_error(const std::exception& e);
+
+}  // namespace sluice::cli

@@ -1,0 +1,152 @@
+#include "config/scenario.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "engine/rng.h"
+
+namespace sluice {
+
+Schema common_study_schema() {
+  Schema s;
+  s.add("name", ParamType::String, "scenario name; names the results folder (default: file name)").optional();
+  s.add("description", ParamType::String, "what the scenario studies").def("");
+  s.add("source", ParamType::String, "where its figures come from (paper, README line)").def("");
+  s.add("seed", ParamType::Int, "run seed; every random stream derives from (seed, component)").def("1").range(0, 9e15);
+  return s;
+}
+
+void apply_override(Node& root, const std::string& assignment) {
+  const Origin o{"--set", 0, 0};
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError(o, assignment, "", "an override needs the form key.path=value", "e.g. --set workload.rate=20/s");
+  const std::string path = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  Node v = load_yaml_string(value, "--set");
+  v.origin = o;
+  Node* cur = &root;
+  size_t start = 0;
+  for (;;) {
+    size_t dot = path.find('.', start);
+    std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (key.empty()) throw ConfigError(o, path, value, "empty key in the path", "dot-separated names, e.g. workload.rate");
+    if (cur->is_scalar()) {
+      // A catalog reference being overridden field by field: `hardware: h200` -> {catalog: h200}.
+      Node m;
+      m.kind = Node::Kind::Map;
+      m.origin = cur->origin;
+      m.set("catalog", *cur, cur->origin);
+      *cur = std::move(m);
+    } else if (!cur->is_map() && !cur->is_null()) {
+      throw ConfigError(o, path, value, fmt::format("cannot set a key inside a {}", cur->kind_name()), "a path through mappings");
+    }
+    if (dot == std::string::npos) {
+      cur->set(key, v, o);
+      return;
+    }
+    if (!cur->find(key)) {
+      Node m;
+      m.kind = Node::Kind::Map;
+      m.origin = o;
+      cur->set(key, m, o);
+    }
+    cur = cur->find(key);
+    start = dot + 1;
+  }
+}
+
+Node resolved_tree(const Params& p) {
+  Node out;
+  out.kind = Node::Kind::Map;
+  for (const auto& [k, v] : p.values) {
+    Node n;
+    switch (v.type) {
+      case ParamType::Section:
+        n = resolved_tree(*v.section);
+        break;
+      case ParamType::Ref:
+        n = resolved_tree(*v.section);
+        n.map.insert(n.map.begin(), {"catalog", Node::scalar_node(v.text, {})});
+        n.key_origins.insert(n.key_origins.begin(), Origin{});
+        break;
+      case ParamType::List:
+      case ParamType::Any:
+        if (v.node) n = *v.node;
+        else n = Node::scalar_node(v.text, {});
+        break;
+      default:
+        n = Node::scalar_node(v.text, {});
+    }
+    out.map.emplace_back(k, std::move(n));
+    out.key_origins.emplace_back();
+  }
+  return out;
+}
+
+Json node_to_json(const Node& n) {
+  switch (n.kind) {
+    case Node::Kind::Null: return nullptr;
+    case Node::Kind::Scalar: return n.scalar;
+    case Node::Kind::Seq: {
+      Json a = Json::array();
+      for (const auto& e : n.seq) a.push_back(node_to_json(e));
+      return a;
+    }
+    case Node::Kind::Map: {
+      Json o = Json::object();
+      for (const auto& [k, v] : n.map) o[k] = node_to_json(v);
+      return o;
+    }
+  }
+  return nullptr;
+}
+
+Scenario load_scenario(const std::string& file, const std::vector<std::string>& overrides, const Registry& reg) {
+  Scenario sc;
+  sc.file = file;
+  sc.root = std::make_shared<Node>(load_yaml_file(file));
+  if (!sc.root->is_map())
+    throw ConfigError(sc.root->origin, "", sc.root->brief(), "a scenario must be a YAML mapping", "keys such as study, name, seed, ...");
+  for (const auto& o : overrides) apply_override(*sc.root, o);
+  std::string study_kind = "serving";
+  const Node* sk = sc.root->find("study");
+  Node body = *sc.root;
+  if (sk) {
+    if (!sk->is_scalar()) throw ConfigError(sk->origin, "study", sk->brief(), "expected a study name", "one of: " + reg.names("study"));
+    study_kind = sk->scalar;
+    for (size_t i = 0; i < body.map.size(); ++i)
+      if (body.map[i].first == "study") {
+        body.map[i].first = "kind";
+        break;
+      }
+  }
+  // Position errors about an unknown study at the 'study' key.
+  if (!reg.find("study", study_kind)) {
+    std::vector<std::string> all;
+    for (const auto* i : reg.in("study")) all.push_back(i->name);
+    const std::string hint = closest(study_kind, all);
+    throw ConfigError(sk ? sk->origin : sc.root->origin, "study", study_kind,
+                      hint.empty() ? "unknown study" : fmt::format("unknown study (did you mean '{}'?)", hint),
+                      "one of: " + reg.names("study"));
+  }
+  *sc.root = body;
+  auto parsed = reg.parse(*sc.root, "study", "", study_kind);
+  sc.study = parsed.info;
+  sc.params = std::make_shared<Params>(std::move(parsed.params));
+  sc.seed = static_cast<uint64_t>(sc.params->integer("seed"));
+  sc.name = sc.params->has("name") ? sc.params->str("name") : std::filesystem::path(file).stem().string();
+  for (char c : sc.name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
+      sc.params->fail("name", "a scenario name names a folder: letters, digits, '-', '_' and '.' only", "e.g. quickstart");
+  sc.resolved = resolved_tree(*sc.params);
+  // The study key is spelled 'study' in the file.
+  for (auto& [k, v] : sc.resolved.map)
+    if (k == "kind") k = "study";
+  sc.hash = fmt::format("{:016x}", fnv1a(to_yaml(sc.resolved)));
+  const auto& factory = reg.factory<StudyFactory>(*sc.study);
+  sc.world = factory(StudyContext{*sc.params, reg, sc.seed, sc.name});
+  return sc;
+}
+
+}  // namespace sluice

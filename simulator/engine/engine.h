@@ -1,0 +1,67 @@
+// The engine: a clock, an event queue and the run seed. Passed explicitly; there is no global.
+#pragma once
+#include <functional>
+#include <stdexcept>
+#include <string_view>
+
+#include "engine/event_queue.h"
+#include "engine/rng.h"
+#include "engine/simtime.h"
+
+namespace sluice {
+
+// Raised when an event would run in the past: a bug in a component, never silently allowed.
+class TimeFault : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+class Engine {
+ public:
+  explicit Engine(uint64_t seed) : seed_(seed) {}
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  SimTime now() const { return now_; }
+  uint64_t seed() const { return seed_; }
+  // The random stream of one component, derived from (run seed, component id).
+  RngStream rng(std::string_view component) const { return RngStream(seed_, component); }
+
+  void schedule_at(SimTime t, Priority p, EventHandler* target, uint32_t kind, uint32_t arg = 0) {
+    if (t < now_) time_fault(t);
+    queue_.push(t, p, target, kind, arg);
+  }
+  void schedule_in(SimTime delay, Priority p, EventHandler* target, uint32_t kind, uint32_t arg = 0) {
+    schedule_at(now_ + delay, p, target, kind, arg);
+  }
+
+  // Runs one event; false when none is left.
+  bool step() {
+    if (queue_.empty()) return false;
+    const Event e = queue_.pop();
+    if (e.time_ns() < now_.count_ns()) time_fault(SimTime::ns(e.time_ns()));
+    now_ = SimTime::ns(e.time_ns());
+    ++processed_;
+    e.target->on_event(*this, e.kind, e.arg);
+    return true;
+  }
+  // Runs until the queue drains, stop() is called, or the next event is after `until`.
+  void run(SimTime until = SimTime::max()) {
+    stopped_ = false;
+    while (!stopped_ && !queue_.empty() && queue_.top().time_ns() <= until.count_ns()) step();
+  }
+  void stop() { stopped_ = true; }
+  size_t pending() const { return queue_.size(); }
+  uint64_t events_processed() const { return processed_; }
+  void reserve(size_t n) { queue_.reserve(n); }
+
+ private:
+  [[noreturn]] void time_fault(SimTime t) const;
+  EventQueue queue_;
+  SimTime now_ = SimTime::zero();
+  uint64_t seed_;
+  uint64_t processed_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace sluice

@@ -1,0 +1,106 @@
+// The event queue: a 4-ary min-heap under a total order (time, priority class, insertion sequence).
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "engine/simtime.h"
+
+namespace sluice {
+
+class Engine;
+
+// Priority classes break ties between events at the same nanosecond; lower runs first.
+enum class Priority : uint8_t {
+  Fault = 0,     // failures and repairs change the world before anything reacts to it
+  Network = 1,   // flow completions and reconfigurations
+  Compute = 2,   // iteration ends on devices
+  Arrival = 3,   // new work entering the system
+  Default = 4,
+  Schedule = 5,  // decisions that look at everything that happened at this instant
+  Stats = 7,     // samplers and progress, after the world settled
+};
+
+// Anything that receives events implements this; the kind and arg say what happened.
+class EventHandler {
+ public:
+  virtual ~EventHandler() = default;
+  virtual void on_event(Engine& engine, uint32_t kind, uint32_t arg) = 0;
+};
+
+// One pending event: 32 bytes. Its key packs (time, priority, sequence) into one 128-bit
+// integer, so the total order is a single unsigned comparison. Time is never negative.
+struct Event {
+  unsigned __int128 key;  // time_ns << 64 | priority << 56 | sequence
+  EventHandler* target;
+  uint32_t kind;
+  uint32_t arg;
+  int64_t time_ns() const { return static_cast<int64_t>(key >> 64); }
+  uint64_t order() const { return static_cast<uint64_t>(key); }
+};
+
+// A 4-ary heap: half the depth of a binary heap, and the four children of a node sit in
+// two cache lines. pop() moves the hole to a leaf along the smallest children, then sifts
+// the last element up from there (Floyd's method), which saves a comparison per level.
+class EventQueue {
+ public:
+  void reserve(size_t n) { heap_.reserve(n); }
+  bool empty() const { return heap_.empty(); }
+  size_t size() const { return heap_.size(); }
+  const Event& top() const { return heap_.front(); }
+
+  void push(SimTime t, Priority p, EventHandler* target, uint32_t kind, uint32_t arg) {
+    if (seq_ >= (uint64_t{1} << 56)) throw std::overflow_error("event sequence counter exhausted (2^56 events)");
+    if (t.count_ns() < 0) throw std::invalid_argument("events cannot be scheduled at negative times");
+    const unsigned __int128 key = (static_cast<unsigned __int128>(t.count_ns()) << 64) | (uint64_t(p) << 56) | seq_++;
+    heap_.push_back(Event{key, target, kind, arg});
+    sift_up(heap_.size() - 1, heap_.back());
+  }
+
+  Event pop() {
+    Event out = heap_.front();
+    const Event last = heap_.back();
+    heap_.pop_back();
+    const size_t n = heap_.size();
+    if (n == 0) return out;
+    // Hole from the root down to a leaf along the smallest child.
+    size_t i = 0;
+    for (;;) {
+      const size_t c = 4 * i + 1;
+      if (c + 3 < n) {
+        size_t a = heap_[c + 1].key < heap_[c].key ? c + 1 : c;
+        size_t b = heap_[c + 3].key < heap_[c + 2].key ? c + 3 : c + 2;
+        size_t best = heap_[b].key < heap_[a].key ? b : a;
+        heap_[i] = heap_[best];
+        i = best;
+      } else if (c < n) {
+        size_t best = c;
+        for (size_t j = c + 1; j < n; ++j)
+          if (heap_[j].key < heap_[best].key) best = j;
+        heap_[i] = heap_[best];
+        i = best;
+      } else {
+        break;
+      }
+    }
+    sift_up(i, last);
+    return out;
+  }
+
+  uint64_t inserted() const { return seq_; }
+
+ private:
+  void sift_up(size_t i, const Event e) {
+    while (i > 0) {
+      const size_t parent = (i - 1) >> 2;
+      if (!(e.key < heap_[parent].key)) break;
+      heap_[i] = heap_[parent];
+      i = parent;
+    }
+    heap_[i] = e;
+  }
+  std::vector<Event> heap_;
+  uint64_t seq_ = 0;
+};
+
+}  // namespace sluice

@@ -1,0 +1,64 @@
+// Recorder: the one place where a run's records become output. Studies hand it metrics
+// (JSON), tables and trace events; it writes them all atomically into a run directory.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace sluice {
+
+using Json = nlohmann::ordered_json;
+
+// Chrome/Perfetto trace-event collector ("X" complete events and "M" metadata), in microseconds.
+class TraceWriter {
+ public:
+  void enable(bool on) { enabled_ = on; }
+  bool enabled() const { return enabled_; }
+  // Names a track (pid = group, tid = track) for the viewer.
+  void name_process(int pid, const std::string& name);
+  void name_thread(int pid, int tid, const std::string& name);
+  void complete(int pid, int tid, const std::string& name, const char* category, int64_t start_ns, int64_t dur_ns,
+                Json args = nullptr);
+  void counter(int pid, const std::string& name, int64_t t_ns, const std::string& series, double value);
+  size_t size() const { return events_.size(); }
+  std::string dump() const;
+
+ private:
+  bool enabled_ = false;
+  std::vector<Json> events_;
+};
+
+class Recorder {
+ public:
+  static constexpr int kSchemaVersion = 1;
+
+  Json& metrics() { return metrics_; }
+  TraceWriter& trace() { return trace_; }
+  // A human summary line printed by `sluice run` after the run.
+  void summary(std::string line) { summary_.push_back(std::move(line)); }
+  const std::vector<std::string>& summary_lines() const { return summary_; }
+  // An extra output file (e.g. requests.csv), already formatted by a recorder-side formatter.
+  void file(std::string name, std::string content) { files_.emplace_back(std::move(name), std::move(content)); }
+  const std::vector<std::pair<std::string, std::string>>& files() const { return files_; }
+
+  // Writes metrics.json (with the header), the extra files and trace.json into `dir`:
+  // everything goes to a hidden sibling directory first, which is renamed into place at
+  // the end, so an interrupted run never leaves a directory that looks complete.
+  void write_atomically(const std::string& dir, const Json& header) const;
+
+ private:
+  Json metrics_ = Json::object();
+  TraceWriter trace_;
+  std::vector<std::string> summary_;
+  std::vector<std::pair<std::string, std::string>> files_;
+};
+
+// Writes one file atomically (temp file in the same directory, fsync, rename).
+void write_file_atomically(const std::string& path, const std::string& content);
+
+// Percentile summary used by every report: p25 p50 p75 p90 p95 p99 mean min max stddev count.
+Json summarize(std::vector<double> values);
+
+}  // namespace sluice

@@ -1,0 +1,16 @@
+// The list of built-in components: each module registers its own.
+#include "registry/registry.h"
+
+namespace sluice {
+
+void register_engine_benchmarks(Registry& reg);
+void register_serving_components(Registry& reg);
+void register_network_components(Registry& reg);
+
+void register_builtin_components(Registry& reg) {
+  register_engine_benchmarks(reg);
+  register_serving_components(reg);
+  register_network_components(reg);
+}
+
+}  // namespace sluice

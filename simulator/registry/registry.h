@@ -1,0 +1,61 @@
+// Registry: components registered by name with their documented parameters, per category
+// (study, scheduler, router, workload, arrival, cost source, topology, failure model...).
+// `sluice list` prints it, and a scenario's `kind:` keys are resolved through it.
+#pragma once
+#include <any>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/schema.h"
+
+namespace sluice {
+
+struct ComponentInfo {
+  std::string category;  // e.g. "scheduler"
+  std::string name;      // e.g. "vllm"
+  std::string summary;   // one line
+  std::shared_ptr<Schema> schema;
+  std::any factory;      // a std::function of the category's factory type
+};
+
+class Registry {
+ public:
+  // Adds a component; its schema gains a required-or-defaulted 'kind' key automatically.
+  void add(std::string category, std::string name, std::string summary, Schema schema, std::any factory = {});
+  const ComponentInfo* find(const std::string& category, const std::string& name) const;
+  std::vector<std::string> categories() const;
+  std::vector<const ComponentInfo*> in(const std::string& category) const;
+  std::string names(const std::string& category) const;  // "a, b, c"
+
+  // Parses a component mapping {kind: NAME, ...params}: finds NAME in the category and
+  // validates the rest against its schema. `default_kind` applies when 'kind' is absent.
+  struct Parsed {
+    const ComponentInfo* info;
+    Params params;
+  };
+  Parsed parse(const Node& node, const std::string& category, const std::string& path,
+               const std::string& default_kind = "") const;
+
+  template <class F>
+  const F& factory(const ComponentInfo& info) const {
+    const F* f = std::any_cast<F>(&info.factory);
+    if (!f) throw std::logic_error("internal: component '" + info.name + "' has no factory of the expected type");
+    return *f;
+  }
+
+ private:
+  std::map<std::string, std::map<std::string, ComponentInfo>> by_category_;
+};
+
+// Registers every built-in component; each module contributes a register_* function.
+void register_builtin_components(Registry& reg);
+
+}  // namespace sluice
+
+namespace sluice {
+// A benchmark of the simulator itself (`sluice bench NAME`): prints figures, returns an exit code.
+using BenchFn = std::function<int(bool quick)>;
+}  // namespace sluice
