@@ -6,11 +6,13 @@ namespace sluice {
 void register_engine_benchmarks(Registry& reg);
 void register_serving_components(Registry& reg);
 void register_network_components(Registry& reg);
+void register_hardware_components(Registry& reg);
 
 void register_builtin_components(Registry& reg) {
   register_engine_benchmarks(reg);
   register_serving_components(reg);
   register_network_components(reg);
+  register_hardware_components(reg);
 }
 
 }  // namespace sluice

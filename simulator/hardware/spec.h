@@ -1,0 +1,51 @@
+// Hardware and model descriptions, loaded from the catalogs (models/hardware/, models/llm/).
+// Quantities are in base units with the unit in the name.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "config/schema.h"
+
+namespace sluice {
+
+// One accelerator or host CPU (models/hardware/<name>.yaml).
+struct HardwareSpec {
+  std::string name;
+  std::string kind;                   // gpu | tpu | cpu
+  double peak_bf16_flops = 0;         // FLOP/s, datasheet dense bf16
+  double hbm_bytes = 0;               // device memory capacity
+  double hbm_bandwidth_Bps = 0;       // datasheet memory bandwidth
+  double measured_copy_Bps = 0;       // measured device copy ceiling (read+write bytes/s); 0 if unknown
+  double measured_gemm_flops = 0;     // measured large-GEMM ceiling; 0 if unknown
+  double interconnect_Bps = 0;        // scale-up link bandwidth per device per direction (NVLink / ICI)
+  double interconnect_latency_ns = 0; // per hop
+  double pcie_Bps = 0;                // host link per direction
+  double price_usd = 0;
+  std::string calibration;            // folder under results/calibration/ with measured tables, or ""
+  // Ceilings the roofline uses: measured where known, else the datasheet derated.
+  double effective_flops() const;
+  double effective_bandwidth_Bps() const;
+};
+
+// An LLM's shape (models/llm/<name>.yaml). Llama-style decoder: attention + gated FFN.
+struct ModelSpec {
+  std::string name;
+  int layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0, vocab = 0;
+  int dtype_bytes = 2;
+  bool gated_ffn = true;      // SwiGLU (gate, up, down) vs a plain 2-matrix MLP (GPT-3)
+  bool tied_embeddings = false;
+  int max_context = 4096;
+  std::string tokenizer;      // e.g. llama, llama3, chatglm2, gpt2
+  double parameters() const;           // count
+  double weight_bytes() const;
+  double kv_bytes_per_token() const;   // 2 * layers * kv_heads * head_dim * dtype_bytes
+  // Peak transient activation memory of a forward pass over `tokens` tokens.
+  double activation_bytes(long tokens) const;
+};
+
+std::shared_ptr<Schema> hardware_schema();
+std::shared_ptr<Schema> model_schema();
+HardwareSpec hardware_from_params(const Params& p);
+ModelSpec model_from_params(const Params& p);  // validates consistency (heads % kv_heads, ...)
+
+}  // namespace sluice
