@@ -31,7 +31,7 @@ class EventHandler {
 // One pending event: 32 bytes. Its key packs (time, priority, sequence) into one 128-bit
 // integer, so the total order is a single unsigned comparison. Time is never negative.
 struct Event {
-  unsigned __int128 key;  // time_ns << 64 | priority << 56 | sequence
+  __uint128_t key;  // time_ns << 64 | priority << 56 | sequence
   EventHandler* target;
   uint32_t kind;
   uint32_t arg;
@@ -52,7 +52,7 @@ class EventQueue {
   void push(SimTime t, Priority p, EventHandler* target, uint32_t kind, uint32_t arg) {
     if (seq_ >= (uint64_t{1} << 56)) throw std::overflow_error("event sequence counter exhausted (2^56 events)");
     if (t.count_ns() < 0) throw std::invalid_argument("events cannot be scheduled at negative times");
-    const unsigned __int128 key = (static_cast<unsigned __int128>(t.count_ns()) << 64) | (uint64_t(p) << 56) | seq_++;
+    const __uint128_t key = (static_cast<__uint128_t>(t.count_ns()) << 64) | (uint64_t(p) << 56) | seq_++;
     heap_.push_back(Event{key, target, kind, arg});
     sift_up(heap_.size() - 1, heap_.back());
   }

@@ -1,0 +1,155 @@
+// Engine: time arithmetic and overflow, event ordering and tie-breaks, RNG stream independence.
+#include <doctest/doctest.h>
+
+#include <set>
+#include <vector>
+
+#include "engine/engine.h"
+
+using namespace sluice;
+
+TEST_CASE("SimTime arithmetic is exact and overflow is detected, not wrapped") {
+  CHECK((SimTime::ns(5) + SimTime::ns(7)).count_ns() == 12);
+  CHECK((SimTime::us(1.5)).count_ns() == 1500);
+  CHECK((SimTime::ms(2)).count_ns() == 2'000'000);
+  CHECK((SimTime::seconds(3600.0 * 2000)).count_ns() == 7'200'000'000'000'000LL);
+  CHECK((SimTime::ns(10) - SimTime::ns(3)).count_ns() == 7);
+  CHECK((SimTime::ns(4) * 3).count_ns() == 12);
+  CHECK(SimTime::ns(1) < SimTime::ns(2));
+  CHECK_THROWS_AS(SimTime::max() + SimTime::ns(1), SimTimeOverflow);
+  CHECK_THROWS_AS(SimTime::ns(INT64_MIN) - SimTime::ns(1), SimTimeOverflow);
+  CHECK_THROWS_AS(SimTime::max() * 2, SimTimeOverflow);
+  CHECK_THROWS_AS(SimTime::seconds(1e12), SimTimeOverflow);  // ~31,700 years
+  CHECK_NOTHROW(SimTime::seconds(9.0e9));                     // ~285 years fits
+  CHECK(SimTime::ms(1.5).str() == "1.500ms");
+  CHECK(SimTime::ns(12).str() == "12ns");
+}
+
+namespace {
+struct Log final : EventHandler {
+  std::vector<uint32_t> seen;
+  std::vector<int64_t> times;
+  void on_event(Engine& e, uint32_t kind, uint32_t) override {
+    seen.push_back(kind);
+    times.push_back(e.now().count_ns());
+  }
+};
+struct Chain final : EventHandler {
+  int left = 0;
+  void on_event(Engine& e, uint32_t, uint32_t) override {
+    if (left-- > 0) e.schedule_in(SimTime::ns(10), Priority::Default, this, 0);
+  }
+};
+struct Backwards final : EventHandler {
+  void on_event(Engine& e, uint32_t, uint32_t) override { e.schedule_at(SimTime::ns(1), Priority::Default, this, 0); }
+};
+}  // namespace
+
+TEST_CASE("events run in (time, priority class, insertion order)") {
+  Engine e(1);
+  Log log;
+  e.schedule_at(SimTime::ns(20), Priority::Default, &log, 1);
+  e.schedule_at(SimTime::ns(10), Priority::Stats, &log, 2);
+  e.schedule_at(SimTime::ns(10), Priority::Fault, &log, 3);
+  e.schedule_at(SimTime::ns(10), Priority::Default, &log, 4);
+  e.schedule_at(SimTime::ns(10), Priority::Default, &log, 5);
+  e.schedule_at(SimTime::ns(5), Priority::Stats, &log, 6);
+  e.run();
+  CHECK(log.seen == std::vector<uint32_t>{6, 3, 4, 5, 2, 1});
+  CHECK(log.times == std::vector<int64_t>{5, 10, 10, 10, 10, 20});
+  CHECK(e.events_processed() == 6);
+}
+
+TEST_CASE("many simultaneous events keep insertion order (heap is stable under the total order)") {
+  Engine e(1);
+  Log log;
+  for (uint32_t i = 0; i < 1000; ++i) e.schedule_at(SimTime::ns(7), Priority::Default, &log, i);
+  e.run();
+  REQUIRE(log.seen.size() == 1000);
+  for (uint32_t i = 0; i < 1000; ++i) CHECK(log.seen[i] == i);
+}
+
+TEST_CASE("the queue pops in non-decreasing order under random load") {
+  Engine e(3);
+  Log log;
+  RngStream r(3, "t");
+  for (int i = 0; i < 20000; ++i) e.schedule_at(SimTime::ns(static_cast<int64_t>(r.below(5000))), Priority(r.below(8)), &log, 0);
+  e.run();
+  for (size_t i = 1; i < log.times.size(); ++i) REQUIRE(log.times[i - 1] <= log.times[i]);
+}
+
+TEST_CASE("time never goes backwards: scheduling in the past is a time fault") {
+  Engine e(1);
+  Backwards b;
+  e.schedule_at(SimTime::ns(5), Priority::Default, &b, 0);
+  CHECK_THROWS_AS(e.run(), TimeFault);
+}
+
+TEST_CASE("run(until) stops before later events; stop() halts") {
+  Engine e(1);
+  Chain c;
+  c.left = 100;
+  e.schedule_at(SimTime::zero(), Priority::Default, &c, 0);
+  e.run(SimTime::ns(50));
+  CHECK(e.now().count_ns() == 50);
+  CHECK(e.pending() == 1);
+  e.run();
+  CHECK(e.now().count_ns() == 1000);  // 100 successors, 10 ns apart
+}
+
+TEST_CASE("RNG streams depend on (seed, component) only") {
+  RngStream a1(42, "workload"), a2(42, "workload"), b(42, "router"), c(43, "workload");
+  std::vector<uint64_t> x, y, z, w;
+  for (int i = 0; i < 100; ++i) { x.push_back(a1.next_u64()); y.push_back(a2.next_u64()); z.push_back(b.next_u64()); w.push_back(c.next_u64()); }
+  CHECK(x == y);
+  CHECK(x != z);
+  CHECK(x != w);
+  // Creating and drawing from another component's stream does not shift this one's draws.
+  Engine e(42);
+  auto s1 = e.rng("workload");
+  auto other = e.rng("new-component");
+  for (int i = 0; i < 10; ++i) other.next_u64();
+  auto s2 = e.rng("workload");
+  for (int i = 0; i < 10; ++i) CHECK(s1.next_u64() == s2.next_u64());
+}
+
+TEST_CASE("RNG distributions have the right moments") {
+  RngStream r(7, "moments");
+  const int n = 200000;
+  double su = 0, se = 0, sn = 0, sn2 = 0, sg = 0;
+  for (int i = 0; i < n; ++i) {
+    su += r.uniform();
+    se += r.exponential(2.0);
+    double g = r.gauss(550, 150);
+    sn += g;
+    sn2 += (g - 550) * (g - 550);
+    sg += r.gamma(0.5, 4.0);
+  }
+  CHECK(su / n == doctest::Approx(0.5).epsilon(0.01));
+  CHECK(se / n == doctest::Approx(2.0).epsilon(0.02));
+  CHECK(sn / n == doctest::Approx(550).epsilon(0.005));
+  CHECK(std::sqrt(sn2 / n) == doctest::Approx(150).epsilon(0.02));
+  CHECK(sg / n == doctest::Approx(2.0).epsilon(0.03));
+  std::set<uint64_t> seen;
+  for (int i = 0; i < 10000; ++i) {
+    uint64_t v = r.below(7);
+    REQUIRE(v < 7);
+    seen.insert(v);
+  }
+  CHECK(seen.size() == 7);
+}
+
+TEST_CASE("RNG draws are pinned (platform-independent distributions)") {
+  RngStream r(1, "pin");
+  const uint64_t first = r.next_u64();
+  RngStream again(1, "pin");
+  CHECK(again.next_u64() == first);
+  // Known values: guard against accidental changes to the stream derivation or the normal
+  // sampler, which would silently change every golden output.
+  CHECK(first == 10204900997593223445ull);
+  RngStream g(1, "pin");
+  CHECK(g.gauss(0, 1) == doctest::Approx(-1.0589008794890558).epsilon(1e-15));
+  CHECK(g.gauss(0, 1) == doctest::Approx(-0.25053642769194828).epsilon(1e-15));
+  CHECK(fnv1a("") == 0xcbf29ce484222325ull);
+  CHECK(splitmix64(0) == 0xe220a8397b1dcdafull);
+}
