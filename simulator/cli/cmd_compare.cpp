@@ -1,4 +1,49 @@
+// `sluice compare A.yaml B.yaml ... [--vary key=v1,v2]`: run scenario variants and print a
+// side-by-side table of their metrics with ratios to the first; write it as CSV and JSON.
+#include <chrono>
+#include <iostream>
+
+#include <fmt/format.h>
+
 #include "cli/commands.h"
+#include "cli/progress.h"
+#include "config/runner.h"
+
 namespace sluice::cli {
-void add_compare(CLI::App&, CliContext&) {}
+
+void add_compare(CLI::App& app, CliContext& ctx) {
+  auto* cmd = app.add_subcommand("compare",
+                                 "Run scenario variants (several files, and/or --vary key=v1,v2,...) and print their metrics "
+                                 "side by side with ratios to the first; writes compare.csv and metrics.json");
+  struct Opts {
+    std::vector<std::string> files, sets, vary, metrics;
+    std::string out;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("scenarios", o->files, "scenario YAML files (one or more)")->required();
+  cmd->add_option("--vary", o->vary, "an axis to vary, e.g. --vary scheduler.kind=vllm,orca (several axes: cartesian product)")->take_all();
+  cmd->add_option("--set", o->sets, "override applied to every variant, e.g. --set seed=7")->take_all();
+  cmd->add_option("--metric", o->metrics,
+                  "metric paths to tabulate, e.g. serving.latency_ms.ttft.p99 (default: every numeric metric)")->take_all();
+  cmd->add_option("--out", o->out, "results directory (default results/compare/<first scenario>-<n>-variants)");
+  cmd->callback([o, &ctx] {
+    ctx.action = [o, &ctx]() -> int {
+      auto variants = expand_variants(o->files, o->sets, o->vary);
+      if (variants.size() < 2) {
+        std::cerr << "sluice: compare needs at least two variants (two files, or --vary with two values)\n";
+        return 2;
+      }
+      Recorder rec;
+      ProgressBar bar(true);
+      compare_variants(variants, o->metrics, ctx.registry, rec, [&](double f) { bar.update(f); });
+      const std::string dir = o->out.empty() ? fmt::format("results/compare/{}-{}-variants", variants[0].name.substr(0, variants[0].name.find(',')), variants.size()) : o->out;
+      Json header = Json{{"schema_version", Recorder::kSchemaVersion}, {"sluice_version", SLUICE_VERSION}};
+      rec.write_atomically(dir, header);
+      for (const auto& l : rec.summary_lines()) std::cout << l << "\n";
+      std::cout << fmt::format("results in {}/ (compare.csv, metrics.json)\n", dir);
+      return 0;
+    };
+  });
+}
+
 }  // namespace sluice::cli

@@ -63,6 +63,7 @@ Node resolved_tree(const Params& p) {
     Node n;
     switch (v.type) {
       case ParamType::Section:
+      case ParamType::Component:
         n = resolved_tree(*v.section);
         break;
       case ParamType::Ref:

@@ -1,5 +1,7 @@
 #include "config/schema.h"
 
+#include "registry/registry.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -29,6 +31,7 @@ std::string ParamSpec::type_name() const {
     case ParamType::Quantity: return unit_kind_name(unit);
     case ParamType::Section: return "mapping";
     case ParamType::Ref: return "catalog name or mapping";
+    case ParamType::Component: return category + " (see `sluice list " + category + "`)";
     case ParamType::List: return "list";
     case ParamType::Any: return "any";
   }
@@ -71,6 +74,15 @@ ParamSpec& Schema::ref(std::string name, std::vector<std::string> folders, std::
   auto& p = add(std::move(name), ParamType::Ref, std::move(doc));
   p.section = std::move(s);
   p.ref_folders = std::move(folders);
+  return p;
+}
+
+ParamSpec& Schema::component(std::string name, const Registry* reg, std::string category, std::string default_kind,
+                              std::string doc) {
+  auto& p = add(std::move(name), ParamType::Component, std::move(doc));
+  p.registry = reg;
+  p.category = std::move(category);
+  if (!default_kind.empty()) p.default_text = std::move(default_kind);
   return p;
 }
 
@@ -278,6 +290,12 @@ static Params::Value parse_value(const Node& n, const ParamSpec& spec, const std
       v.section = std::make_shared<Params>(parse_params(*resolved, *spec.section, path));
       break;
     }
+    case ParamType::Component: {
+      auto parsed = spec.registry->parse(n, spec.category, path);
+      v.text = parsed.info->name;
+      v.section = std::make_shared<Params>(std::move(parsed.params));
+      break;
+    }
     case ParamType::List:
       if (!n.is_seq()) bad(fmt::format("expected a list but got a {}", n.kind_name()), "a YAML list");
       break;
@@ -308,7 +326,7 @@ Params parse_params(const Node& node, const Schema& schema, const std::string& p
                           hint.empty() ? "unknown key" : fmt::format("unknown key (did you mean '{}'?)", hint),
                           names.empty() ? "no keys here" : "one of: " + schema.key_list());
       }
-      if (val.is_null() && spec->type != ParamType::Section && spec->type != ParamType::Any)
+      if (val.is_null() && spec->type != ParamType::Section && spec->type != ParamType::Any && spec->type != ParamType::Component)
         throw ConfigError(val.origin, join_path(path, key), "", "has no value",
                           spec->type_name() + (spec->range_text().empty() ? "" : " " + spec->range_text()));
       out.values[key] = parse_value(val, *spec, join_path(path, key), true);

@@ -15,9 +15,10 @@
 
 namespace sluice {
 
-enum class ParamType { Int, Real, Bool, String, Enum, Quantity, Section, Ref, List, Any };
+enum class ParamType { Int, Real, Bool, String, Enum, Quantity, Section, Ref, Component, List, Any };
 
 class Schema;
+class Registry;
 
 // One documented parameter.
 struct ParamSpec {
@@ -33,6 +34,8 @@ struct ParamSpec {
   std::vector<std::string> choices;        // for Enum
   std::shared_ptr<Schema> section;         // for Section and Ref (the schema of what is referenced)
   std::vector<std::string> ref_folders;    // for Ref: catalog folders searched, e.g. "models/hardware"
+  const Registry* registry = nullptr;      // for Component: where `category` is looked up
+  std::string category;                    // for Component: e.g. "scheduler"
   std::string type_name() const;           // "int", "time", "bandwidth", "one of a|b", ...
   std::string range_text() const;          // "in [1, 1024]" etc.
 
@@ -54,6 +57,9 @@ class Schema {
   // A catalog reference: a name loads <folder>/<name>.yaml; an inline mapping overrides its
   // fields ({catalog: h200, hbm_capacity: 96GiB}) or, without 'catalog', defines one in place.
   ParamSpec& ref(std::string name, std::vector<std::string> folders, std::shared_ptr<Schema> s, std::string doc);
+  // A registered component: `{kind: NAME, ...}` (or a bare NAME) of `category`, validated
+  // against that component's own schema; `default_kind` applies when absent.
+  ParamSpec& component(std::string name, const Registry* reg, std::string category, std::string default_kind, std::string doc);
   const ParamSpec* find(const std::string& name) const;
   const std::vector<ParamSpec>& params() const { return params_; }
   std::string key_list() const;

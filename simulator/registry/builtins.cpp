@@ -7,12 +7,14 @@ void register_engine_benchmarks(Registry& reg);
 void register_serving_components(Registry& reg);
 void register_network_components(Registry& reg);
 void register_hardware_components(Registry& reg);
+void register_compare_study(Registry& reg);
 
 void register_builtin_components(Registry& reg) {
   register_engine_benchmarks(reg);
   register_serving_components(reg);
   register_network_components(reg);
   register_hardware_components(reg);
+  register_compare_study(reg);
 }
 
 }  // namespace sluice

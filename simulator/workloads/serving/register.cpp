@@ -1,5 +1,174 @@
+// The serving study and its components (schedulers, routers, workloads, arrivals).
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "config/scenario.h"
+#include "hardware/spec.h"
+#include "recorder/serving_report.h"
 #include "registry/registry.h"
+#include "workloads/serving/serving_sim.h"
 
 namespace sluice {
-void register_serving_components(Registry&) {}
+
+namespace serving {
+void register_vllm_scheduler(Registry& reg);
+void register_orca_scheduler(Registry& reg);
+void register_sarathi_scheduler(Registry& reg);
+void register_static_scheduler(Registry& reg);
+void register_routers(Registry& reg);
+void register_serving_bench(Registry& reg);
+
+namespace {
+
+class ServingStudy final : public Study {
+ public:
+  ServingStudy(ServingConfig cfg, uint64_t seed, std::string workload_desc, const Params& out)
+      : cfg_(std::move(cfg)),
+        seed_(seed),
+        desc_(std::move(workload_desc)),
+        trace_(out.flag("trace")),
+        requests_csv_(out.flag("requests_csv")),
+        timeseries_(out.flag("timeseries")) {
+    probe_.enable(trace_);
+    sim_ = std::make_unique<ServingSim>(std::move(cfg_), seed_, &probe_);
+  }
+  void run(RunEnv& env) override {
+    env.recorder.trace().enable(trace_);
+    sim_->run(env.progress);
+    report_serving(*sim_, desc_, env.recorder, requests_csv_, timeseries_);
+    // Trace events were collected while simulating; hand them to the run's recorder.
+    env.recorder.trace() = std::move(probe_);
+  }
+
+ private:
+  ServingConfig cfg_;
+  uint64_t seed_;
+  std::string desc_;
+  bool trace_, requests_csv_, timeseries_;
+  TraceWriter probe_;
+  std::unique_ptr<ServingSim> sim_;
+};
+
+}  // namespace
+
+// Builds a ServingConfig from a validated `serving` study (also used by benchmarks and tests).
+ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_t seed, std::string* workload_desc) {
+  ServingConfig c;
+  c.hardware = hardware_from_params(p.section("hardware"));
+  c.model = model_from_params(p.section("model"));
+  const Params& d = p.section("deployment");
+  c.replicas = static_cast<int>(d.integer("replicas"));
+  c.tensor_parallel = static_cast<int>(d.integer("tensor_parallel"));
+  c.pipeline_parallel = static_cast<int>(d.integer("pipeline_parallel"));
+  c.nodes = static_cast<int>(d.integer("nodes"));
+  c.gpus_per_node = static_cast<int>(d.integer("gpus_per_node"));
+  c.gpu_memory_utilization = d.real("gpu_memory_utilization");
+  c.block_size = static_cast<int>(d.integer("block_size"));
+  c.watermark = d.real("watermark");
+  c.preemption = d.str("preemption") == "swap" ? PreemptionMode::Swap : PreemptionMode::Recompute;
+  c.swap_space_bytes = d.real("swap_space");
+  c.prefix_reuse = d.flag("prefix_reuse");
+  if (c.model.heads % c.tensor_parallel != 0 || (c.model.kv_heads % c.tensor_parallel != 0 && c.tensor_parallel % c.model.kv_heads != 0))
+    d.fail("tensor_parallel", fmt::format("{} has {} heads and {} KV heads; tensor parallelism must split them evenly",
+                                          c.model.name, c.model.heads, c.model.kv_heads),
+           "a divisor of the head count");
+  if (c.model.layers % c.pipeline_parallel != 0)
+    d.fail("pipeline_parallel", fmt::format("{} has {} layers, not divisible into {} stages", c.model.name, c.model.layers, c.pipeline_parallel),
+           "a divisor of the layer count");
+  const std::string& tables = d.str("cost_tables");
+  if (tables == "auto") {
+    if (!c.hardware.calibration.empty())
+      c.tables_dir = (std::filesystem::path(catalog_root()) / "results" / "calibration" / c.hardware.calibration).string();
+  } else if (tables != "none") {
+    c.tables_dir = std::filesystem::exists(tables) ? tables : (std::filesystem::path(catalog_root()) / tables).string();
+    if (!std::filesystem::exists(c.tables_dir)) d.fail("cost_tables", "no such tables directory", "auto, none, or a directory of calibration CSVs");
+  }
+  auto sched_params = std::make_shared<Params>(p.section("scheduler"));
+  const auto& sched_factory = reg.factory<SchedulerFactory>(*reg.find("scheduler", p.str("scheduler")));
+  c.make_scheduler = [sched_params, sched_factory] { return sched_factory(*sched_params); };
+  c.router = reg.factory<RouterFactory>(*reg.find("router", p.str("router")))(p.section("router"));
+  auto wb = reg.factory<WorkloadFactory>(*reg.find("workload", p.str("workload")))(
+      p.section("workload"), reg, seed, c.model.tokenizer, c.model.max_context);
+  c.workload = std::move(wb.source);
+  if (workload_desc) *workload_desc = wb.description;
+  const Params& lm = p.section("last_mile");
+  c.last_mile.detokenize_ns = static_cast<double>(lm.time("detokenize_per_token").count_ns());
+  c.last_mile.stream_ns = static_cast<double>(lm.time("stream_per_token").count_ns());
+  c.last_mile.d2h_fixed_ns = static_cast<double>(lm.time("d2h_latency").count_ns());
+  c.last_mile.d2h_source = fmt::format("fixed {}", lm.time("d2h_latency").str());
+  if (lm.str("d2h") == "table" && !c.tables_dir.empty() && c.last_mile.d2h.load(c.tables_dir, lm.str("d2h_mode")))
+    c.last_mile.d2h_source = c.last_mile.d2h.source();
+  const Params& o = p.section("outputs");
+  c.sample_interval_ns = o.flag("timeseries") ? o.time("sample_interval").count_ns() : 0;
+  c.trace_max_requests = static_cast<int>(o.integer("trace_max_requests"));
+  c.trace_max_iterations = static_cast<int>(o.integer("trace_max_iterations"));
+  c.max_sim_time_ns = p.time("max_sim_time").count_ns();
+  return c;
+}
+
+Schema serving_schema(const Registry& reg) {
+  Schema s = common_study_schema();
+  s.ref("hardware", {"models/hardware"}, hardware_schema(), "accelerator: a catalog name (h200) or {catalog: h200, ...overrides}").def("h200");
+  s.ref("model", {"models/llm"}, model_schema(), "the LLM: a catalog name (llama3-8b) or an inline shape");
+  auto dep = std::make_shared<Schema>();
+  dep->add("replicas", ParamType::Int, "model replicas behind the router").def("1").range(1, 1e6);
+  dep->add("tensor_parallel", ParamType::Int, "GPUs per pipeline stage (inside one node)").def("1").range(1, 64);
+  dep->add("pipeline_parallel", ParamType::Int, "pipeline stages per replica").def("1").range(1, 256);
+  dep->add("nodes", ParamType::Int, "nodes in the cluster").def("1").range(1, 1e6);
+  dep->add("gpus_per_node", ParamType::Int, "GPUs per node (NVLink domain)").def("8").range(1, 1024);
+  dep->add("gpu_memory_utilization", ParamType::Real, "fraction of HBM the server may use (vLLM's setting)").def("0.9").range(0.05, 1.0);
+  dep->add("block_size", ParamType::Int, "tokens per KV-cache block").def("16").range(1, 4096);
+  dep->add("watermark", ParamType::Real, "fraction of blocks kept free when admitting new sequences").def("0.01").range(0, 0.5);
+  dep->enumeration("preemption", {"recompute", "swap"}, "what happens to a preempted sequence's KV cache").def("recompute");
+  dep->quantity("swap_space", UnitKind::Bytes, "host memory per replica for swapped KV").def("16GiB").nonneg();
+  dep->add("prefix_reuse", ParamType::Bool, "keep a finished turn's KV resident for the conversation's next turn").def("true");
+  dep->add("cost_tables", ParamType::String, "auto (the hardware's calibration), none (roofline only), or a directory").def("auto");
+  s.section("deployment", dep, "replicas × tensor × pipeline parallelism, KV cache settings");
+  s.component("scheduler", &reg, "scheduler", "vllm", "batching scheduler");
+  s.component("router", &reg, "router", "round_robin", "router across replicas");
+  s.component("workload", &reg, "workload", "llmperf", "requests to serve");
+  auto lm = std::make_shared<Schema>();
+  lm->enumeration("d2h", {"table", "fixed"}, "device-to-host copy of sampled token ids: measured table or fixed").def("table");
+  lm->enumeration("d2h_mode", {"pinned", "pageable", "item"}, "which d2h.csv rows to use").def("pinned");
+  lm->quantity("d2h_latency", UnitKind::Time, "copy time when no table is available").def("15us").nonneg();
+  lm->quantity("detokenize_per_token", UnitKind::Time, "host CPU time to detokenize one token (estimate)").def("10us").nonneg();
+  lm->quantity("stream_per_token", UnitKind::Time, "time to stream one token to the client").def("5us").nonneg();
+  s.section("last_mile", lm, "the GPU-to-client path of every token");
+  auto out = std::make_shared<Schema>();
+  out->add("trace", ParamType::Bool, "write trace.json (Perfetto)").def("true");
+  out->add("trace_max_requests", ParamType::Int, "request tracks in the trace").def("500").nonneg();
+  out->add("trace_max_iterations", ParamType::Int, "iteration slices in the trace").def("20000").nonneg();
+  out->add("requests_csv", ParamType::Bool, "write requests.csv, a row per request").def("true");
+  out->add("timeseries", ParamType::Bool, "write timeseries.csv (queues, KV occupancy, busy replicas)").def("true");
+  out->quantity("sample_interval", UnitKind::Time, "time-series sampling interval").def("1s").positive();
+  s.section("outputs", out, "what to write besides metrics.json");
+  s.quantity("max_sim_time", UnitKind::Time, "stop simulating at this time (0s: when the workload is done)").def("0s").nonneg();
+  return s;
+}
+
+}  // namespace serving
+
+void register_serving_components(Registry& reg) {
+  using namespace serving;
+  register_vllm_scheduler(reg);
+  register_orca_scheduler(reg);
+  register_sarathi_scheduler(reg);
+  register_static_scheduler(reg);
+  register_routers(reg);
+  register_workloads(reg);
+  register_serving_bench(reg);
+  reg.add("study", "serving", "LLM serving: replicas, batching scheduler, KV cache, router, llmperf workload",
+          serving_schema(reg), StudyFactory([&reg](const StudyContext& ctx) -> std::unique_ptr<Study> {
+            std::string desc;
+            ServingConfig cfg = build_serving_config(ctx.params, reg, ctx.seed, &desc);
+            try {
+              return std::make_unique<ServingStudy>(std::move(cfg), ctx.seed, desc, ctx.params.section("outputs"));
+            } catch (const std::runtime_error& e) {
+              // Deployment problems (memory, GPU count) are configuration errors: point at the deployment.
+              throw ConfigError(ctx.params.section("deployment").origin(), "deployment", "", e.what(), "a deployment that fits");
+            }
+          }));
+}
+
 }  // namespace sluice

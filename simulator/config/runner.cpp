@@ -1,0 +1,170 @@
+#include "config/runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#ifndef SLUICE_VERSION
+#define SLUICE_VERSION "dev"
+#endif
+
+namespace sluice {
+
+std::string default_run_dir(const Scenario& sc) {
+  return fmt::format("results/{}/seed{}-{}", sc.name, sc.seed, sc.hash.substr(0, 8));
+}
+
+Json run_into(Scenario& sc, Recorder& rec, const std::function<void(double)>& progress) {
+  RunEnv env{rec, progress};
+  sc.world->run(env);
+  Json header = Json::object();
+  header["schema_version"] = Recorder::kSchemaVersion;
+  header["sluice_version"] = SLUICE_VERSION;
+  header["run_id"] = fmt::format("seed{}-{}", sc.seed, sc.hash.substr(0, 8));
+  header["seed"] = sc.seed;
+  header["scenario"] = Json{{"name", sc.name}, {"study", sc.study->name}, {"hash", sc.hash}, {"resolved", node_to_json(sc.resolved)}};
+  return header;
+}
+
+const Json* json_path(const Json& doc, const std::string& dotted) {
+  const Json* cur = &doc;
+  size_t start = 0;
+  while (start <= dotted.size()) {
+    const size_t dot = dotted.find('.', start);
+    const std::string key = dotted.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (cur->is_object()) {
+      auto it = cur->find(key);
+      if (it == cur->end()) return nullptr;
+      cur = &*it;
+    } else if (cur->is_array()) {
+      auto idx = key.empty() ? std::string::npos : key.find_first_not_of("0123456789");
+      if (key.empty() || idx != std::string::npos) return nullptr;
+      const size_t i = std::stoul(key);
+      if (i >= cur->size()) return nullptr;
+      cur = &(*cur)[i];
+    } else {
+      return nullptr;
+    }
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  return cur;
+}
+
+void numeric_leaves(const Json& doc, const std::string& prefix, std::vector<std::pair<std::string, double>>& out) {
+  if (doc.is_number()) {
+    out.emplace_back(prefix, doc.get<double>());
+  } else if (doc.is_object()) {
+    for (auto it = doc.begin(); it != doc.end(); ++it) numeric_leaves(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+  } else if (doc.is_array() && doc.size() <= 64) {
+    for (size_t i = 0; i < doc.size(); ++i) numeric_leaves(doc[i], fmt::format("{}.{}", prefix, i), out);
+  }
+}
+
+std::vector<Variant> expand_variants(const std::vector<std::string>& files, const std::vector<std::string>& base_sets,
+                                     const std::vector<std::string>& vary) {
+  std::vector<Variant> out;
+  for (const auto& f : files) out.push_back(Variant{std::filesystem::path(f).stem().string(), f, base_sets});
+  for (const auto& axis : vary) {
+    const auto eq = axis.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw ConfigError(Origin{"--vary", 0, 0}, axis, "", "a varied key needs the form key=v1,v2,...", "e.g. --vary scheduler.kind=vllm,orca");
+    const std::string key = axis.substr(0, eq);
+    std::vector<std::string> values;
+    size_t start = eq + 1;
+    while (start <= axis.size()) {
+      const size_t c = axis.find(',', start);
+      values.push_back(axis.substr(start, c == std::string::npos ? std::string::npos : c - start));
+      if (c == std::string::npos) break;
+      start = c + 1;
+    }
+    std::vector<Variant> next;
+    for (const auto& v : out)
+      for (const auto& val : values) {
+        Variant w = v;
+        w.name = (files.size() > 1 || w.name != std::filesystem::path(w.file).stem().string() ? w.name + "," : "") + key + "=" + val;
+        w.sets.push_back(key + "=" + val);
+        next.push_back(std::move(w));
+      }
+    out = std::move(next);
+  }
+  return out;
+}
+
+void compare_variants(const std::vector<Variant>& variants, std::vector<std::string> metrics, const Registry& reg,
+                      Recorder& rec, const std::function<void(double)>& progress) {
+  // Validate every variant before simulating any.
+  std::vector<Scenario> scs;
+  for (const auto& v : variants) scs.push_back(load_scenario(v.file, v.sets, reg));
+  std::vector<Json> results;
+  for (size_t i = 0; i < scs.size(); ++i) {
+    Recorder sub;
+    run_into(scs[i], sub, [&](double f) {
+      if (progress) progress((static_cast<double>(i) + f) / static_cast<double>(scs.size()));
+    });
+    results.push_back(sub.metrics());
+  }
+  if (metrics.empty()) {
+    std::vector<std::pair<std::string, double>> leaves;
+    numeric_leaves(results.front(), "", leaves);
+    for (auto& [k, _] : leaves) metrics.push_back(k);
+  }
+  Json table = Json::array();
+  std::string csv = "metric";
+  for (const auto& v : variants) csv += "," + v.name;
+  for (size_t i = 1; i < variants.size(); ++i) csv += fmt::format(",ratio {}/{}", variants[i].name, variants[0].name);
+  csv += "\n";
+  std::string header = fmt::format("{:<44}", "metric");
+  for (const auto& v : variants) header += fmt::format(" {:>16}", v.name.size() > 16 ? v.name.substr(0, 16) : v.name);
+  rec.summary(header + "   (ratio to the first)");
+  for (const auto& m : metrics) {
+    Json row = Json::object();
+    row["metric"] = m;
+    Json vals = Json::array();
+    std::vector<double> nums;
+    std::string line = fmt::format("{:<44}", m.size() > 44 ? "…" + m.substr(m.size() - 43) : m);
+    csv += m;
+    for (const auto& r : results) {
+      const Json* x = json_path(r, m);
+      if (x && x->is_number()) {
+        nums.push_back(x->get<double>());
+        vals.push_back(*x);
+        csv += fmt::format(",{}", x->get<double>());
+        line += fmt::format(" {:>16.6g}", x->get<double>());
+      } else {
+        nums.push_back(std::nan(""));
+        vals.push_back(nullptr);
+        csv += ",";
+        line += fmt::format(" {:>16}", "-");
+      }
+    }
+    Json ratios = Json::array();
+    for (size_t i = 1; i < nums.size(); ++i) {
+      const bool ok = std::isfinite(nums[i]) && std::isfinite(nums[0]) && nums[0] != 0;
+      const double r = ok ? nums[i] / nums[0] : std::nan("");
+      ratios.push_back(ok ? Json(r) : Json(nullptr));
+      csv += ok ? fmt::format(",{:.6g}", r) : ",";
+      if (ok) line += fmt::format(" {:>6.3f}x", r);
+    }
+    csv += "\n";
+    row["values"] = vals;
+    row["ratios_to_first"] = ratios;
+    table.push_back(row);
+    rec.summary(line);
+  }
+  Json vs = Json::array();
+  for (size_t i = 0; i < variants.size(); ++i)
+    vs.push_back(Json{{"name", variants[i].name}, {"file", variants[i].file}, {"set", variants[i].sets},
+                      {"scenario_hash", scs[i].hash}});
+  rec.metrics()["compare"] = Json{{"variants", vs}, {"table", table}};
+  rec.file("compare.csv", csv);
+  for (size_t i = 0; i < variants.size(); ++i) {
+    std::string safe;
+    for (char c : variants[i].name) safe += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+    rec.file(fmt::format("variant-{}-{}.metrics.json", i, safe), results[i].dump(2) + "\n");
+  }
+}
+
+}  // namespace sluice

@@ -1,0 +1,158 @@
+#include "recorder/serving_report.h"
+
+#include <fmt/format.h>
+
+#include "config/units.h"
+#include "workloads/serving/serving_sim.h"
+
+namespace sluice {
+
+using serving::Request;
+
+void report_serving(const serving::ServingSim& sim, const std::string& workload_description, Recorder& rec,
+                    bool requests_csv, bool timeseries_csv) {
+  const auto& cfg = sim.config();
+  const auto& reqs = sim.requests();
+  std::vector<double> ttft, e2e, tpot, itl, queue, max_gap;
+  int64_t out_tokens = 0, in_tokens = 0, preemptions = 0;
+  int64_t later_prompt = 0, reused = 0, later_turns = 0, later_hits = 0;
+  std::string csv =
+      "id,conversation,turn,replica,arrival_s,input_tokens,history_tokens,cached_tokens,output_tokens,"
+      "queue_ms,ttft_ms,e2e_ms,tpot_ms,itl_ms,max_gap_ms,preemptions\n";
+  for (const Request& q : reqs) {
+    if (q.state != serving::ReqState::Done) continue;
+    const double t = (q.first_token_ns - q.arrival_ns) / 1e6;
+    const double e = (q.last_token_ns - q.arrival_ns) / 1e6;
+    // TPOT: mean gap between tokens after the first. ITL (llmperf): e2e / output tokens, TTFT included.
+    const double tp = q.output_tokens > 1 ? (q.last_token_ns - q.first_token_ns) / 1e6 / (q.output_tokens - 1) : 0.0;
+    const double il = e / q.output_tokens;
+    const double qd = (q.first_scheduled_ns - q.arrival_ns) / 1e6;
+    ttft.push_back(t);
+    e2e.push_back(e);
+    if (q.output_tokens > 1) tpot.push_back(tp);
+    itl.push_back(il);
+    queue.push_back(qd);
+    max_gap.push_back(q.max_gap_ns / 1e6);
+    out_tokens += q.output_tokens;
+    in_tokens += q.prompt_len();
+    preemptions += q.preemptions;
+    if (q.turn > 0) {
+      ++later_turns;
+      later_prompt += q.history_tokens;
+      reused += q.cached_tokens;
+      later_hits += q.cached_tokens > 0;
+    }
+    if (requests_csv)
+      csv += fmt::format("{},{},{},{},{:.9f},{},{},{},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{}\n", q.id,
+                         q.conversation, q.turn, q.replica, q.arrival_ns / 1e9, q.input_tokens, q.history_tokens,
+                         q.cached_tokens, q.output_tokens, qd, t, e, tp, il, q.max_gap_ns / 1e6, q.preemptions);
+  }
+  const double span_s = std::max<int64_t>(1, sim.last_delivery_ns() - std::max<int64_t>(0, sim.first_arrival_ns())) / 1e9;
+  const auto& gaps = sim.gaps();
+  Json gap = Json::object();
+  gap["count"] = gaps.count();
+  if (gaps.count()) {
+    gap["mean"] = gaps.mean() / 1e6;
+    gap["p50"] = gaps.percentile(50) / 1e6;
+    gap["p90"] = gaps.percentile(90) / 1e6;
+    gap["p95"] = gaps.percentile(95) / 1e6;
+    gap["p99"] = gaps.percentile(99) / 1e6;
+    gap["max"] = gaps.max() / 1e6;
+  }
+
+  double busy = 0, batch_int = 0, kv_int = 0, kv_max = 0;
+  int64_t iters = 0, pre_it = 0, dec_it = 0, mix_it = 0, max_batch = 0, swaps = 0;
+  double swap_bytes = 0;
+  const double end = static_cast<double>(std::max<int64_t>(1, sim.end_ns()));
+  Json per_replica = Json::array();
+  for (size_t i = 0; i < sim.replica_stats().size(); ++i) {
+    const auto& s = sim.replica_stats()[i];
+    busy += static_cast<double>(s.busy_ns);
+    batch_int += s.batch_time_integral;
+    kv_int += s.kv_time_integral;
+    kv_max = std::max(kv_max, s.kv_max);
+    iters += s.iterations;
+    pre_it += s.prefill_iterations;
+    dec_it += s.decode_iterations;
+    mix_it += s.mixed_iterations;
+    max_batch = std::max(max_batch, s.max_batch);
+    swaps += sim.replicas()[i]->preemptions;
+    swap_bytes += sim.replicas()[i]->swap_bytes;
+    if (sim.replica_stats().size() <= 16)
+      per_replica.push_back(Json{{"replica", i}, {"iterations", s.iterations}, {"utilization", s.busy_ns / end},
+                                 {"mean_batch", s.busy_ns ? s.batch_time_integral / s.busy_ns : 0.0},
+                                 {"kv_occupancy_mean", s.kv_time_integral / end}, {"kv_occupancy_max", s.kv_max},
+                                 {"preemptions", sim.replicas()[i]->preemptions}});
+  }
+  const double nrep = static_cast<double>(cfg.replicas);
+  const auto& mem = sim.memory();
+
+  Json m = Json::object();
+  m["workload"] = workload_description;
+  m["deployment"] = Json{{"hardware", cfg.hardware.name}, {"model", cfg.model.name}, {"replicas", cfg.replicas},
+                         {"tensor_parallel", cfg.tensor_parallel}, {"pipeline_parallel", cfg.pipeline_parallel},
+                         {"cost_tables", cfg.tables_dir.empty() ? "none (roofline)" : cfg.tables_dir},
+                         {"d2h", cfg.last_mile.d2h_source}};
+  m["requests"] = Json{{"completed", sim.completed()}, {"announced", cfg.workload->total_requests()},
+                       {"truncated_by_max_sim_time", sim.truncated()}};
+  Json lat = Json::object();
+  lat["ttft"] = summarize(ttft);
+  lat["e2e"] = summarize(e2e);
+  lat["tpot"] = summarize(tpot);
+  lat["itl_llmperf"] = summarize(itl);
+  lat["queueing_delay"] = summarize(queue);
+  lat["inter_token_gap"] = gap;
+  lat["max_gap_per_request"] = summarize(max_gap);
+  m["latency_ms"] = lat;
+  m["throughput"] = Json{{"output_tokens_per_s", out_tokens / span_s}, {"input_tokens_per_s", in_tokens / span_s},
+                         {"requests_per_s", sim.completed() / span_s}, {"span_s", span_s},
+                         {"output_tokens", out_tokens}, {"input_tokens", in_tokens}};
+  m["memory_per_gpu"] = Json{{"capacity_bytes", mem.capacity_per_gpu}, {"weights_bytes", mem.weights_per_gpu},
+                             {"activation_bytes", mem.activation_per_gpu}, {"kv_cache_bytes", mem.kv_per_gpu}};
+  m["kv_cache"] = Json{{"block_size", cfg.block_size}, {"blocks_per_replica", mem.blocks_per_replica},
+                       {"tokens_per_replica", mem.kv_tokens_per_replica},
+                       {"bytes_per_token", cfg.model.kv_bytes_per_token()},
+                       {"occupancy_mean", kv_int / end / nrep}, {"occupancy_max", kv_max},
+                       {"preemptions", preemptions}, {"swap_bytes", swap_bytes},
+                       {"later_turns", later_turns}, {"later_turn_hits", later_hits},
+                       {"reuse_hit_rate", later_turns ? static_cast<double>(later_hits) / later_turns : 0.0},
+                       {"reused_history_fraction", later_prompt ? static_cast<double>(reused) / later_prompt : 0.0}};
+  m["batching"] = Json{{"iterations", iters}, {"prefill_iterations", pre_it}, {"decode_iterations", dec_it},
+                       {"mixed_iterations", mix_it}, {"mean_batch", busy > 0 ? batch_int / busy : 0.0},
+                       {"max_batch", max_batch}, {"utilization", busy / end / nrep}};
+  if (!per_replica.empty()) m["replicas"] = per_replica;
+  m["simulated_s"] = sim.end_ns() / 1e9;
+  m["events"] = sim.events();
+  rec.metrics()["serving"] = m;
+
+  if (requests_csv) rec.file("requests.csv", csv);
+  if (timeseries_csv && !sim.samples().empty()) {
+    std::string ts = "t_s,running,waiting,swapped,kv_occupancy,busy_fraction\n";
+    for (const auto& s : sim.samples())
+      ts += fmt::format("{:.6f},{},{},{},{:.6f},{:.6f}\n", s.t_ns / 1e9, s.running, s.waiting, s.swapped, s.kv_occupancy,
+                        s.busy_fraction);
+    rec.file("timeseries.csv", ts);
+  }
+
+  auto pct = [](const Json& s, const char* k) { return s.contains(k) ? s[k].get<double>() : 0.0; };
+  rec.summary(fmt::format("{} on {} × {} (tp {}, pp {}); {}", cfg.model.name, cfg.replicas, cfg.hardware.name,
+                          cfg.tensor_parallel, cfg.pipeline_parallel, workload_description));
+  rec.summary(fmt::format("requests {} completed{}; {:.1f} s simulated", sim.completed(),
+                          sim.truncated() ? " (stopped at max_sim_time)" : "", sim.end_ns() / 1e9));
+  rec.summary(fmt::format("TTFT  ms  p50 {:8.2f}  p90 {:8.2f}  p99 {:8.2f}  mean {:8.2f}", pct(lat["ttft"], "p50"),
+                          pct(lat["ttft"], "p90"), pct(lat["ttft"], "p99"), pct(lat["ttft"], "mean")));
+  rec.summary(fmt::format("TPOT  ms  p50 {:8.2f}  p90 {:8.2f}  p99 {:8.2f}  mean {:8.2f}", pct(lat["tpot"], "p50"),
+                          pct(lat["tpot"], "p90"), pct(lat["tpot"], "p99"), pct(lat["tpot"], "mean")));
+  rec.summary(fmt::format("E2E   ms  p50 {:8.1f}  p90 {:8.1f}  p99 {:8.1f}  mean {:8.1f}", pct(lat["e2e"], "p50"),
+                          pct(lat["e2e"], "p90"), pct(lat["e2e"], "p99"), pct(lat["e2e"], "mean")));
+  rec.summary(fmt::format("throughput {:.1f} output tok/s, {:.2f} req/s; mean batch {:.1f}, utilization {:.0f}%",
+                          out_tokens / span_s, sim.completed() / span_s, busy > 0 ? batch_int / busy : 0.0,
+                          100 * busy / end / nrep));
+  rec.summary(fmt::format("memory/GPU: weights {}, KV {} ({} tokens/replica); KV occupancy mean {:.0f}% max {:.0f}%; "
+                          "preemptions {}{}",
+                          format_bytes(mem.weights_per_gpu), format_bytes(mem.kv_per_gpu), mem.kv_tokens_per_replica,
+                          100 * kv_int / end / nrep, 100 * kv_max, preemptions,
+                          later_turns ? fmt::format("; KV reuse hit rate {:.0f}%", 100.0 * later_hits / later_turns) : ""));
+}
+
+}  // namespace sluice

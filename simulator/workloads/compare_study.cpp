@@ -1,0 +1,114 @@
+// The compare study: a scenario that runs other scenarios (files, overrides, varied keys)
+// and tabulates their metrics side by side, so a comparison ships as one runnable file.
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "config/runner.h"
+#include "registry/registry.h"
+
+namespace sluice {
+
+namespace {
+
+class CompareStudy final : public Study {
+ public:
+  CompareStudy(std::vector<Variant> v, std::vector<std::string> m, const Registry& reg)
+      : variants_(std::move(v)), metrics_(std::move(m)), reg_(reg) {}
+  void run(RunEnv& env) override { compare_variants(variants_, metrics_, reg_, env.recorder, env.progress); }
+
+ private:
+  std::vector<Variant> variants_;
+  std::vector<std::string> metrics_;
+  const Registry& reg_;
+};
+
+std::string resolve_file(const Params& at, const std::string& key, const std::string& file) {
+  if (std::filesystem::exists(file)) return file;
+  const auto alt = std::filesystem::path(catalog_root()) / file;
+  if (std::filesystem::exists(alt)) return alt.string();
+  at.fail(key, fmt::format("scenario file '{}' not found (relative to the working directory or the sluice root)", file),
+          "an existing scenario file, e.g. scenarios/quickstart.yaml");
+}
+
+std::vector<std::string> string_list(const Node& n, const std::string& path) {
+  std::vector<std::string> out;
+  for (const auto& e : n.seq) {
+    if (!e.is_scalar()) throw ConfigError(e.origin, path, e.brief(), "expected a string", "a list of strings");
+    out.push_back(e.scalar);
+  }
+  return out;
+}
+
+}  // namespace
+
+void register_compare_study(Registry& reg) {
+  Schema s = common_study_schema();
+  s.add("base", ParamType::String, "scenario file that `vary` varies").optional();
+  s.add("variants", ParamType::List, "list of {name, file, set: [key=value, ...]} to compare").optional();
+  s.add("vary", ParamType::List, "list of {key, values: [...]} axes applied to `base` (cartesian product)").optional();
+  s.add("set", ParamType::List, "overrides applied to every variant, e.g. [seed=7]").optional();
+  s.add("metrics", ParamType::List, "metric paths to tabulate, e.g. serving.latency_ms.ttft.p99 (default: all numeric)").optional();
+  reg.add("study", "compare", "runs scenario variants and tabulates their metrics side by side with ratios", s,
+          StudyFactory([&reg](const StudyContext& ctx) -> std::unique_ptr<Study> {
+            const Params& p = ctx.params;
+            std::vector<std::string> sets;
+            if (p.has("set")) sets = string_list(p.node("set"), "set");
+            std::vector<Variant> variants;
+            if (p.has("variants")) {
+              Schema vs;
+              vs.add("name", ParamType::String, "column name");
+              vs.add("file", ParamType::String, "scenario file");
+              vs.add("set", ParamType::List, "overrides").optional();
+              const Node& list = p.node("variants");
+              for (size_t i = 0; i < list.seq.size(); ++i) {
+                const std::string path = fmt::format("variants.{}", i);
+                Params v = parse_params(list.seq[i], vs, path);
+                Variant var{v.str("name"), resolve_file(v, "file", v.str("file")), sets};
+                if (v.has("set"))
+                  for (auto& x : string_list(v.node("set"), path + ".set")) var.sets.push_back(x);
+                variants.push_back(std::move(var));
+              }
+            }
+            if (p.has("base")) {
+              std::vector<std::string> axes;
+              if (p.has("vary")) {
+                Schema as;
+                as.add("key", ParamType::String, "dotted key path, e.g. scheduler.kind");
+                as.add("values", ParamType::List, "values to try");
+                const Node& list = p.node("vary");
+                for (size_t i = 0; i < list.seq.size(); ++i) {
+                  const std::string path = fmt::format("vary.{}", i);
+                  Params a = parse_params(list.seq[i], as, path);
+                  std::string axis = a.str("key") + "=";
+                  auto vals = string_list(a.node("values"), path + ".values");
+                  for (size_t j = 0; j < vals.size(); ++j) axis += (j ? "," : "") + vals[j];
+                  axes.push_back(axis);
+                }
+              }
+              for (auto& v : expand_variants({resolve_file(p, "base", p.str("base"))}, sets, axes)) variants.push_back(std::move(v));
+            }
+            if (variants.size() < 2)
+              throw ConfigError(p.origin(), "variants", "", "a comparison needs at least two variants",
+                                "a `variants` list, or `base` with `vary` giving two or more values");
+            // Validate every variant before anything runs; a comparison that (indirectly) includes
+            // itself would never end, so nesting is bounded.
+            static thread_local int depth = 0;
+            if (depth >= 3)
+              throw ConfigError(p.origin(), "variants", "", "comparisons nested more than 3 deep (does one include itself?)",
+                                "variants that are plain scenarios");
+            ++depth;
+            try {
+              for (const auto& v : variants) load_scenario(v.file, v.sets, reg);
+            } catch (...) {
+              --depth;
+              throw;
+            }
+            --depth;
+            std::vector<std::string> metrics;
+            if (p.has("metrics")) metrics = string_list(p.node("metrics"), "metrics");
+            return std::make_unique<CompareStudy>(std::move(variants), std::move(metrics), reg);
+          }));
+}
+
+}  // namespace sluice

@@ -1,0 +1,54 @@
+// A paged KV-cache block manager for one replica: fixed-size blocks, allocation as sequences
+// grow, preemption support, and a resident cache of finished conversation turns that the
+// next turn can reuse (evicted least-recently-used when blocks run short).
+#pragma once
+#include <cstdint>
+#include <list>
+#include <unordered_map>
+
+#include "workloads/serving/request.h"
+
+namespace sluice::serving {
+
+class BlockManager {
+ public:
+  BlockManager(int64_t total_blocks, int block_size, double watermark_fraction, bool reuse);
+
+  int block_size() const { return block_size_; }
+  int64_t total_blocks() const { return total_; }
+  int64_t free_blocks() const { return free_; }
+  int64_t cached_blocks() const { return cached_; }     // held by resident conversation caches
+  int64_t used_blocks() const { return total_ - free_ - cached_; }  // held by live sequences
+  int64_t blocks_for(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
+
+  // Whether `extra` more blocks can be had (free plus evictable cache), keeping the
+  // watermark free when `admission` (new sequences must not eat the last blocks).
+  bool can_allocate(int64_t extra, bool admission) const;
+  // Grows a request's allocation to hold `tokens` tokens, evicting cached conversations
+  // if needed. Returns false (and changes nothing) if it cannot.
+  bool grow_to(Request& r, int64_t tokens, bool admission = false);
+  // Releases every block the request holds.
+  void release(Request& r);
+  // After a turn finishes: keep its blocks resident as the conversation's cache (replacing
+  // an older entry of the same conversation) instead of freeing them.
+  void retain(Request& r, int64_t tokens);
+  // When a new turn arrives: if its conversation's cache is resident, move those blocks to
+  // the request and return the number of tokens it covers (at most `max_tokens`).
+  int64_t claim(Request& r, int64_t max_tokens);
+  bool resident(uint32_t conversation) const { return cache_.count(conversation) > 0; }
+
+ private:
+  struct Entry {
+    int64_t tokens;
+    int64_t blocks;
+    std::list<uint32_t>::iterator lru_pos;
+  };
+  bool evict_until(int64_t need);
+  int64_t total_, free_, cached_ = 0, watermark_;
+  int block_size_;
+  bool reuse_;
+  std::unordered_map<uint32_t, Entry> cache_;
+  std::list<uint32_t> lru_;  // front = least recently used
+};
+
+}  // namespace sluice::serving

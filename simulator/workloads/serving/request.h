@@ -1,0 +1,66 @@
+// A serving request and the work one iteration does on it.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace sluice::serving {
+
+enum class ReqState : uint8_t { Pending, Waiting, Running, Swapped, Done };
+
+// One request (one turn of a conversation). Token bookkeeping: the sequence has
+// length() = prompt_len() + generated tokens; `computed` of them have KV in the cache.
+// An iteration processes up to length() - computed tokens; when it reaches length(),
+// the model samples one more token.
+struct Request {
+  uint32_t id = 0;
+  uint32_t conversation = 0;
+  uint16_t turn = 0;         // 0 for the first turn
+  uint16_t turns_total = 1;  // turns in this conversation
+  int32_t replica = -1;
+  uint32_t client = 0;       // closed-loop client that issued it
+  int64_t arrival_ns = 0;
+  int32_t history_tokens = 0;  // earlier turns' prompts and answers, resent with this turn
+  int32_t input_tokens = 0;    // this turn's new prompt tokens
+  int32_t output_tokens = 0;   // tokens to generate
+  // Progress.
+  int32_t computed = 0;
+  int32_t generated = 0;
+  int32_t cached_tokens = 0;   // prompt tokens whose KV was reused from a resident cache
+  int32_t blocks = 0;          // KV blocks held on its replica
+  int32_t reserved_tokens = 0; // static/Orca: tokens reserved up front
+  int32_t preemptions = 0;
+  ReqState state = ReqState::Pending;
+  // Timestamps (ns); -1 until known.
+  int64_t first_scheduled_ns = -1;
+  int64_t first_token_ns = -1;   // delivered to the client
+  int64_t last_token_ns = -1;
+  int64_t max_gap_ns = 0;
+
+  int32_t prompt_len() const { return history_tokens + input_tokens; }
+  int32_t length() const { return prompt_len() + generated; }
+  bool in_prefill() const { return computed < prompt_len(); }
+  bool finished() const { return generated >= output_tokens; }
+};
+
+// One sequence's share of an iteration.
+struct BatchEntry {
+  uint32_t req;
+  int32_t new_tokens;
+  int32_t context;
+};
+
+// What a scheduler decided for one iteration of one replica.
+struct Batch {
+  std::vector<BatchEntry> entries;
+  double extra_ns = 0;        // swap traffic etc. on the iteration's critical path
+  int prefill_entries = 0;
+  int decode_entries = 0;
+  bool empty() const { return entries.empty(); }
+  void clear() {
+    entries.clear();
+    extra_ns = 0;
+    prefill_entries = decode_entries = 0;
+  }
+};
+
+}  // namespace sluice::serving

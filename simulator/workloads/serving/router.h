@@ -1,0 +1,20 @@
+// Routers pick the replica for each arriving request.
+#pragma once
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "config/schema.h"
+#include "workloads/serving/scheduler.h"
+
+namespace sluice::serving {
+
+class Router {
+ public:
+  virtual ~Router() = default;
+  virtual int route(const Request& q, const std::vector<std::unique_ptr<Replica>>& replicas) = 0;
+};
+
+using RouterFactory = std::function<std::unique_ptr<Router>(const Params&)>;
+
+}  // namespace sluice::serving

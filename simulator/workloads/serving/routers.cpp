@@ -1,0 +1,65 @@
+// Round-robin, least-outstanding-requests and KV-affinity routing.
+#include "registry/registry.h"
+#include "workloads/serving/router.h"
+
+namespace sluice::serving {
+
+namespace {
+
+int least_outstanding(const std::vector<std::unique_ptr<Replica>>& rs) {
+  int best = 0;
+  for (int i = 1; i < static_cast<int>(rs.size()); ++i)
+    if (rs[i]->outstanding() < rs[best]->outstanding()) best = i;  // ties: lowest index
+  return best;
+}
+
+class RoundRobin final : public Router {
+ public:
+  int route(const Request&, const std::vector<std::unique_ptr<Replica>>& rs) override {
+    const int r = next_;
+    next_ = (next_ + 1) % static_cast<int>(rs.size());
+    return r;
+  }
+
+ private:
+  int next_ = 0;
+};
+
+class LeastOutstanding final : public Router {
+ public:
+  int route(const Request&, const std::vector<std::unique_ptr<Replica>>& rs) override { return least_outstanding(rs); }
+};
+
+// Sends a conversation's later turns where its KV cache still is, unless that replica is
+// overloaded by more than `max_imbalance` outstanding requests over the least-loaded one.
+class KvAffinity final : public Router {
+ public:
+  explicit KvAffinity(const Params& p) : max_imbalance_(static_cast<size_t>(p.integer("max_imbalance"))) {}
+  int route(const Request& q, const std::vector<std::unique_ptr<Replica>>& rs) override {
+    const int least = least_outstanding(rs);
+    if (q.turn > 0) {
+      for (int i = 0; i < static_cast<int>(rs.size()); ++i)
+        if (rs[i]->kv.resident(q.conversation) && rs[i]->outstanding() <= rs[least]->outstanding() + max_imbalance_)
+          return i;
+    }
+    return least;
+  }
+
+ private:
+  size_t max_imbalance_;
+};
+
+}  // namespace
+
+void register_routers(Registry& reg) {
+  reg.add("router", "round_robin", "replicas in turn", Schema{},
+          RouterFactory([](const Params&) { return std::make_unique<RoundRobin>(); }));
+  reg.add("router", "least_outstanding", "the replica with the fewest waiting+running+swapped requests", Schema{},
+          RouterFactory([](const Params&) { return std::make_unique<LeastOutstanding>(); }));
+  Schema s;
+  s.add("max_imbalance", ParamType::Int, "extra outstanding requests tolerated to stay with the cache").def("8").nonneg();
+  reg.add("router", "kv_affinity", "a conversation's next turn goes where its KV cache is resident", s,
+          RouterFactory([](const Params& p) { return std::make_unique<KvAffinity>(p); }));
+}
+
+}  // namespace sluice::serving

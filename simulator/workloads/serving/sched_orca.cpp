@@ -1,0 +1,52 @@
+// Orca iteration-level batching (Yu et al., OSDI 2022): the batch is re-formed every
+// iteration and mixes whole-prompt prefills with decodes (selective batching); KV memory is
+// not paged, so each admitted sequence reserves room for its prompt plus `max_new_tokens`.
+#include <algorithm>
+
+#include "registry/registry.h"
+#include "workloads/serving/scheduler.h"
+
+namespace sluice::serving {
+
+namespace {
+
+class OrcaScheduler final : public Scheduler {
+ public:
+  explicit OrcaScheduler(const Params& p)
+      : max_batch_(static_cast<size_t>(p.integer("max_batch_size"))), max_new_(p.integer("max_new_tokens")) {}
+
+  void schedule(Replica& r, Batch& out, int64_t) override {
+    mech::reserve_decode_slots(r, out);  // only needed when a sequence outgrows its reservation
+    while (!r.waiting.empty() && r.running.size() < max_batch_) {
+      Request& q = r.req(r.waiting.front());
+      mech::claim_cache(r, q);
+      const int64_t reserve = static_cast<int64_t>(q.prompt_len()) + std::max<int64_t>(max_new_, q.output_tokens);
+      if (!r.kv.grow_to(q, reserve, /*admission=*/true)) break;
+      q.reserved_tokens = static_cast<int32_t>(reserve);
+      r.waiting.pop_front();
+      q.state = ReqState::Running;
+      r.running.push_back(q.id);
+    }
+    for (uint32_t id : r.running) {
+      const Request& q = r.req(id);
+      mech::add(out, q, q.length() - q.computed);
+    }
+  }
+  int64_t max_tokens_per_iteration() const override { return static_cast<int64_t>(max_batch_) * 4096; }
+
+ private:
+  size_t max_batch_;
+  int64_t max_new_;
+};
+
+}  // namespace
+
+void register_orca_scheduler(Registry& reg) {
+  Schema s;
+  s.add("max_batch_size", ParamType::Int, "most sequences in one iteration").def("64").range(1, 65536);
+  s.add("max_new_tokens", ParamType::Int, "output tokens reserved per sequence at admission (contiguous KV)").def("1024").range(1, 1 << 20);
+  reg.add("scheduler", "orca", "iteration-level batching mixing prefills and decodes; KV reserved per sequence", s,
+          SchedulerFactory([](const Params& p) { return std::make_unique<OrcaScheduler>(p); }));
+}
+
+}  // namespace sluice::serving

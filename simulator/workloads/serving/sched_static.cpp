@@ -1,0 +1,73 @@
+// Static batching, the baseline: a batch is formed when the replica is idle (once
+// `batch_size` requests wait, or the oldest has waited `max_wait`), prefilled together, and
+// decoded until its longest member finishes; finished members keep their slot as padding,
+// and nothing joins until the whole batch is done.
+#include <algorithm>
+
+#include "registry/registry.h"
+#include "workloads/serving/scheduler.h"
+
+namespace sluice::serving {
+
+namespace {
+
+class StaticScheduler final : public Scheduler {
+ public:
+  explicit StaticScheduler(const Params& p)
+      : batch_size_(static_cast<size_t>(p.integer("batch_size"))), max_wait_ns_(p.time("max_wait").count_ns()) {}
+
+  void schedule(Replica& r, Batch& out, int64_t now_ns) override {
+    bool live = false;
+    for (uint32_t id : members_) live |= r.req(id).state != ReqState::Done;
+    if (!live) members_.clear();
+    if (members_.empty()) {
+      if (r.waiting.empty()) return;
+      const bool full = r.waiting.size() >= batch_size_;
+      const bool waited = now_ns - r.req(r.waiting.front()).arrival_ns >= max_wait_ns_;
+      if (!full && !waited) return;
+      while (!r.waiting.empty() && members_.size() < batch_size_) {
+        Request& q = r.req(r.waiting.front());
+        mech::claim_cache(r, q);
+        // The whole sequence is reserved up front: nothing is preempted mid-batch.
+        if (!r.kv.grow_to(q, q.prompt_len() + q.output_tokens, /*admission=*/true)) break;
+        r.waiting.pop_front();
+        q.state = ReqState::Running;
+        r.running.push_back(q.id);
+        members_.push_back(q.id);
+      }
+      if (members_.empty()) return;
+    }
+    for (uint32_t id : members_) {
+      const Request& q = r.req(id);
+      if (q.state == ReqState::Done) {
+        // Padding: a finished sequence still occupies its row of the batch.
+        out.entries.push_back(BatchEntry{id, 1, q.length()});
+        ++out.decode_entries;
+      } else {
+        mech::add(out, q, q.length() - q.computed);
+      }
+    }
+  }
+  int64_t wake_at(const Replica& r, int64_t) const override {
+    if (!members_.empty() || r.waiting.empty()) return -1;
+    return (*r.reqs)[r.waiting.front()].arrival_ns + max_wait_ns_;
+  }
+  int64_t max_tokens_per_iteration() const override { return static_cast<int64_t>(batch_size_) * 4096; }
+
+ private:
+  size_t batch_size_;
+  int64_t max_wait_ns_;
+  std::vector<uint32_t> members_;
+};
+
+}  // namespace
+
+void register_static_scheduler(Registry& reg) {
+  Schema s;
+  s.add("batch_size", ParamType::Int, "requests per batch").def("8").range(1, 65536);
+  s.quantity("max_wait", UnitKind::Time, "start a partial batch once its oldest request waited this long").def("50ms").nonneg();
+  reg.add("scheduler", "static", "static batching baseline: whole batches, padded to the longest member", s,
+          SchedulerFactory([](const Params& p) { return std::make_unique<StaticScheduler>(p); }));
+}
+
+}  // namespace sluice::serving

@@ -1,0 +1,71 @@
+// Batching schedulers: each decides, per iteration of one replica, which sequences run and
+// how many tokens each processes, allocating (and if needed preempting) KV cache.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "config/schema.h"
+#include "workloads/serving/kv_cache.h"
+#include "workloads/serving/request.h"
+
+namespace sluice::serving {
+
+enum class PreemptionMode { Recompute, Swap };
+
+// One model replica's queues and KV cache, as the scheduler sees and changes them.
+struct Replica {
+  int index = 0;
+  std::vector<Request>* reqs = nullptr;
+  std::deque<uint32_t> waiting;   // arrived, not admitted (FCFS; preempted go to the front)
+  std::vector<uint32_t> running;  // admitted, in admission order
+  std::deque<uint32_t> swapped;   // preempted to host memory
+  BlockManager kv;
+  PreemptionMode preemption = PreemptionMode::Recompute;
+  double kv_bytes_per_token = 0;  // over the whole replica (all its GPUs)
+  double swap_Bps = 0;            // host link bandwidth over all the replica's GPUs
+  int64_t swap_capacity_tokens = 0;
+  int64_t swapped_tokens = 0;
+  bool reuse = false;
+  // Counters.
+  int64_t preemptions = 0;
+  double swap_bytes = 0;
+
+  Replica(int64_t blocks, int block_size, double watermark, bool reuse_cache)
+      : kv(blocks, block_size, watermark, reuse_cache), reuse(reuse_cache) {}
+  Request& req(uint32_t id) { return (*reqs)[id]; }
+  size_t outstanding() const { return waiting.size() + running.size() + swapped.size(); }
+};
+
+// The scheduler interface. Implementations are registered by name (category "scheduler").
+class Scheduler {
+ public:
+  virtual ~Scheduler() = default;
+  // Fills `out` with the next iteration of `r` (empty: nothing to run now).
+  virtual void schedule(Replica& r, Batch& out, int64_t now_ns) = 0;
+  // For schedulers that wait to fill a batch: when to try again (-1: only on arrivals).
+  virtual int64_t wake_at(const Replica&, int64_t /*now_ns*/) const { return -1; }
+  // The largest number of new tokens one iteration may carry (sizes activation memory).
+  virtual int64_t max_tokens_per_iteration() const = 0;
+};
+
+using SchedulerFactory = std::function<std::unique_ptr<Scheduler>(const Params&)>;
+
+// Shared mechanics used by the policies.
+namespace mech {
+// On a request's first admission: take over its conversation's resident KV, if any.
+void claim_cache(Replica& r, Request& q);
+// Preempts `victim` (recompute: drop its KV and requeue at the front; swap: copy its KV to
+// host over the host link, charging the time to `batch`). Removes it from `running`.
+void preempt(Replica& r, uint32_t victim, Batch& batch);
+// Ensures every running decode has room for one more token, preempting the most recently
+// admitted sequences when blocks run out (vLLM's policy). Returns the number preempted.
+int reserve_decode_slots(Replica& r, Batch& batch);
+// Brings swapped sequences back while blocks allow (charging the copy time).
+void swap_in(Replica& r, Batch& batch, size_t max_running);
+void add(Batch& b, const Request& q, int32_t new_tokens);
+}  // namespace mech
+
+}  // namespace sluice::serving

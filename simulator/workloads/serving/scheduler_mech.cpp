@@ -1,0 +1,76 @@
+#include <algorithm>
+
+#include "workloads/serving/scheduler.h"
+
+namespace sluice::serving::mech {
+
+void claim_cache(Replica& r, Request& q) {
+  if (!r.reuse || q.first_scheduled_ns >= 0 || q.computed > 0 || q.history_tokens == 0) return;
+  // At least one prompt token is always computed so the first output token can be sampled.
+  const int64_t got = r.kv.claim(q, q.prompt_len() - 1);
+  q.cached_tokens = static_cast<int32_t>(got);
+  q.computed = static_cast<int32_t>(got);
+}
+
+void add(Batch& b, const Request& q, int32_t new_tokens) {
+  b.entries.push_back(BatchEntry{q.id, new_tokens, q.computed});
+  if (q.in_prefill()) ++b.prefill_entries;
+  else ++b.decode_entries;
+}
+
+void preempt(Replica& r, uint32_t victim, Batch& batch) {
+  Request& q = r.req(victim);
+  r.running.erase(std::find(r.running.begin(), r.running.end(), victim));
+  ++q.preemptions;
+  ++r.preemptions;
+  const bool can_swap = r.preemption == PreemptionMode::Swap && r.swapped_tokens + q.computed <= r.swap_capacity_tokens;
+  if (can_swap && q.computed > 0) {
+    const double bytes = static_cast<double>(q.computed) * r.kv_bytes_per_token;
+    batch.extra_ns += bytes / r.swap_Bps * 1e9;
+    r.swap_bytes += bytes;
+    r.swapped_tokens += q.computed;
+    r.kv.release(q);
+    q.state = ReqState::Swapped;
+    r.swapped.push_back(victim);
+    return;
+  }
+  // Recompute: the KV is dropped; prompt and generated tokens are prefilled again.
+  r.kv.release(q);
+  q.computed = 0;
+  q.state = ReqState::Waiting;
+  r.waiting.push_front(victim);
+}
+
+int reserve_decode_slots(Replica& r, Batch& batch) {
+  int preempted = 0;
+  for (size_t i = 0; i < r.running.size();) {
+    Request& q = r.req(r.running[i]);
+    if (q.in_prefill()) { ++i; continue; }  // prefill chunks get their blocks when chunked
+    bool ok = r.kv.grow_to(q, q.computed + 1);
+    while (!ok) {
+      const uint32_t victim = r.running.back();
+      preempt(r, victim, batch);
+      ++preempted;
+      if (victim == q.id) break;
+      ok = r.kv.grow_to(q, q.computed + 1);
+    }
+    if (ok) ++i;
+  }
+  return preempted;
+}
+
+void swap_in(Replica& r, Batch& batch, size_t max_running) {
+  while (!r.swapped.empty() && r.running.size() < max_running) {
+    Request& q = r.req(r.swapped.front());
+    if (!r.kv.grow_to(q, q.computed + 1)) break;
+    const double bytes = static_cast<double>(q.computed) * r.kv_bytes_per_token;
+    batch.extra_ns += bytes / r.swap_Bps * 1e9;
+    r.swap_bytes += bytes;
+    r.swapped_tokens -= q.computed;
+    q.state = ReqState::Running;
+    r.running.push_back(q.id);
+    r.swapped.pop_front();
+  }
+}
+
+}  // namespace sluice::serving::mech

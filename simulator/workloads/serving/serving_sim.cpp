@@ -1,0 +1,316 @@
+#include "workloads/serving/serving_sim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "config/units.h"
+
+namespace sluice::serving {
+
+MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_per_iteration) {
+  MemoryPlan m;
+  const int shards = cfg.tensor_parallel * cfg.pipeline_parallel;
+  m.capacity_per_gpu = cfg.hardware.hbm_bytes * cfg.gpu_memory_utilization;
+  m.weights_per_gpu = cfg.model.weight_bytes() / shards;
+  // Activations of the largest iteration, split across tensor-parallel ranks; capped at
+  // 16k tokens (beyond that frameworks chunk the work rather than reserve more).
+  m.activation_per_gpu = cfg.model.activation_bytes(std::min<int64_t>(max_tokens_per_iteration, 16384)) / cfg.tensor_parallel;
+  m.kv_per_gpu = m.capacity_per_gpu - m.weights_per_gpu - m.activation_per_gpu;
+  const double kv_per_token_per_gpu = cfg.model.kv_bytes_per_token() / shards;
+  if (m.kv_per_gpu <= kv_per_token_per_gpu * cfg.block_size)
+    throw std::runtime_error(fmt::format(
+        "{} does not fit on {} × tp={} pp={}: each GPU needs {} of weights + {} of activations + KV cache, "
+        "but has {} ({} HBM × gpu_memory_utilization {}); short by {} before any KV cache. "
+        "Use more tensor/pipeline parallelism, a larger GPU, or a smaller model.",
+        cfg.model.name, cfg.hardware.name, cfg.tensor_parallel, cfg.pipeline_parallel, format_bytes(m.weights_per_gpu),
+        format_bytes(m.activation_per_gpu), format_bytes(m.capacity_per_gpu), format_bytes(cfg.hardware.hbm_bytes),
+        cfg.gpu_memory_utilization, format_bytes(m.weights_per_gpu + m.activation_per_gpu + kv_per_token_per_gpu * cfg.block_size - m.capacity_per_gpu)));
+  m.kv_tokens_per_replica = static_cast<int64_t>(std::floor(m.kv_per_gpu / kv_per_token_per_gpu));
+  m.blocks_per_replica = m.kv_tokens_per_replica / cfg.block_size;
+  return m;
+}
+
+ServingSim::ServingSim(ServingConfig cfg, uint64_t seed, TraceWriter* trace)
+    : cfg_(std::move(cfg)),
+      engine_(seed),
+      cost_(cfg_.hardware, cfg_.model, CostOptions{cfg_.tensor_parallel, cfg_.pipeline_parallel, cfg_.tables_dir}),
+      think_rng_(seed, "workload.think"),
+      trace_(trace) {
+  const int gpus = cfg_.replicas * cfg_.tensor_parallel * cfg_.pipeline_parallel;
+  if (cfg_.tensor_parallel > cfg_.gpus_per_node)
+    throw std::runtime_error(fmt::format("tensor_parallel {} exceeds the {} GPUs of a node: tensor parallelism stays inside a node",
+                                         cfg_.tensor_parallel, cfg_.gpus_per_node));
+  if (gpus > cfg_.nodes * cfg_.gpus_per_node)
+    throw std::runtime_error(fmt::format("{} replicas × tp {} × pp {} = {} GPUs, but the cluster has {} nodes × {} GPUs = {}",
+                                         cfg_.replicas, cfg_.tensor_parallel, cfg_.pipeline_parallel, gpus, cfg_.nodes,
+                                         cfg_.gpus_per_node, cfg_.nodes * cfg_.gpus_per_node));
+  auto probe = cfg_.make_scheduler();
+  mem_ = plan_memory(cfg_, probe->max_tokens_per_iteration());
+  const int shards = cfg_.tensor_parallel * cfg_.pipeline_parallel;
+  for (int i = 0; i < cfg_.replicas; ++i) {
+    auto r = std::make_unique<Replica>(mem_.blocks_per_replica, cfg_.block_size, cfg_.watermark, cfg_.prefix_reuse);
+    r->index = i;
+    r->reqs = &reqs_;
+    r->preemption = cfg_.preemption;
+    r->kv_bytes_per_token = cfg_.model.kv_bytes_per_token();
+    r->swap_Bps = cfg_.hardware.pcie_Bps * shards;
+    r->swap_capacity_tokens = static_cast<int64_t>(cfg_.swap_space_bytes / cfg_.model.kv_bytes_per_token());
+    replicas_.push_back(std::move(r));
+    schedulers_.push_back(cfg_.make_scheduler());
+  }
+  batches_.resize(cfg_.replicas);
+  iter_start_ns_.assign(cfg_.replicas, 0);
+  detok_free_ns_.assign(cfg_.replicas, 0);
+  kv_last_ns_.assign(cfg_.replicas, 0);
+  wake_pending_ns_.assign(cfg_.replicas, -1);
+  decide_pending_ns_.assign(cfg_.replicas, -1);
+  kv_last_occ_.assign(cfg_.replicas, 0.0);
+  busy_.assign(cfg_.replicas, false);
+  rstats_.resize(cfg_.replicas);
+  total_ = cfg_.workload->total_requests();
+  reqs_.reserve(static_cast<size_t>(total_));
+  if (trace_ && trace_->enabled()) {
+    trace_->name_process(1, "replicas");
+    for (int i = 0; i < cfg_.replicas && i < 64; ++i) trace_->name_thread(1, i, fmt::format("replica {}", i));
+    trace_->name_process(2, "requests");
+  }
+}
+
+void ServingSim::run(const std::function<void(double)>& progress) {
+  progress_ = progress;
+  const auto& arr = cfg_.workload->arrival();
+  if (arr.kind == ArrivalSpec::Kind::ClosedLoop) {
+    for (int c = 0; c < arr.clients; ++c) start_conversation(0);
+  } else {
+    start_conversation(0);
+  }
+  if (cfg_.sample_interval_ns > 0) engine_.schedule_at(SimTime::zero(), Priority::Stats, this, kSample);
+  engine_.run(cfg_.max_sim_time_ns > 0 ? SimTime::ns(cfg_.max_sim_time_ns) : SimTime::max());
+  truncated_ = completed_ < total_;
+  for (int i = 0; i < cfg_.replicas; ++i) account_kv(i, engine_.now().count_ns());
+}
+
+// Fetches the next conversation from the source; open-loop sources chain their arrivals.
+void ServingSim::start_conversation(int64_t now_ns) {
+  if (source_done_) return;
+  auto c = cfg_.workload->next(now_ns);
+  if (!c) {
+    source_done_ = true;
+    return;
+  }
+  const uint32_t idx = static_cast<uint32_t>(convs_.size());
+  convs_.push_back(std::move(*c));
+  const int64_t t = std::max(now_ns, convs_[idx].arrival_ns);
+  engine_.schedule_at(SimTime::ns(t), Priority::Arrival, this, kConversation, idx);
+}
+
+uint32_t ServingSim::make_request(uint32_t conv, int turn, int64_t arrival_ns, int32_t history) {
+  const auto& spec = convs_[conv].turns[static_cast<size_t>(turn)];
+  Request q;
+  q.id = static_cast<uint32_t>(reqs_.size());
+  q.conversation = conv;
+  q.turn = static_cast<uint16_t>(turn);
+  q.turns_total = static_cast<uint16_t>(convs_[conv].turns.size());
+  q.arrival_ns = arrival_ns;
+  q.input_tokens = spec.input_tokens;
+  q.output_tokens = spec.output_tokens;
+  // Later turns resend the history; keep it within the model's context (oldest dropped).
+  q.history_tokens = std::max(0, std::min(history, cfg_.model.max_context - spec.input_tokens - spec.output_tokens));
+  if (reqs_.size() == reqs_.capacity()) throw std::logic_error("internal: more requests than the workload announced");
+  reqs_.push_back(q);
+  engine_.schedule_at(SimTime::ns(arrival_ns), Priority::Arrival, this, kArrival, q.id);
+  return q.id;
+}
+
+void ServingSim::on_event(Engine& e, uint32_t kind, uint32_t arg) {
+  const int64_t now = e.now().count_ns();
+  switch (kind) {
+    case kConversation: {
+      const auto& c = convs_[arg];
+      const int64_t t = c.turn_arrivals_ns.empty() ? now : std::max(now, c.turn_arrivals_ns[0]);
+      make_request(arg, 0, t, 0);
+      if (cfg_.workload->arrival().kind != ArrivalSpec::Kind::ClosedLoop) start_conversation(now);
+      break;
+    }
+    case kArrival:
+      on_arrival(arg);
+      break;
+    case kIterationEnd:
+      on_iteration_end(static_cast<int>(arg));
+      break;
+    case kWake:
+      wake_pending_ns_[arg] = -1;
+      try_start(static_cast<int>(arg));
+      break;
+    case kDecide:
+      decide_pending_ns_[arg] = -1;
+      try_start(static_cast<int>(arg));
+      break;
+    case kSample:
+      sample();
+      if (completed_ < total_) e.schedule_in(SimTime::ns(cfg_.sample_interval_ns), Priority::Stats, this, kSample);
+      break;
+  }
+}
+
+void ServingSim::on_arrival(uint32_t id) {
+  Request& q = reqs_[id];
+  if (first_arrival_ns_ < 0) first_arrival_ns_ = q.arrival_ns;
+  q.replica = cfg_.router->route(q, replicas_);
+  q.state = ReqState::Waiting;
+  replicas_[q.replica]->waiting.push_back(id);
+  request_schedule(q.replica);
+}
+
+void ServingSim::request_schedule(int ri) {
+  const int64_t now = engine_.now().count_ns();
+  if (busy_[ri] || decide_pending_ns_[ri] == now) return;
+  decide_pending_ns_[ri] = now;
+  engine_.schedule_at(SimTime::ns(now), Priority::Schedule, this, kDecide, static_cast<uint32_t>(ri));
+}
+
+void ServingSim::account_kv(int r, int64_t now_ns) {
+  auto& st = rstats_[r];
+  st.kv_time_integral += kv_last_occ_[r] * static_cast<double>(now_ns - kv_last_ns_[r]);
+  const auto& kv = replicas_[r]->kv;
+  const double occ = static_cast<double>(kv.used_blocks() + kv.cached_blocks()) / static_cast<double>(kv.total_blocks());
+  kv_last_occ_[r] = occ;
+  kv_last_ns_[r] = now_ns;
+  st.kv_max = std::max(st.kv_max, occ);
+}
+
+void ServingSim::try_start(int ri) {
+  if (busy_[ri]) return;
+  Replica& r = *replicas_[ri];
+  Batch& b = batches_[ri];
+  b.clear();
+  const int64_t now = engine_.now().count_ns();
+  schedulers_[ri]->schedule(r, b, now);
+  account_kv(ri, now);
+  if (b.empty()) {
+    const int64_t wake = schedulers_[ri]->wake_at(r, now);
+    if (wake >= 0 && wake_pending_ns_[ri] != wake) {
+      wake_pending_ns_[ri] = wake;
+      engine_.schedule_at(SimTime::ns(std::max(wake, now)), Priority::Schedule, this, kWake, static_cast<uint32_t>(ri));
+    }
+    return;
+  }
+  work_.clear();
+  int generating = 0;
+  for (const auto& en : b.entries) {
+    work_.push_back(SeqWork{en.new_tokens, en.context});
+    Request& q = reqs_[en.req];
+    if (q.state == ReqState::Done) continue;  // static batching padding
+    if (q.first_scheduled_ns < 0) q.first_scheduled_ns = now;
+    if (q.computed + en.new_tokens >= q.length()) ++generating;
+  }
+  const double compute_ns = cost_.iteration_ns(work_) * cfg_.pipeline_parallel;
+  const double dur = compute_ns + b.extra_ns + cfg_.last_mile.d2h_ns(generating);
+  const int64_t dur_ns = std::max<int64_t>(1, static_cast<int64_t>(std::llround(dur)));
+  busy_[ri] = true;
+  iter_start_ns_[ri] = now;
+  auto& st = rstats_[ri];
+  ++st.iterations;
+  if (b.prefill_entries && b.decode_entries) ++st.mixed_iterations;
+  else if (b.prefill_entries) ++st.prefill_iterations;
+  else ++st.decode_iterations;
+  st.busy_ns += dur_ns;
+  st.batch_time_integral += static_cast<double>(b.entries.size()) * static_cast<double>(dur_ns);
+  st.max_batch = std::max<int64_t>(st.max_batch, static_cast<int64_t>(b.entries.size()));
+  if (trace_ && trace_->enabled() && trace_iterations_ < cfg_.trace_max_iterations && ri < 64) {
+    ++trace_iterations_;
+    int64_t tokens = 0;
+    for (const auto& en : b.entries) tokens += en.new_tokens;
+    const char* what = b.prefill_entries && b.decode_entries ? "mixed" : b.prefill_entries ? "prefill" : "decode";
+    trace_->complete(1, ri, what, "iteration", now, dur_ns,
+                     Json{{"batch", b.entries.size()}, {"tokens", tokens}, {"prefill_seqs", b.prefill_entries},
+                          {"decode_seqs", b.decode_entries}, {"compute_us", compute_ns / 1e3}, {"extra_us", b.extra_ns / 1e3}});
+    trace_->counter(1, fmt::format("replica {} KV occupancy", ri), now, "occupancy", kv_last_occ_[ri]);
+    trace_->counter(1, fmt::format("replica {} batch", ri), now, "sequences", static_cast<double>(b.entries.size()));
+  }
+  engine_.schedule_at(SimTime::ns(now + dur_ns), Priority::Compute, this, kIterationEnd, static_cast<uint32_t>(ri));
+}
+
+void ServingSim::on_iteration_end(int ri) {
+  const int64_t now = engine_.now().count_ns();  // sampled ids are on the host now
+  Replica& r = *replicas_[ri];
+  Batch& b = batches_[ri];
+  busy_[ri] = false;
+  auto& st = rstats_[ri];
+  const double detok = cfg_.last_mile.detokenize_ns, stream = cfg_.last_mile.stream_ns;
+  double t = static_cast<double>(std::max(now, detok_free_ns_[ri]));
+  for (const auto& en : b.entries) {
+    Request& q = reqs_[en.req];
+    if (q.state == ReqState::Done) continue;
+    st.tokens_processed += en.new_tokens;
+    q.computed += en.new_tokens;
+    if (q.computed < q.length()) continue;  // a prefill chunk that did not reach the end
+    ++q.generated;
+    // The last mile: detokenized in order on the replica's host thread, then streamed.
+    t += detok;
+    const int64_t delivered = static_cast<int64_t>(std::llround(t + stream));
+    if (q.first_token_ns < 0) {
+      q.first_token_ns = delivered;
+    } else {
+      const int64_t gap = delivered - q.last_token_ns;
+      gaps_.record(gap);
+      q.max_gap_ns = std::max(q.max_gap_ns, gap);
+    }
+    q.last_token_ns = delivered;
+    if (q.finished()) finish(q, delivered);
+  }
+  detok_free_ns_[ri] = static_cast<int64_t>(std::llround(t));
+  // Drop finished sequences from the running list.
+  r.running.erase(std::remove_if(r.running.begin(), r.running.end(),
+                                 [&](uint32_t id) { return reqs_[id].state == ReqState::Done; }),
+                  r.running.end());
+  request_schedule(ri);
+}
+
+void ServingSim::finish(Request& q, int64_t delivered_ns) {
+  Replica& r = *replicas_[q.replica];
+  q.state = ReqState::Done;
+  r.kv.retain(q, q.computed);
+  ++completed_;
+  last_delivery_ns_ = std::max(last_delivery_ns_, delivered_ns);
+  if (trace_ && trace_->enabled() && static_cast<int>(q.id) < cfg_.trace_max_requests) {
+    const int tid = static_cast<int>(q.id);
+    trace_->name_thread(2, tid, fmt::format("request {}", q.id));
+    trace_->complete(2, tid, "queued", "request", q.arrival_ns, q.first_scheduled_ns - q.arrival_ns);
+    trace_->complete(2, tid, "prefill", "request", q.first_scheduled_ns, q.first_token_ns - q.first_scheduled_ns,
+                     Json{{"input", q.input_tokens}, {"history", q.history_tokens}, {"cached", q.cached_tokens}});
+    trace_->complete(2, tid, "decode", "request", q.first_token_ns, q.last_token_ns - q.first_token_ns,
+                     Json{{"output", q.output_tokens}, {"preemptions", q.preemptions}});
+  }
+  if (progress_ && (completed_ % 1024 == 0)) progress_(static_cast<double>(completed_) / static_cast<double>(total_));
+  // The client sees the answer at delivery; its next turn (or next conversation) follows.
+  const auto& conv = convs_[q.conversation];
+  const int next_turn = q.turn + 1;
+  if (next_turn < static_cast<int>(conv.turns.size())) {
+    int64_t at = delivered_ns + cfg_.workload->think_time_ns(think_rng_);
+    if (!conv.turn_arrivals_ns.empty()) at = std::max(delivered_ns, conv.turn_arrivals_ns[static_cast<size_t>(next_turn)]);
+    make_request(q.conversation, next_turn, at, q.prompt_len() + q.output_tokens);
+  } else if (cfg_.workload->arrival().kind == ArrivalSpec::Kind::ClosedLoop) {
+    start_conversation(delivered_ns);
+  }
+}
+
+void ServingSim::sample() {
+  TimeSample s{engine_.now().count_ns(), 0, 0, 0, 0, 0};
+  for (int i = 0; i < cfg_.replicas; ++i) {
+    const auto& r = *replicas_[i];
+    s.running += static_cast<int64_t>(r.running.size());
+    s.waiting += static_cast<int64_t>(r.waiting.size());
+    s.swapped += static_cast<int64_t>(r.swapped.size());
+    s.kv_occupancy += static_cast<double>(r.kv.used_blocks() + r.kv.cached_blocks()) / static_cast<double>(r.kv.total_blocks());
+    s.busy_fraction += busy_[i] ? 1 : 0;
+  }
+  s.kv_occupancy /= cfg_.replicas;
+  s.busy_fraction /= cfg_.replicas;
+  samples_.push_back(s);
+}
+
+}  // namespace sluice::serving

@@ -1,0 +1,142 @@
+// The serving simulation: replicas of a model behind a router, each iterating batches chosen
+// by its scheduler, with iteration times from the cost model and token delivery through the
+// host last mile (device-to-host copy, detokenization, streaming).
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "hardware/cost_model.h"
+#include "hardware/last_mile.h"
+#include "recorder/histogram.h"
+#include "recorder/recorder.h"
+#include "workloads/serving/router.h"
+#include "workloads/serving/scheduler.h"
+#include "workloads/serving/workload.h"
+
+namespace sluice::serving {
+
+// Per-GPU memory of a deployment and the KV capacity it leaves.
+struct MemoryPlan {
+  double capacity_per_gpu = 0;    // HBM × gpu_memory_utilization
+  double weights_per_gpu = 0;
+  double activation_per_gpu = 0;
+  double kv_per_gpu = 0;
+  int64_t kv_tokens_per_replica = 0;
+  int64_t blocks_per_replica = 0;
+};
+
+struct LastMile {
+  D2hTable d2h;
+  double d2h_fixed_ns = 0;      // used when no table
+  double detokenize_ns = 0;     // per token, on the replica's host detokenizer thread
+  double stream_ns = 0;         // per token, to the client
+  std::string d2h_source;
+  double d2h_ns(int tokens) const { return tokens <= 0 ? 0 : d2h.loaded() ? d2h.ns(tokens) : d2h_fixed_ns; }
+};
+
+struct ServingConfig {
+  HardwareSpec hardware;
+  ModelSpec model;
+  int replicas = 1, tensor_parallel = 1, pipeline_parallel = 1;
+  int nodes = 1, gpus_per_node = 8;
+  double gpu_memory_utilization = 0.9;
+  int block_size = 16;
+  double watermark = 0.01;
+  PreemptionMode preemption = PreemptionMode::Recompute;
+  double swap_space_bytes = 0;  // per replica
+  bool prefix_reuse = true;
+  std::string tables_dir;
+  std::function<std::unique_ptr<Scheduler>()> make_scheduler;
+  std::unique_ptr<Router> router;
+  std::unique_ptr<WorkloadSource> workload;
+  LastMile last_mile;
+  int64_t sample_interval_ns = 0;  // 0: no time series
+  int64_t max_sim_time_ns = 0;     // 0: unlimited
+  int trace_max_requests = 0;
+  int trace_max_iterations = 0;
+};
+
+// Aggregates per replica.
+struct ReplicaStats {
+  int64_t iterations = 0, prefill_iterations = 0, decode_iterations = 0, mixed_iterations = 0;
+  int64_t busy_ns = 0;
+  double batch_time_integral = 0;  // Σ batch size × iteration duration
+  int64_t max_batch = 0;
+  double kv_time_integral = 0;     // Σ occupancy × duration
+  double kv_max = 0;
+  int64_t tokens_processed = 0;
+};
+
+struct TimeSample {
+  int64_t t_ns;
+  int64_t running, waiting, swapped;
+  double kv_occupancy, busy_fraction;
+};
+
+class ServingSim final : public EventHandler {
+ public:
+  ServingSim(ServingConfig cfg, uint64_t seed, TraceWriter* trace);
+  // Validates memory and builds replicas; throws std::runtime_error with bytes needed/available.
+  static MemoryPlan plan_memory(const ServingConfig& cfg, int64_t max_tokens_per_iteration);
+  void run(const std::function<void(double)>& progress);
+  void on_event(Engine& e, uint32_t kind, uint32_t arg) override;
+
+  // Results.
+  const std::vector<Request>& requests() const { return reqs_; }
+  const std::vector<ReplicaStats>& replica_stats() const { return rstats_; }
+  const std::vector<std::unique_ptr<Replica>>& replicas() const { return replicas_; }
+  const std::vector<TimeSample>& samples() const { return samples_; }
+  const LogHistogram& gaps() const { return gaps_; }
+  const MemoryPlan& memory() const { return mem_; }
+  const ServingConfig& config() const { return cfg_; }
+  int64_t completed() const { return completed_; }
+  int64_t first_arrival_ns() const { return first_arrival_ns_; }
+  int64_t last_delivery_ns() const { return last_delivery_ns_; }
+  uint64_t events() const { return engine_.events_processed(); }
+  int64_t end_ns() const { return engine_.now().count_ns(); }
+  bool truncated() const { return truncated_; }
+
+ private:
+  enum Kind : uint32_t { kConversation = 1, kArrival, kIterationEnd, kWake, kDecide, kSample };
+  void start_conversation(int64_t now_ns);
+  uint32_t make_request(uint32_t conv, int turn, int64_t arrival_ns, int32_t history);
+  void on_arrival(uint32_t id);
+  void try_start(int replica);
+  // Defers a scheduling decision to the end of the current instant (Priority::Schedule), so it
+  // sees every arrival and completion that happens at the same nanosecond.
+  void request_schedule(int replica);
+  void on_iteration_end(int replica);
+  void finish(Request& q, int64_t delivered_ns);
+  void sample();
+  void account_kv(int replica, int64_t now_ns);
+
+  ServingConfig cfg_;
+  Engine engine_;
+  CostModel cost_;
+  MemoryPlan mem_;
+  std::vector<Request> reqs_;
+  std::vector<ConversationSpec> convs_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  std::vector<std::unique_ptr<Scheduler>> schedulers_;
+  std::vector<Batch> batches_;
+  std::vector<int64_t> iter_start_ns_, detok_free_ns_, kv_last_ns_, wake_pending_ns_, decide_pending_ns_;
+  std::vector<double> kv_last_occ_;
+  std::vector<bool> busy_;
+  std::vector<ReplicaStats> rstats_;
+  std::vector<TimeSample> samples_;
+  std::vector<SeqWork> work_;
+  LogHistogram gaps_;
+  RngStream think_rng_;
+  TraceWriter* trace_;
+  int64_t completed_ = 0, total_ = 0;
+  int64_t first_arrival_ns_ = -1, last_delivery_ns_ = 0;
+  int64_t trace_iterations_ = 0;
+  bool truncated_ = false;
+  bool source_done_ = false;
+  std::function<void(double)> progress_;
+};
+
+}  // namespace sluice::serving

@@ -1,0 +1,67 @@
+// Serving workloads: llmperf's synthetic generator (lengths as int(gauss(mean, sd)),
+// redrawn until positive), arrival processes (Poisson, gamma-bursty, closed-loop clients),
+// multi-turn conversations, trace replay (CSV or JSONL), and tokenizer conversion.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/schema.h"
+#include "engine/rng.h"
+#include "registry/registry.h"
+
+namespace sluice::serving {
+
+// One turn to submit: lengths already in the served model's tokens.
+struct TurnSpec {
+  int32_t input_tokens = 0;
+  int32_t output_tokens = 0;
+};
+
+// The next conversation a source produces: when it starts and its turns.
+struct ConversationSpec {
+  int64_t arrival_ns = 0;        // first turn's arrival (open-loop and trace)
+  std::vector<TurnSpec> turns;
+  std::vector<int64_t> turn_arrivals_ns;  // trace only: given arrival time of each turn
+};
+
+// How requests arrive.
+struct ArrivalSpec {
+  enum class Kind { Poisson, Gamma, ClosedLoop, Trace } kind = Kind::ClosedLoop;
+  double rate_per_s = 0;  // Poisson, Gamma
+  double cv = 1;          // Gamma: coefficient of variation of inter-arrival gaps
+  int clients = 1;        // ClosedLoop
+};
+
+// A source of conversations; seeded per component id.
+class WorkloadSource {
+ public:
+  virtual ~WorkloadSource() = default;
+  virtual std::optional<ConversationSpec> next(int64_t now_ns) = 0;  // nullopt: exhausted
+  virtual const ArrivalSpec& arrival() const = 0;
+  virtual int64_t total_requests() const = 0;  // requests (turns) to complete; the run ends there
+  virtual int64_t think_time_ns(RngStream& rng) = 0;  // gap between a turn's last token and the next turn
+};
+
+// Token-count conversion between tokenizers, from models/tokenizers.yaml.
+struct TokenizerTable {
+  // Tokens of `to` per token of `from` for the same text.
+  static double ratio(const std::string& from, const std::string& to, const Origin& at, const std::string& path);
+};
+
+struct WorkloadBuild {
+  std::unique_ptr<WorkloadSource> source;
+  std::string description;
+};
+using WorkloadFactory = std::function<WorkloadBuild(const Params& p, const Registry& reg, uint64_t seed,
+                                                    const std::string& model_tokenizer, int model_max_context)>;
+
+void register_workloads(Registry& reg);
+
+// llmperf's length draw: int(gauss(mean, sd)) truncated toward zero, redrawn until positive.
+int32_t llmperf_length(RngStream& rng, double mean, double sd);
+
+}  // namespace sluice::serving

@@ -1,0 +1,368 @@
+// Serving: the KV block manager, each scheduler's batching decisions on small hand-checked
+// cases, the workload generator's distributions, and metric definitions on a tiny run.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "config/node.h"
+#include "recorder/histogram.h"
+#include "recorder/recorder.h"
+#include "recorder/serving_report.h"
+#include "registry/registry.h"
+#include "workloads/serving/kv_cache.h"
+#include "workloads/serving/scheduler.h"
+#include "workloads/serving/serving_sim.h"
+#include "workloads/serving/workload.h"
+
+using namespace sluice;
+using namespace sluice::serving;
+
+namespace sluice::serving {
+ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_t seed, std::string* workload_desc);
+}
+
+namespace {
+
+Request make_req(uint32_t id, int prompt, int output, uint32_t conv = 0, int turn = 0, int turns = 1) {
+  Request q;
+  q.id = id;
+  q.input_tokens = prompt;
+  q.output_tokens = output;
+  q.conversation = conv;
+  q.turn = static_cast<uint16_t>(turn);
+  q.turns_total = static_cast<uint16_t>(turns);
+  q.state = ReqState::Waiting;
+  return q;
+}
+
+const Registry& registry() {
+  static Registry reg = [] {
+    Registry r;
+    register_builtin_components(r);
+    return r;
+  }();
+  return reg;
+}
+
+std::unique_ptr<Scheduler> make_scheduler(const std::string& yaml) {
+  const Node n = load_yaml_string(yaml, "test");
+  auto parsed = registry().parse(n, "scheduler", "scheduler");
+  return registry().factory<SchedulerFactory>(*parsed.info)(parsed.params);
+}
+
+// Applies an iteration's progress the way the simulator does (without the last mile).
+void advance(Replica& r, const Batch& b) {
+  for (const auto& e : b.entries) {
+    Request& q = r.req(e.req);
+    if (q.state == ReqState::Done) continue;
+    q.computed += e.new_tokens;
+    if (q.computed >= q.length()) ++q.generated;
+    if (q.finished()) {
+      q.state = ReqState::Done;
+      r.kv.release(q);
+    }
+  }
+  r.running.erase(std::remove_if(r.running.begin(), r.running.end(), [&](uint32_t id) { return r.req(id).state == ReqState::Done; }),
+                  r.running.end());
+}
+
+}  // namespace
+
+TEST_CASE("KV block manager: allocation, release, watermark") {
+  BlockManager kv(10, 4, 0.1, false);
+  Request a = make_req(0, 9, 1);
+  CHECK(kv.grow_to(a, 9));
+  CHECK(a.blocks == 3);
+  CHECK(kv.free_blocks() == 7);
+  CHECK(kv.grow_to(a, 12));  // still 3 blocks
+  CHECK(a.blocks == 3);
+  CHECK(kv.grow_to(a, 13));
+  CHECK(a.blocks == 4);
+  Request b = make_req(1, 24, 1);
+  CHECK_FALSE(kv.grow_to(b, 24, /*admission=*/true));  // 6 blocks > 6 free - 1 watermark
+  CHECK(b.blocks == 0);
+  CHECK(kv.grow_to(b, 24, /*admission=*/false));
+  CHECK(kv.free_blocks() == 0);
+  CHECK(kv.used_blocks() == 10);
+  kv.release(a);
+  CHECK(kv.free_blocks() == 4);
+  CHECK(a.blocks == 0);
+}
+
+TEST_CASE("KV reuse: a finished turn stays resident, the next turn claims it, LRU eviction") {
+  BlockManager kv(10, 4, 0.0, true);
+  Request t0 = make_req(0, 10, 2, /*conv=*/7, 0, 2);
+  REQUIRE(kv.grow_to(t0, 12));
+  kv.retain(t0, 12);
+  CHECK(kv.cached_blocks() == 3);
+  CHECK(kv.resident(7));
+  CHECK(t0.blocks == 0);
+  Request t1 = make_req(1, 5, 2, 7, 1, 2);
+  t1.history_tokens = 12;
+  CHECK(kv.claim(t1, t1.prompt_len() - 1) == 12);
+  CHECK(t1.blocks == 3);
+  CHECK_FALSE(kv.resident(7));
+  CHECK(kv.cached_blocks() == 0);
+  // Eviction: two cached conversations, allocation needs one evicted (the older).
+  Request c1 = make_req(2, 8, 1, 1, 0, 2), c2 = make_req(3, 8, 1, 2, 0, 2);
+  REQUIRE(kv.grow_to(c1, 8));
+  REQUIRE(kv.grow_to(c2, 8));
+  kv.retain(c1, 8);
+  kv.retain(c2, 8);
+  CHECK(kv.free_blocks() == 3);
+  Request big = make_req(4, 20, 1);
+  CHECK(kv.grow_to(big, 20));  // needs 5: evicts conversation 1 (least recently used)
+  CHECK_FALSE(kv.resident(1));
+  CHECK(kv.resident(2));
+  // A last turn is not kept.
+  Request last = make_req(5, 4, 1, 9, 1, 2);
+  REQUIRE(kv.grow_to(last, 4));
+  kv.retain(last, 4);
+  CHECK_FALSE(kv.resident(9));
+}
+
+TEST_CASE("vLLM: prefill-first under the token budget, then decode; latest admitted is preempted") {
+  std::vector<Request> reqs{make_req(0, 10, 3), make_req(1, 10, 3)};
+  Replica r(8, 4, 0.0, false);  // 32 tokens of KV
+  r.reqs = &reqs;
+  r.waiting = {0, 1};
+  auto s = make_scheduler("{kind: vllm, max_num_seqs: 8, max_num_batched_tokens: 16}");
+  Batch b;
+  s->schedule(r, b, 0);
+  REQUIRE(b.entries.size() == 1);  // 10 + 10 > 16: the second prompt waits
+  CHECK(b.entries[0].req == 0);
+  CHECK(b.entries[0].new_tokens == 10);
+  CHECK(b.prefill_entries == 1);
+  advance(r, b);
+  b.clear();
+  s->schedule(r, b, 0);  // a waiting prompt comes before decodes
+  REQUIRE(b.entries.size() == 1);
+  CHECK(b.entries[0].req == 1);
+  advance(r, b);
+  b.clear();
+  s->schedule(r, b, 0);  // both decode one token; 11 tokens each need 3 blocks: 6 of 8
+  CHECK(b.entries.size() == 2);
+  CHECK(b.decode_entries == 2);
+  CHECK(b.entries[1].context == 10);
+  CHECK(r.kv.used_blocks() == 6);
+  advance(r, b);
+  // Shrink the pool: only 6 blocks; the next decodes (12 tokens → 3 blocks each) still fit,
+  // but at 13 tokens both need 4 → the latest admitted (1) is preempted and recomputed.
+  b.clear();
+  s->schedule(r, b, 0);
+  advance(r, b);
+  CHECK(reqs[0].state == ReqState::Done);  // 3 outputs: prefill token + 2 decodes
+}
+
+TEST_CASE("vLLM preemption by recompute puts the victim at the front of the queue") {
+  std::vector<Request> reqs{make_req(0, 8, 50), make_req(1, 8, 50)};
+  Replica r(5, 4, 0.0, false);  // 20 tokens
+  r.reqs = &reqs;
+  r.waiting = {0, 1};
+  auto s = make_scheduler("{kind: vllm, max_num_seqs: 8, max_num_batched_tokens: 64}");
+  Batch b;
+  s->schedule(r, b, 0);
+  CHECK(b.entries.size() == 2);  // both prefill: 2 + 2 blocks
+  advance(r, b);
+  b.clear();
+  s->schedule(r, b, 0);  // 9 tokens each: needs 3 blocks each = 6 > 5 → preempt request 1
+  CHECK(r.preemptions == 1);
+  CHECK(reqs[1].preemptions == 1);
+  CHECK(reqs[1].computed == 0);
+  CHECK(reqs[1].state == ReqState::Waiting);
+  REQUIRE(r.waiting.size() == 1);
+  CHECK(r.waiting.front() == 1);
+  REQUIRE(b.entries.size() == 1);
+  CHECK(b.entries[0].req == 0);
+}
+
+TEST_CASE("swap preemption charges the host-link copy and brings the sequence back") {
+  std::vector<Request> reqs{make_req(0, 8, 50), make_req(1, 8, 50)};
+  Replica r(5, 4, 0.0, false);
+  r.reqs = &reqs;
+  r.preemption = PreemptionMode::Swap;
+  r.kv_bytes_per_token = 1000;
+  r.swap_Bps = 1e9;
+  r.swap_capacity_tokens = 1000;
+  r.waiting = {0, 1};
+  auto s = make_scheduler("{kind: vllm}");
+  Batch b;
+  s->schedule(r, b, 0);
+  advance(r, b);
+  b.clear();
+  s->schedule(r, b, 0);
+  CHECK(reqs[1].state == ReqState::Swapped);
+  CHECK(reqs[1].computed == 8);                        // KV kept on the host
+  CHECK(b.extra_ns == doctest::Approx(8 * 1000 / 1e9 * 1e9));  // 8 tokens × 1000 B at 1 GB/s = 8 µs
+  CHECK(r.swap_bytes == doctest::Approx(8000));
+}
+
+TEST_CASE("Sarathi: decodes first, then prefill chunks fill the token budget") {
+  std::vector<Request> reqs{make_req(0, 4, 5), make_req(1, 20, 2)};
+  Replica r(100, 4, 0.0, false);
+  r.reqs = &reqs;
+  r.waiting = {0};
+  auto s = make_scheduler("{kind: sarathi, token_budget: 8}");
+  Batch b;
+  s->schedule(r, b, 0);
+  advance(r, b);  // request 0 prefilled, decoding now
+  r.waiting.push_back(1);
+  b.clear();
+  s->schedule(r, b, 0);
+  REQUIRE(b.entries.size() == 2);
+  CHECK(b.entries[0].req == 0);
+  CHECK(b.entries[0].new_tokens == 1);
+  CHECK(b.entries[1].req == 1);
+  CHECK(b.entries[1].new_tokens == 7);  // 8 - 1 decode
+  advance(r, b);
+  CHECK(reqs[1].generated == 0);  // 7 of 20 prompt tokens: no token yet
+  b.clear();
+  s->schedule(r, b, 0);
+  CHECK(b.entries[1].new_tokens == 7);
+  CHECK(b.entries[1].context == 7);
+  advance(r, b);
+  b.clear();
+  s->schedule(r, b, 0);
+  CHECK(b.entries[1].new_tokens == 6);  // the rest of the prompt
+  advance(r, b);
+  CHECK(reqs[1].generated == 1);
+}
+
+TEST_CASE("Orca: new prompts join running decodes in one iteration; KV reserved up front") {
+  std::vector<Request> reqs{make_req(0, 4, 5), make_req(1, 6, 2)};
+  Replica r(100, 4, 0.0, false);
+  r.reqs = &reqs;
+  r.waiting = {0};
+  auto s = make_scheduler("{kind: orca, max_batch_size: 4, max_new_tokens: 12}");
+  Batch b;
+  s->schedule(r, b, 0);
+  CHECK(reqs[0].blocks == 4);  // 4 + 12 tokens reserved = 4 blocks
+  advance(r, b);
+  r.waiting.push_back(1);
+  b.clear();
+  s->schedule(r, b, 0);
+  REQUIRE(b.entries.size() == 2);
+  CHECK(b.decode_entries == 1);
+  CHECK(b.prefill_entries == 1);
+  CHECK(b.entries[1].new_tokens == 6);
+}
+
+TEST_CASE("static batching waits to fill a batch, then pads finished members") {
+  std::vector<Request> reqs{make_req(0, 4, 1), make_req(1, 4, 3)};
+  reqs[0].arrival_ns = 0;
+  reqs[1].arrival_ns = 1000;
+  Replica r(100, 4, 0.0, false);
+  r.reqs = &reqs;
+  r.waiting = {0};
+  auto s = make_scheduler("{kind: static, batch_size: 2, max_wait: 1ms}");
+  Batch b;
+  s->schedule(r, b, 10);
+  CHECK(b.empty());
+  CHECK(s->wake_at(r, 10) == 1'000'000);
+  r.waiting.push_back(1);
+  s->schedule(r, b, 2000);
+  REQUIRE(b.entries.size() == 2);  // full batch
+  advance(r, b);                   // request 0 finished after its first token
+  CHECK(reqs[0].state == ReqState::Done);
+  r.waiting.push_back(0);          // (re-queue something: it must not join the batch)
+  reqs.push_back(make_req(2, 4, 1));
+  r.waiting.back() = 2;
+  b.clear();
+  s->schedule(r, b, 3000);
+  REQUIRE(b.entries.size() == 2);  // padding row + request 1
+  CHECK(b.entries[0].req == 0);
+  CHECK(b.entries[1].req == 1);
+  advance(r, b);
+  advance(r, Batch{});
+  b.clear();
+  s->schedule(r, b, 4000);
+  advance(r, b);
+  CHECK(reqs[1].state == ReqState::Done);
+  b.clear();
+  s->schedule(r, b, 5000);  // batch done: the next one forms (request 2 waited > max_wait? no: full? no)
+  CHECK(b.empty());
+  s->schedule(r, b, 2'000'000);
+  CHECK(b.entries.size() == 1);
+}
+
+TEST_CASE("llmperf lengths: int(gauss(mean, sd)) redrawn until positive, seeded") {
+  RngStream r(1, "t");
+  const int n = 100000;
+  double sum = 0, sum2 = 0;
+  int min = 1 << 30;
+  for (int i = 0; i < n; ++i) {
+    const int v = llmperf_length(r, 550, 150);
+    sum += v;
+    sum2 += double(v) * v;
+    min = std::min(min, v);
+  }
+  const double mean = sum / n;
+  CHECK(mean == doctest::Approx(549.5).epsilon(0.005));  // truncation lowers the mean by ~0.5
+  CHECK(std::sqrt(sum2 / n - mean * mean) == doctest::Approx(150).epsilon(0.02));
+  CHECK(min >= 1);
+  // Heavy truncation at zero: 150 ± 80 output redraws the (rare) non-positive draws.
+  RngStream o(2, "t");
+  int nonpos = 0;
+  for (int i = 0; i < n; ++i) nonpos += llmperf_length(o, 10, 80) <= 0;
+  CHECK(nonpos == 0);
+  // Fixed lengths with sd 0.
+  RngStream f(3, "t");
+  CHECK(llmperf_length(f, 550, 0) == 550);
+}
+
+TEST_CASE("log histogram percentiles stay within 1%") {
+  LogHistogram h;
+  for (int i = 1; i <= 100000; ++i) h.record(i * 1000);
+  CHECK(h.count() == 100000);
+  CHECK(h.percentile(50) == doctest::Approx(50'000'000).epsilon(0.01));
+  CHECK(h.percentile(99) == doctest::Approx(99'000'000).epsilon(0.01));
+  CHECK(h.max() == 100'000'000);
+  CHECK(h.mean() == doctest::Approx(50'000'500).epsilon(1e-9));
+}
+
+TEST_CASE("summaries use linear interpolation between ranks") {
+  auto s = summarize({4, 1, 3, 2});
+  CHECK(s["p50"].get<double>() == doctest::Approx(2.5));
+  CHECK(s["p25"].get<double>() == doctest::Approx(1.75));
+  CHECK(s["min"].get<double>() == 1);
+  CHECK(s["max"].get<double>() == 4);
+  CHECK(s["mean"].get<double>() == doctest::Approx(2.5));
+}
+
+TEST_CASE("metric definitions on a one-request run: TTFT and gaps include the last mile") {
+  const Node n = load_yaml_string(R"(
+model: tinyllama-1.1b
+hardware: h200
+deployment: {cost_tables: none}
+workload: {kind: llmperf, requests: 1, input_tokens: {mean: 100, sd: 0}, output_tokens: {mean: 3, sd: 0},
+           arrival: {kind: closed_loop, clients: 1}}
+last_mile: {d2h: fixed, d2h_latency: 20us, detokenize_per_token: 7us, stream_per_token: 3us}
+outputs: {trace: false}
+)", "t.yaml");
+  auto parsed = registry().parse(n, "study", "", "serving");
+  ServingConfig cfg = build_serving_config(parsed.params, registry(), 1, nullptr);
+  CostModel cost(cfg.hardware, cfg.model, CostOptions{1, 1, ""});
+  ServingSim sim(std::move(cfg), 1, nullptr);
+  sim.run({});
+  REQUIRE(sim.completed() == 1);
+  const Request& q = sim.requests()[0];
+  auto t = [](double ns) { return static_cast<int64_t>(std::llround(ns)); };
+  std::vector<SeqWork> prefill{{100, 0}}, d1{{1, 100}}, d2{{1, 101}};
+  // TTFT = prefill iteration + d2h copy + detokenize + stream.
+  const int64_t it0 = std::max<int64_t>(1, t(cost.iteration_ns(prefill) + 20000));
+  CHECK(q.first_token_ns == it0 + 7000 + 3000);
+  // Each later token: decode iteration + d2h, then the host path again.
+  const int64_t it1 = std::max<int64_t>(1, t(cost.iteration_ns(d1) + 20000));
+  const int64_t it2 = std::max<int64_t>(1, t(cost.iteration_ns(d2) + 20000));
+  CHECK(q.last_token_ns == it0 + it1 + it2 + 7000 + 3000);
+  CHECK(q.first_scheduled_ns == 0);
+  CHECK(sim.gaps().count() == 2);
+  Recorder rec;
+  report_serving(sim, "one request", rec, true, false);
+  const auto& m = rec.metrics()["serving"];
+  CHECK(m["latency_ms"]["ttft"]["p50"].get<double>() == doctest::Approx(q.first_token_ns / 1e6));
+  CHECK(m["latency_ms"]["e2e"]["p50"].get<double>() == doctest::Approx(q.last_token_ns / 1e6));
+  CHECK(m["latency_ms"]["tpot"]["p50"].get<double>() == doctest::Approx((q.last_token_ns - q.first_token_ns) / 1e6 / 2));
+  CHECK(m["latency_ms"]["itl_llmperf"]["p50"].get<double>() == doctest::Approx(q.last_token_ns / 1e6 / 3));
+  CHECK(m["throughput"]["output_tokens"].get<int>() == 3);
+}

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Configures and builds sluice (Release) into build/. Extra arguments go to cmake.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+gen=()
+command -v ninja >/dev/null && gen=(-G Ninja)
+if [ -f build/CMakeCache.txt ] && ! grep -q "CMAKE_GENERATOR:INTERNAL=${gen[1]:-Unix Makefiles}" build/CMakeCache.txt; then
+  rm -rf build
+fi
+cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
+cmake --build build -j "$(nproc)"
