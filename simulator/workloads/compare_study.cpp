@@ -64,7 +64,7 @@ void register_compare_study(Registry& reg) {
               for (size_t i = 0; i < list.seq.size(); ++i) {
                 const std::string path = fmt::format("variants.{}", i);
                 Params v = parse_params(list.seq[i], vs, path);
-                Variant var{v.str("name"), resolve_file(v, "file", v.str("file")), sets};
+                Variant var{v.str("name"), resolve_file(v, "file", v.str("file")), sets, v.str("file")};
                 if (v.has("set"))
                   for (auto& x : string_list(v.node("set"), path + ".set")) var.sets.push_back(x);
                 variants.push_back(std::move(var));
@@ -86,7 +86,10 @@ void register_compare_study(Registry& reg) {
                   axes.push_back(axis);
                 }
               }
-              for (auto& v : expand_variants({resolve_file(p, "base", p.str("base"))}, sets, axes)) variants.push_back(std::move(v));
+              for (auto& v : expand_variants({resolve_file(p, "base", p.str("base"))}, sets, axes)) {
+                v.shown = p.str("base");
+                variants.push_back(std::move(v));
+              }
             }
             if (variants.size() < 2)
               throw ConfigError(p.origin(), "variants", "", "a comparison needs at least two variants",
@@ -99,7 +102,15 @@ void register_compare_study(Registry& reg) {
                                 "variants that are plain scenarios");
             ++depth;
             try {
-              for (const auto& v : variants) load_scenario(v.file, v.sets, reg);
+              for (size_t i = 0; i < variants.size(); ++i) {
+                try {
+                  load_scenario(variants[i].file, variants[i].sets, reg);
+                } catch (const ConfigError& e) {
+                  const Origin at = p.has("variants") && i < p.node("variants").seq.size() ? p.node("variants").seq[i].origin : p.origin();
+                  throw ConfigError(at, fmt::format("variants.{}", i), variants[i].name,
+                                    fmt::format("this variant is invalid: {}", e.what()), "a variant that validates on its own");
+                }
+              }
             } catch (...) {
               --depth;
               throw;

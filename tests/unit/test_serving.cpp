@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include "config/node.h"
 #include "recorder/histogram.h"
@@ -365,4 +367,107 @@ outputs: {trace: false}
   CHECK(m["latency_ms"]["tpot"]["p50"].get<double>() == doctest::Approx((q.last_token_ns - q.first_token_ns) / 1e6 / 2));
   CHECK(m["latency_ms"]["itl_llmperf"]["p50"].get<double>() == doctest::Approx(q.last_token_ns / 1e6 / 3));
   CHECK(m["throughput"]["output_tokens"].get<int>() == 3);
+}
+
+TEST_CASE("routers: round-robin cycles, least-outstanding picks the emptiest, KV-affinity follows the cache") {
+  std::vector<Request> reqs{make_req(0, 10, 1, 3, 1, 2)};
+  std::vector<std::unique_ptr<Replica>> rs;
+  for (int i = 0; i < 3; ++i) {
+    rs.push_back(std::make_unique<Replica>(100, 4, 0.0, true));
+    rs.back()->reqs = &reqs;
+  }
+  auto make = [&](const std::string& yaml) {
+    auto parsed = registry().parse(load_yaml_string(yaml, "t"), "router", "router");
+    return registry().factory<RouterFactory>(*parsed.info)(parsed.params);
+  };
+  auto rr = make("round_robin");
+  CHECK(rr->route(reqs[0], rs) == 0);
+  CHECK(rr->route(reqs[0], rs) == 1);
+  CHECK(rr->route(reqs[0], rs) == 2);
+  CHECK(rr->route(reqs[0], rs) == 0);
+  rs[0]->waiting = {0, 0};
+  rs[1]->waiting = {0};
+  auto lo = make("least_outstanding");
+  CHECK(lo->route(reqs[0], rs) == 2);
+  // Conversation 3's previous turn is cached on replica 1.
+  Request prev = make_req(9, 8, 1, 3, 0, 2);
+  REQUIRE(rs[1]->kv.grow_to(prev, 8));
+  rs[1]->kv.retain(prev, 8);
+  auto kv = make("{kind: kv_affinity, max_imbalance: 2}");
+  CHECK(kv->route(reqs[0], rs) == 1);
+  rs[1]->waiting = {0, 0, 0, 0};  // 4 outstanding vs 0: beyond the allowed imbalance
+  CHECK(kv->route(reqs[0], rs) == 2);
+}
+
+TEST_CASE("tokenizer conversion uses the shipped ratio table") {
+  const Origin o{"t", 1, 1};
+  CHECK(TokenizerTable::ratio("llama", "llama", o, "w") == 1.0);
+  CHECK(TokenizerTable::ratio("llama", "llama3", o, "w") == doctest::Approx(0.87));
+  CHECK(TokenizerTable::ratio("llama3", "llama", o, "w") == doctest::Approx(1 / 0.87));
+  CHECK_THROWS_AS(TokenizerTable::ratio("llama", "nope", o, "w"), ConfigError);
+}
+
+TEST_CASE("workload sources: conversion applied, Poisson and gamma gaps have the asked rate and burstiness") {
+  auto source = [&](const std::string& yaml, const std::string& tok = "llama") {
+    auto parsed = registry().parse(load_yaml_string(yaml, "t"), "workload", "workload");
+    return registry().factory<WorkloadFactory>(*parsed.info)(parsed.params, registry(), 5, tok, 8192).source;
+  };
+  auto fixed = source("{kind: llmperf, input_tokens: {mean: 550, sd: 0}, output_tokens: {mean: 150, sd: 0}}", "llama3");
+  auto c = fixed->next(0);
+  REQUIRE(c);
+  CHECK(c->turns[0].input_tokens == 479);  // 550 × 0.87 rounded
+  CHECK(c->turns[0].output_tokens == 131);
+  auto gaps_cv = [&](const std::string& arrival) {
+    auto s = source("{kind: llmperf, requests: 20000, arrival: " + arrival + "}");
+    std::vector<double> gaps;
+    int64_t last = 0;
+    while (auto x = s->next(0)) {
+      gaps.push_back(static_cast<double>(x->arrival_ns - last) / 1e9);
+      last = x->arrival_ns;
+    }
+    double m = 0, v = 0;
+    for (double g : gaps) m += g;
+    m /= gaps.size();
+    for (double g : gaps) v += (g - m) * (g - m);
+    v /= gaps.size();
+    return std::make_pair(1 / m, std::sqrt(v) / m);
+  };
+  auto [rate_p, cv_p] = gaps_cv("{kind: poisson, rate: 20/s}");
+  CHECK(rate_p == doctest::Approx(20).epsilon(0.03));
+  CHECK(cv_p == doctest::Approx(1).epsilon(0.05));
+  auto [rate_g, cv_g] = gaps_cv("{kind: gamma, rate: 20/s, cv: 3}");
+  CHECK(rate_g == doctest::Approx(20).epsilon(0.08));
+  CHECK(cv_g == doctest::Approx(3).epsilon(0.1));
+  // Multi-turn: turns come together in one conversation; the count covers every turn.
+  auto multi = source("{kind: llmperf, requests: 7, conversation: {turns: 3}}");
+  int total = 0, convs = 0;
+  while (auto x = multi->next(0)) { total += static_cast<int>(x->turns.size()); ++convs; }
+  CHECK(total == 7);
+  CHECK(convs == 3);
+}
+
+TEST_CASE("trace replay: CSV and JSONL give the same conversations; bad rows name file and line") {
+  const std::string root = catalog_root();
+  auto source = [&](const std::string& file) {
+    auto parsed = registry().parse(load_yaml_string("{kind: trace, file: " + file + "}", "t"), "workload", "workload");
+    return registry().factory<WorkloadFactory>(*parsed.info)(parsed.params, registry(), 1, "llama", 8192).source;
+  };
+  auto a = source(root + "/scenarios/traces/chat-sample.csv");
+  auto b = source(root + "/scenarios/traces/chat-sample.jsonl");
+  CHECK(a->total_requests() == b->total_requests());
+  CHECK(a->total_requests() > 100);
+  int n = 0;
+  while (auto x = a->next(0)) {
+    auto y = b->next(0);
+    REQUIRE(y);
+    CHECK(x->arrival_ns == y->arrival_ns);
+    REQUIRE(x->turns.size() == y->turns.size());
+    for (size_t i = 0; i < x->turns.size(); ++i) CHECK(x->turns[i].input_tokens == y->turns[i].input_tokens);
+    ++n;
+  }
+  CHECK(n > 20);
+  const auto bad = std::filesystem::temp_directory_path() / "sluice-bad-trace.csv";
+  std::ofstream(bad) << "arrival_s,input_tokens,output_tokens\n0.5,100,20\n1.0,abc,20\n";
+  CHECK_THROWS_WITH_AS(source(bad.string()), doctest::Contains("sluice-bad-trace.csv:3:1"), ConfigError);
+  std::filesystem::remove(bad);
 }

@@ -30,6 +30,15 @@ MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_
         cfg.gpu_memory_utilization, format_bytes(m.weights_per_gpu + m.activation_per_gpu + kv_per_token_per_gpu * cfg.block_size - m.capacity_per_gpu)));
   m.kv_tokens_per_replica = static_cast<int64_t>(std::floor(m.kv_per_gpu / kv_per_token_per_gpu));
   m.blocks_per_replica = m.kv_tokens_per_replica / cfg.block_size;
+  // As vLLM does: a replica must hold at least one sequence of the model's full context.
+  if (m.blocks_per_replica * cfg.block_size < cfg.model.max_context)
+    throw std::runtime_error(fmt::format(
+        "the KV cache of a replica holds {} tokens ({} per GPU after {} of weights and {} of activations), fewer than "
+        "one sequence of {}'s context of {} tokens ({} of KV needed per replica); give the server more memory or "
+        "parallelism, or lower the model's max_context",
+        m.blocks_per_replica * cfg.block_size, format_bytes(m.kv_per_gpu), format_bytes(m.weights_per_gpu),
+        format_bytes(m.activation_per_gpu), cfg.model.name, cfg.model.max_context,
+        format_bytes(cfg.model.kv_bytes_per_token() * cfg.model.max_context)));
   return m;
 }
 
