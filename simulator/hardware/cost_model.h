@@ -2,6 +2,7 @@
 // (iteration) of a batch into a duration, from measured tables first (interpolated) and a
 // roofline over the device's ceilings where no table covers the point.
 #pragma once
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -14,9 +15,14 @@ namespace sluice {
 // The work of one sequence in an iteration: `new_tokens` computed after `context` cached ones.
 // Decode: new_tokens = 1, context = tokens already in the KV cache. Prefill chunk: new_tokens
 // = chunk length, context = prefix already cached (0 for a fresh prompt).
+// A sequence with new_tokens == 1 is a decode step over context + 1 keys; more is a prefill
+// chunk (causal over its own tokens after `context` cached ones).
 struct SeqWork {
   int new_tokens = 1;
   int context = 0;
+  // Whether this sequence samples a token this iteration (one LM-head row): true for decode
+  // and for the chunk that finishes a prompt, false for the earlier chunks of a chunked prefill.
+  bool produces_token = true;
 };
 
 // One operation's share of an iteration.
@@ -38,7 +44,15 @@ struct CostOptions {
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
   std::string tables_dir;  // results/calibration/<device>; "" = roofline only
+  double kernel_floor_ns = 2000;  // roofline: no kernel is shorter (launch + tail); cost_source params
+  double max_shape_ratio = 16;    // table: scale a GEMM from a measured shape at most this far (weight size)
 };
+
+// <catalog_root()>/results/calibration/<hw.calibration>, or "" when the device has none.
+std::string default_tables_dir(const HardwareSpec& hw);
+
+// A registered cost source (`sluice list cost_source`): applies its parameters to the options.
+using CostSourceFn = std::function<void(const Params&, const HardwareSpec&, CostOptions&)>;
 
 class CostModel {
  public:
@@ -48,10 +62,15 @@ class CostModel {
   // Full breakdown of one iteration of one pipeline stage's share of layers (plus the LM head
   // on the last stage), summed over operations, for `sluice cost` and tests.
   IterationCost iteration(std::span<const SeqWork> batch) const;
-  // The same total, without building strings: the serving simulator's hot path.
+  // The same total, without building strings: the serving simulator's hot path (~0.5 us + ~4 ns
+  // per sequence; per-token-count parts are cached lazily in relaxed atomics, so concurrent
+  // calls from several threads are safe).
   double iteration_ns(std::span<const SeqWork> batch) const;
   const HardwareSpec& hardware() const;
   const ModelSpec& model() const;
+  const CostOptions& options() const;
+  // Layers on the costed (last, LM-head carrying) pipeline stage: ceil(layers / pp).
+  int stage_layers() const;
 
  private:
   struct Impl;

@@ -1,6 +1,92 @@
-// Hardware components (cost sources) and benchmarks register here.
+// Hardware components: the cost sources (`sluice list cost_source`) and the cost-model
+// benchmark (`sluice bench cost`).
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "hardware/cost_model.h"
 #include "registry/registry.h"
 
 namespace sluice {
-void register_hardware_components(Registry&) {}
+
+namespace {
+
+// Times iteration_ns on serving-like batches: decode batches of mixed lengths up to 256 and
+// an occasional prefill chunk; prints ns per call and per sequence.
+int bench_cost(bool quick) {
+  const HardwareSpec hw = load_hardware("h200");
+  const ModelSpec m = load_model("llama3-8b");
+  CostModel cm(hw, m, CostOptions{1, 1, default_tables_dir(hw)});
+  const long calls = quick ? 200'000 : 2'000'000;
+  std::vector<SeqWork> batch;
+  uint64_t x = 42;
+  auto rnd = [&x] {  // xorshift: deterministic lengths without the RNG streams of a run
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  double sink = 0;
+  long seqs = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long i = 0; i < calls; ++i) {
+    if (i % 64 == 0) {
+      batch.assign(1 + rnd() % 256, SeqWork{});
+      for (auto& s : batch) s.context = static_cast<int>(rnd() % 4096);
+      if (i % 256 == 0) batch[0] = SeqWork{512, 0, true};
+    }
+    batch[static_cast<size_t>(i) % batch.size()].context += 1;
+    sink += cm.iteration_ns(batch);
+    seqs += static_cast<long>(batch.size());
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("cost: %ld iteration_ns calls (llama3-8b on h200, batches 1-256) in %.3f s: %.0f ns per call, %.2f ns per "
+              "sequence (mean batch %.0f; checksum %.6g)\n",
+              calls, s, 1e9 * s / static_cast<double>(calls), 1e9 * s / static_cast<double>(seqs),
+              static_cast<double>(seqs) / static_cast<double>(calls), sink);
+  return 0;
+}
+
+}  // namespace
+
+void register_hardware_components(Registry& reg) {
+  Schema table;
+  table.add("dir", ParamType::String,
+            "folder of measured CSV tables; \"\" = results/calibration/<hardware.calibration>")
+      .def("");
+  table.add("max_shape_ratio", ParamType::Real,
+            "a GEMM shape absent from gemm.csv is scaled from the nearest measured shape whose weight size is "
+            "within this factor; beyond it, the roofline")
+      .def("16")
+      .range(1, 1e6);
+  table.quantity("kernel_floor", UnitKind::Time, "shortest kernel of the roofline fallback (launch + tail)")
+      .def("2us")
+      .nonneg();
+  reg.add("cost_source", "table",
+          "measured kernel tables, interpolated (roofline-normalised in size, linear in KV length) and scaled by roofline "
+          "ratios beyond them; roofline where no table applies",
+          std::move(table), CostSourceFn([](const Params& p, const HardwareSpec& hw, CostOptions& o) {
+            o.tables_dir = p.str("dir").empty() ? default_tables_dir(hw) : p.str("dir");
+            o.max_shape_ratio = p.real("max_shape_ratio");
+            o.kernel_floor_ns = p.real("kernel_floor");
+          }));
+
+  Schema roofline;
+  roofline.quantity("kernel_floor", UnitKind::Time, "shortest kernel: launch + tail, about the shortest measured on an H200")
+      .def("2us")
+      .nonneg();
+  reg.add("cost_source", "roofline",
+          "max(FLOPs / effective FLOP/s, bytes / effective bandwidth, kernel floor) per operation, over the "
+          "device's measured (or derated datasheet) ceilings",
+          std::move(roofline), CostSourceFn([](const Params& p, const HardwareSpec&, CostOptions& o) {
+            o.tables_dir.clear();
+            o.kernel_floor_ns = p.real("kernel_floor");
+          }));
+
+  reg.add("bench", "cost", "iteration_ns of the cost model on serving-like batches (ns per call and per sequence)",
+          Schema{}, BenchFn(bench_cost));
+}
+
 }  // namespace sluice

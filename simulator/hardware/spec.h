@@ -22,6 +22,8 @@ struct HardwareSpec {
   double pcie_Bps = 0;                // host link per direction
   double price_usd = 0;
   std::string calibration;            // folder under results/calibration/ with measured tables, or ""
+  int interconnect_links = 0;         // scale-up links per device (interconnect_Bps = links x per-link rate)
+  double interconnect_link_Bps = 0;   // one link, one direction
   // Ceilings the roofline uses: measured where known, else the datasheet derated.
   double effective_flops() const;
   double effective_bandwidth_Bps() const;
@@ -36,6 +38,9 @@ struct ModelSpec {
   bool tied_embeddings = false;
   int max_context = 4096;
   std::string tokenizer;      // e.g. llama, llama3, chatglm2, gpt2
+  bool linear_bias = false;        // every linear layer has a bias (GPT-3)
+  bool layernorm = false;          // LayerNorm (weight + bias) instead of RMSNorm
+  bool learned_positions = false;  // a learned position table of max_context rows instead of RoPE
   double parameters() const;           // count
   double weight_bytes() const;
   double kv_bytes_per_token() const;   // 2 * layers * kv_heads * head_dim * dtype_bytes
@@ -47,5 +52,10 @@ std::shared_ptr<Schema> hardware_schema();
 std::shared_ptr<Schema> model_schema();
 HardwareSpec hardware_from_params(const Params& p);
 ModelSpec model_from_params(const Params& p);  // validates consistency (heads % kv_heads, ...)
+
+// Catalog lookups by name (models/hardware/<name>.yaml, models/llm/<name>.yaml); a bad name
+// throws the catalog's ConfigError listing the valid names, positioned at `at`.
+HardwareSpec load_hardware(const std::string& name, const Origin& at = Origin{"command line", 0, 0});
+ModelSpec load_model(const std::string& name, const Origin& at = Origin{"command line", 0, 0});
 
 }  // namespace sluice

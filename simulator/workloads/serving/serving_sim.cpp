@@ -210,11 +210,13 @@ void ServingSim::try_start(int ri) {
   work_.clear();
   int generating = 0;
   for (const auto& en : b.entries) {
-    work_.push_back(SeqWork{en.new_tokens, en.context});
     Request& q = reqs_[en.req];
+    // A prefill chunk that stops short of the prompt's end samples no token (no LM-head row).
+    const bool samples = q.state == ReqState::Done || q.computed + en.new_tokens >= q.length();
+    work_.push_back(SeqWork{en.new_tokens, en.context, samples});
     if (q.state == ReqState::Done) continue;  // static batching padding
     if (q.first_scheduled_ns < 0) q.first_scheduled_ns = now;
-    if (q.computed + en.new_tokens >= q.length()) ++generating;
+    if (samples) ++generating;
   }
   const double compute_ns = cost_.iteration_ns(work_) * cfg_.pipeline_parallel;
   const double dur = compute_ns + b.extra_ns + cfg_.last_mile.d2h_ns(generating);

@@ -1,0 +1,475 @@
+// The cost model of one iteration (a forward pass of a batch on one pipeline stage).
+//
+// What an iteration is made of, per layer of the stage (ceil(layers / pp) layers: the costed
+// stage is the last one, which also carries the LM head, so it is the pipeline's slowest):
+//   gemm.qkv, gemm.o, gemm.gate_up (gemm.up), gemm.down   M = all new tokens of the batch
+//   attention.prefill   per prefill chunk: causal over its l tokens after c cached ones
+//   attention.decode    the decode sequences together, each over its own KV length
+//   elementwise         rmsnorm x2, rope (q and k), silu_mul (gelu), residual_add x2
+//   allreduce           tensor parallel: 2 ring all-reduces of tokens x hidden
+// and once per iteration: the final norm, lm_head (only rows that sample a token: decode
+// sequences and the chunk that finishes a prompt, SeqWork::produces_token), sampling, the
+// logits all-gather (tp > 1) and the send of activations to the next stage (pp > 1).
+// Embedding lookups (first stage) are not costed: a gather of tokens x hidden bytes.
+//
+// Tensor parallel splits column-parallel GEMMs (qkv, gate_up, LM head) along N and
+// row-parallel ones (o, down) along K; each device keeps heads / tp query heads and
+// max(1, kv_heads / tp) KV heads (KV heads are replicated when tp exceeds them).
+//
+// Sources, in order: measured tables (interpolated, or scaled from the nearest measured point
+// or shape: see hardware/tables.h), then a roofline max(FLOPs / F, bytes / B, kernel floor)
+// over the device's effective ceilings. Collectives are analytic (ring formulas over the
+// device's scale-up links). Tables are measured in bf16; another dtype uses the roofline.
+//
+// The serving hot path (iteration_ns) sums three precomputed parts: everything that depends
+// only on the batch's total new tokens M (cached per M), everything that depends only on the
+// sampled rows R (cached per R), and attention, which is per sequence: a few ns each for
+// decode (a piecewise-linear share), a table interpolation for each prefill chunk.
+#include "hardware/cost_model.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "hardware/tables.h"
+
+namespace sluice {
+
+namespace {
+
+using costtab::Ceilings;
+using costtab::Estimate;
+
+enum class Op : uint8_t {
+  Qkv, O, GateUp, Down, AttnPrefill, AttnDecode, Norm, Rope, Act, Residual, LmHead, Sampling, AllReduce, AllGather,
+  PpSend, Count
+};
+enum class Src : uint8_t { Table, Scaled, Roofline, Analytic };
+enum class File : uint8_t { None, Gemm, Decode, Prefill, Slice, Elementwise };
+
+const char* file_name(File f) {
+  switch (f) {
+    case File::Gemm: return "gemm.csv";
+    case File::Decode: return "attention_decode.csv";
+    case File::Prefill: return "attention_prefill.csv";
+    case File::Slice: return "attention_slice.csv";
+    case File::Elementwise: return "elementwise.csv";
+    case File::None: break;
+  }
+  return "";
+}
+
+// One operation's contribution, before names and strings are attached.
+struct Part {
+  Op op;
+  Src src;
+  File file;
+  double ns, flops, bytes;
+};
+
+// Sums parts (the hot path).
+struct SumSink {
+  double total = 0;
+  void operator()(const Part& p) { total += p.ns; }
+};
+
+// Collects parts merged by (op, source) (the breakdown).
+struct ListSink {
+  std::vector<Part> parts;
+  void operator()(const Part& p) {
+    for (auto& q : parts)
+      if (q.op == p.op && q.src == p.src && q.file == p.file) {
+        q.ns += p.ns;
+        q.flops += p.flops;
+        q.bytes += p.bytes;
+        return;
+      }
+    parts.push_back(p);
+  }
+};
+
+constexpr long kCacheSize = 16384;  // token counts (M) and sampled rows (R) cached per model
+
+}  // namespace
+
+std::string default_tables_dir(const HardwareSpec& hw) {
+  if (hw.calibration.empty()) return "";
+  return (std::filesystem::path(catalog_root()) / "results" / "calibration" / hw.calibration).string();
+}
+
+struct CostModel::Impl {
+  HardwareSpec hw;
+  ModelSpec m;
+  CostOptions opt;
+  Ceilings ceil;
+  int tp = 1, pp = 1, layers_stage = 0;
+  double H = 0, KV = 0, hd = 0, hidden = 0, ffn = 0, vocab = 0, b = 2;
+
+  std::optional<costtab::GemmTable> gemm;
+  std::optional<costtab::DecodeTable> decode;
+  std::optional<costtab::PrefillTable> prefill;
+  std::optional<costtab::SliceTable> slice;
+  std::optional<costtab::ElementwiseTable> elem;
+
+  struct GemmPlan {
+    double K = 0, N = 0;
+    int shape = -1;
+  };
+  GemmPlan qkv, o, up, down, lm;
+  costtab::DecodeTable::Plan dplan;
+  int pgroup = -1;
+  double prefill_head_scale = 1, slice_head_scale = 1;
+  const costtab::ElementwiseTable::Op *e_norm = nullptr, *e_rope = nullptr, *e_act = nullptr, *e_res = nullptr;
+
+  mutable std::unique_ptr<std::atomic<double>[]> dense_cache, rows_cache;
+
+  Impl(HardwareSpec h, ModelSpec mm, CostOptions o_) : hw(std::move(h)), m(std::move(mm)), opt(std::move(o_)) {
+    tp = opt.tensor_parallel;
+    pp = opt.pipeline_parallel;
+    if (tp < 1 || pp < 1) throw std::invalid_argument(fmt::format("tensor and pipeline parallel must be >= 1 (tp {}, pp {})", tp, pp));
+    if (m.layers <= 0 || m.hidden <= 0 || m.heads <= 0 || m.kv_heads <= 0 || m.head_dim <= 0 || m.ffn <= 0 || m.vocab <= 0)
+      throw std::invalid_argument(fmt::format("model '{}' has a non-positive size", m.name));
+    if (m.heads % tp != 0)
+      throw std::invalid_argument(fmt::format("tensor parallel {} does not divide the {} heads of {}", tp, m.heads, m.name));
+    if (m.kv_heads % tp != 0 && tp % m.kv_heads != 0)
+      throw std::invalid_argument(
+          fmt::format("tensor parallel {} neither divides nor is a multiple of the {} KV heads of {}", tp, m.kv_heads, m.name));
+    if (pp > m.layers)
+      throw std::invalid_argument(fmt::format("pipeline parallel {} exceeds the {} layers of {}", pp, m.layers, m.name));
+    if (tp > 1 && hw.interconnect_Bps <= 0)
+      throw std::invalid_argument(fmt::format("tensor parallel {} needs scale-up links, and {} has none", tp, hw.name));
+    if (pp > 1 && hw.interconnect_Bps <= 0 && hw.pcie_Bps <= 0)
+      throw std::invalid_argument(fmt::format("pipeline parallel {} needs a link between devices, and {} has none", pp, hw.name));
+    if (hw.effective_flops() <= 0 || hw.effective_bandwidth_Bps() <= 0)
+      throw std::invalid_argument(fmt::format("hardware '{}' has no compute or memory ceiling", hw.name));
+    layers_stage = (m.layers + pp - 1) / pp;
+    H = static_cast<double>(m.heads) / tp;
+    KV = std::max(1.0, static_cast<double>(m.kv_heads) / tp);
+    hd = m.head_dim;
+    hidden = m.hidden;
+    ffn = static_cast<double>(m.ffn) / tp;
+    vocab = std::ceil(static_cast<double>(m.vocab) / tp);
+    b = m.dtype_bytes;
+    ceil = Ceilings{hw.effective_flops(), hw.effective_bandwidth_Bps()};
+
+    qkv = {hidden, (H + 2 * KV) * hd};
+    o = {H * hd, hidden};
+    up = {hidden, (m.gated_ffn ? 2 : 1) * ffn};
+    down = {ffn, hidden};
+    lm = {hidden, vocab};
+
+    if (!opt.tables_dir.empty()) load_tables();
+    dense_cache.reset(new std::atomic<double>[kCacheSize]);
+    rows_cache.reset(new std::atomic<double>[kCacheSize]);
+    for (long i = 0; i < kCacheSize; ++i) {
+      dense_cache[i].store(-1, std::memory_order_relaxed);
+      rows_cache[i].store(-1, std::memory_order_relaxed);
+    }
+  }
+
+  void load_tables() {
+    namespace fs = std::filesystem;
+    const fs::path dir(opt.tables_dir);
+    if (!fs::is_directory(dir))
+      throw std::invalid_argument(fmt::format("cost tables folder '{}' does not exist (for {}: calibration '{}')",
+                                              opt.tables_dir, hw.name, hw.calibration));
+    if (m.dtype_bytes != 2) return;  // tables are bf16 kernels
+    auto have = [&](const char* f) { return fs::exists(dir / f); };
+    auto csv = [&](const char* f) { return costtab::read_csv((dir / f).string()); };
+    if (have("gemm.csv")) {
+      gemm = costtab::GemmTable::from_csv(csv("gemm.csv"));
+      for (GemmPlan* g : {&qkv, &o, &up, &down, &lm}) g->shape = gemm->nearest(g->K, g->N, opt.max_shape_ratio);
+    }
+    if (have("attention_decode.csv")) {
+      decode = costtab::DecodeTable::from_csv(csv("attention_decode.csv"));
+      dplan = decode->plan(H, KV, hd);
+    }
+    if (have("attention_prefill.csv")) {
+      prefill = costtab::PrefillTable::from_csv(csv("attention_prefill.csv"));
+      pgroup = prefill->plan(H / KV, true);
+      if (pgroup >= 0) {
+        const auto& g = prefill->groups()[static_cast<size_t>(pgroup)];
+        prefill_head_scale = H * hd / (g.heads * g.head_dim);
+      }
+    }
+    if (have("attention_slice.csv")) {
+      slice = costtab::SliceTable::from_csv(csv("attention_slice.csv"));
+      if (slice->empty()) slice.reset();
+      else slice_head_scale = H * hd / (slice->heads * slice->head_dim);
+    }
+    if (have("elementwise.csv")) {
+      elem = costtab::ElementwiseTable::from_csv(csv("elementwise.csv"));
+      e_norm = elem->find("rmsnorm");
+      e_rope = elem->find("rope");
+      e_act = elem->find("silu_mul");
+      e_res = elem->find("residual_add");
+    }
+  }
+
+  double roof(double flops, double bytes) const { return std::max(costtab::roof_ns(flops, bytes, ceil), opt.kernel_floor_ns); }
+
+  Part gemm_part(Op id, const GemmPlan& g, double M) const {
+    const double flops = 2 * M * g.K * g.N, bytes = b * (M * g.K + g.K * g.N + M * g.N);
+    if (gemm && g.shape >= 0) {
+      const Estimate e = gemm->estimate(g.shape, M, g.K, g.N, b, ceil);
+      return {id, e.scaled ? Src::Scaled : Src::Table, File::Gemm, e.ns, flops, bytes};
+    }
+    return {id, Src::Roofline, File::None, roof(flops, bytes), flops, bytes};
+  }
+
+  // `calls` kernels of an elementwise op over `tokens` rows moving `bpt` bytes per row.
+  Part elem_part(Op id, const costtab::ElementwiseTable::Op* t, double tokens, double bpt, double calls,
+                 bool other_op = false) const {
+    const double bytes = tokens * bpt, flops = tokens * bpt / b * 4;
+    if (t) {
+      const Estimate e = elem->estimate(*t, tokens, bpt);
+      return {id, (e.scaled || other_op) ? Src::Scaled : Src::Table, File::Elementwise, e.ns * calls, flops * calls,
+              bytes * calls};
+    }
+    return {id, Src::Roofline, File::None, roof(flops, bytes) * calls, flops * calls, bytes * calls};
+  }
+
+  // Ring collective over tp devices: all-reduce moves 2(n-1)/n of the data in 2(n-1) steps,
+  // all-gather half of that.
+  double ring_ns(double bytes, double steps_factor) const {
+    const double n = tp;
+    return steps_factor * ((n - 1) / n * bytes / hw.interconnect_Bps * 1e9 + (n - 1) * hw.interconnect_latency_ns);
+  }
+
+  // Every part that depends only on the total new tokens M of the batch.
+  template <class Sink>
+  void dense_parts(double M, Sink& sink) const {
+    if (M <= 0) return;
+    const double L = layers_stage;
+    auto layer = [&](Part p) {
+      p.ns *= L;
+      p.flops *= L;
+      p.bytes *= L;
+      sink(p);
+    };
+    layer(gemm_part(Op::Qkv, qkv, M));
+    layer(gemm_part(Op::O, o, M));
+    layer(gemm_part(Op::GateUp, up, M));
+    layer(gemm_part(Op::Down, down, M));
+    layer(elem_part(Op::Norm, e_norm, M, 2 * hidden * b, 2, m.layernorm));
+    if (!m.learned_positions) {
+      layer(elem_part(Op::Rope, e_rope, M, 2 * H * hd * b, 1));
+      layer(elem_part(Op::Rope, e_rope, M, 2 * KV * hd * b, 1));
+    }
+    if (m.gated_ffn) layer(elem_part(Op::Act, e_act, M, 3 * ffn * b, 1));
+    else layer(elem_part(Op::Act, e_act, M, 2 * ffn * b, 1, true));
+    layer(elem_part(Op::Residual, e_res, M, 3 * hidden * b, 2));
+    if (tp > 1) {
+      const double bytes = M * hidden * b;
+      layer(Part{Op::AllReduce, Src::Analytic, File::None, 2 * ring_ns(bytes, 2), 2 * M * hidden, 2 * bytes});
+    }
+    sink(elem_part(Op::Norm, e_norm, M, 2 * hidden * b, 1, m.layernorm));  // final norm
+    if (pp > 1) {
+      const double bytes = M * hidden * b;
+      const bool nvlink = hw.interconnect_Bps > 0;
+      const double bw = nvlink ? hw.interconnect_Bps : hw.pcie_Bps;
+      sink(Part{Op::PpSend, Src::Analytic, File::None, bytes / bw * 1e9 + (nvlink ? hw.interconnect_latency_ns : 0), 0, bytes});
+    }
+  }
+
+  // Every part that depends only on the number R of rows that sample a token.
+  template <class Sink>
+  void row_parts(double R, Sink& sink) const {
+    if (R <= 0) return;
+    sink(gemm_part(Op::LmHead, lm, R));
+    // Sampling over the full vocabulary: fp32 logits written, read by softmax, read by the sampler.
+    const double v = m.vocab, bytes = R * v * 4 * 3, flops = R * v * 5;
+    sink(Part{Op::Sampling, Src::Roofline, File::None, roof(flops, bytes), flops, bytes});
+    if (tp > 1) {
+      const double g = R * static_cast<double>(m.vocab) * b;
+      sink(Part{Op::AllGather, Src::Analytic, File::None, ring_ns(g, 1), 0, g});
+    }
+  }
+
+  double cached(std::atomic<double>* cache, long n, bool dense) const {
+    auto compute = [&] {
+      SumSink s;
+      if (dense) dense_parts(static_cast<double>(n), s);
+      else row_parts(static_cast<double>(n), s);
+      return s.total;
+    };
+    if (n <= 0) return 0;
+    if (n >= kCacheSize) return compute();
+    double v = cache[n].load(std::memory_order_relaxed);
+    if (v < 0) {
+      v = compute();
+      cache[n].store(v, std::memory_order_relaxed);
+    }
+    return v;
+  }
+
+  // One prefill chunk's attention per layer.
+  Part prefill_part(double l, double c) const {
+    const double pairs = l * c + l * (l + 1) / 2;
+    const double flops = 4 * hd * H * pairs, bytes = b * hd * (2 * l * H + 2 * (c + l) * KV);
+    if (c <= 0 && prefill && pgroup >= 0) {
+      Estimate e = prefill->estimate(pgroup, l, ceil);
+      if (prefill_head_scale != 1) {
+        e.ns = std::max(e.ns * prefill_head_scale, prefill->min_ns());
+        e.scaled = true;
+      }
+      return {Op::AttnPrefill, e.scaled ? Src::Scaled : Src::Table, File::Prefill, e.ns, flops, bytes};
+    }
+    if (slice) {
+      Estimate e = slice->estimate(l, c, ceil);
+      if (slice_head_scale != 1) {
+        e.ns = std::max(e.ns * slice_head_scale, slice->min_ns);
+        e.scaled = true;
+      }
+      return {Op::AttnPrefill, e.scaled ? Src::Scaled : Src::Table, File::Slice, e.ns, flops, bytes};
+    }
+    return {Op::AttnPrefill, Src::Roofline, File::None, roof(flops, bytes), flops, bytes};
+  }
+
+  // Attention of a whole batch; sums into `sink` per layer x layers_stage. `nd` decode sequences.
+  template <class Sink, bool kDetail>
+  void attention_parts(std::span<const SeqWork> batch, long nd, Sink& sink) const {
+    const double L = layers_stage;
+    if (nd > 0) {
+      double t = 0, flops = 0, bytes = 0;
+      Src src = Src::Roofline;
+      File file = File::None;
+      if (decode && dplan.group >= 0) {
+        const auto& g = decode->groups()[static_cast<size_t>(dplan.group)];
+        size_t lo = 0, hi = 0;
+        double w = 0;
+        decode->bracket(g, static_cast<double>(nd), &lo, &hi, &w);
+        const auto& rl = g.rows[lo];
+        const auto& rh = g.rows[hi];
+        const double r = dplan.len_scale;
+        double s_lo = 0, s_hi = 0, lmax = 0, lsum = 0;
+        bool out = !dplan.exact || static_cast<double>(nd) > g.rows.back().batch;
+        for (const SeqWork& s : batch) {
+          if (s.new_tokens != 1) continue;
+          const double l = static_cast<double>(s.context + 1) * r;
+          s_lo += costtab::DecodeTable::share(rl, l);
+          if (hi != lo) s_hi += costtab::DecodeTable::share(rh, l);
+          lmax = l > lmax ? l : lmax;
+          if constexpr (kDetail) {
+            lsum += s.context + 1;
+            out = out || l < rl.knot.front() || l > rl.knot.back() || l < rh.knot.front() || l > rh.knot.back();
+          }
+        }
+        t = w > 0 ? std::exp((1 - w) * std::log(s_lo) + w * std::log(s_hi)) : s_lo;
+        const double alone = costtab::DecodeTable::longest_alone(g, rl, rh, w, static_cast<double>(nd), lmax);
+        t = t > alone ? t : alone;
+        t = t > g.min_ns ? t : g.min_ns;
+        src = out ? Src::Scaled : Src::Table;
+        file = File::Decode;
+        if constexpr (kDetail) {
+          flops = 4 * hd * H * lsum;
+          bytes = b * hd * (2 * KV * lsum + 2 * H * static_cast<double>(nd));
+        }
+      } else {
+        double lsum = 0;
+        for (const SeqWork& s : batch)
+          if (s.new_tokens == 1) lsum += s.context + 1;
+        flops = 4 * hd * H * lsum;
+        bytes = b * hd * (2 * KV * lsum + 2 * H * static_cast<double>(nd));
+        t = roof(flops, bytes);
+      }
+      sink(Part{Op::AttnDecode, src, file, t * L, flops * L, bytes * L});
+    }
+    if (static_cast<size_t>(nd) == batch.size()) return;
+    for (const SeqWork& s : batch) {
+      if (s.new_tokens <= 1) continue;
+      Part p = prefill_part(s.new_tokens, s.context);
+      p.ns *= L;
+      p.flops *= L;
+      p.bytes *= L;
+      sink(p);
+    }
+  }
+
+  std::string op_name(Op op) const {
+    switch (op) {
+      case Op::Qkv: return "gemm.qkv";
+      case Op::O: return "gemm.o";
+      case Op::GateUp: return m.gated_ffn ? "gemm.gate_up" : "gemm.up";
+      case Op::Down: return "gemm.down";
+      case Op::AttnPrefill: return "attention.prefill";
+      case Op::AttnDecode: return "attention.decode";
+      case Op::Norm: return m.layernorm ? "elementwise.layernorm" : "elementwise.rmsnorm";
+      case Op::Rope: return "elementwise.rope";
+      case Op::Act: return m.gated_ffn ? "elementwise.silu_mul" : "elementwise.gelu";
+      case Op::Residual: return "elementwise.residual_add";
+      case Op::LmHead: return "lm_head";
+      case Op::Sampling: return "sampling";
+      case Op::AllReduce: return "allreduce";
+      case Op::AllGather: return "allgather.logits";
+      case Op::PpSend: return "pp_send";
+      case Op::Count: break;
+    }
+    return "?";
+  }
+
+  static std::string source_name(Src s, File f) {
+    switch (s) {
+      case Src::Table: return std::string("table:") + file_name(f);
+      case Src::Scaled: return std::string("table:") + file_name(f) + "~scaled";
+      case Src::Roofline: return "roofline";
+      case Src::Analytic: return "analytic";
+    }
+    return "?";
+  }
+};
+
+CostModel::CostModel(HardwareSpec hw, ModelSpec model, CostOptions opt)
+    : impl_(std::make_unique<Impl>(std::move(hw), std::move(model), std::move(opt))) {}
+CostModel::~CostModel() = default;
+CostModel::CostModel(CostModel&&) noexcept = default;
+
+const HardwareSpec& CostModel::hardware() const { return impl_->hw; }
+const ModelSpec& CostModel::model() const { return impl_->m; }
+const CostOptions& CostModel::options() const { return impl_->opt; }
+int CostModel::stage_layers() const { return impl_->layers_stage; }
+
+IterationCost CostModel::iteration(std::span<const SeqWork> batch) const {
+  const Impl& im = *impl_;
+  long M = 0, R = 0, nd = 0;
+  for (const SeqWork& s : batch) {
+    if (s.new_tokens <= 0) continue;
+    M += s.new_tokens;
+    R += s.produces_token ? 1 : 0;
+    nd += s.new_tokens == 1 ? 1 : 0;
+  }
+  ListSink sink;
+  im.dense_parts(static_cast<double>(M), sink);
+  im.attention_parts<ListSink, true>(batch, nd, sink);
+  im.row_parts(static_cast<double>(R), sink);
+  std::stable_sort(sink.parts.begin(), sink.parts.end(),
+                   [](const Part& a, const Part& b) { return static_cast<int>(a.op) < static_cast<int>(b.op); });
+  IterationCost out;
+  for (const Part& p : sink.parts) {
+    out.ops.push_back(OpCost{im.op_name(p.op), p.ns, Impl::source_name(p.src, p.file), p.flops, p.bytes});
+    out.total_ns += p.ns;
+  }
+  return out;
+}
+
+double CostModel::iteration_ns(std::span<const SeqWork> batch) const {
+  const Impl& im = *impl_;
+  long M = 0, R = 0, nd = 0;
+  for (const SeqWork& s : batch) {
+    if (s.new_tokens <= 0) continue;
+    M += s.new_tokens;
+    R += s.produces_token ? 1 : 0;
+    nd += s.new_tokens == 1 ? 1 : 0;
+  }
+  SumSink sink;
+  im.attention_parts<SumSink, false>(batch, nd, sink);
+  return im.cached(im.dense_cache.get(), M, true) + im.cached(im.rows_cache.get(), R, false) + sink.total;
+}
+
+}  // namespace sluice
