@@ -66,7 +66,7 @@ void numeric_leaves(const Json& doc, const std::string& prefix, std::vector<std:
 std::vector<Variant> expand_variants(const std::vector<std::string>& files, const std::vector<std::string>& base_sets,
                                      const std::vector<std::string>& vary) {
   std::vector<Variant> out;
-  for (const auto& f : files) out.push_back(Variant{std::filesystem::path(f).stem().string(), f, base_sets});
+  for (const auto& f : files) out.push_back(Variant{std::filesystem::path(f).stem().string(), f, base_sets, f});
   for (const auto& axis : vary) {
     const auto eq = axis.find('=');
     if (eq == std::string::npos || eq == 0)
@@ -84,7 +84,9 @@ std::vector<Variant> expand_variants(const std::vector<std::string>& files, cons
     for (const auto& v : out)
       for (const auto& val : values) {
         Variant w = v;
-        w.name = (files.size() > 1 || w.name != std::filesystem::path(w.file).stem().string() ? w.name + "," : "") + key + "=" + val;
+        // Names carry the values only (the varied keys head the table): "150/s,vllm".
+        const bool first_axis = w.name == std::filesystem::path(w.file).stem().string() && files.size() == 1;
+        w.name = (first_axis ? std::string() : w.name + ",") + val;
         w.sets.push_back(key + "=" + val);
         next.push_back(std::move(w));
       }
@@ -116,9 +118,17 @@ void compare_variants(const std::vector<Variant>& variants, std::vector<std::str
   for (const auto& v : variants) csv += "," + v.name;
   for (size_t i = 1; i < variants.size(); ++i) csv += fmt::format(",ratio {}/{}", variants[i].name, variants[0].name);
   csv += "\n";
+  for (const auto& v : variants) {
+    std::string sets;
+    for (const auto& x : v.sets) sets += (sets.empty() ? "" : " ") + x;
+    rec.summary(fmt::format("variant {:<24} {}{}", v.name, v.shown.empty() ? v.file : v.shown, sets.empty() ? "" : " --set " + sets));
+  }
+  size_t width = 10;
+  for (const auto& v : variants) width = std::max(width, std::min<size_t>(v.name.size(), 24));
+  const bool show_ratios = variants.size() <= 4;
   std::string header = fmt::format("{:<44}", "metric");
-  for (const auto& v : variants) header += fmt::format(" {:>16}", v.name.size() > 16 ? v.name.substr(0, 16) : v.name);
-  rec.summary(header + "   (ratio to the first)");
+  for (const auto& v : variants) header += fmt::format(" {:>{}}", v.name.size() > width ? v.name.substr(0, width) : v.name, width);
+  rec.summary(header + (show_ratios ? "   ratio to the first" : "   (ratios in compare.csv)"));
   for (const auto& m : metrics) {
     Json row = Json::object();
     row["metric"] = m;
@@ -132,12 +142,12 @@ void compare_variants(const std::vector<Variant>& variants, std::vector<std::str
         nums.push_back(x->get<double>());
         vals.push_back(*x);
         csv += fmt::format(",{}", x->get<double>());
-        line += fmt::format(" {:>16.6g}", x->get<double>());
+        line += fmt::format(" {:>{}.6g}", x->get<double>(), width);
       } else {
         nums.push_back(std::nan(""));
         vals.push_back(nullptr);
         csv += ",";
-        line += fmt::format(" {:>16}", "-");
+        line += fmt::format(" {:>{}}", "-", width);
       }
     }
     Json ratios = Json::array();
@@ -146,7 +156,7 @@ void compare_variants(const std::vector<Variant>& variants, std::vector<std::str
       const double r = ok ? nums[i] / nums[0] : std::nan("");
       ratios.push_back(ok ? Json(r) : Json(nullptr));
       csv += ok ? fmt::format(",{:.6g}", r) : ",";
-      if (ok) line += fmt::format(" {:>6.3f}x", r);
+      if (ok && show_ratios) line += fmt::format(" {:>7.3f}x", r);
     }
     csv += "\n";
     row["values"] = vals;
@@ -156,7 +166,7 @@ void compare_variants(const std::vector<Variant>& variants, std::vector<std::str
   }
   Json vs = Json::array();
   for (size_t i = 0; i < variants.size(); ++i)
-    vs.push_back(Json{{"name", variants[i].name}, {"file", variants[i].file}, {"set", variants[i].sets},
+    vs.push_back(Json{{"name", variants[i].name}, {"file", variants[i].shown.empty() ? variants[i].file : variants[i].shown}, {"set", variants[i].sets},
                       {"scenario_hash", scs[i].hash}});
   rec.metrics()["compare"] = Json{{"variants", vs}, {"table", table}};
   rec.file("compare.csv", csv);

@@ -22,8 +22,9 @@ void numeric_leaves(const Json& doc, const std::string& prefix, std::vector<std:
 // One variant of a comparison: a scenario file and overrides.
 struct Variant {
   std::string name;
-  std::string file;
+  std::string file;   // path to load
   std::vector<std::string> sets;
+  std::string shown;  // the path as the user wrote it (kept in outputs, which must not depend on the checkout's location)
 };
 
 // Runs every variant and tabulates the chosen metrics (all numeric leaves if none chosen)

@@ -291,7 +291,7 @@ static Params::Value parse_value(const Node& n, const ParamSpec& spec, const std
       break;
     }
     case ParamType::Component: {
-      auto parsed = spec.registry->parse(n, spec.category, path);
+      auto parsed = spec.registry->parse(n, spec.category, path, spec.default_text.value_or(""));
       v.text = parsed.info->name;
       v.section = std::make_shared<Params>(std::move(parsed.params));
       break;

@@ -2,12 +2,25 @@
 
 #include <fmt/format.h>
 
+#include "config/schema.h"
 #include "config/units.h"
 #include "workloads/serving/serving_sim.h"
 
 namespace sluice {
 
 using serving::Request;
+
+// Paths inside the sluice tree are reported relative to it, so outputs do not depend on
+// where the checkout lives.
+static std::string relative_to_root(const std::string& p) {
+  const std::string root = catalog_root();
+  if (p.rfind(root, 0) == 0) {
+    std::string rel = p.substr(root.size());
+    while (!rel.empty() && rel.front() == '/') rel.erase(rel.begin());
+    return rel;
+  }
+  return p;
+}
 
 void report_serving(const serving::ServingSim& sim, const std::string& workload_description, Recorder& rec,
                     bool requests_csv, bool timeseries_csv) {
@@ -91,7 +104,7 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   m["workload"] = workload_description;
   m["deployment"] = Json{{"hardware", cfg.hardware.name}, {"model", cfg.model.name}, {"replicas", cfg.replicas},
                          {"tensor_parallel", cfg.tensor_parallel}, {"pipeline_parallel", cfg.pipeline_parallel},
-                         {"cost_tables", cfg.tables_dir.empty() ? "none (roofline)" : cfg.tables_dir},
+                         {"cost_tables", cfg.tables_dir.empty() ? std::string("none (roofline)") : relative_to_root(cfg.tables_dir)},
                          {"d2h", cfg.last_mile.d2h_source}};
   m["requests"] = Json{{"completed", sim.completed()}, {"announced", cfg.workload->total_requests()},
                        {"truncated_by_max_sim_time", sim.truncated()}};
