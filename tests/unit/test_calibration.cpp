@@ -30,7 +30,7 @@ struct TempDir {
 
 }  // namespace
 
-TEST_CASE("csv tables parse, reject ragged rows, and round-trip") {
+TEST_CASE("calibration: csv tables parse, reject ragged rows, and round-trip") {
   const auto t = parse_csv("a,b,ms\n1,x,0.5\n\n2,y,1.5\n", "t.csv");
   CHECK(t.columns == std::vector<std::string>{"a", "b", "ms"});
   REQUIRE(t.rows.size() == 2);
@@ -43,7 +43,7 @@ TEST_CASE("csv tables parse, reject ragged rows, and round-trip") {
   CHECK_THROWS_AS(read_csv("/nonexistent/dir/x.csv"), TableError);
 }
 
-TEST_CASE("compare matches rows by key columns and reports ratios with a geometric mean") {
+TEST_CASE("calibration: compare matches rows by key columns and reports ratios with a geometric mean") {
   TempDir a("a"), b("b");
   a.write("attention_prefill.csv",
           "heads,kv_heads,head_dim,batch,seq,causal,ms\n"
@@ -96,7 +96,7 @@ TEST_CASE("compare matches rows by key columns and reports ratios with a geometr
   CHECK(out.str().find("only in A: gemm.csv") != std::string::npos);
 }
 
-TEST_CASE("compare fails clearly on a missing directory, mismatched columns or repeated keys") {
+TEST_CASE("calibration: compare fails clearly on a missing directory, mismatched columns or repeated keys") {
   TempDir a("ea"), b("eb");
   a.write("gemm.csv", "op,M,K,N,ms\nx,1,2,3,0.1\n");
   CHECK_THROWS_WITH_AS(compare_dirs(a.path, b.path / "missing"), doctest::Contains("no such tables directory"),
