@@ -97,14 +97,16 @@ std::vector<Variant> expand_variants(const std::vector<std::string>& files, cons
 
 void compare_variants(const std::vector<Variant>& variants, std::vector<std::string> metrics, const Registry& reg,
                       Recorder& rec, const std::function<void(double)>& progress) {
-  // Validate every variant before simulating any.
-  std::vector<Scenario> scs;
-  for (const auto& v : variants) scs.push_back(load_scenario(v.file, v.sets, reg));
+  // Validate every variant before simulating any; then build, run and drop one at a time,
+  // so memory does not grow with the number of variants.
+  std::vector<std::string> hashes;
+  for (const auto& v : variants) hashes.push_back(load_scenario(v.file, v.sets, reg).hash);
   std::vector<Json> results;
-  for (size_t i = 0; i < scs.size(); ++i) {
+  for (size_t i = 0; i < variants.size(); ++i) {
+    Scenario sc = load_scenario(variants[i].file, variants[i].sets, reg);
     Recorder sub;
-    run_into(scs[i], sub, [&](double f) {
-      if (progress) progress((static_cast<double>(i) + f) / static_cast<double>(scs.size()));
+    run_into(sc, sub, [&](double f) {
+      if (progress) progress((static_cast<double>(i) + f) / static_cast<double>(variants.size()));
     });
     results.push_back(sub.metrics());
   }
@@ -167,7 +169,7 @@ void compare_variants(const std::vector<Variant>& variants, std::vector<std::str
   Json vs = Json::array();
   for (size_t i = 0; i < variants.size(); ++i)
     vs.push_back(Json{{"name", variants[i].name}, {"file", variants[i].shown.empty() ? variants[i].file : variants[i].shown}, {"set", variants[i].sets},
-                      {"scenario_hash", scs[i].hash}});
+                      {"scenario_hash", hashes[i]}});
   rec.metrics()["compare"] = Json{{"variants", vs}, {"table", table}};
   rec.file("compare.csv", csv);
   for (size_t i = 0; i < variants.size(); ++i) {

@@ -33,7 +33,7 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
       "id,conversation,turn,replica,arrival_s,input_tokens,history_tokens,cached_tokens,output_tokens,"
       "queue_ms,ttft_ms,e2e_ms,tpot_ms,itl_ms,max_gap_ms,preemptions\n";
   for (const Request& q : reqs) {
-    if (q.state != serving::ReqState::Done) continue;
+    if (q.state != serving::ReqState::Done || q.rejected) continue;
     const double t = (q.first_token_ns - q.arrival_ns) / 1e6;
     const double e = (q.last_token_ns - q.arrival_ns) / 1e6;
     // TPOT: mean gap between tokens after the first. ITL (llmperf): e2e / output tokens, TTFT included.
@@ -106,7 +106,8 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
                          {"tensor_parallel", cfg.tensor_parallel}, {"pipeline_parallel", cfg.pipeline_parallel},
                          {"cost_tables", cfg.tables_dir.empty() ? std::string("none (roofline)") : relative_to_root(cfg.tables_dir)},
                          {"d2h", cfg.last_mile.d2h_source}};
-  m["requests"] = Json{{"completed", sim.completed()}, {"announced", cfg.workload->total_requests()},
+  m["requests"] = Json{{"completed", sim.completed() - sim.rejected()}, {"rejected_too_long", sim.rejected()},
+                       {"announced", cfg.workload->total_requests()},
                        {"truncated_by_max_sim_time", sim.truncated()}};
   Json lat = Json::object();
   lat["ttft"] = summarize(ttft);
@@ -118,7 +119,7 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   lat["max_gap_per_request"] = summarize(max_gap);
   m["latency_ms"] = lat;
   m["throughput"] = Json{{"output_tokens_per_s", out_tokens / span_s}, {"input_tokens_per_s", in_tokens / span_s},
-                         {"requests_per_s", sim.completed() / span_s}, {"span_s", span_s},
+                         {"requests_per_s", (sim.completed() - sim.rejected()) / span_s}, {"span_s", span_s},
                          {"output_tokens", out_tokens}, {"input_tokens", in_tokens}};
   m["memory_per_gpu"] = Json{{"capacity_bytes", mem.capacity_per_gpu}, {"weights_bytes", mem.weights_per_gpu},
                              {"activation_bytes", mem.activation_per_gpu}, {"kv_cache_bytes", mem.kv_per_gpu}};
@@ -150,7 +151,8 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   auto pct = [](const Json& s, const char* k) { return s.contains(k) ? s[k].get<double>() : 0.0; };
   rec.summary(fmt::format("{} on {} × {} (tp {}, pp {}); {}", cfg.model.name, cfg.replicas, cfg.hardware.name,
                           cfg.tensor_parallel, cfg.pipeline_parallel, workload_description));
-  rec.summary(fmt::format("requests {} completed{}; {:.1f} s simulated", sim.completed(),
+  rec.summary(fmt::format("requests {} completed{}{}; {:.1f} s simulated", sim.completed() - sim.rejected(),
+                          sim.rejected() ? fmt::format(", {} rejected as longer than a replica's KV cache", sim.rejected()) : "",
                           sim.truncated() ? " (stopped at max_sim_time)" : "", sim.end_ns() / 1e9));
   rec.summary(fmt::format("TTFT  ms  p50 {:8.2f}  p90 {:8.2f}  p99 {:8.2f}  mean {:8.2f}", pct(lat["ttft"], "p50"),
                           pct(lat["ttft"], "p90"), pct(lat["ttft"], "p99"), pct(lat["ttft"], "mean")));
@@ -159,7 +161,7 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   rec.summary(fmt::format("E2E   ms  p50 {:8.1f}  p90 {:8.1f}  p99 {:8.1f}  mean {:8.1f}", pct(lat["e2e"], "p50"),
                           pct(lat["e2e"], "p90"), pct(lat["e2e"], "p99"), pct(lat["e2e"], "mean")));
   rec.summary(fmt::format("throughput {:.1f} output tok/s, {:.2f} req/s; mean batch {:.1f}, utilization {:.0f}%",
-                          out_tokens / span_s, sim.completed() / span_s, busy > 0 ? batch_int / busy : 0.0,
+                          out_tokens / span_s, (sim.completed() - sim.rejected()) / span_s, busy > 0 ? batch_int / busy : 0.0,
                           100 * busy / end / nrep));
   rec.summary(fmt::format("memory/GPU: weights {}, KV {} ({} tokens/replica); KV occupancy mean {:.0f}% max {:.0f}%; "
                           "preemptions {}{}",

@@ -471,3 +471,82 @@ TEST_CASE("trace replay: CSV and JSONL give the same conversations; bad rows nam
   CHECK_THROWS_WITH_AS(source(bad.string()), doctest::Contains("sluice-bad-trace.csv:3:1"), ConfigError);
   std::filesystem::remove(bad);
 }
+
+TEST_CASE("after a recompute preemption, prompt and generated tokens are re-prefilled in chunks") {
+  std::vector<Request> reqs{make_req(0, 10, 50)};
+  reqs[0].generated = 20;  // preempted after 20 tokens: 30 to recompute
+  Replica r(100, 4, 0.0, false);
+  r.reqs = &reqs;
+  r.waiting = {0};
+  auto s = make_scheduler("{kind: sarathi, token_budget: 16}");
+  Batch b;
+  s->schedule(r, b, 0);
+  REQUIRE(b.entries.size() == 1);
+  CHECK(b.entries[0].new_tokens == 16);
+  CHECK(b.prefill_entries == 1);
+  advance(r, b);
+  b.clear();
+  s->schedule(r, b, 0);
+  CHECK(b.entries[0].new_tokens == 14);  // the rest in one chunk, not one token per iteration
+  advance(r, b);
+  CHECK(reqs[0].generated == 21);
+}
+
+TEST_CASE("a waiting request does not pin its conversation's cache; truncated history is not reused") {
+  std::vector<Request> reqs{make_req(0, 8, 4, /*conv=*/1, 0, 2), make_req(1, 40, 4, 1, 1, 2)};
+  Replica r(6, 4, 0.0, true);  // 24 tokens
+  r.reqs = &reqs;
+  REQUIRE(r.kv.grow_to(reqs[0], 12));
+  r.kv.retain(reqs[0], 12);
+  reqs[1].history_tokens = 12;  // prompt 52 tokens: can never be admitted here
+  r.waiting = {1};
+  auto s = make_scheduler("vllm");
+  Batch b;
+  s->schedule(r, b, 0);
+  CHECK(b.empty());
+  CHECK(r.kv.resident(1));  // the claim was undone
+  CHECK(reqs[1].blocks == 0);
+  CHECK(reqs[1].computed == 0);
+  // With its history truncated, the next turn's resident cache is not a valid prefix.
+  reqs[1].input_tokens = 4;
+  reqs[1].history_truncated = true;
+  s->schedule(r, b, 0);
+  REQUIRE(b.entries.size() == 1);
+  CHECK(reqs[1].cached_tokens == 0);
+  CHECK(b.entries[0].new_tokens == 16);
+}
+
+TEST_CASE("GQA/MQA KV per GPU: heads split by tensor parallelism, replicated beyond the KV head count") {
+  ServingConfig c;
+  c.model.layers = 28;
+  c.model.kv_heads = 2;
+  c.model.head_dim = 128;
+  c.model.dtype_bytes = 2;
+  c.tensor_parallel = 1;
+  CHECK(kv_bytes_per_token_per_gpu(c) == 28 * 1024);  // ChatGLM2-6B: 28 KiB per token
+  c.tensor_parallel = 2;
+  CHECK(kv_bytes_per_token_per_gpu(c) == 14 * 1024);
+  c.tensor_parallel = 8;  // 2 KV heads over 8 GPUs: each GPU keeps one (replicated)
+  CHECK(kv_bytes_per_token_per_gpu(c) == 14 * 1024);
+  c.pipeline_parallel = 2;
+  CHECK(kv_bytes_per_token_per_gpu(c) == 7 * 1024);
+}
+
+TEST_CASE("utilization and simulated time do not depend on time-series sampling") {
+  auto run = [&](const char* ts) {
+    const Node n = load_yaml_string(std::string(R"(
+model: tinyllama-1.1b
+workload: {kind: llmperf, requests: 40, arrival: {kind: poisson, rate: 5/s}}
+outputs: {trace: false, timeseries: )") + ts + ", sample_interval: 1s}\n", "t.yaml");
+    auto parsed = registry().parse(n, "study", "", "serving");
+    ServingSim sim(build_serving_config(parsed.params, registry(), 1, nullptr), 1, nullptr);
+    sim.run({});
+    Recorder rec;
+    report_serving(sim, "", rec, false, true);
+    return rec.metrics()["serving"];
+  };
+  const Json a = run("true"), b = run("false");
+  CHECK(a["batching"]["utilization"] == b["batching"]["utilization"]);
+  CHECK(a["simulated_s"] == b["simulated_s"]);
+  CHECK(a["kv_cache"]["occupancy_mean"] == b["kv_cache"]["occupancy_mean"]);
+}

@@ -57,6 +57,10 @@ void BlockManager::retain(Request& r, int64_t tokens) {
     lru_.erase(it->second.lru_pos);
     cache_.erase(it);
   }
+  // Only the blocks that hold `tokens` stay resident (Orca and static reserve more).
+  const int64_t keep = std::min<int64_t>(r.blocks, blocks_for(tokens));
+  free_ += r.blocks - keep;
+  r.blocks = static_cast<int32_t>(keep);
   lru_.push_back(r.conversation);
   cache_[r.conversation] = Entry{tokens, r.blocks, std::prev(lru_.end())};
   cached_ += r.blocks;
@@ -75,6 +79,13 @@ int64_t BlockManager::claim(Request& r, int64_t max_tokens) {
   lru_.erase(it->second.lru_pos);
   cache_.erase(it);
   return tokens;
+}
+
+void BlockManager::restore(Request& r, int64_t tokens) {
+  lru_.push_back(r.conversation);
+  cache_[r.conversation] = Entry{tokens, r.blocks, std::prev(lru_.end())};
+  cached_ += r.blocks;
+  r.blocks = 0;
 }
 
 }  // namespace sluice::serving

@@ -35,6 +35,11 @@ class BlockManager {
   // When a new turn arrives: if its conversation's cache is resident, move those blocks to
   // the request and return the number of tokens it covers (at most `max_tokens`).
   int64_t claim(Request& r, int64_t max_tokens);
+  // Undoes a claim whose admission failed: the request's blocks become the conversation's
+  // resident cache again (most recently used).
+  void restore(Request& r, int64_t tokens);
+  // Blocks a new sequence may use at most (all blocks less the admission watermark).
+  int64_t admissible_blocks() const { return total_ - watermark_; }
   bool resident(uint32_t conversation) const { return cache_.count(conversation) > 0; }
 
  private:

@@ -69,6 +69,9 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   c.preemption = d.str("preemption") == "swap" ? PreemptionMode::Swap : PreemptionMode::Recompute;
   c.swap_space_bytes = d.real("swap_space");
   c.prefix_reuse = d.flag("prefix_reuse");
+  if (c.preemption == PreemptionMode::Swap && c.hardware.pcie_Bps <= 0)
+    d.fail("preemption", fmt::format("swap needs a host link, but {} has no pcie_bandwidth", c.hardware.name),
+           "recompute, or hardware with pcie_bandwidth > 0");
   if (c.model.heads % c.tensor_parallel != 0 || (c.model.kv_heads % c.tensor_parallel != 0 && c.tensor_parallel % c.model.kv_heads != 0))
     d.fail("tensor_parallel", fmt::format("{} has {} heads and {} KV heads; tensor parallelism must split them evenly",
                                           c.model.name, c.model.heads, c.model.kv_heads),

@@ -14,8 +14,8 @@ enum class ReqState : uint8_t { Pending, Waiting, Running, Swapped, Done };
 struct Request {
   uint32_t id = 0;
   uint32_t conversation = 0;
-  uint16_t turn = 0;         // 0 for the first turn
-  uint16_t turns_total = 1;  // turns in this conversation
+  uint32_t turn = 0;         // 0 for the first turn
+  uint32_t turns_total = 1;  // turns in this conversation
   int32_t replica = -1;
   uint32_t client = 0;       // closed-loop client that issued it
   int64_t arrival_ns = 0;
@@ -29,6 +29,8 @@ struct Request {
   int32_t blocks = 0;          // KV blocks held on its replica
   int32_t reserved_tokens = 0; // static/Orca: tokens reserved up front
   int32_t preemptions = 0;
+  bool history_truncated = false;  // oldest history dropped to fit the context: no cached prefix applies
+  bool rejected = false;           // can never fit the replica's KV cache (vLLM ignores such requests)
   ReqState state = ReqState::Pending;
   // Timestamps (ns); -1 until known.
   int64_t first_scheduled_ns = -1;
@@ -38,7 +40,9 @@ struct Request {
 
   int32_t prompt_len() const { return history_tokens + input_tokens; }
   int32_t length() const { return prompt_len() + generated; }
-  bool in_prefill() const { return computed < prompt_len(); }
+  // More than one token left to process: prompt (or, after a recompute preemption, prompt
+  // and generated tokens) still to prefill. Exactly one left is a decode step.
+  bool in_prefill() const { return computed < length() - 1; }
   bool finished() const { return generated >= output_tokens; }
 };
 

@@ -19,13 +19,12 @@ class OrcaScheduler final : public Scheduler {
     mech::reserve_decode_slots(r, out);  // only needed when a sequence outgrows its reservation
     while (!r.waiting.empty() && r.running.size() < max_batch_) {
       Request& q = r.req(r.waiting.front());
-      mech::claim_cache(r, q);
-      const int64_t reserve = static_cast<int64_t>(q.prompt_len()) + std::max<int64_t>(max_new_, q.output_tokens);
-      if (!r.kv.grow_to(q, reserve, /*admission=*/true)) break;
+      // The reservation never exceeds what a replica can hold (the sequence itself always fits).
+      const int64_t capacity = r.kv.admissible_blocks() * r.kv.block_size();
+      const int64_t reserve = std::min<int64_t>(
+          capacity, std::max<int64_t>(q.length(), static_cast<int64_t>(q.prompt_len()) + std::max<int64_t>(max_new_, q.output_tokens)));
+      if (!mech::admit(r, q, [&](const Request&) { return reserve; })) break;
       q.reserved_tokens = static_cast<int32_t>(reserve);
-      r.waiting.pop_front();
-      q.state = ReqState::Running;
-      r.running.push_back(q.id);
     }
     for (uint32_t id : r.running) {
       const Request& q = r.req(id);

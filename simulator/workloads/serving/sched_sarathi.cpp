@@ -37,12 +37,9 @@ class SarathiScheduler final : public Scheduler {
       }
       while (budget > 0 && !r.waiting.empty() && r.running.size() < max_seqs_) {
         Request& q = r.req(r.waiting.front());
-        mech::claim_cache(r, q);
-        const int32_t chunk = static_cast<int32_t>(std::min<int64_t>(q.length() - q.computed, budget));
-        if (!r.kv.grow_to(q, q.computed + chunk, /*admission=*/true)) break;
-        r.waiting.pop_front();
-        q.state = ReqState::Running;
-        r.running.push_back(q.id);
+        auto chunk_of = [&](const Request& x) { return std::min<int64_t>(x.length() - x.computed, budget); };
+        if (!mech::admit(r, q, [&](const Request& x) { return x.computed + chunk_of(x); })) break;
+        const int32_t chunk = static_cast<int32_t>(chunk_of(q));
         mech::add(out, q, chunk);
         budget -= chunk;
       }

@@ -27,12 +27,8 @@ class StaticScheduler final : public Scheduler {
       if (!full && !waited) return;
       while (!r.waiting.empty() && members_.size() < batch_size_) {
         Request& q = r.req(r.waiting.front());
-        mech::claim_cache(r, q);
         // The whole sequence is reserved up front: nothing is preempted mid-batch.
-        if (!r.kv.grow_to(q, q.prompt_len() + q.output_tokens, /*admission=*/true)) break;
-        r.waiting.pop_front();
-        q.state = ReqState::Running;
-        r.running.push_back(q.id);
+        if (!mech::admit(r, q, [](const Request& x) { return static_cast<int64_t>(x.prompt_len()) + x.output_tokens; })) break;
         members_.push_back(q.id);
       }
       if (members_.empty()) return;
@@ -48,9 +44,10 @@ class StaticScheduler final : public Scheduler {
       }
     }
   }
-  int64_t wake_at(const Replica& r, int64_t) const override {
+  int64_t wake_at(const Replica& r, int64_t now_ns) const override {
     if (!members_.empty() || r.waiting.empty()) return -1;
-    return (*r.reqs)[r.waiting.front()].arrival_ns + max_wait_ns_;
+    const int64_t at = (*r.reqs)[r.waiting.front()].arrival_ns + max_wait_ns_;
+    return at > now_ns ? at : -1;  // already due: the next completion or arrival retries
   }
   int64_t max_tokens_per_iteration() const override { return static_cast<int64_t>(batch_size_) * 4096; }
 

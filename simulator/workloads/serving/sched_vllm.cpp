@@ -20,13 +20,12 @@ class VllmScheduler final : public Scheduler {
       int64_t tokens = 0;
       while (!r.waiting.empty() && r.running.size() < max_seqs_) {
         Request& q = r.req(r.waiting.front());
-        mech::claim_cache(r, q);
+        const bool ok = mech::admit(r, q, [&](const Request& x) -> int64_t {
+          const int64_t n = x.length() - x.computed;
+          return tokens > 0 && tokens + n > max_tokens_ ? -1 : x.length();
+        });
+        if (!ok) break;
         const int32_t n = q.length() - q.computed;
-        if (tokens > 0 && tokens + n > max_tokens_) break;
-        if (!r.kv.grow_to(q, q.length(), /*admission=*/true)) break;
-        r.waiting.pop_front();
-        q.state = ReqState::Running;
-        r.running.push_back(q.id);
         mech::add(out, q, n);
         tokens += n;
       }

@@ -55,8 +55,31 @@ using SchedulerFactory = std::function<std::unique_ptr<Scheduler>(const Params&)
 
 // Shared mechanics used by the policies.
 namespace mech {
-// On a request's first admission: take over its conversation's resident KV, if any.
-void claim_cache(Replica& r, Request& q);
+// Admits the request at the head of the waiting queue if its KV can grow to want(q) tokens
+// (want returns -1 to refuse, e.g. over a token budget). A first admission takes over the
+// conversation's resident cache before `want` is asked; the claim is undone if admission
+// fails, so a waiting request never pins blocks.
+template <class Want>
+bool admit(Replica& r, Request& q, Want want) {
+  int64_t claimed = 0;
+  if (r.reuse && q.first_scheduled_ns < 0 && q.computed == 0 && q.blocks == 0 && q.history_tokens > 0 &&
+      !q.history_truncated) {
+    claimed = r.kv.claim(q, q.history_tokens);
+    q.computed = q.cached_tokens = static_cast<int32_t>(claimed);
+  }
+  const int64_t target = want(static_cast<const Request&>(q));
+  if (target >= 0 && r.kv.grow_to(q, target, /*admission=*/true)) {
+    r.waiting.pop_front();
+    q.state = ReqState::Running;
+    r.running.push_back(q.id);
+    return true;
+  }
+  if (claimed > 0) {
+    r.kv.restore(q, claimed);
+    q.computed = q.cached_tokens = 0;
+  }
+  return false;
+}
 // Preempts `victim` (recompute: drop its KV and requeue at the front; swap: copy its KV to
 // host over the host link, charging the time to `batch`). Removes it from `running`.
 void preempt(Replica& r, uint32_t victim, Batch& batch);

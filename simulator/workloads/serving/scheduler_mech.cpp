@@ -4,14 +4,6 @@
 
 namespace sluice::serving::mech {
 
-void claim_cache(Replica& r, Request& q) {
-  if (!r.reuse || q.first_scheduled_ns >= 0 || q.computed > 0 || q.history_tokens == 0) return;
-  // At least one prompt token is always computed so the first output token can be sampled.
-  const int64_t got = r.kv.claim(q, q.prompt_len() - 1);
-  q.cached_tokens = static_cast<int32_t>(got);
-  q.computed = static_cast<int32_t>(got);
-}
-
 void add(Batch& b, const Request& q, int32_t new_tokens) {
   b.entries.push_back(BatchEntry{q.id, new_tokens, q.computed});
   if (q.in_prefill()) ++b.prefill_entries;

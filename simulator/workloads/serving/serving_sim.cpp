@@ -10,6 +10,12 @@
 
 namespace sluice::serving {
 
+double kv_bytes_per_token_per_gpu(const ServingConfig& cfg) {
+  const ModelSpec& m = cfg.model;
+  const int kv_heads_per_gpu = std::max(1, m.kv_heads / cfg.tensor_parallel);
+  return 2.0 * (m.layers / cfg.pipeline_parallel) * kv_heads_per_gpu * m.head_dim * m.dtype_bytes;
+}
+
 MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_per_iteration) {
   MemoryPlan m;
   const int shards = cfg.tensor_parallel * cfg.pipeline_parallel;
@@ -19,7 +25,8 @@ MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_
   // 16k tokens (beyond that frameworks chunk the work rather than reserve more).
   m.activation_per_gpu = cfg.model.activation_bytes(std::min<int64_t>(max_tokens_per_iteration, 16384)) / cfg.tensor_parallel;
   m.kv_per_gpu = m.capacity_per_gpu - m.weights_per_gpu - m.activation_per_gpu;
-  const double kv_per_token_per_gpu = cfg.model.kv_bytes_per_token() / shards;
+  (void)shards;
+  const double kv_per_token_per_gpu = kv_bytes_per_token_per_gpu(cfg);
   if (m.kv_per_gpu <= kv_per_token_per_gpu * cfg.block_size)
     throw std::runtime_error(fmt::format(
         "{} does not fit on {} × tp={} pp={}: each GPU needs {} of weights + {} of activations + KV cache, "
@@ -30,13 +37,15 @@ MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_
         cfg.gpu_memory_utilization, format_bytes(m.weights_per_gpu + m.activation_per_gpu + kv_per_token_per_gpu * cfg.block_size - m.capacity_per_gpu)));
   m.kv_tokens_per_replica = static_cast<int64_t>(std::floor(m.kv_per_gpu / kv_per_token_per_gpu));
   m.blocks_per_replica = m.kv_tokens_per_replica / cfg.block_size;
-  // As vLLM does: a replica must hold at least one sequence of the model's full context.
-  if (m.blocks_per_replica * cfg.block_size < cfg.model.max_context)
+  // As vLLM does: a replica must hold at least one sequence of the model's full context,
+  // beyond the blocks kept free at admission (the watermark).
+  const int64_t admissible = m.blocks_per_replica - static_cast<int64_t>(std::floor(cfg.watermark * static_cast<double>(m.blocks_per_replica)));
+  if (admissible * cfg.block_size < cfg.model.max_context)
     throw std::runtime_error(fmt::format(
         "the KV cache of a replica holds {} tokens ({} per GPU after {} of weights and {} of activations), fewer than "
         "one sequence of {}'s context of {} tokens ({} of KV needed per replica); give the server more memory or "
         "parallelism, or lower the model's max_context",
-        m.blocks_per_replica * cfg.block_size, format_bytes(m.kv_per_gpu), format_bytes(m.weights_per_gpu),
+        admissible * cfg.block_size, format_bytes(m.kv_per_gpu), format_bytes(m.weights_per_gpu),
         format_bytes(m.activation_per_gpu), cfg.model.name, cfg.model.max_context,
         format_bytes(cfg.model.kv_bytes_per_token() * cfg.model.max_context)));
   return m;
@@ -64,9 +73,9 @@ ServingSim::ServingSim(ServingConfig cfg, uint64_t seed, TraceWriter* trace)
     r->index = i;
     r->reqs = &reqs_;
     r->preemption = cfg_.preemption;
-    r->kv_bytes_per_token = cfg_.model.kv_bytes_per_token();
+    r->kv_bytes_per_token = kv_bytes_per_token_per_gpu(cfg_) * shards;  // over all the replica's GPUs
     r->swap_Bps = cfg_.hardware.pcie_Bps * shards;
-    r->swap_capacity_tokens = static_cast<int64_t>(cfg_.swap_space_bytes / cfg_.model.kv_bytes_per_token());
+    r->swap_capacity_tokens = static_cast<int64_t>(cfg_.swap_space_bytes / r->kv_bytes_per_token);
     replicas_.push_back(std::move(r));
     schedulers_.push_back(cfg_.make_scheduler());
   }
@@ -98,8 +107,16 @@ void ServingSim::run(const std::function<void(double)>& progress) {
   }
   if (cfg_.sample_interval_ns > 0) engine_.schedule_at(SimTime::zero(), Priority::Stats, this, kSample);
   engine_.run(cfg_.max_sim_time_ns > 0 ? SimTime::ns(cfg_.max_sim_time_ns) : SimTime::max());
-  truncated_ = completed_ < total_;
-  for (int i = 0; i < cfg_.replicas; ++i) account_kv(i, engine_.now().count_ns());
+  truncated_ = completed_ < total_ && engine_.pending() > 0;
+  if (completed_ < total_ && !truncated_) {
+    int64_t waiting = 0, running = 0;
+    for (const auto& r : replicas_) { waiting += static_cast<int64_t>(r->waiting.size() + r->swapped.size()); running += static_cast<int64_t>(r->running.size()); }
+    throw std::runtime_error(fmt::format("the simulation stalled at {}: {} of {} requests completed, {} waiting and {} running "
+                                         "can make no progress (please report this scenario)",
+                                         engine_.now().str(), completed_, total_, waiting, running));
+  }
+  if (truncated_) last_activity_ns_ = std::max(last_activity_ns_, engine_.now().count_ns());
+  for (int i = 0; i < cfg_.replicas; ++i) account_kv(i, last_activity_ns_);
 }
 
 // Fetches the next conversation from the source; open-loop sources chain their arrivals.
@@ -128,6 +145,7 @@ uint32_t ServingSim::make_request(uint32_t conv, int turn, int64_t arrival_ns, i
   q.output_tokens = spec.output_tokens;
   // Later turns resend the history; keep it within the model's context (oldest dropped).
   q.history_tokens = std::max(0, std::min(history, cfg_.model.max_context - spec.input_tokens - spec.output_tokens));
+  q.history_truncated = q.history_tokens < history;
   if (reqs_.size() == reqs_.capacity()) throw std::logic_error("internal: more requests than the workload announced");
   reqs_.push_back(q);
   engine_.schedule_at(SimTime::ns(arrival_ns), Priority::Arrival, this, kArrival, q.id);
@@ -160,7 +178,8 @@ void ServingSim::on_event(Engine& e, uint32_t kind, uint32_t arg) {
       break;
     case kSample:
       sample();
-      if (completed_ < total_) e.schedule_in(SimTime::ns(cfg_.sample_interval_ns), Priority::Stats, this, kSample);
+      // Sampling alone must not keep a finished (or stuck) simulation alive.
+      if (completed_ < total_ && e.pending() > 0) e.schedule_in(SimTime::ns(cfg_.sample_interval_ns), Priority::Stats, this, kSample);
       break;
   }
 }
@@ -169,6 +188,16 @@ void ServingSim::on_arrival(uint32_t id) {
   Request& q = reqs_[id];
   if (first_arrival_ns_ < 0) first_arrival_ns_ = q.arrival_ns;
   q.replica = cfg_.router->route(q, replicas_);
+  const auto& kv = replicas_[q.replica]->kv;
+  if (q.prompt_len() + q.output_tokens > kv.admissible_blocks() * kv.block_size()) {
+    // Longer than a replica can ever hold: ignored, as vLLM does, and counted.
+    q.rejected = true;
+    q.state = ReqState::Done;
+    ++rejected_;
+    ++completed_;
+    next_for_client(q, engine_.now().count_ns());
+    return;
+  }
   q.state = ReqState::Waiting;
   replicas_[q.replica]->waiting.push_back(id);
   request_schedule(q.replica);
@@ -243,6 +272,7 @@ void ServingSim::try_start(int ri) {
     trace_->counter(1, fmt::format("replica {} batch", ri), now, "sequences", static_cast<double>(b.entries.size()));
   }
   engine_.schedule_at(SimTime::ns(now + dur_ns), Priority::Compute, this, kIterationEnd, static_cast<uint32_t>(ri));
+  last_activity_ns_ = std::max(last_activity_ns_, now + dur_ns);
 }
 
 void ServingSim::on_iteration_end(int ri) {
@@ -287,6 +317,7 @@ void ServingSim::finish(Request& q, int64_t delivered_ns) {
   r.kv.retain(q, q.computed);
   ++completed_;
   last_delivery_ns_ = std::max(last_delivery_ns_, delivered_ns);
+  last_activity_ns_ = std::max(last_activity_ns_, delivered_ns);
   if (trace_ && trace_->enabled() && static_cast<int>(q.id) < cfg_.trace_max_requests) {
     const int tid = static_cast<int>(q.id);
     trace_->name_thread(2, tid, fmt::format("request {}", q.id));
@@ -297,7 +328,11 @@ void ServingSim::finish(Request& q, int64_t delivered_ns) {
                      Json{{"output", q.output_tokens}, {"preemptions", q.preemptions}});
   }
   if (progress_ && (completed_ % 1024 == 0)) progress_(static_cast<double>(completed_) / static_cast<double>(total_));
-  // The client sees the answer at delivery; its next turn (or next conversation) follows.
+  next_for_client(q, delivered_ns);
+}
+
+// The client sees the answer at `delivered_ns`; its next turn (or next conversation) follows.
+void ServingSim::next_for_client(const Request& q, int64_t delivered_ns) {
   const auto& conv = convs_[q.conversation];
   const int next_turn = q.turn + 1;
   if (next_turn < static_cast<int>(conv.turns.size())) {

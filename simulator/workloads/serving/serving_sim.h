@@ -19,6 +19,12 @@
 namespace sluice::serving {
 
 // Per-GPU memory of a deployment and the KV capacity it leaves.
+struct ServingConfig;
+
+// KV bytes one GPU holds per token: its pipeline stage's layers and its share of the KV heads
+// (heads are replicated, not split, when tensor parallelism exceeds the KV head count).
+double kv_bytes_per_token_per_gpu(const ServingConfig& cfg);
+
 struct MemoryPlan {
   double capacity_per_gpu = 0;    // HBM × gpu_memory_utilization
   double weights_per_gpu = 0;
@@ -93,10 +99,11 @@ class ServingSim final : public EventHandler {
   const MemoryPlan& memory() const { return mem_; }
   const ServingConfig& config() const { return cfg_; }
   int64_t completed() const { return completed_; }
+  int64_t rejected() const { return rejected_; }
   int64_t first_arrival_ns() const { return first_arrival_ns_; }
   int64_t last_delivery_ns() const { return last_delivery_ns_; }
   uint64_t events() const { return engine_.events_processed(); }
-  int64_t end_ns() const { return engine_.now().count_ns(); }
+  int64_t end_ns() const { return last_activity_ns_; }  // last iteration end or token delivery
   bool truncated() const { return truncated_; }
 
  private:
@@ -110,6 +117,7 @@ class ServingSim final : public EventHandler {
   void request_schedule(int replica);
   void on_iteration_end(int replica);
   void finish(Request& q, int64_t delivered_ns);
+  void next_for_client(const Request& q, int64_t at_ns);
   void sample();
   void account_kv(int replica, int64_t now_ns);
 
@@ -131,7 +139,8 @@ class ServingSim final : public EventHandler {
   LogHistogram gaps_;
   RngStream think_rng_;
   TraceWriter* trace_;
-  int64_t completed_ = 0, total_ = 0;
+  int64_t completed_ = 0, total_ = 0, rejected_ = 0;
+  int64_t last_activity_ns_ = 0;
   int64_t first_arrival_ns_ = -1, last_delivery_ns_ = 0;
   int64_t trace_iterations_ = 0;
   bool truncated_ = false;

@@ -13,11 +13,12 @@
 namespace sluice::serving {
 
 int32_t llmperf_length(RngStream& rng, double mean, double sd) {
-  for (;;) {
+  for (int tries = 0; tries < 1'000'000; ++tries) {
     const double g = rng.gauss(mean, sd);
     const double t = std::trunc(g);  // Python's int() truncates toward zero
     if (t > 0 && t < 2e9) return static_cast<int32_t>(t);
   }
+  throw std::runtime_error(fmt::format("a length of mean {} and sd {} almost never draws a positive integer", mean, sd));
 }
 
 double TokenizerTable::ratio(const std::string& from, const std::string& to, const Origin& at, const std::string& path) {
@@ -161,6 +162,8 @@ class TraceSource final : public WorkloadSource {
     };
     while (std::getline(in, line)) {
       ++ln;
+      // Tolerate CRLF files and padded cells.
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
       if (line.empty() || line[0] == '#') continue;
       Row r{0, 0, 0, "", ln};
       if (jsonl) {
@@ -175,7 +178,10 @@ class TraceSource final : public WorkloadSource {
         std::vector<std::string> cells;
         std::stringstream ss(line);
         std::string cell;
-        while (std::getline(ss, cell, ',')) cells.push_back(cell);
+        while (std::getline(ss, cell, ',')) {
+          const auto b = cell.find_first_not_of(" \t\r"), e = cell.find_last_not_of(" \t\r");
+          cells.push_back(b == std::string::npos ? std::string() : cell.substr(b, e - b + 1));
+        }
         if (header.empty()) {
           header = cells;
           continue;
@@ -241,7 +247,7 @@ class TraceSource final : public WorkloadSource {
 void register_workloads(Registry& reg) {
   auto lengths = [](const char* mean, const char* sd) {
     auto s = std::make_shared<Schema>();
-    s->add("mean", ParamType::Real, "mean length in tokens").def(mean).positive();
+    s->add("mean", ParamType::Real, "mean length in tokens").def(mean).range(1, 1e7);
     s->add("sd", ParamType::Real, "standard deviation in tokens (0: fixed length)").def(sd).nonneg();
     return s;
   };
