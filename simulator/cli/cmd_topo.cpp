@@ -1,4 +1,77 @@
+// `sluice topo NAME`: describe a catalog topology (counts, diameter, bisection, capex) and
+// write it as a Graphviz DOT file.
+#include <chrono>
+#include <iostream>
+#include <map>
+
+#include <fmt/format.h>
+
 #include "cli/commands.h"
+#include "config/scenario.h"
+#include "network/generators.h"
+#include "recorder/recorder.h"
+
 namespace sluice::cli {
-void add_topo(CLI::App&, CliContext&) {}
+
+void add_topo(CLI::App& app, CliContext& ctx) {
+  auto* cmd = app.add_subcommand("topo", "Describe a topology from topologies/: counts, diameter, bisection, capex; write a DOT file");
+  struct Opts {
+    std::string name, dot;
+    std::vector<std::string> sets;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("name", o->name, "catalog topology, e.g. tpu-v4-pod-ocs (see topologies/)")->required();
+  cmd->add_option("--dot", o->dot, "Graphviz file to write (default <name>.dot in the current directory)");
+  cmd->add_option("--set", o->sets, "override a generator parameter, e.g. --set servers=64")->take_all();
+  cmd->callback([o, &ctx] {
+    ctx.action = [o, &ctx]() -> int {
+      using namespace sluice::net;
+      Node spec;
+      spec.kind = Node::Kind::Map;
+      spec.origin = Origin{"(command line)", 0, 0};
+      spec.set("catalog", Node::scalar_node(o->name, spec.origin), spec.origin);
+      for (const auto& s : o->sets) apply_override(spec, s);
+      const Topology t = load_topology(spec, ctx.registry, "topology");
+      int devices = 0, switches = 0, hosts = 0, ocs = 0;
+      for (int v = 0; v < t.node_count(); ++v) switch (t.node(v).kind) {
+          case NodeKind::Device: ++devices; break;
+          case NodeKind::Switch: ++switches; break;
+          case NodeKind::Host: ++hosts; break;
+          case NodeKind::Ocs: ++ocs; break;
+        }
+      std::map<std::string, std::pair<int, double>> by_label;
+      int optical = 0;
+      for (int e = 0; e < t.link_count(); e += 2) {
+        auto& x = by_label[t.link(e).label.empty() ? "link" : t.link(e).label];
+        ++x.first;
+        x.second = t.link(e).bandwidth_Bps;
+        optical += t.link(e).optical;
+      }
+      std::cout << fmt::format("topology {} ({})\n", t.name(), t.family);
+      std::cout << fmt::format("  devices {}   switches {}   hosts {}   OCS {}\n", devices, switches, hosts, ocs);
+      std::cout << fmt::format("  links {} full-duplex ({} optical):", t.link_count() / 2, optical);
+      for (const auto& [l, x] : by_label) std::cout << fmt::format(" {} x{} @ {}/dir;", l, x.first, format_bandwidth(x.second));
+      std::cout << "\n";
+      if (t.torus)
+        std::cout << fmt::format("  torus {}x{}x{}{}{}\n", t.torus->dims[0], t.torus->dims[1], t.torus->dims[2], t.torus->twisted ? " twisted" : "",
+                                 t.torus->wrap ? "" : " (mesh)");
+      std::cout << fmt::format("  diameter {} hops (BFS between devices{})\n", diameter_hops(t), t.torus ? ", from one device: a torus is vertex-transitive" : "");
+      const Bisection b = bisection_bandwidth(t);
+      std::cout << fmt::format("  bisection {} one way ({})\n", format_bandwidth(b.bandwidth_Bps), b.method);
+      const Capex c = capex(t);
+      std::cout << fmt::format("  capex ${:.2f}M: devices ${:.2f}M, switches ${:.2f}M, hosts ${:.2f}M, OCS ${:.2f}M, electrical links ${:.2f}M, optics ${:.2f}M, other ${:.2f}M\n",
+                               c.total_usd() / 1e6, c.devices_usd / 1e6, c.switches_usd / 1e6, c.hosts_usd / 1e6, c.ocs_usd / 1e6,
+                               c.electrical_links_usd / 1e6, c.optical_links_usd / 1e6, c.extra_usd / 1e6);
+      for (const auto& x : t.extra_capex)
+        std::cout << fmt::format("    other: {} x {} at ${:.0f}\n", x.name, x.count, x.unit_usd);
+      if (c.total_usd() > 0 && (c.ocs_usd + c.optical_links_usd) > 0)
+        std::cout << fmt::format("  OCS + optics share of capex: {:.1f}%\n", 100 * (c.ocs_usd + c.optical_links_usd) / c.total_usd());
+      const std::string dot = o->dot.empty() ? t.name() + ".dot" : o->dot;
+      write_file_atomically(dot, to_dot(t));
+      std::cout << fmt::format("  wrote {}\n", dot);
+      return 0;
+    };
+  });
+}
+
 }  // namespace sluice::cli

@@ -1,0 +1,305 @@
+#include "network/collective.h"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace sluice::net {
+
+namespace {
+struct NameOf {
+  CollectiveKind k;
+  const char* n;
+};
+constexpr NameOf kNames[] = {
+    {CollectiveKind::AllReduceRing, "allreduce-ring"},   {CollectiveKind::AllReduceTree, "allreduce-tree"},
+    {CollectiveKind::AllReduceHierarchical, "allreduce-hierarchical"}, {CollectiveKind::AllGather, "allgather"},
+    {CollectiveKind::ReduceScatter, "reducescatter"},    {CollectiveKind::AllToAll, "alltoall"},
+    {CollectiveKind::SendRecv, "sendrecv"},
+};
+// Tag layout: op index (20 bits) | from position (22 bits) | info (22 bits).
+uint64_t make_tag(size_t op, int from, uint64_t info) {
+  return (static_cast<uint64_t>(op) << 44) | (static_cast<uint64_t>(from) << 22) | (info & 0x3FFFFF);
+}
+}  // namespace
+
+const char* collective_name(CollectiveKind k) {
+  for (const auto& x : kNames)
+    if (x.k == k) return x.n;
+  return "?";
+}
+std::optional<CollectiveKind> parse_collective(const std::string& name) {
+  for (const auto& x : kNames)
+    if (name == x.n) return x.k;
+  return std::nullopt;
+}
+std::vector<std::string> collective_names() {
+  std::vector<std::string> v;
+  for (const auto& x : kNames) v.emplace_back(x.n);
+  return v;
+}
+
+Collective::Collective(FlowSim& sim, CollectiveKind kind, std::vector<int> devices, double bytes, CollectiveOptions opt)
+    : sim_(sim), kind_(kind), devices_(std::move(devices)), bytes_(bytes), opt_(opt) {
+  if (devices_.empty()) throw std::invalid_argument("a collective needs at least one device");
+  if (devices_.size() >= (1u << 22)) throw std::invalid_argument("a collective over more than 4M devices");
+  if (kind_ == CollectiveKind::SendRecv && devices_.size() != 2)
+    throw std::invalid_argument(fmt::format("send/recv needs exactly 2 devices, got {}", devices_.size()));
+  if (opt_.chunks < 1 || opt_.paths < 1) throw std::invalid_argument("chunks and paths must be at least 1");
+  plan();
+}
+
+void Collective::plan() {
+  const int n = static_cast<int>(devices_.size());
+  auto ring = [&](std::vector<int> dev, double chunk, int steps) {
+    Op o{Op::Ring, std::move(dev)};
+    o.chunk_bytes = chunk;
+    o.steps = steps;
+    return o;
+  };
+  switch (kind_) {
+    case CollectiveKind::AllReduceRing:
+      phases_.push_back({ring(devices_, bytes_ / n, 2 * (n - 1))});
+      break;
+    case CollectiveKind::AllGather:
+    case CollectiveKind::ReduceScatter:
+      phases_.push_back({ring(devices_, bytes_ / n, n - 1)});
+      break;
+    case CollectiveKind::AllToAll: {
+      Op o{Op::AllToAll, devices_};
+      o.chunk_bytes = bytes_ / n / opt_.paths;
+      phases_.push_back({o});
+      break;
+    }
+    case CollectiveKind::SendRecv: {
+      Op o{Op::Send, devices_};
+      o.chunk_bytes = bytes_;
+      phases_.push_back({o});
+      break;
+    }
+    case CollectiveKind::AllReduceTree: {
+      Op o{Op::Tree, devices_};
+      o.chunks = opt_.chunks;
+      o.chunk_bytes = bytes_ / opt_.chunks;
+      phases_.push_back({o});
+      break;
+    }
+    case CollectiveKind::AllReduceHierarchical: {
+      int g = opt_.group_size;
+      if (g <= 0) {  // consecutive devices of one server or cube
+        const int first = sim_.topology().node(devices_[0]).group;
+        g = 1;
+        while (g < n && first >= 0 && sim_.topology().node(devices_[static_cast<size_t>(g)]).group == first) ++g;
+      }
+      if (n % g != 0)
+        throw std::invalid_argument(fmt::format("hierarchical all-reduce: {} devices do not split into groups of {}", n, g));
+      const int groups = n / g;
+      std::vector<Op> intra_rs, inter, intra_ag;
+      for (int k = 0; k < groups; ++k) {
+        std::vector<int> d(devices_.begin() + k * g, devices_.begin() + (k + 1) * g);
+        intra_rs.push_back(ring(d, bytes_ / g, g - 1));
+        intra_ag.push_back(ring(d, bytes_ / g, g - 1));
+      }
+      for (int r = 0; r < g; ++r) {
+        std::vector<int> d;
+        for (int k = 0; k < groups; ++k) d.push_back(devices_[static_cast<size_t>(k * g + r)]);
+        inter.push_back(ring(d, bytes_ / g / groups, 2 * (groups - 1)));
+      }
+      phases_.push_back(std::move(intra_rs));
+      phases_.push_back(std::move(inter));
+      phases_.push_back(std::move(intra_ag));
+      break;
+    }
+  }
+}
+
+void Collective::start(std::function<void(Engine&)> on_done) {
+  on_done_ = std::move(on_done);
+  started_at_ = sim_.engine().now();
+  phase_ = 0;
+  start_phase(sim_.engine());
+}
+
+void Collective::start_phase(Engine& e) {
+  while (phase_ < phases_.size()) {
+    auto& ops = phases_[phase_];
+    ops_left_ = ops.size();
+    for (size_t oi = 0; oi < ops.size(); ++oi) start_op(oi);
+    if (ops_left_ > 0) return;
+    ++phase_;  // every op of this phase was empty
+  }
+  finished_ = true;
+  finished_at_ = e.now();
+  if (on_done_) on_done_(e);
+}
+
+void Collective::send(size_t oi, int from_pos, int to_pos, double bytes, uint64_t info, uint64_t salt) {
+  Op& o = phases_[phase_][oi];
+  ++o.pending;
+  ++flows_;
+  sim_.start(o.dev[static_cast<size_t>(from_pos)], o.dev[static_cast<size_t>(to_pos)], bytes, this, make_tag(oi, from_pos, info),
+             route_hash(opt_.salt, static_cast<uint64_t>(from_pos), salt));
+}
+
+void Collective::start_op(size_t oi) {
+  Op& o = phases_[phase_][oi];
+  const int n = static_cast<int>(o.dev.size());
+  const bool empty = n < 2 || (o.type == Op::Ring && o.steps <= 0);
+  if (empty) {
+    --ops_left_;
+    return;
+  }
+  switch (o.type) {
+    case Op::Ring:
+      for (int i = 0; i < n; ++i) send(oi, i, (i + 1) % n, o.chunk_bytes, 0, 0);
+      break;
+    case Op::AllToAll:
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < n; ++j)
+          if (i != j)
+            for (int p = 0; p < opt_.paths; ++p) send(oi, i, j, o.chunk_bytes, static_cast<uint64_t>(j), static_cast<uint64_t>(j) * 131 + static_cast<uint64_t>(p));
+      break;
+    case Op::Send:
+      send(oi, 0, 1, o.chunk_bytes, 0, 0);
+      break;
+    case Op::Tree:
+      o.recv.assign(static_cast<size_t>(n * o.chunks), 0);
+      o.have.assign(static_cast<size_t>(n * o.chunks), 0);
+      o.next_up.assign(static_cast<size_t>(n), 0);
+      o.busy_up.assign(static_cast<size_t>(n), 0);
+      o.next_down.assign(static_cast<size_t>(2 * n), 0);
+      o.busy_down.assign(static_cast<size_t>(2 * n), 0);
+      for (int p = n - 1; p >= 1; --p) tree_try_up(oi, p);
+      break;
+  }
+}
+
+// Tree all-reduce: a binary tree over positions (children of p: 2p+1, 2p+2). A node sends
+// chunk c up once it holds the reduced chunk from all its children, one chunk at a time;
+// the root broadcasts each reduced chunk down, and every node forwards what it receives.
+void Collective::tree_try_up(size_t oi, int p) {
+  Op& o = phases_[phase_][oi];
+  const int n = static_cast<int>(o.dev.size());
+  if (p == 0 || o.busy_up[static_cast<size_t>(p)] || o.next_up[static_cast<size_t>(p)] >= o.chunks) return;
+  const int c = o.next_up[static_cast<size_t>(p)];
+  const int kids = (2 * p + 1 < n) + (2 * p + 2 < n);
+  if (o.recv[static_cast<size_t>(p * o.chunks + c)] < kids) return;
+  o.busy_up[static_cast<size_t>(p)] = 1;
+  ++o.next_up[static_cast<size_t>(p)];
+  send(oi, p, (p - 1) / 2, o.chunk_bytes, static_cast<uint64_t>(c) << 2, static_cast<uint64_t>(c));
+}
+
+void Collective::tree_try_down(size_t oi, int p, int k) {
+  Op& o = phases_[phase_][oi];
+  const int n = static_cast<int>(o.dev.size());
+  const int child = 2 * p + 1 + k;
+  const size_t slot = static_cast<size_t>(2 * p + k);
+  if (child >= n || o.busy_down[slot] || o.next_down[slot] >= o.chunks) return;
+  const int c = o.next_down[slot];
+  if (!o.have[static_cast<size_t>(p * o.chunks + c)]) return;
+  o.busy_down[slot] = 1;
+  ++o.next_down[slot];
+  send(oi, p, child, o.chunk_bytes, (static_cast<uint64_t>(c) << 2) | 2u | static_cast<uint64_t>(k), static_cast<uint64_t>(c));
+}
+
+void Collective::on_flow_done(Engine& e, uint64_t tag) {
+  const size_t oi = static_cast<size_t>(tag >> 44);
+  const int from = static_cast<int>((tag >> 22) & 0x3FFFFF);
+  const uint64_t info = tag & 0x3FFFFF;
+  Op& o = phases_[phase_][oi];
+  --o.pending;
+  const int n = static_cast<int>(o.dev.size());
+  bool done = false;
+  switch (o.type) {
+    case Op::Ring: {
+      // Step k arrived at the next device, which forwards step k+1.
+      const int to = (from + 1) % n;
+      const int k = static_cast<int>(info);
+      if (k + 1 < o.steps) {
+        ++o.pending;
+        ++flows_;
+        sim_.start(o.dev[static_cast<size_t>(to)], o.dev[static_cast<size_t>((to + 1) % n)], o.chunk_bytes, this,
+                   make_tag(oi, to, static_cast<uint64_t>(k + 1)), route_hash(opt_.salt, static_cast<uint64_t>(to), 0));
+      }
+      done = o.pending == 0;
+      break;
+    }
+    case Op::AllToAll:
+    case Op::Send:
+      done = o.pending == 0;
+      break;
+    case Op::Tree: {
+      const int c = static_cast<int>(info >> 2);
+      if (!(info & 2u)) {  // up: from -> parent
+        const int parent = (from - 1) / 2;
+        o.busy_up[static_cast<size_t>(from)] = 0;
+        ++o.recv[static_cast<size_t>(parent * o.chunks + c)];
+        const int kids = (2 * parent + 1 < n) + (2 * parent + 2 < n);
+        if (parent == 0 && o.recv[static_cast<size_t>(c)] == kids) {
+          o.have[static_cast<size_t>(c)] = 1;
+          tree_try_down(oi, 0, 0);
+          tree_try_down(oi, 0, 1);
+        }
+        tree_try_up(oi, from);
+        tree_try_up(oi, parent);
+      } else {  // down: from -> child k
+        const int k = static_cast<int>(info & 1u);
+        const int child = 2 * from + 1 + k;
+        o.busy_down[static_cast<size_t>(2 * from + k)] = 0;
+        o.have[static_cast<size_t>(child * o.chunks + c)] = 1;
+        tree_try_down(oi, from, k);
+        tree_try_down(oi, child, 0);
+        tree_try_down(oi, child, 1);
+      }
+      done = o.pending == 0;
+      if (done) {  // every node must hold every chunk
+        for (int p = 1; p < n && done; ++p)
+          for (int cc = 0; cc < o.chunks; ++cc)
+            if (!o.have[static_cast<size_t>(p * o.chunks + cc)]) { done = false; break; }
+      }
+      break;
+    }
+  }
+  if (done) op_done(e);
+}
+
+void Collective::op_done(Engine& e) {
+  if (--ops_left_ > 0) return;
+  ++phase_;
+  start_phase(e);
+}
+
+SimTime collective_time(const Topology& topo, CollectiveKind kind, const std::vector<int>& devices, double bytes,
+                        CollectiveOptions opt, RoutePolicy policy, SimTime quantum) {
+  Engine engine(0);
+  Router router(topo, policy);
+  FlowSim sim(engine, topo, router);
+  sim.set_quantum(quantum);
+  Collective c(sim, kind, devices, bytes, opt);
+  c.start();
+  engine.run();
+  if (!c.finished()) throw std::logic_error(fmt::format("{} did not finish (a link with no capacity?)", collective_name(kind)));
+  return c.duration();
+}
+
+std::vector<int> ring_order(const Topology& topo) {
+  if (!topo.torus || topo.torus->twisted) return topo.devices();
+  const auto& ts = *topo.torus;
+  const int X = ts.dims[0], Y = ts.dims[1], Z = ts.dims[2];
+  std::vector<int> order;
+  order.reserve(static_cast<size_t>(X * Y * Z));
+  long row = 0;
+  for (int z = 0; z < Z; ++z) {
+    for (int yi = 0; yi < Y; ++yi) {
+      const int y = (z % 2 == 0) ? yi : Y - 1 - yi;
+      for (int xi = 0; xi < X; ++xi) {
+        const int x = (row % 2 == 0) ? xi : X - 1 - xi;
+        order.push_back(ts.node_at[static_cast<size_t>(ts.index(x, y, z))]);
+      }
+      ++row;
+    }
+  }
+  return order;
+}
+
+}  // namespace sluice::net

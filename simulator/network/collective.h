@@ -1,0 +1,84 @@
+// Collectives built from flows: ring, tree and hierarchical all-reduce, all-gather,
+// reduce-scatter, all-to-all, send/recv. A Collective runs on a shared FlowSim, so several
+// collectives (tensor-parallel inside servers, data-parallel across them) contend for links.
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "network/flow.h"
+
+namespace sluice::net {
+
+enum class CollectiveKind { AllReduceRing, AllReduceTree, AllReduceHierarchical, AllGather, ReduceScatter, AllToAll, SendRecv };
+const char* collective_name(CollectiveKind k);
+std::optional<CollectiveKind> parse_collective(const std::string& name);
+std::vector<std::string> collective_names();
+
+// Tuning of a collective's flow pattern.
+struct CollectiveOptions {
+  int group_size = 0;  // hierarchical: devices per group (0: consecutive devices of one server/cube)
+  int chunks = 1;      // tree: pipeline chunks
+  int paths = 1;       // all-to-all: each pair's bytes split over this many ECMP-salted flows
+  uint64_t salt = 0;   // spreads equal-cost routes between collectives
+};
+
+// One collective over `devices` (node ids) moving `bytes`: the per-device buffer for
+// all-reduce, reduce-scatter input, all-gather output and all-to-all (S/n to each peer);
+// the message size for send/recv (devices[0] -> devices[1]).
+class Collective final : public FlowSink {
+ public:
+  Collective(FlowSim& sim, CollectiveKind kind, std::vector<int> devices, double bytes, CollectiveOptions opt = {});
+  // Starts now; `on_done` runs when the last flow is delivered.
+  void start(std::function<void(Engine&)> on_done = {});
+  bool finished() const { return finished_; }
+  SimTime started_at() const { return started_at_; }
+  SimTime finished_at() const { return finished_at_; }
+  SimTime duration() const { return finished_at_ - started_at_; }
+  uint64_t flows_started() const { return flows_; }
+  void on_flow_done(Engine& engine, uint64_t tag) override;
+
+ private:
+  struct Op {  // one ring, tree, all-to-all or send within a phase
+    enum Type { Ring, Tree, AllToAll, Send } type;
+    std::vector<int> dev;
+    double chunk_bytes = 0;
+    int steps = 0;
+    // tree state
+    int chunks = 1;
+    std::vector<int> recv, next_up, next_down;  // recv[p*chunks+c], next_down[p*2+k]
+    std::vector<char> busy_up, busy_down, have;
+    uint64_t pending = 0;
+  };
+  void plan();
+  void start_phase(Engine& e);
+  void start_op(size_t oi);
+  void send(size_t oi, int from_pos, int to_pos, double bytes, uint64_t info, uint64_t salt);
+  void tree_try_up(size_t oi, int p);
+  void tree_try_down(size_t oi, int p, int k);
+  void op_done(Engine& e);
+
+  FlowSim& sim_;
+  CollectiveKind kind_;
+  std::vector<int> devices_;
+  double bytes_;
+  CollectiveOptions opt_;
+  std::vector<std::vector<Op>> phases_;
+  size_t phase_ = 0;
+  size_t ops_left_ = 0;
+  uint64_t flows_ = 0;
+  bool finished_ = false;
+  SimTime started_at_, finished_at_;
+  std::function<void(Engine&)> on_done_;
+};
+
+// Runs one collective alone on an idle topology and returns how long it takes.
+SimTime collective_time(const Topology& topo, CollectiveKind kind, const std::vector<int>& devices, double bytes,
+                        CollectiveOptions opt = {}, RoutePolicy policy = RoutePolicy::Auto, SimTime quantum = SimTime::zero());
+
+// A ring order of all devices that keeps ring neighbours adjacent: a boustrophedon snake on
+// a torus (closing through the wrap-around), the device list order elsewhere.
+std::vector<int> ring_order(const Topology& topo);
+
+}  // namespace sluice::net

@@ -1,0 +1,125 @@
+#include "network/routing.h"
+
+#include <cmath>
+#include <limits>
+
+#include <boost/graph/dijkstra_shortest_paths.hpp>
+#include <boost/property_map/function_property_map.hpp>
+#include <fmt/format.h>
+
+namespace sluice::net {
+
+Router::Router(const Topology& t, RoutePolicy policy) : t_(t) {
+  const bool regular_torus = t.torus && !t.torus->twisted;
+  if (policy == RoutePolicy::DimensionOrder && !regular_torus)
+    throw TopologyError(fmt::format("dimension-order routing needs a regular torus or mesh; '{}' is not one", t.name()));
+  dor_ = policy == RoutePolicy::DimensionOrder || (policy == RoutePolicy::Auto && regular_torus);
+  if (dor_) {
+    torus_link_.assign(static_cast<size_t>(t.node_count()) * 6, -1);
+    for (int e = 0; e < t.link_count(); ++e) {
+      const auto& l = t.link(e);
+      const auto& a = t.node(l.src).coord;
+      const auto& b = t.node(l.dst).coord;
+      for (int d = 0; d < t.torus->ndims; ++d) {
+        const int ext = t.torus->dims[static_cast<size_t>(d)];
+        if (a[static_cast<size_t>(d)] == b[static_cast<size_t>(d)]) continue;
+        const bool plus = (a[static_cast<size_t>(d)] + 1) % ext == b[static_cast<size_t>(d)];
+        auto& slot = torus_link_[static_cast<size_t>(l.src) * 6 + static_cast<size_t>(2 * d + (plus ? 0 : 1))];
+        if (slot < 0) slot = e;
+        if (ext == 2) {  // a 2-ring: the one link serves both directions
+          auto& other = torus_link_[static_cast<size_t>(l.src) * 6 + static_cast<size_t>(2 * d + 1)];
+          if (other < 0) other = e;
+        }
+      }
+    }
+  }
+}
+
+int32_t Router::weight(int link) const {
+  const auto& l = t_.link(link);
+  const bool host = t_.node(l.src).kind == NodeKind::Host || t_.node(l.dst).kind == NodeKind::Host;
+  // Hops first; among equal hop counts the faster links (NVLink before the NIC path inside
+  // a server); hosts only as endpoints; torn-down circuits only as a last resort.
+  if (!l.up) return 1 << 26;
+  if (host) return 1 << 20;
+  const double slow = std::min(512.0, 64.0 * 50e9 / l.bandwidth_Bps);
+  return 1024 + static_cast<int32_t>(std::lround(slow));
+}
+
+const std::vector<int32_t>& Router::dist_to(int dst) {
+  auto it = dist_.find(dst);
+  if (it != dist_.end()) return it->second;
+  const size_t n = static_cast<size_t>(t_.node_count());
+  std::vector<int32_t> dist(n, std::numeric_limits<int32_t>::max());
+  std::vector<int32_t> w(static_cast<size_t>(t_.link_count()));
+  for (int e = 0; e < t_.link_count(); ++e) w[static_cast<size_t>(e)] = weight(e);
+  const auto& g = t_.graph();
+  auto eidx = boost::get(boost::edge_index, g);
+  auto wmap = boost::make_function_property_map<Topology::Graph::edge_descriptor, int32_t>(
+      [&](const Topology::Graph::edge_descriptor& e) { return w[static_cast<size_t>(eidx[e])]; });
+  // Weights are symmetric, so distances from dst are distances to dst.
+  boost::dijkstra_shortest_paths(g, static_cast<size_t>(dst),
+                                 boost::weight_map(wmap).distance_map(boost::make_iterator_property_map(
+                                     dist.begin(), boost::get(boost::vertex_index, g))));
+  return dist_.emplace(dst, std::move(dist)).first->second;
+}
+
+void Router::route_dor(int src, int dst, uint64_t salt, std::vector<int>& out) const {
+  const auto& ts = *t_.torus;
+  std::array<int, 3> cur = t_.node(src).coord;
+  const auto& goal = t_.node(dst).coord;
+  int v = src;
+  for (int d = 0; d < ts.ndims; ++d) {
+    const int ext = ts.dims[static_cast<size_t>(d)];
+    int delta = ((goal[static_cast<size_t>(d)] - cur[static_cast<size_t>(d)]) % ext + ext) % ext;
+    if (delta == 0) continue;
+    bool plus;
+    if (!ts.wrap) plus = goal[static_cast<size_t>(d)] > cur[static_cast<size_t>(d)];
+    else if (2 * delta == ext) plus = ((salt >> d) & 1) == 0;  // both ways equal: split by salt
+    else plus = 2 * delta < ext;
+    int steps = plus ? delta : ext - delta;
+    if (!ts.wrap) steps = std::abs(goal[static_cast<size_t>(d)] - cur[static_cast<size_t>(d)]);
+    for (int s = 0; s < steps; ++s) {
+      const int e = torus_link_[static_cast<size_t>(v) * 6 + static_cast<size_t>(2 * d + (plus ? 0 : 1))];
+      if (e < 0) throw TopologyError(fmt::format("no {} link in dimension {} at '{}'", plus ? "+" : "-", "xyz"[d], t_.node(v).name));
+      out.push_back(e);
+      v = t_.link(e).dst;
+    }
+    cur = t_.node(v).coord;
+  }
+  if (v != dst) throw TopologyError(fmt::format("dimension-order route from '{}' ended at '{}' instead of '{}'", t_.node(src).name, t_.node(v).name, t_.node(dst).name));
+}
+
+void Router::route(int src, int dst, uint64_t salt, std::vector<int>& out) {
+  if (src == dst) return;
+  if (dor_) {
+    route_dor(src, dst, salt, out);
+    return;
+  }
+  const auto& dist = dist_to(dst);
+  if (dist[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max())
+    throw TopologyError(fmt::format("no route from '{}' to '{}'", t_.node(src).name, t_.node(dst).name));
+  int v = src;
+  int hop = 0;
+  while (v != dst) {
+    cand_.clear();
+    for (int e : t_.out_links(v)) {
+      const int w = t_.link(e).dst;
+      const int32_t dw = dist[static_cast<size_t>(w)];
+      if (dw != std::numeric_limits<int32_t>::max() && dw + weight(e) == dist[static_cast<size_t>(v)]) cand_.push_back(e);
+    }
+    const int e = cand_.size() == 1 ? cand_[0]
+                                    : cand_[static_cast<size_t>(route_hash(static_cast<uint64_t>(src) << 32 | static_cast<uint32_t>(dst), salt, static_cast<uint64_t>(hop)) % cand_.size())];
+    out.push_back(e);
+    v = t_.link(e).dst;
+    ++hop;
+  }
+}
+
+int64_t Router::latency_ns(const std::vector<int>& path) const {
+  int64_t s = 0;
+  for (int e : path) s += t_.link(e).latency_ns;
+  return s;
+}
+
+}  // namespace sluice::net

@@ -1,0 +1,54 @@
+// Routing: dimension-order on regular tori and meshes (shorter way round each ring), and
+// shortest paths elsewhere (Dijkstra on the Boost graph from the destination) with a
+// deterministic ECMP choice among equal-cost next hops. Hosts are never transit nodes.
+#pragma once
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "network/topology.h"
+
+namespace sluice::net {
+
+// How routes are chosen: auto picks dimension-order on regular tori, shortest path elsewhere.
+enum class RoutePolicy { Auto, ShortestPath, DimensionOrder };
+
+// Computes routes on one topology; caches one distance vector per destination.
+class Router {
+ public:
+  explicit Router(const Topology& t, RoutePolicy policy = RoutePolicy::Auto);
+  // Appends the links of a route from src to dst to `out` (empty when src == dst). `salt`
+  // picks among equal-cost paths, so the flows of one collective spread over them.
+  void route(int src, int dst, uint64_t salt, std::vector<int>& out);
+  std::vector<int> route(int src, int dst, uint64_t salt = 0) {
+    std::vector<int> r;
+    route(src, dst, salt, r);
+    return r;
+  }
+  // Sum of the per-hop latencies of a route.
+  int64_t latency_ns(const std::vector<int>& path) const;
+  bool dimension_order() const { return dor_; }
+  // Forgets cached distances after links were added or torn down (OCS reprogramming).
+  void invalidate() { dist_.clear(); }
+  const Topology& topology() const { return t_; }
+
+ private:
+  void route_dor(int src, int dst, uint64_t salt, std::vector<int>& out) const;
+  const std::vector<int32_t>& dist_to(int dst);
+  int32_t weight(int link) const;
+  const Topology& t_;
+  bool dor_ = false;
+  std::vector<int> torus_link_;  // node * 6 + 2 * dim + (0: +, 1: -) -> link id, -1 when none
+  std::unordered_map<int, std::vector<int32_t>> dist_;
+  std::vector<int> cand_;
+};
+
+// A mixing hash of a few integers, for deterministic equal-cost choices.
+inline uint64_t route_hash(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t x = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^ c * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  x *= 0xD6E8FEB86659FD93ull;
+  return x ^ (x >> 32);
+}
+
+}  // namespace sluice::net

@@ -1,0 +1,493 @@
+// Network studies (category "study"): a tensor+data-parallel job on several topologies, OCS
+// against static placement on a TPU v4 pod, and twisted against regular torus all-to-all.
+#include <cmath>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "config/scenario.h"
+#include "network/collective.h"
+#include "network/generators.h"
+#include "network/pod.h"
+
+namespace sluice::net {
+
+namespace {
+
+// A list parameter, or its default when absent (list defaults cannot be schema defaults).
+Node list_param(const Params& p, const std::string& key, const std::string& fallback) {
+  if (p.has(key)) return p.node(key);
+  return load_yaml_string(fallback, "(default)");
+}
+
+// A list of [x, y, z] triples, each element checked, errors at the element.
+std::array<int, 3> triple(const Node& n, const std::string& path) {
+  if (!n.is_seq() || n.seq.size() != 3)
+    throw ConfigError(n.origin, path, n.brief(), "expected a shape of 3 extents", "a list such as [4, 4, 8]");
+  std::array<int, 3> out{};
+  for (size_t i = 0; i < 3; ++i) {
+    auto v = n.seq[i].is_scalar() ? parse_int(n.seq[i].scalar) : std::nullopt;
+    if (!v || *v < 1 || *v > 4096)
+      throw ConfigError(n.seq[i].origin, fmt::format("{}[{}]", path, i), n.seq[i].brief(), "not a valid extent", "an integer in [1, 4096]");
+    out[i] = static_cast<int>(*v);
+  }
+  return out;
+}
+
+std::string shape_text(const std::array<int, 3>& s) { return fmt::format("{}x{}x{}", s[0], s[1], s[2]); }
+
+// ---------------------------------------------------------------- tensor + data parallel
+
+class TpDpStudy final : public Study, public EventHandler {
+ public:
+  explicit TpDpStudy(const StudyContext& ctx) : p_(ctx.params) {
+    const Node& list = p_.node("topologies");
+    const std::string path = "topologies";
+    if (list.seq.empty()) p_.fail("topologies", "no topologies to compare", "a list of topology names or mappings");
+    for (size_t i = 0; i < list.seq.size(); ++i) {
+      topos_.push_back(std::make_unique<Topology>(load_topology(list.seq[i], ctx.registry, fmt::format("{}[{}]", path, i))));
+      const auto& t = *topos_.back();
+      const long n = devices_ > 0 ? devices_ : static_cast<long>(t.devices().size());
+      if (static_cast<long>(t.devices().size()) < n || n % tp_ != 0)
+        throw ConfigError(list.seq[i].origin, fmt::format("{}[{}]", path, i), t.name(),
+                          fmt::format("has {} devices; the job needs {} in groups of tp = {}", t.devices().size(), n, tp_),
+                          "a topology with enough devices, and devices a multiple of tp");
+    }
+  }
+
+  void run(RunEnv& env) override {
+    Json rows = Json::array();
+    std::string csv = "topology,family,devices,iteration_ms,compute_ms,tp_comm_ms,dp_comm_ms,comm_fraction,capex_usd,usd_per_iteration_per_s,bisection_GBps,diameter_hops,flows\n";
+    double first_iter = 0, first_capex = 0;
+    for (size_t k = 0; k < topos_.size(); ++k) {
+      const Topology& t = *topos_[k];
+      Result r = simulate(t);
+      const Capex cx = capex(t);
+      const Bisection bi = bisection_bandwidth(t);
+      const int diam = diameter_hops(t);
+      const double iter_ms = r.iteration.to_ms();
+      if (k == 0) { first_iter = iter_ms; first_capex = cx.total_usd(); }
+      const double usd_per_ips = cx.total_usd() * iter_ms / 1e3;
+      Json j = {{"topology", t.name()}, {"family", t.family}, {"devices", r.devices},
+                {"iteration_ms", iter_ms}, {"compute_ms", compute_.to_ms()}, {"tp_comm_ms", r.tp.to_ms()}, {"dp_comm_ms", r.dp.to_ms()},
+                {"comm_fraction", (r.tp + r.dp).to_seconds() / r.iteration.to_seconds()},
+                {"capex_usd", cx.total_usd()}, {"usd_per_iteration_per_s", usd_per_ips},
+                {"bisection_GBps", bi.bandwidth_Bps / 1e9}, {"diameter_hops", diam}, {"flows", r.flows},
+                {"iteration_vs_first", iter_ms / first_iter},
+                {"capex_vs_first", first_capex > 0 ? cx.total_usd() / first_capex : 0.0}};
+      rows.push_back(j);
+      csv += fmt::format("{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.0f},{:.0f},{:.1f},{},{}\n", t.name(), t.family, r.devices, iter_ms,
+                         compute_.to_ms(), r.tp.to_ms(), r.dp.to_ms(), (r.tp + r.dp).to_seconds() / r.iteration.to_seconds(),
+                         cx.total_usd(), usd_per_ips, bi.bandwidth_Bps / 1e9, diam, r.flows);
+      env.recorder.summary(fmt::format("{:<24} iteration {:8.3f} ms (TP {:7.3f} ms, DP {:7.3f} ms)  x{:.3f} vs first  capex ${:.1f}M",
+                                       t.name(), iter_ms, r.tp.to_ms(), r.dp.to_ms(), iter_ms / first_iter, cx.total_usd() / 1e6));
+      if (env.progress) env.progress(static_cast<double>(k + 1) / static_cast<double>(topos_.size()));
+    }
+    auto& m = env.recorder.metrics();
+    m["job"] = {{"tp", tp_}, {"devices", devices_}, {"compute_ms", compute_.to_ms()}, {"tp_allreduces", tp_count_},
+                {"tp_allreduce_bytes", tp_bytes_}, {"dp_allreduce_bytes", dp_bytes_}, {"dp_algorithm", dp_kind_name_}};
+    m["topologies"] = rows;
+    env.recorder.file("topologies.csv", csv);
+  }
+
+  void on_event(Engine&, uint32_t, uint32_t) override { next_(); }
+
+ private:
+  struct Result {
+    SimTime iteration, tp, dp;
+    long devices = 0;
+    uint64_t flows = 0;
+  };
+
+  // One iteration: compute, then tp_count TP all-reduces (every TP group at once), then the
+  // DP all-reduce (one ring per TP rank, all at once); repeated, the mean reported.
+  Result simulate(const Topology& t) {
+    Engine engine(p_.integer("seed"));
+    Router router(t);
+    FlowSim sim(engine, t, router);
+    const long n = devices_ > 0 ? devices_ : static_cast<long>(t.devices().size());
+    std::vector<int> devs(t.devices().begin(), t.devices().begin() + n);
+    const long groups = n / tp_;
+    Result r;
+    r.devices = n;
+    std::vector<std::unique_ptr<Collective>> live;
+    int iter = 0, tp_done = 0;
+    size_t outstanding = 0;
+    SimTime phase_start;
+    std::function<void()> start_iteration, start_tp, start_dp;
+    auto launch = [&](std::vector<std::vector<int>> sets, CollectiveKind kind, double bytes, std::function<void()> then) {
+      live.clear();
+      outstanding = sets.size();
+      for (size_t i = 0; i < sets.size(); ++i) {
+        CollectiveOptions o;
+        o.salt = i;
+        live.push_back(std::make_unique<Collective>(sim, kind, std::move(sets[i]), bytes, o));
+      }
+      for (auto& c : live)
+        c->start([&outstanding, then](Engine&) {
+          if (--outstanding == 0) then();
+        });
+    };
+    start_tp = [&]() {
+      if (tp_done == tp_count_ || tp_ == 1) {
+        start_dp();
+        return;
+      }
+      ++tp_done;
+      std::vector<std::vector<int>> sets;
+      for (long g = 0; g < groups; ++g) sets.emplace_back(devs.begin() + g * tp_, devs.begin() + (g + 1) * tp_);
+      launch(std::move(sets), CollectiveKind::AllReduceRing, tp_bytes_, start_tp);
+    };
+    start_dp = [&]() {
+      r.tp += engine.now() - phase_start;
+      phase_start = engine.now();
+      std::vector<std::vector<int>> sets;
+      if (dp_kind_ == CollectiveKind::AllReduceHierarchical) {
+        sets.push_back(devs);
+      } else {
+        for (long k = 0; k < tp_; ++k) {
+          std::vector<int> s;
+          for (long g = 0; g < groups; ++g) s.push_back(devs[static_cast<size_t>(g * tp_ + k)]);
+          sets.push_back(std::move(s));
+        }
+      }
+      const double bytes = dp_kind_ == CollectiveKind::AllReduceHierarchical ? dp_bytes_ * static_cast<double>(tp_) : dp_bytes_;
+      launch(std::move(sets), dp_kind_, bytes, [&]() {
+        r.dp += engine.now() - phase_start;
+        ++iter;
+        if (iter < iterations_) start_iteration();
+      });
+    };
+    next_ = [&]() {
+      phase_start = engine.now();
+      tp_done = 0;
+      start_tp();
+    };
+    start_iteration = [&]() { engine.schedule_in(compute_, Priority::Compute, this, 0, 0); };
+    start_iteration();
+    engine.run();
+    if (iter != iterations_) throw std::logic_error("tp-dp study: the job did not finish (a link without capacity?)");
+    r.tp = SimTime::ns(r.tp.count_ns() / iterations_);
+    r.dp = SimTime::ns(r.dp.count_ns() / iterations_);
+    r.iteration = compute_ + r.tp + r.dp;
+    r.flows = sim.stats().started;
+    return r;
+  }
+
+  const Params& p_;
+  std::vector<std::unique_ptr<Topology>> topos_;
+  long tp_ = p_.integer("tp");
+  long devices_ = p_.integer("devices");
+  int iterations_ = static_cast<int>(p_.integer("iterations"));
+  SimTime compute_ = p_.time("compute");
+  int tp_count_ = static_cast<int>(p_.integer("tp_allreduces"));
+  double tp_bytes_ = p_.real("tp_allreduce_bytes");
+  double dp_bytes_ = p_.real("dp_allreduce_bytes");
+  std::string dp_kind_name_ = p_.str("dp_algorithm");
+  CollectiveKind dp_kind_ = *parse_collective(p_.str("dp_algorithm"));
+  std::function<void()> next_;
+};
+
+Schema tp_dp_schema() {
+  Schema s = common_study_schema();
+  s.add("topologies", ParamType::List, "topologies to compare: catalog names, {catalog: NAME, overrides}, or inline {kind: GENERATOR, ...}");
+  s.add("devices", ParamType::Int, "devices the job uses, the first in each topology's order (0: all)").def("0").range(0, 1e6);
+  s.add("tp", ParamType::Int, "tensor-parallel group size (consecutive devices: one server on a GPU fabric)").def("8").range(1, 1024);
+  s.add("iterations", ParamType::Int, "iterations simulated (the mean is reported)").def("2").range(1, 1000);
+  s.quantity("compute", UnitKind::Time, "compute time per iteration (not overlapped with communication)").def("100ms").nonneg();
+  s.add("tp_allreduces", ParamType::Int, "tensor-parallel all-reduces per iteration (run one after another)").def("4").range(0, 100000);
+  s.quantity("tp_allreduce_bytes", UnitKind::Bytes, "bytes per tensor-parallel all-reduce (per device buffer)").def("64MiB").nonneg();
+  s.quantity("dp_allreduce_bytes", UnitKind::Bytes, "gradient bytes per device for the data-parallel all-reduce").def("1GiB").nonneg();
+  s.enumeration("dp_algorithm", {"allreduce-ring", "allreduce-tree", "allreduce-hierarchical"},
+                "data-parallel all-reduce: one ring or tree per TP rank, or one hierarchical all-reduce over all devices")
+      .def("allreduce-ring");
+  return s;
+}
+
+// ---------------------------------------------------------------- OCS vs static pod
+
+class PodStudy final : public Study {
+ public:
+  explicit PodStudy(const StudyContext& ctx) : seed_(ctx.seed) {
+    const Params& p = ctx.params;
+    const Params& pod = p.section("pod");
+    const Node cubes = list_param(pod, "cubes", "[4, 4, 4]");
+    const auto g = triple(cubes, "pod.cubes");
+    if (g[0] * g[1] * g[2] > 64) pod.fail("cubes", "more than 64 cubes", "at most 64 cubes (a TPU v4 pod has 4×4×4)");
+    cfg_.grid = g;
+    edge_ = static_cast<int>(pod.integer("cube_edge"));
+    cfg_.chips_per_cube = edge_ * edge_ * edge_;
+    cfg_.hosts_per_cube = static_cast<int>(pod.integer("hosts_per_cube"));
+    cfg_.backfill = p.flag("backfill");
+    cfg_.reconfig_s = p.time("ocs_reconfig").to_seconds();
+    const Params& f = p.section("failures");
+    cfg_.host_mtbf_s = f.time("host_mtbf").to_seconds();
+    cfg_.host_repair_s = f.time("host_repair").to_seconds();
+    cfg_.restart_penalty_s = f.time("restart_penalty").to_seconds();
+    const Params& j = p.section("jobs");
+    cfg_.horizon_s = j.time("horizon").to_seconds();
+    auto shape_of = [&](const Node& n, const std::string& path) {
+      const auto s = triple(n, path);
+      for (size_t i = 0; i < 3; ++i)
+        if (s[i] % edge_ != 0 || s[i] / edge_ > std::max({g[0], g[1], g[2]}))
+          throw ConfigError(n.seq[i].origin, fmt::format("{}[{}]", path, i), n.seq[i].brief(),
+                              fmt::format("a slice extent must be a multiple of the cube edge ({}) and fit the pod", edge_),
+                              fmt::format("one of {}, {}, ... up to {}", edge_, 2 * edge_, edge_ * std::max({g[0], g[1], g[2]})));
+      return CubeShape{s[0] / edge_, s[1] / edge_, s[2] / edge_};
+    };
+    const Node& shapes = j.node("shapes");
+    std::vector<std::pair<CubeShape, double>> mix;
+    double wsum = 0;
+    for (size_t i = 0; i < shapes.seq.size(); ++i) {
+      const Node& e = shapes.seq[i];
+      const std::string path = fmt::format("jobs.shapes[{}]", i);
+      if (!e.is_map() || !e.find("shape"))
+        throw ConfigError(e.origin, path, e.brief(), "expected {shape: [x, y, z], weight: w}", "e.g. {shape: [4, 4, 8], weight: 2}");
+      for (size_t k = 0; k < e.map.size(); ++k)
+        if (e.map[k].first != "shape" && e.map[k].first != "weight")
+          throw ConfigError(e.key_origins[k], path + "." + e.map[k].first, "", "unknown key", "one of: shape, weight");
+      double w = 1;
+      if (const Node* wn = e.find("weight")) {
+        auto v = wn->is_scalar() ? parse_real(wn->scalar) : std::nullopt;
+        if (!v || *v <= 0) throw ConfigError(wn->origin, path + ".weight", wn->brief(), "not a positive weight", "a number > 0");
+        w = *v;
+      }
+      mix.push_back({shape_of(*e.find("shape"), path + ".shape"), w});
+      wsum += w;
+    }
+    if (mix.empty()) j.fail("shapes", "no slice shapes", "a list of {shape: [x, y, z], weight: w}");
+    const Node probes = list_param(p, "probes", "[]");
+    for (size_t i = 0; i < probes.seq.size(); ++i) {
+      cfg_.probes.push_back(shape_of(probes.seq[i], fmt::format("probes[{}]", i)));
+      probe_names_.push_back(shape_text(triple(probes.seq[i], "probes")));
+    }
+    // The job stream: Poisson arrivals, shapes by weight, lognormal (or exponential) durations.
+    RngStream rng(ctx.seed, "pod.jobs");
+    const double rate = j.real("rate");
+    const double mean = j.time("duration_mean").to_seconds();
+    const double sigma = j.real("duration_sigma");
+    for (double t = rng.exponential(1.0 / rate); t <= cfg_.horizon_s; t += rng.exponential(1.0 / rate)) {
+      double u = rng.uniform() * wsum;
+      size_t k = 0;
+      while (k + 1 < mix.size() && u >= mix[k].second) u -= mix[k++].second;
+      const double d = sigma > 0 ? mean * std::exp(sigma * rng.normal() - 0.5 * sigma * sigma) : rng.exponential(mean);
+      jobs_.push_back(PodJob{t, mix[k].first, d});
+    }
+    const Node& vars = p.node("variants");
+    for (size_t i = 0; i < vars.seq.size(); ++i) {
+      const Node& v = vars.seq[i];
+      const std::string path = fmt::format("variants[{}]", i);
+      if (!v.is_map()) throw ConfigError(v.origin, path, v.brief(), "expected a mapping", "{ocs: true, placement: first-fit}");
+      Variant var;
+      for (size_t k = 0; k < v.map.size(); ++k) {
+        const auto& [key, val] = v.map[k];
+        if (key == "ocs") {
+          if (val.scalar != "true" && val.scalar != "false") throw ConfigError(val.origin, path + ".ocs", val.brief(), "not a boolean", "true or false");
+          var.ocs = val.scalar == "true";
+        } else if (key == "placement") {
+          if (val.scalar == "first-fit") var.placement = PlacementPolicy::FirstFit;
+          else if (val.scalar == "best-fit") var.placement = PlacementPolicy::BestFit;
+          else throw ConfigError(val.origin, path + ".placement", val.brief(), "unknown placement policy", "one of: first-fit, best-fit");
+        } else {
+          throw ConfigError(v.key_origins[k], path + "." + key, "", "unknown key", "one of: ocs, placement");
+        }
+      }
+      variants_.push_back(var);
+    }
+    if (variants_.empty()) p.fail("variants", "no variants", "a list of {ocs: true|false, placement: first-fit|best-fit}");
+  }
+
+  void run(RunEnv& env) override {
+    Json rows = Json::array();
+    std::string csv = "variant,utilization,healthy_fraction,fragmentation,stranded_fraction,queue_p50_h,queue_p90_h,queue_p99_h,jobs,started,completed,never_ran,rejected,interruptions";
+    for (const auto& n : probe_names_) csv += ",avail_" + n;
+    csv += "\n";
+    for (size_t i = 0; i < variants_.size(); ++i) {
+      PodRunConfig c = cfg_;
+      c.ocs = variants_[i].ocs;
+      c.placement = variants_[i].placement;
+      const auto r = run_pod(c, jobs_, seed_);
+      const std::string name = fmt::format("{}/{}", c.ocs ? "ocs" : "static", placement_name(c.placement));
+      std::vector<double> hours;
+      for (double d : r.queue_delay_s) hours.push_back(d / 3600.0);
+      Json q = summarize(hours);
+      Json avail = Json::object();
+      for (size_t k = 0; k < probe_names_.size(); ++k) avail[probe_names_[k]] = r.probe_availability[k];
+      rows.push_back({{"variant", name}, {"ocs", c.ocs}, {"placement", placement_name(c.placement)},
+                      {"utilization", r.utilization}, {"healthy_fraction", r.healthy_fraction},
+                      {"fragmentation", r.fragmentation}, {"stranded_fraction", r.stranded_fraction},
+                      {"queue_delay_h", q}, {"jobs", r.jobs}, {"started", r.started}, {"completed", r.completed},
+                      {"never_ran", r.never_ran}, {"rejected", r.rejected}, {"interruptions", r.interruptions},
+                      {"host_failures", r.host_failures}, {"slice_availability", avail}});
+      auto pq = [&](const char* k) { return q.contains(k) ? q[k].get<double>() : 0.0; };
+      csv += fmt::format("{},{:.4f},{:.4f},{:.4f},{:.4f},{:.3f},{:.3f},{:.3f},{},{},{},{},{},{}", name, r.utilization, r.healthy_fraction,
+                         r.fragmentation, r.stranded_fraction, pq("p50"), pq("p90"), pq("p99"), r.jobs, r.started, r.completed,
+                         r.never_ran, r.rejected, r.interruptions);
+      for (double a : r.probe_availability) csv += fmt::format(",{:.4f}", a);
+      csv += "\n";
+      std::string av;
+      for (size_t k = 0; k < probe_names_.size(); ++k) av += fmt::format(" {}:{:.3f}", probe_names_[k], r.probe_availability[k]);
+      env.recorder.summary(fmt::format("{:<17} util {:.3f}  queue p50 {:.2f} h p99 {:.2f} h  frag {:.3f}  never ran {}  avail{}", name,
+                                       r.utilization, pq("p50"), pq("p99"), r.fragmentation, r.never_ran, av));
+      if (env.progress) env.progress(static_cast<double>(i + 1) / static_cast<double>(variants_.size()));
+    }
+    auto& m = env.recorder.metrics();
+    m["pod"] = {{"cubes", cfg_.grid}, {"chips", cfg_.grid[0] * cfg_.grid[1] * cfg_.grid[2] * cfg_.chips_per_cube},
+                {"hosts", cfg_.grid[0] * cfg_.grid[1] * cfg_.grid[2] * cfg_.hosts_per_cube}};
+    if (cfg_.host_mtbf_s > 0) {
+      const double a = cfg_.host_mtbf_s / (cfg_.host_mtbf_s + cfg_.host_repair_s);
+      m["host_availability"] = a;
+      m["cube_healthy_probability"] = std::pow(a, cfg_.hosts_per_cube);
+    }
+    m["jobs"] = jobs_.size();
+    m["variants"] = rows;
+    env.recorder.file("variants.csv", csv);
+  }
+
+ private:
+  struct Variant {
+    bool ocs = true;
+    PlacementPolicy placement = PlacementPolicy::FirstFit;
+  };
+  uint64_t seed_;
+  PodRunConfig cfg_;
+  int edge_ = 4;
+  std::vector<PodJob> jobs_;
+  std::vector<Variant> variants_;
+  std::vector<std::string> probe_names_;
+};
+
+Schema pod_study_schema() {
+  Schema s = common_study_schema();
+  auto pod = std::make_shared<Schema>();
+  pod->add("cubes", ParamType::List, "cubes along x, y, z, at most 64 cubes (default [4, 4, 4])").optional();
+  pod->add("cube_edge", ParamType::Int, "chips along a cube edge").def("4").range(1, 16);
+  pod->add("hosts_per_cube", ParamType::Int, "hosts per cube (TPU v4: 16 hosts of 4 chips)").def("16").range(1, 64);
+  s.section("pod", pod, "the pod");
+  auto jobs = std::make_shared<Schema>();
+  jobs->quantity("rate", UnitKind::Rate, "job arrival rate (Poisson)").def("1/h").positive();
+  jobs->quantity("horizon", UnitKind::Time, "simulated time").def("720h").positive();
+  jobs->add("shapes", ParamType::List, "slice shapes in chips with weights: [{shape: [4, 4, 8], weight: 2}, ...]");
+  jobs->quantity("duration_mean", UnitKind::Time, "mean job duration").def("8h").positive();
+  jobs->add("duration_sigma", ParamType::Real, "lognormal sigma of durations (0: exponential)").def("1").range(0, 5);
+  s.section("jobs", jobs, "the job stream (seeded: every variant sees the same jobs)");
+  auto fail = std::make_shared<Schema>();
+  fail->quantity("host_mtbf", UnitKind::Time, "mean time between failures per host (0: no failures)").def("0").nonneg();
+  fail->quantity("host_repair", UnitKind::Time, "mean repair time per host").def("24h").nonneg();
+  fail->quantity("restart_penalty", UnitKind::Time, "work redone after an interrupted slice restarts (time since checkpoint)").def("30min").nonneg();
+  s.section("failures", fail, "host failures: a failed host makes its cube unhealthy and interrupts the job on it");
+  s.add("variants", ParamType::List, "fabrics and policies to compare: [{ocs: true, placement: first-fit}, ...]");
+  s.add("backfill", ParamType::Bool, "later jobs may start while the head of the queue waits").def("true");
+  s.quantity("ocs_reconfig", UnitKind::Time, "OCS reprogramming before a slice starts (OCS variants)").def("1s").nonneg();
+  s.add("probes", ParamType::List, "slice shapes (chips) whose availability on an empty pod is tracked (default none)").optional();
+  return s;
+}
+
+// ---------------------------------------------------------------- twisted vs regular torus
+
+class TwistStudy final : public Study {
+ public:
+  explicit TwistStudy(const StudyContext& ctx) : p_(ctx.params) {
+    const Node shapes = list_param(p_, "shapes", "[[4, 4, 8], [4, 8, 8]]");
+    for (size_t i = 0; i < shapes.seq.size(); ++i) {
+      const auto s = triple(shapes.seq[i], fmt::format("shapes[{}]", i));
+      if (!twist_allowed({s[0], s[1], s[2]}))
+        throw ConfigError(shapes.seq[i].origin, fmt::format("shapes[{}]", i), shapes.seq[i].brief(), "this shape cannot be twisted",
+                          "a shape k×k×2k or k×2k×2k, e.g. [4, 4, 8] or [4, 8, 8]");
+      if (s[0] * s[1] * s[2] > 4096)
+        throw ConfigError(shapes.seq[i].origin, fmt::format("shapes[{}]", i), shapes.seq[i].brief(), "too many chips for an all-to-all study", "at most 4096 chips");
+      shapes_.push_back(s);
+    }
+    if (shapes_.empty()) p_.fail("shapes", "no shapes", "e.g. [[4, 4, 8], [4, 8, 8]]");
+    const Node pub = list_param(p_, "published_gains", "[]");
+    for (size_t i = 0; i < pub.seq.size(); ++i) {
+      auto v = pub.seq[i].is_scalar() ? parse_real(pub.seq[i].scalar) : std::nullopt;
+      if (!v) throw ConfigError(pub.seq[i].origin, fmt::format("published_gains[{}]", i), pub.seq[i].brief(), "not a number", "e.g. 1.63");
+      published_.push_back(*v);
+    }
+    if (!published_.empty() && published_.size() != shapes_.size())
+      p_.fail("published_gains", fmt::format("{} gains for {} shapes", published_.size(), shapes_.size()), "one gain per shape, or none");
+  }
+
+  void run(RunEnv& env) override {
+    Json rows = Json::array();
+    std::string csv = "shape,regular_ms,twisted_ms,gain,published_gain,regular_bisection_GBps,twisted_bisection_GBps,bisection_ratio,regular_diameter,twisted_diameter\n";
+    const double bytes = p_.real("bytes");
+    CollectiveOptions opt;
+    opt.paths = static_cast<int>(p_.integer("paths"));
+    const SimTime quantum = p_.time("flow_quantum");
+    const RoutePolicy regular_policy = p_.str("regular_routing") == "dimension-order" ? RoutePolicy::DimensionOrder : RoutePolicy::ShortestPath;
+    for (size_t i = 0; i < shapes_.size(); ++i) {
+      TorusSpec spec;
+      spec.dims = {shapes_[i][0], shapes_[i][1], shapes_[i][2]};
+      spec.link_Bps = p_.real("link_bandwidth");
+      spec.link_latency_ns = p_.time("link_latency").count_ns();
+      const Topology reg = build_torus(spec, "regular-" + shape_text(shapes_[i]));
+      spec.twisted = true;
+      const Topology tw = build_torus(spec, "twisted-" + shape_text(shapes_[i]));
+      const SimTime t_reg = collective_time(reg, CollectiveKind::AllToAll, reg.devices(), bytes, opt, regular_policy, quantum);
+      const SimTime t_tw = collective_time(tw, CollectiveKind::AllToAll, tw.devices(), bytes, opt, RoutePolicy::ShortestPath, quantum);
+      const double gain = t_reg.to_seconds() / t_tw.to_seconds();
+      const auto b_reg = bisection_bandwidth(reg), b_tw = bisection_bandwidth(tw);
+      const int d_reg = diameter_hops(reg), d_tw = diameter_hops(tw);
+      const double pub = published_.empty() ? 0.0 : published_[i];
+      Json j = {{"shape", shape_text(shapes_[i])}, {"regular_ms", t_reg.to_ms()}, {"twisted_ms", t_tw.to_ms()}, {"gain", gain},
+                {"regular_bisection_GBps", b_reg.bandwidth_Bps / 1e9}, {"twisted_bisection_GBps", b_tw.bandwidth_Bps / 1e9},
+                {"bisection_ratio", b_tw.bandwidth_Bps / b_reg.bandwidth_Bps}, {"regular_diameter", d_reg}, {"twisted_diameter", d_tw}};
+      if (!published_.empty()) {
+        j["published_gain"] = pub;
+        j["gain_vs_published"] = gain / pub;
+      }
+      rows.push_back(j);
+      csv += fmt::format("{},{:.4f},{:.4f},{:.4f},{},{:.1f},{:.1f},{:.4f},{},{}\n", shape_text(shapes_[i]), t_reg.to_ms(), t_tw.to_ms(), gain,
+                         published_.empty() ? std::string("") : fmt::format("{:.2f}", pub), b_reg.bandwidth_Bps / 1e9,
+                         b_tw.bandwidth_Bps / 1e9, b_tw.bandwidth_Bps / b_reg.bandwidth_Bps, d_reg, d_tw);
+      env.recorder.summary(fmt::format("{:<7} all-to-all regular {:.3f} ms, twisted {:.3f} ms: gain {:.2f}x{}  (bisection x{:.2f}, diameter {} -> {})",
+                                       shape_text(shapes_[i]), t_reg.to_ms(), t_tw.to_ms(), gain,
+                                       published_.empty() ? std::string() : fmt::format(" (published {:.2f}x)", pub),
+                                       b_tw.bandwidth_Bps / b_reg.bandwidth_Bps, d_reg, d_tw));
+      if (env.progress) env.progress(static_cast<double>(i + 1) / static_cast<double>(shapes_.size()));
+    }
+    env.recorder.metrics()["bytes_per_device"] = bytes;
+    env.recorder.metrics()["paths_per_pair"] = p_.integer("paths");
+    env.recorder.metrics()["regular_routing"] = p_.str("regular_routing");
+    env.recorder.metrics()["flow_quantum_ns"] = p_.time("flow_quantum").count_ns();
+    env.recorder.metrics()["shapes"] = rows;
+    env.recorder.file("twisted.csv", csv);
+  }
+
+ private:
+  const Params& p_;
+  std::vector<std::array<int, 3>> shapes_;
+  std::vector<double> published_;
+};
+
+Schema twist_schema() {
+  Schema s = common_study_schema();
+  s.add("shapes", ParamType::List, "slice shapes in chips, each k×k×2k or k×2k×2k (default [[4, 4, 8], [4, 8, 8]])").optional();
+  s.add("published_gains", ParamType::List, "published twisted/regular all-to-all throughput per shape, for comparison (default none)").optional();
+  s.quantity("bytes", UnitKind::Bytes, "all-to-all buffer per device (1/n of it to each peer)").def("64MiB").positive();
+  s.add("paths", ParamType::Int, "flows per pair, each on an ECMP-salted shortest path").def("4").range(1, 64);
+  s.enumeration("regular_routing", {"shortest-path", "dimension-order"}, "routing on the regular torus (the twisted one uses shortest paths)")
+      .def("shortest-path");
+  s.quantity("link_bandwidth", UnitKind::Bandwidth, "ICI link per direction").def("50GB/s").positive();
+  s.quantity("link_latency", UnitKind::Time, "per hop").def("500ns").nonneg();
+  s.quantity("flow_quantum", UnitKind::Time, "flow ends rounded up to this grid so near-simultaneous ends share one rate recomputation (0: exact)")
+      .def("0").nonneg();
+  return s;
+}
+
+}  // namespace
+
+void register_network_studies(Registry& reg) {
+  reg.add("study", "tp-dp-training",
+          "a tensor+data-parallel training job on several topologies: per iteration compute, TP all-reduces, DP all-reduce (flows)",
+          tp_dp_schema(), StudyFactory([](const StudyContext& c) -> std::unique_ptr<Study> { return std::make_unique<TpDpStudy>(c); }));
+  reg.add("study", "pod-scheduling",
+          "a job stream on a TPU v4 pod: OCS any-cube vs static contiguous placement, first/best fit, host failures",
+          pod_study_schema(), StudyFactory([](const StudyContext& c) -> std::unique_ptr<Study> { return std::make_unique<PodStudy>(c); }));
+  reg.add("study", "twisted-torus", "all-to-all on twisted vs regular tori (TPU v4 slice shapes), from flows",
+          twist_schema(), StudyFactory([](const StudyContext& c) -> std::unique_ptr<Study> { return std::make_unique<TwistStudy>(c); }));
+}
+
+}  // namespace sluice::net

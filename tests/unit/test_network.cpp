@@ -1,0 +1,388 @@
+// Network: topology checks, routing, max-min fair flows, collectives, OCS, TPU pod placement.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <bit>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "config/error.h"
+#include "config/schema.h"
+#include "network/collective.h"
+#include "network/generators.h"
+#include "network/ocs.h"
+#include "network/pod.h"
+#include "registry/registry.h"
+
+using namespace sluice;
+using namespace sluice::net;
+
+namespace {
+
+// Records delivery times by tag.
+struct Sink : FlowSink {
+  std::vector<std::pair<uint64_t, int64_t>> done;
+  void on_flow_done(Engine& e, uint64_t tag) override { done.push_back({tag, e.now().count_ns()}); }
+};
+
+Topology pair_topology(double bw, int64_t lat) {
+  Topology t("pair");
+  const int a = t.add_node(NodeInfo{"a", NodeKind::Device});
+  const int b = t.add_node(NodeInfo{"b", NodeKind::Device});
+  t.add_link(a, b, bw, lat);
+  return t;
+}
+
+const Registry& registry() {
+  static Registry reg = [] {
+    Registry r;
+    register_builtin_components(r);
+    return r;
+  }();
+  return reg;
+}
+
+}  // namespace
+
+TEST_CASE("flow: two flows on one link each get half") {
+  const Topology t = pair_topology(100e9, 1000);
+  Engine e(1);
+  Router r(t);
+  FlowSim sim(e, t, r);
+  Sink s;
+  const uint32_t f1 = sim.start(0, 1, 1e9, &s, 1);
+  const uint32_t f2 = sim.start(0, 1, 1e9, &s, 2);
+  e.step();  // the single batched recomputation
+  CHECK(sim.stats().recomputes == 1);
+  CHECK(sim.rate_Bps(f1) == doctest::Approx(50e9));
+  CHECK(sim.rate_Bps(f2) == doctest::Approx(50e9));
+  e.run();
+  REQUIRE(s.done.size() == 2);
+  // 1 GB at 50 GB/s = 20 ms, plus the hop latency.
+  CHECK(s.done[0].second == 20'000'000 + 1000);
+  CHECK(s.done[1].second == 20'000'000 + 1000);
+}
+
+TEST_CASE("flow: max-min fair shares and re-sharing when a flow ends") {
+  // a -> m -> b: link a-m 100 GB/s, link m-b 30 GB/s. Flow X a->b, flow Y a->m, flow Z m->b.
+  Topology t("chain");
+  const int a = t.add_node(NodeInfo{"a", NodeKind::Device});
+  const int m = t.add_node(NodeInfo{"m", NodeKind::Device});
+  const int b = t.add_node(NodeInfo{"b", NodeKind::Device});
+  t.add_link(a, m, 100e9, 0);
+  t.add_link(m, b, 30e9, 0);
+  Engine e(1);
+  Router r(t);
+  FlowSim sim(e, t, r);
+  Sink s;
+  const uint32_t x = sim.start(a, b, 30e6, &s, 1);
+  const uint32_t y = sim.start(a, m, 1e9, &s, 2);
+  const uint32_t z = sim.start(m, b, 15e6, &s, 3);
+  e.step();
+  // m-b is the bottleneck: X and Z get 15 GB/s each; Y takes the rest of a-m: 85 GB/s.
+  CHECK(sim.rate_Bps(x) == doctest::Approx(15e9));
+  CHECK(sim.rate_Bps(z) == doctest::Approx(15e9));
+  CHECK(sim.rate_Bps(y) == doctest::Approx(85e9));
+  e.run();
+  // Z ends at 1 ms; X then runs alone at 30 GB/s: 15 MB left -> 0.5 ms more.
+  int64_t tx = 0, tz = 0;
+  for (auto [tag, t_ns] : s.done) {
+    if (tag == 1) tx = t_ns;
+    if (tag == 3) tz = t_ns;
+  }
+  CHECK(tz == 1'000'000);
+  CHECK(tx == 1'500'000);
+}
+
+TEST_CASE("flow: starts at one instant share one recomputation, only the touched component is re-rated") {
+  // Two disjoint pairs: a flow ending on one never re-rates the other.
+  Topology t("two-pairs");
+  for (int i = 0; i < 4; ++i) t.add_node(NodeInfo{fmt::format("d{}", i), NodeKind::Device});
+  t.add_link(0, 1, 10e9, 0);
+  t.add_link(2, 3, 10e9, 0);
+  t.add_link(1, 2, 10e9, 0);
+  Engine e(1);
+  Router r(t);
+  FlowSim sim(e, t, r);
+  Sink s;
+  for (int k = 0; k < 10; ++k) sim.start(0, 1, 1e6 * (k + 1), &s, static_cast<uint64_t>(k));
+  sim.start(2, 3, 1e9, &s, 99);
+  e.step();
+  CHECK(sim.stats().recomputes == 1);
+  CHECK(sim.stats().flows_rated == 11);
+  const uint64_t before = sim.stats().flows_rated;
+  e.step();  // the first flow on 0->1 ends
+  e.step();  // its recomputation: only the 9 flows left on 0->1
+  CHECK(sim.stats().flows_rated - before == 9);
+  e.run();
+  CHECK(s.done.size() == 11);
+}
+
+TEST_CASE("flow: ring all-reduce takes 2(n-1)/n*S/B + 2(n-1) hop latencies") {
+  for (int n : {4, 8, 16}) {
+    TorusSpec spec;
+    spec.dims = {n};
+    spec.link_Bps = 50e9;
+    spec.link_latency_ns = 700;
+    const Topology t = build_torus(spec, "ring");
+    const double S = 64.0 * 1024 * 1024 * n;  // S/n/B is a whole number of ns
+    const SimTime got = collective_time(t, CollectiveKind::AllReduceRing, ring_order(t), S);
+    const double expect = 2.0 * (n - 1) / n * S / 50e9 * 1e9 + 2.0 * (n - 1) * 700;
+    CHECK(std::fabs(static_cast<double>(got.count_ns()) - expect) <= 2.0 * (n - 1));  // within per-step rounding
+  }
+  // On a 3D torus, the snake ring keeps neighbours adjacent: same formula, 64 chips.
+  TorusSpec spec;
+  spec.dims = {4, 4, 4};
+  const Topology cube = build_torus(spec, "cube");
+  const double S = 1e9;
+  const SimTime got = collective_time(cube, CollectiveKind::AllReduceRing, ring_order(cube), S);
+  const double expect = 2.0 * 63 / 64 * S / 50e9 * 1e9 + 2.0 * 63 * 500;
+  CHECK(std::fabs(static_cast<double>(got.count_ns()) - expect) <= 2.0 * 63);
+}
+
+TEST_CASE("collectives: all-gather, reduce-scatter, send/recv, tree and hierarchical all-reduce") {
+  TorusSpec spec;
+  spec.dims = {8};
+  spec.link_latency_ns = 0;
+  const Topology t = build_torus(spec, "ring8");
+  const auto devs = ring_order(t);
+  const double S = 8e8;
+  const int64_t step = static_cast<int64_t>(S / 8 / 50e9 * 1e9);
+  CHECK(collective_time(t, CollectiveKind::AllGather, devs, S).count_ns() == 7 * step);
+  CHECK(collective_time(t, CollectiveKind::ReduceScatter, devs, S).count_ns() == 7 * step);
+  CHECK(collective_time(t, CollectiveKind::SendRecv, {devs[0], devs[1]}, S).count_ns() == static_cast<int64_t>(S / 50e9 * 1e9));
+  // A pipelined tree is slower than the ring here but finishes; more chunks help it.
+  CollectiveOptions one, many;
+  many.chunks = 16;
+  const SimTime tree1 = collective_time(t, CollectiveKind::AllReduceTree, devs, S, one);
+  const SimTime tree16 = collective_time(t, CollectiveKind::AllReduceTree, devs, S, many);
+  CHECK(tree16 < tree1);
+  CHECK(tree1 > SimTime::zero());
+  // Hierarchical all-reduce on a fat-tree: groups are servers; faster than one flat ring.
+  ClosSpec c;
+  c.servers = 4;
+  c.server.host_cpus = 0;
+  const Topology ft = build_clos(c, "ft");
+  const SimTime flat = collective_time(ft, CollectiveKind::AllReduceRing, ft.devices(), 1e9);
+  const SimTime hier = collective_time(ft, CollectiveKind::AllReduceHierarchical, ft.devices(), 1e9);
+  CHECK(hier < flat);
+}
+
+TEST_CASE("collectives: all-to-all through one switch is limited by each NIC") {
+  Topology t("star");
+  const int sw = t.add_node(NodeInfo{"sw", NodeKind::Switch, 8});
+  std::vector<int> devs;
+  for (int i = 0; i < 4; ++i) {
+    devs.push_back(t.add_node(NodeInfo{fmt::format("d{}", i), NodeKind::Device}));
+    t.add_link(devs.back(), sw, 10e9, 0);
+  }
+  // Each device sends 3/4 of S out of a 10 GB/s port.
+  const double S = 4e9;
+  CHECK(collective_time(t, CollectiveKind::AllToAll, devs, S).count_ns() == static_cast<int64_t>(0.75 * S / 10e9 * 1e9));
+}
+
+TEST_CASE("routing: dimension order takes the shorter way round each ring") {
+  TorusSpec spec;
+  spec.dims = {8, 4, 4};
+  const Topology t = build_torus(spec, "t");
+  Router r(t);
+  CHECK(r.dimension_order());
+  const auto& ts = *t.torus;
+  const int src = ts.node_at[static_cast<size_t>(ts.index(0, 0, 0))];
+  const int dst = ts.node_at[static_cast<size_t>(ts.index(7, 3, 2))];
+  const auto path = r.route(src, dst);
+  CHECK(path.size() == 1 + 1 + 2);  // x: 0->7 wraps (1 hop); y: 0->3 wraps (1); z: 2 either way
+  CHECK(t.link(path.front()).dst == ts.node_at[static_cast<size_t>(ts.index(7, 0, 0))]);
+  CHECK(t.link(path.back()).dst == dst);
+  // Shortest-path routing agrees on the length.
+  Router sp(t, RoutePolicy::ShortestPath);
+  CHECK(sp.route(src, dst).size() == 4);
+}
+
+TEST_CASE("topology: fat-tree, rail-optimized and 3-tier fabrics; intra-server traffic stays on NVLink") {
+  ClosSpec c;
+  c.servers = 32;
+  c.server.host_cpus = 0;
+  const Topology ft = build_clos(c, "ft");
+  ft.check();
+  CHECK(ft.devices().size() == 256);
+  CHECK(diameter_hops(ft) == 4);
+  CHECK(bisection_bandwidth(ft).bandwidth_Bps == doctest::Approx(256 * 50e9 / 2));
+  c.oversubscription = 3;
+  const Topology over = build_clos(c, "ft3");
+  CHECK(bisection_bandwidth(over).bandwidth_Bps < bisection_bandwidth(ft).bandwidth_Bps);
+  Router r(ft);
+  const auto p = r.route(ft.devices()[0], ft.devices()[1]);
+  REQUIRE(p.size() == 2);
+  CHECK(ft.link(p[0]).label == "nvlink");
+  c.oversubscription = 1;
+  c.rail_optimized = true;
+  const Topology rail = build_clos(c, "rail");
+  Router rr(rail);
+  // Local rank 0 of server 0 to local rank 0 of server 5: one rail leaf, no spine.
+  CHECK(rr.route(rail.devices()[0], rail.devices()[5 * 8]).size() == 2);
+  c.rail_optimized = false;
+  c.servers = 256;
+  c.switch_radix = 32;
+  CHECK_THROWS_AS(build_clos(c, "too-big").check(), TopologyError);
+  c.tiers = 3;
+  const Topology ft3 = build_clos(c, "ft3tier");
+  ft3.check();
+  CHECK(diameter_hops(ft3) == 6);
+}
+
+TEST_CASE("topology: tori, twisted tori and the TPU v4 pod") {
+  TorusSpec spec;
+  spec.dims = {4, 4, 8};
+  const Topology reg = build_torus(spec, "r");
+  spec.twisted = true;
+  const Topology tw = build_torus(spec, "t");
+  tw.check();
+  for (int v : tw.devices()) CHECK(tw.out_links(v).size() == 6);
+  CHECK(diameter_hops(reg) == 8);
+  CHECK(diameter_hops(tw) < diameter_hops(reg));
+  CHECK(bisection_bandwidth(reg).bandwidth_Bps == doctest::Approx(2 * 16 * 50e9));
+  CHECK(bisection_bandwidth(tw).bandwidth_Bps > bisection_bandwidth(reg).bandwidth_Bps);
+  spec.dims = {4, 4, 12};
+  CHECK_THROWS_AS(build_torus(spec, "bad"), TopologyError);
+  PodSpec p;
+  const Topology pod = build_tpu_pod(p, "pod");
+  pod.check();
+  CHECK(pod.devices().size() == 4096);
+  int ocs = 0, optical = 0;
+  for (int v = 0; v < pod.node_count(); ++v)
+    if (pod.node(v).kind == NodeKind::Ocs) {
+      ++ocs;
+      CHECK(pod.ports_used(v) == 128);  // 64 cubes x 2 faces, of 136 ports
+    }
+  for (int e = 0; e < pod.link_count(); e += 2) optical += pod.link(e).optical;
+  CHECK(ocs == 48);
+  CHECK(optical == 3072);  // 6,144 fibers, two per circuit
+  for (int v : pod.devices()) CHECK(pod.out_links(v).size() == 6);
+  CHECK(diameter_hops(pod) == 24);
+}
+
+TEST_CASE("topology: every catalog entry loads and checks; bad entries name the element") {
+  for (const auto& name : catalog_names("topologies")) {
+    CAPTURE(name);
+    const Topology t = load_topology_by_name(name, registry());
+    CHECK(t.devices().size() >= 8);
+    CHECK(capex(t).total_usd() > 0);
+  }
+  auto fails = [&](const std::string& yaml, const std::string& needle) {
+    const Node n = load_yaml_string(yaml, "test.yaml");
+    try {
+      load_topology(n, registry(), "topology");
+      FAIL("expected a ConfigError");
+    } catch (const ConfigError& e) {
+      CAPTURE(e.what());
+      CHECK(std::string(e.what()).find(needle) != std::string::npos);
+    }
+  };
+  fails("{kind: explicit, nodes: [{name: a, kind: device}, {name: b, kind: device}], links: [{a: a, b: c, bandwidth: 1GB/s}]}", "'c'");
+  fails("{kind: explicit, nodes: [{name: a, kind: device}, {name: b, kind: device}, {name: s, kind: switch, radix: 1}], "
+        "links: [{a: a, b: s, bandwidth: 1GB/s}, {a: b, b: s, bandwidth: 1GB/s}]}",
+        "switch 's' uses 2 ports but its radix is 1");
+  fails("{kind: explicit, nodes: [{name: a, kind: device}, {name: b, kind: device}], links: []}", "'b' is not connected");
+  fails("{kind: torus-3d, dims: [4, 4, 6], twisted: true}", "cannot be twisted");
+  fails("{kind: fat-tree, servers: 200}", "use tiers: 3");
+  fails("nonexistent-topology", "dangling catalog reference");
+}
+
+TEST_CASE("ocs: reprogrammed circuits carry nothing during the reconfiguration delay") {
+  Topology t("ocs-test");
+  std::vector<int> d;
+  for (int i = 0; i < 6; ++i) d.push_back(t.add_node(NodeInfo{fmt::format("d{}", i), NodeKind::Device}));
+  const int node = t.add_node(NodeInfo{"ocs0", NodeKind::Ocs, 8});
+  Engine e(1);
+  Router r(t, RoutePolicy::ShortestPath);
+  FlowSim sim(e, t, r);
+  const SimTime delay = SimTime::ms(5);
+  Ocs ocs(node, 8, delay, 10e9, 100);
+  for (int i = 0; i < 6; ++i) ocs.attach(i, d[static_cast<size_t>(i)]);
+  CHECK(ocs.program(t, sim, {{0, 1}, {2, 3}}) == delay);
+  Sink s;
+  sim.start(d[0], d[1], 10e6, &s, 1);  // 1 ms at 10 GB/s, but only once the circuit is up
+  e.run();
+  REQUIRE(s.done.size() == 1);
+  CHECK(s.done[0].second == 5'000'000 + 1'000'000 + 100);
+  // Reprogram 2-3 into 2-4 while flows run: 0-1 is untouched; the flow on 2-3 stalls.
+  const int64_t t0 = e.now().count_ns();
+  sim.start(d[0], d[1], 10e6, &s, 2);
+  const uint32_t stalled = sim.start(d[2], d[3], 10e6, &s, 3);
+  e.step();
+  CHECK_THROWS_AS(ocs.program(t, sim, {{0, 1}, {2, 4}, {4, 5}}), std::invalid_argument);
+  ocs.program(t, sim, {{0, 1}, {2, 4}});
+  sim.start(d[2], d[4], 10e6, &s, 4);
+  e.run();
+  int64_t t2 = -1, t4 = -1;
+  for (auto [tag, when] : s.done) {
+    if (tag == 2) t2 = when;
+    if (tag == 4) t4 = when;
+    CHECK(tag != 3);
+  }
+  CHECK(t2 == t0 + 1'000'000 + 100);
+  CHECK(t4 == t0 + 5'000'000 + 1'000'000 + 100);
+  CHECK(sim.flow_active(stalled));
+  CHECK(sim.rate_Bps(stalled) == 0);
+}
+
+TEST_CASE("ocs pod: any free healthy cubes vs a contiguous static block") {
+  PodAllocator with_ocs({4, 4, 4}, true, PlacementPolicy::FirstFit);
+  PodAllocator fixed({4, 4, 4}, false, PlacementPolicy::FirstFit);
+  // Free cubes scattered like a checkerboard: no 2x1x1 block is free, yet 32 cubes are.
+  uint64_t checker = 0;
+  for (int z = 0; z < 4; ++z)
+    for (int y = 0; y < 4; ++y)
+      for (int x = 0; x < 4; ++x)
+        if ((x + y + z) % 2 == 0) checker |= uint64_t{1} << (x + 4 * (y + 4 * z));
+  CHECK(with_ocs.place(CubeShape{2, 2, 2}, checker).has_value());
+  CHECK_FALSE(fixed.place(CubeShape{2, 1, 1}, checker).has_value());
+  CHECK(fixed.place(CubeShape{1, 1, 1}, checker).has_value());
+  // A static block may wrap round the torus and turn.
+  const uint64_t all = ~uint64_t{0};
+  const auto m = fixed.place(CubeShape{1, 1, 4}, all);
+  REQUIRE(m.has_value());
+  CHECK(std::popcount(*m) == 4);
+  CHECK(fixed.feasible(CubeShape{4, 4, 4}));
+  CHECK_FALSE(fixed.feasible(CubeShape{1, 1, 5}));
+  // Best-fit packs next to busy cubes: with cube 0 busy it starts beside it, not far away.
+  PodAllocator best({4, 4, 4}, false, PlacementPolicy::BestFit);
+  const uint64_t free = all & ~(uint64_t{1} << 21);
+  const auto b = best.place(CubeShape{1, 1, 1}, free);
+  REQUIRE(b.has_value());
+  CHECK((fixed.place(CubeShape{1, 1, 1}, free).value() & (uint64_t{1} << 0)) != 0);
+  const int chosen = std::countr_zero(*b);
+  const int dx = std::abs(chosen % 4 - 21 % 4), dy = std::abs(chosen / 4 % 4 - 21 / 4 % 4), dz = std::abs(chosen / 16 - 21 / 16);
+  CHECK(dx + dy + dz == 1);
+}
+
+TEST_CASE("ocs pod: a job stream places better with OCS, deterministically") {
+  std::vector<PodJob> jobs;
+  RngStream rng(3, "test.jobs");
+  double t = 0;
+  const CubeShape shapes[] = {{1, 1, 1}, {1, 1, 2}, {1, 2, 2}, {2, 2, 2}, {2, 2, 4}};
+  for (int i = 0; i < 400; ++i) {
+    t += rng.exponential(3600.0 / 2);
+    jobs.push_back(PodJob{t, shapes[rng.below(5)], rng.exponential(6 * 3600.0)});
+  }
+  PodRunConfig c;
+  c.horizon_s = 240 * 3600.0;
+  c.host_mtbf_s = 2000 * 3600.0;
+  c.host_repair_s = 12 * 3600.0;
+  c.probes = {CubeShape{2, 4, 4}};
+  c.ocs = true;
+  const auto a = run_pod(c, jobs, 5);
+  const auto a2 = run_pod(c, jobs, 5);
+  c.ocs = false;
+  const auto s = run_pod(c, jobs, 5);
+  CHECK(a.utilization == a2.utilization);
+  CHECK(a.queue_delay_s == a2.queue_delay_s);
+  CHECK(a.utilization >= s.utilization);
+  CHECK(a.fragmentation == 0);
+  CHECK(s.fragmentation > 0);
+  CHECK(a.probe_availability[0] >= s.probe_availability[0]);
+  CHECK(a.host_failures == s.host_failures);  // the same failure process for both
+  CHECK(a.started > 0);
+}
