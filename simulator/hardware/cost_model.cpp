@@ -50,7 +50,7 @@ enum class Op : uint8_t {
   Qkv, O, GateUp, Down, AttnPrefill, AttnDecode, Norm, Rope, Act, Residual, LmHead, Sampling, AllReduce, AllGather,
   PpSend, Count
 };
-enum class Src : uint8_t { Table, Scaled, Roofline, Analytic };
+enum class Src : uint8_t { Table, Scaled, Roofline, Analytic, Network };
 enum class File : uint8_t { None, Gemm, Decode, Prefill, Slice, Elementwise };
 
 const char* file_name(File f) {
@@ -267,7 +267,10 @@ struct CostModel::Impl {
     layer(elem_part(Op::Residual, e_res, M, 3 * hidden * b, 2));
     if (tp > 1) {
       const double bytes = M * hidden * b;
-      layer(Part{Op::AllReduce, Src::Analytic, File::None, 2 * ring_ns(bytes, 2), 2 * M * hidden, 2 * bytes});
+      if (opt.allreduce_ns)
+        layer(Part{Op::AllReduce, Src::Network, File::None, 2 * opt.allreduce_ns(bytes), 2 * M * hidden, 2 * bytes});
+      else
+        layer(Part{Op::AllReduce, Src::Analytic, File::None, 2 * ring_ns(bytes, 2), 2 * M * hidden, 2 * bytes});
     }
     sink(elem_part(Op::Norm, e_norm, M, 2 * hidden * b, 1, m.layernorm));  // final norm
     if (pp > 1) {
@@ -420,6 +423,7 @@ struct CostModel::Impl {
       case Src::Scaled: return std::string("table:") + file_name(f) + "~scaled";
       case Src::Roofline: return "roofline";
       case Src::Analytic: return "analytic";
+      case Src::Network: return "network";
     }
     return "?";
   }

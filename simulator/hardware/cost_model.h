@@ -46,6 +46,10 @@ struct CostOptions {
   std::string tables_dir;  // results/calibration/<device>; "" = roofline only
   double kernel_floor_ns = 2000;  // roofline: no kernel is shorter (launch + tail); cost_source params
   double max_shape_ratio = 16;    // table: scale a GEMM from a measured shape at most this far (weight size)
+  // Tensor-parallel all-reduce of `bytes` over the replica's tp devices, from the network's
+  // flow simulation on a topology (the serving study sets it when a topology is named);
+  // empty: the analytic ring over the hardware's interconnect.
+  std::function<double(double bytes)> allreduce_ns;
 };
 
 // <catalog_root()>/results/calibration/<hw.calibration>, or "" when the device has none.

@@ -104,6 +104,8 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   m["workload"] = workload_description;
   m["deployment"] = Json{{"hardware", cfg.hardware.name}, {"model", cfg.model.name}, {"replicas", cfg.replicas},
                          {"tensor_parallel", cfg.tensor_parallel}, {"pipeline_parallel", cfg.pipeline_parallel},
+                         {"topology", cfg.topology_name.empty() ? std::string("none (nodes x gpus_per_node)") : cfg.topology_name},
+                         {"tp_allreduce", cfg.allreduce_ns ? "flows on the topology" : "analytic ring over the interconnect"},
                          {"cost_tables", cfg.tables_dir.empty() ? std::string("none (roofline)") : relative_to_root(cfg.tables_dir)},
                          {"d2h", cfg.last_mile.d2h_source}};
   m["requests"] = Json{{"completed", sim.completed() - sim.rejected()}, {"rejected_too_long", sim.rejected()},

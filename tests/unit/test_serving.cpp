@@ -550,3 +550,28 @@ outputs: {trace: false, timeseries: )") + ts + ", sample_interval: 1s}\n", "t.ya
   CHECK(a["simulated_s"] == b["simulated_s"]);
   CHECK(a["kv_cache"]["occupancy_mean"] == b["kv_cache"]["occupancy_mean"]);
 }
+
+TEST_CASE("a named topology sets the cluster and carries the tensor-parallel all-reduces as flows") {
+  const Node n = load_yaml_string(R"(
+model: llama2-7b
+topology: dgx-h200
+deployment: {replicas: 2, tensor_parallel: 4}
+workload: {kind: llmperf, requests: 4}
+)", "t.yaml");
+  auto parsed = registry().parse(n, "study", "", "serving");
+  ServingConfig cfg = build_serving_config(parsed.params, registry(), 1, nullptr);
+  CHECK(cfg.nodes == 1);
+  CHECK(cfg.gpus_per_node == 8);
+  CHECK(cfg.topology_name == "dgx-h200");
+  REQUIRE(cfg.allreduce_ns);
+  // A ring all-reduce of S bytes over 4 GPUs on 450 GB/s links: 2·3/4·S/B plus hop latencies.
+  const double S = 64.0 * 1024 * 1024;
+  const double ideal = 2.0 * 3 / 4 * S / 450e9 * 1e9;
+  CHECK(cfg.allreduce_ns(S) >= ideal);
+  CHECK(cfg.allreduce_ns(S) < ideal * 1.05);
+  CostModel cost(cfg.hardware, cfg.model, cost_options(cfg));
+  const std::vector<SeqWork> b{{1, 100}, {1, 200}};
+  bool network = false;
+  for (const auto& op : cost.iteration(b).ops) network |= op.op == "allreduce" && op.source == "network";
+  CHECK(network);
+}

@@ -1,10 +1,14 @@
 // The serving study and its components (schedulers, routers, workloads, arrivals).
+#include <cmath>
 #include <filesystem>
+#include <map>
 
 #include <fmt/format.h>
 
 #include "config/scenario.h"
 #include "hardware/spec.h"
+#include "network/collective.h"
+#include "network/generators.h"
 #include "recorder/serving_report.h"
 #include "registry/registry.h"
 #include "workloads/serving/serving_sim.h"
@@ -79,6 +83,37 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   if (c.model.layers % c.pipeline_parallel != 0)
     d.fail("pipeline_parallel", fmt::format("{} has {} layers, not divisible into {} stages", c.model.name, c.model.layers, c.pipeline_parallel),
            "a divisor of the layer count");
+  if (p.has("topology")) {
+    // The cluster is the topology's devices, grouped by server; tensor-parallel all-reduces
+    // run as flows over its links (one TP group simulated alone, memoized by message size).
+    auto topo = std::make_shared<net::Topology>(net::load_topology(p.node("topology"), reg, "topology"));
+    std::map<int, std::vector<int>> servers;
+    for (int dev : topo->devices()) servers[topo->node(dev).group].push_back(dev);
+    for (const char* k : {"nodes", "gpus_per_node"})
+      if (d.given(k)) d.fail(k, "is derived from the topology when one is named", "leave it out, or drop `topology`");
+    c.nodes = static_cast<int>(servers.size());
+    c.gpus_per_node = 0;
+    for (const auto& [_, devs] : servers) c.gpus_per_node = std::max(c.gpus_per_node, static_cast<int>(devs.size()));
+    c.topology_name = topo->name();
+    if (c.tensor_parallel > 1 && c.tensor_parallel <= c.gpus_per_node) {
+      std::vector<int> group;
+      for (const auto& [_, devs] : servers)
+        if (static_cast<int>(devs.size()) >= c.tensor_parallel) {
+          group.assign(devs.begin(), devs.begin() + c.tensor_parallel);
+          break;
+        }
+      auto memo = std::make_shared<std::map<int64_t, double>>();
+      c.allreduce_ns = [topo, group, memo](double bytes) {
+        const int64_t key = static_cast<int64_t>(std::llround(bytes));
+        auto it = memo->find(key);
+        if (it != memo->end()) return it->second;
+        const double ns = static_cast<double>(
+            net::collective_time(*topo, net::CollectiveKind::AllReduceRing, group, static_cast<double>(key)).count_ns());
+        (*memo)[key] = ns;
+        return ns;
+      };
+    }
+  }
   const std::string& tables = d.str("cost_tables");
   if (tables == "auto") {
     if (!c.hardware.calibration.empty())
@@ -114,6 +149,10 @@ Schema serving_schema(const Registry& reg) {
   Schema s = common_study_schema();
   s.ref("hardware", {"models/hardware"}, hardware_schema(), "accelerator: a catalog name (h200) or {catalog: h200, ...overrides}").def("h200");
   s.ref("model", {"models/llm"}, model_schema(), "the LLM: a catalog name (llama3-8b) or an inline shape");
+  s.add("topology", ParamType::Any,
+        "cluster topology (a name in topologies/ or {catalog: NAME, ...}): sets nodes and GPUs per node, and "
+        "tensor-parallel all-reduces become flows on its links")
+      .optional();
   auto dep = std::make_shared<Schema>();
   dep->add("replicas", ParamType::Int, "model replicas behind the router").def("1").range(1, 1e6);
   dep->add("tensor_parallel", ParamType::Int, "GPUs per pipeline stage (inside one node)").def("1").range(1, 64);

@@ -16,6 +16,15 @@ double kv_bytes_per_token_per_gpu(const ServingConfig& cfg) {
   return 2.0 * (m.layers / cfg.pipeline_parallel) * kv_heads_per_gpu * m.head_dim * m.dtype_bytes;
 }
 
+CostOptions cost_options(const ServingConfig& cfg) {
+  CostOptions o;
+  o.tensor_parallel = cfg.tensor_parallel;
+  o.pipeline_parallel = cfg.pipeline_parallel;
+  o.tables_dir = cfg.tables_dir;
+  o.allreduce_ns = cfg.allreduce_ns;
+  return o;
+}
+
 MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_per_iteration) {
   MemoryPlan m;
   const int shards = cfg.tensor_parallel * cfg.pipeline_parallel;
@@ -54,7 +63,7 @@ MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_
 ServingSim::ServingSim(ServingConfig cfg, uint64_t seed, TraceWriter* trace)
     : cfg_(std::move(cfg)),
       engine_(seed),
-      cost_(cfg_.hardware, cfg_.model, CostOptions{cfg_.tensor_parallel, cfg_.pipeline_parallel, cfg_.tables_dir}),
+      cost_(cfg_.hardware, cfg_.model, cost_options(cfg_)),
       think_rng_(seed, "workload.think"),
       trace_(trace) {
   const int gpus = cfg_.replicas * cfg_.tensor_parallel * cfg_.pipeline_parallel;

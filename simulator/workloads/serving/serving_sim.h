@@ -21,6 +21,9 @@ namespace sluice::serving {
 // Per-GPU memory of a deployment and the KV capacity it leaves.
 struct ServingConfig;
 
+// The cost model's options for a deployment (parallelism, tables, network all-reduce).
+CostOptions cost_options(const ServingConfig& cfg);
+
 // KV bytes one GPU holds per token: its pipeline stage's layers and its share of the KV heads
 // (heads are replicated, not split, when tensor parallelism exceeds the KV head count).
 double kv_bytes_per_token_per_gpu(const ServingConfig& cfg);
@@ -55,6 +58,8 @@ struct ServingConfig {
   double swap_space_bytes = 0;  // per replica
   bool prefix_reuse = true;
   std::string tables_dir;
+  std::string topology_name;                        // "" when none was named
+  std::function<double(double bytes)> allreduce_ns;  // TP all-reduce over the topology, if named
   std::function<std::unique_ptr<Scheduler>()> make_scheduler;
   std::unique_ptr<Router> router;
   std::unique_ptr<WorkloadSource> workload;
