@@ -439,15 +439,26 @@ const ModelSpec& CostModel::model() const { return impl_->m; }
 const CostOptions& CostModel::options() const { return impl_->opt; }
 int CostModel::stage_layers() const { return impl_->layers_stage; }
 
-IterationCost CostModel::iteration(std::span<const SeqWork> batch) const {
-  const Impl& im = *impl_;
-  long M = 0, R = 0, nd = 0;
+namespace {
+// New tokens, sampling rows and decode sequences of a batch.
+struct BatchTotals {
+  long new_tokens, rows, decodes;
+};
+BatchTotals batch_totals(std::span<const SeqWork> batch) {
+  BatchTotals t{0, 0, 0};
   for (const SeqWork& s : batch) {
     if (s.new_tokens <= 0) continue;
-    M += s.new_tokens;
-    R += s.produces_token ? 1 : 0;
-    nd += s.new_tokens == 1 ? 1 : 0;
+    t.new_tokens += s.new_tokens;
+    t.rows += s.produces_token ? 1 : 0;
+    t.decodes += s.new_tokens == 1 ? 1 : 0;
   }
+  return t;
+}
+}  // namespace
+
+IterationCost CostModel::iteration(std::span<const SeqWork> batch) const {
+  const Impl& im = *impl_;
+  const auto [M, R, nd] = batch_totals(batch);
   ListSink sink;
   im.dense_parts(static_cast<double>(M), sink);
   im.attention_parts<ListSink, true>(batch, nd, sink);
@@ -464,13 +475,7 @@ IterationCost CostModel::iteration(std::span<const SeqWork> batch) const {
 
 double CostModel::iteration_ns(std::span<const SeqWork> batch) const {
   const Impl& im = *impl_;
-  long M = 0, R = 0, nd = 0;
-  for (const SeqWork& s : batch) {
-    if (s.new_tokens <= 0) continue;
-    M += s.new_tokens;
-    R += s.produces_token ? 1 : 0;
-    nd += s.new_tokens == 1 ? 1 : 0;
-  }
+  const auto [M, R, nd] = batch_totals(batch);
   SumSink sink;
   im.attention_parts<SumSink, false>(batch, nd, sink);
   return im.cached(im.dense_cache.get(), M, true) + im.cached(im.rows_cache.get(), R, false) + sink.total;

@@ -1,6 +1,8 @@
 // Network: topology checks, routing, max-min fair flows, collectives, OCS, TPU pod placement.
 #include <doctest/doctest.h>
 
+#include "test_support.h"
+
 #include <cmath>
 #include <bit>
 #include <filesystem>
@@ -34,14 +36,7 @@ Topology pair_topology(double bw, int64_t lat) {
   return t;
 }
 
-const Registry& registry() {
-  static Registry reg = [] {
-    Registry r;
-    register_builtin_components(r);
-    return r;
-  }();
-  return reg;
-}
+using sluice::testing::registry;
 
 }  // namespace
 

@@ -2,6 +2,8 @@
 // produce), golden metrics of every shipped scenario, and byte-identical reruns.
 #include <doctest/doctest.h>
 
+#include "test_support.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -18,14 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const Registry& registry() {
-  static Registry reg = [] {
-    Registry r;
-    register_builtin_components(r);
-    return r;
-  }();
-  return reg;
-}
+using sluice::testing::registry;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -2,6 +2,8 @@
 // cases, the workload generator's distributions, and metric definitions on a tiny run.
 #include <doctest/doctest.h>
 
+#include "test_support.h"
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -37,14 +39,7 @@ Request make_req(uint32_t id, int prompt, int output, uint32_t conv = 0, int tur
   return q;
 }
 
-const Registry& registry() {
-  static Registry reg = [] {
-    Registry r;
-    register_builtin_components(r);
-    return r;
-  }();
-  return reg;
-}
+using sluice::testing::registry;
 
 std::unique_ptr<Scheduler> make_scheduler(const std::string& yaml) {
   const Node n = load_yaml_string(yaml, "test");
