@@ -93,7 +93,8 @@ int bench_network(bool quick) {
   std::printf("  wall time grows as flows^%.2f between the smallest and largest size (1 = linear, 2 = quadratic)\n", k);
   // The hard case: on a torus flows end in many waves, each re-rating the shared component.
   std::printf("\ncost growth when flows end in many waves (all-to-all on 3D tori, shortest-path ECMP, exact timing):\n");
-  std::printf("  %8s %12s %10s %12s %14s %16s %14s\n", "chips", "flows", "wall s", "us/flow", "recomputes", "flows rated", "rated/flow");
+  std::printf("  %8s %12s %10s %12s %14s %16s %14s %14s\n", "chips", "flows", "wall s", "us/flow", "recomputes", "flows rated", "rated/flow",
+              "rate changes");
   const std::vector<std::vector<int>> shapes =
       quick ? std::vector<std::vector<int>>{{2, 2, 2}, {2, 2, 4}, {4, 4, 4}} : std::vector<std::vector<int>>{{4, 4, 4}, {4, 4, 8}, {4, 8, 8}};
   pts.clear();
@@ -110,9 +111,10 @@ int bench_network(bool quick) {
     engine.run();
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto& st = sim.stats();
-    std::printf("  %8zu %12llu %10.3f %12.2f %14llu %16llu %14.1f\n", t.devices().size(), static_cast<unsigned long long>(st.started), wall,
-                wall * 1e6 / static_cast<double>(st.started), static_cast<unsigned long long>(st.recomputes),
-                static_cast<unsigned long long>(st.flows_rated), static_cast<double>(st.flows_rated) / static_cast<double>(st.started));
+    std::printf("  %8zu %12llu %10.3f %12.2f %14llu %16llu %14.1f %14llu\n", t.devices().size(), static_cast<unsigned long long>(st.started),
+                wall, wall * 1e6 / static_cast<double>(st.started), static_cast<unsigned long long>(st.recomputes),
+                static_cast<unsigned long long>(st.flows_rated), static_cast<double>(st.flows_rated) / static_cast<double>(st.started),
+                static_cast<unsigned long long>(st.reschedules));
     pts.push_back({static_cast<double>(st.started), wall});
   }
   const double k2 = std::log(pts.back().second / pts.front().second) / std::log(pts.back().first / pts.front().first);

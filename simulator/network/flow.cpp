@@ -9,6 +9,21 @@ namespace sluice::net {
 
 namespace {
 constexpr uint32_t kGenMask = (1u << 30) - 1;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// Rates below a change's level by less than this fraction are re-filled too, so flows that
+// share a level up to rounding are never split between frozen and re-filled.
+constexpr double kLevelSlack = 1e-9;
+// Rates in fixed point of 2^-16 B/s. A rate converts the same way each time, so a link's sum
+// of rates returns exactly to what it was when a flow leaves.
+constexpr double kFixedScale = 65536.0;
+constexpr double kFixedMax = 1e27;  // B/s; far above any link, keeps sums inside 128 bits
+
+__extension__ typedef __int128 Fixed;
+Fixed to_fixed(double r) {
+  if (r < 0x1p46) return static_cast<int64_t>(r * kFixedScale);  // the usual case: one instruction
+  return static_cast<Fixed>(std::min(r, kFixedMax) * kFixedScale);
+}
+double from_fixed(Fixed s) { return static_cast<double>(s) / kFixedScale; }
 }
 
 FlowSim::FlowSim(Engine& engine, const Topology& topo, Router& router) : engine_(engine), topo_(topo), router_(router) {
@@ -19,6 +34,8 @@ void FlowSim::sync_links() {
   const size_t n = static_cast<size_t>(topo_.link_count());
   for (size_t e = cap_.size(); e < n; ++e) cap_.push_back(topo_.link(static_cast<int>(e)).bandwidth_Bps);
   link_flows_.resize(n);
+  load_.resize(n);
+  part_.resize(n);
   rem_.resize(n);
   cnt_.resize(n);
   link_mark_.resize(n);
@@ -75,14 +92,17 @@ void FlowSim::begin(uint32_t f) {
     return;
   }
   fl.state = State::Sending;
+  fl.keyed = false;
   ++active_;
   if (active_ > stats_.max_active) stats_.max_active = active_;
   fl.pos.resize(fl.path.size());
   for (size_t h = 0; h < fl.path.size(); ++h) {
-    auto& lf = link_flows_[static_cast<size_t>(fl.path[h])];
-    fl.pos[h] = static_cast<uint32_t>(lf.size());
-    lf.push_back(f);
-    mark_dirty(fl.path[h]);
+    const int l = fl.path[h];
+    auto& lf = link_flows_[static_cast<size_t>(l)];
+    lf.push_back(LinkFlow{kInf, f, static_cast<uint32_t>(h)});
+    heap_fix(l, lf.size() - 1);
+    mark_dirty(l);
+    grown_.push_back(l);
   }
   request_recompute();
 }
@@ -98,6 +118,7 @@ void FlowSim::request_recompute() {
 void FlowSim::set_link_capacity(int link, double Bps) {
   if (static_cast<size_t>(topo_.link_count()) > cap_.size()) sync_links();
   cap_[static_cast<size_t>(link)] = Bps < 0 ? 0 : Bps;
+  level_bound_ = 0;  // a capacity change may move every level: re-fill the whole component
   mark_dirty(link);
   request_recompute();
 }
@@ -127,26 +148,86 @@ void FlowSim::schedule_finish(uint32_t f, int64_t now_ns) {
   engine_.schedule_at(SimTime::ns(end), Priority::Network, this, kTxDone | (fl.gen << 2), f);
 }
 
-void FlowSim::detach(uint32_t f) {
-  Flow& fl = flows_[f];
-  for (size_t h = 0; h < fl.path.size(); ++h) {
-    auto& lf = link_flows_[static_cast<size_t>(fl.path[h])];
-    const uint32_t p = fl.pos[h];
-    const uint32_t moved = lf.back();
-    lf[p] = moved;
-    lf.pop_back();
-    if (moved != f) {
-      Flow& m = flows_[moved];
-      for (size_t k = 0; k < m.path.size(); ++k)
-        if (m.path[k] == fl.path[h] && m.pos[k] == lf.size()) {
-          m.pos[k] = p;
-          break;
-        }
+void FlowSim::heap_place(std::vector<LinkFlow>& h, size_t i, const LinkFlow& e) {
+  h[i] = e;
+  flows_[e.flow].pos[e.hop] = static_cast<uint32_t>(i);
+}
+
+// Restores the heap order around entry i of a link's heap after its key changed.
+void FlowSim::heap_fix(int link, size_t i) {
+  auto& h = link_flows_[static_cast<size_t>(link)];
+  const LinkFlow e = h[i];
+  const size_t start = i;
+  while (i > 0) {
+    const size_t p = (i - 1) / 2;
+    if (!(h[p].key < e.key)) break;
+    heap_place(h, i, h[p]);
+    i = p;
+  }
+  if (i == start) {
+    const size_t n = h.size();
+    for (;;) {
+      size_t c = 2 * i + 1;
+      if (c >= n) break;
+      if (c + 1 < n && h[c].key < h[c + 1].key) ++c;
+      if (!(e.key < h[c].key)) break;
+      heap_place(h, i, h[c]);
+      i = c;
     }
-    mark_dirty(fl.path[h]);
+  }
+  heap_place(h, i, e);
+}
+
+// Calls fn(flow) for every flow on `link` whose rate key is >= level: a pruned walk of the
+// heap, O(number found). fn must not change the heap.
+template <class Fn>
+void FlowSim::for_each_at_least(int link, double level, Fn&& fn) {
+  const auto& h = link_flows_[static_cast<size_t>(link)];
+  if (h.empty() || h[0].key < level) return;
+  stack_.clear();
+  stack_.push_back(0);
+  while (!stack_.empty()) {
+    const size_t i = stack_.back();
+    stack_.pop_back();
+    fn(h[i].flow);
+    const size_t c = 2 * i + 1;
+    if (c < h.size() && h[c].key >= level) stack_.push_back(c);
+    if (c + 1 < h.size() && h[c + 1].key >= level) stack_.push_back(c + 1);
   }
 }
 
+void FlowSim::detach(uint32_t f) {
+  Flow& fl = flows_[f];
+  const Fixed r = to_fixed(fl.rate_Bps);
+  for (size_t h = 0; h < fl.path.size(); ++h) {
+    const int l = fl.path[h];
+    const size_t li = static_cast<size_t>(l);
+    auto& lf = link_flows_[li];
+    const size_t p = fl.pos[h];
+    const LinkFlow moved = lf.back();
+    lf.pop_back();
+    if (p < lf.size()) {
+      heap_place(lf, p, moved);
+      heap_fix(l, p);
+    }
+    load_[li] -= r;
+    if (lf.empty()) load_[li] = 0;
+    mark_dirty(l);
+  }
+}
+
+// Incremental progressive filling. Progressive filling saturates links in increasing order
+// of fair share; a change can only alter the run from some level up:
+//  - a flow that ends at rate r never let any of its links saturate below r (it would have
+//    been frozen there), and without it their shares only rise: the run below r is unchanged;
+//  - a link that gains flows saturates, in the new allocation, at a level >= cap/flows
+//    (its flows' rates sum to cap, each at most that level);
+//  - a capacity change: level 0, the whole component.
+// So every flow rated below the lowest such level keeps its rate exactly, and the state of
+// the run at that level is known: those flows frozen, each link's remaining capacity its
+// capacity less their rates (load_ keeps the exact sum). Filling resumes from there over the
+// flows at or above the level that are connected, through such flows, to a changed link;
+// flows above the level elsewhere do not interact with the change and keep their rates too.
 void FlowSim::recompute() {
   const int64_t now = engine_.now().count_ns();
   ++epoch_;
@@ -155,6 +236,14 @@ void FlowSim::recompute() {
     for (auto& f : flows_) f.mark = f.frozen = 0;
     epoch_ = 1;
   }
+  double bound = level_bound_;
+  level_bound_ = kInf;
+  for (int l : grown_) {
+    const size_t li = static_cast<size_t>(l);
+    if (!link_flows_[li].empty()) bound = std::min(bound, cap_[li] / static_cast<double>(link_flows_[li].size()));
+  }
+  grown_.clear();
+  const double level = bound * (1 - kLevelSlack);
   comp_links_.clear();
   comp_flows_.clear();
   for (int l : dirty_)
@@ -163,11 +252,11 @@ void FlowSim::recompute() {
       comp_links_.push_back(l);
     }
   dirty_.clear();
-  // The connected component: links -> their flows -> those flows' links -> ...
+  // The flows to re-fill: those at or above the level on a changed link, then on their links ...
   for (size_t i = 0; i < comp_links_.size(); ++i) {
-    for (uint32_t f : link_flows_[static_cast<size_t>(comp_links_[i])]) {
+    for_each_at_least(comp_links_[i], level, [this](uint32_t f) {
       Flow& fl = flows_[f];
-      if (fl.mark == epoch_) continue;
+      if (fl.mark == epoch_) return;
       fl.mark = epoch_;
       comp_flows_.push_back(f);
       for (int l : fl.path)
@@ -175,25 +264,39 @@ void FlowSim::recompute() {
           link_mark_[static_cast<size_t>(l)] = epoch_;
           comp_links_.push_back(l);
         }
-    }
+    });
   }
   ++stats_.recomputes;
   stats_.flows_rated += comp_flows_.size();
   stats_.links_rated += comp_links_.size();
-  if (comp_flows_.size() > stats_.max_component_flows) stats_.max_component_flows = comp_flows_.size();
   if (comp_flows_.empty()) return;
-  for (uint32_t f : comp_flows_) settle(flows_[f], now);
-  // Progressive filling: repeatedly saturate the link with the smallest fair share. Freezing
-  // a flow at the current minimum share never lowers another link's share, so keys only
-  // grow: a popped entry whose link's share has grown is pushed back with the new share
-  // (lazy increase-key), and a hop update is O(1) instead of a heap push.
+  if (comp_flows_.size() > stats_.max_component_flows) stats_.max_component_flows = comp_flows_.size();
+  for (int l : comp_links_) {
+    const size_t li = static_cast<size_t>(l);
+    cnt_[li] = 0;
+    part_[li] = 0;
+  }
+  for (uint32_t f : comp_flows_) {
+    const Flow& fl = flows_[f];
+    const Fixed r = to_fixed(fl.rate_Bps);
+    for (int l : fl.path) {
+      const size_t li = static_cast<size_t>(l);
+      ++cnt_[li];
+      part_[li] += r;
+    }
+  }
+  // Progressive filling from the level: repeatedly saturate the link with the smallest fair
+  // share. Freezing a flow at the current minimum share never lowers another link's share,
+  // so keys only grow: a popped entry whose link's share has grown is pushed back with the
+  // new share (lazy increase-key), and a hop update is O(1) instead of a heap push.
   using Entry = std::pair<double, int>;
   heap_.clear();
   for (int l : comp_links_) {
     const size_t li = static_cast<size_t>(l);
-    rem_[li] = cap_[li];
-    cnt_[li] = static_cast<uint32_t>(link_flows_[li].size());
-    if (cnt_[li] > 0) heap_.emplace_back(rem_[li] / cnt_[li], l);
+    if (cnt_[li] == 0) continue;
+    const Fixed frozen = load_[li] - part_[li];
+    rem_[li] = frozen == 0 ? cap_[li] : cap_[li] - from_fixed(frozen);
+    heap_.emplace_back(rem_[li] / cnt_[li], l);
   }
   std::make_heap(heap_.begin(), heap_.end(), std::greater<Entry>());
   while (!heap_.empty()) {
@@ -208,9 +311,9 @@ void FlowSim::recompute() {
       std::push_heap(heap_.begin(), heap_.end(), std::greater<Entry>());
       continue;
     }
-    for (uint32_t f : link_flows_[li]) {
+    for_each_at_least(l, level, [this, share](uint32_t f) {
       Flow& fl = flows_[f];
-      if (fl.frozen == epoch_) continue;
+      if (fl.frozen == epoch_) return;
       fl.frozen = epoch_;
       fl.new_rate_Bps = share;
       for (int l2 : fl.path) {
@@ -218,11 +321,22 @@ void FlowSim::recompute() {
         rem_[l2i] -= share;
         --cnt_[l2i];
       }
-    }
+    });
   }
+  // Apply the new rates (in the deterministic order the flows were found).
   for (uint32_t f : comp_flows_) {
     Flow& fl = flows_[f];
+    if (fl.new_rate_Bps == fl.rate_Bps && fl.keyed) continue;
+    const Fixed delta = to_fixed(fl.new_rate_Bps) - to_fixed(fl.rate_Bps);
+    for (size_t h = 0; h < fl.path.size(); ++h) {
+      const size_t li = static_cast<size_t>(fl.path[h]);
+      load_[li] += delta;
+      link_flows_[li][fl.pos[h]].key = fl.new_rate_Bps;
+      heap_fix(fl.path[h], fl.pos[h]);
+    }
+    fl.keyed = true;
     if (fl.new_rate_Bps != fl.rate_Bps) {
+      settle(fl, now);
       fl.rate_Bps = fl.new_rate_Bps;
       schedule_finish(f, now);
     }
@@ -240,6 +354,7 @@ void FlowSim::on_event(Engine& engine, uint32_t kind, uint32_t arg) {
       if (fl.state != State::Sending || (kind >> 2) != fl.gen) return;  // superseded by a rate change
       settle(fl, engine.now().count_ns());
       fl.left_bytes = 0;
+      level_bound_ = std::min(level_bound_, fl.rate_Bps);
       detach(arg);
       fl.state = State::Flying;
       fl.rate_Bps = 0;

@@ -1,11 +1,14 @@
 // FlowSim: flow-level network simulation on the Engine. Each transfer is a flow on a route;
 // concurrent flows share every link max-min fairly (progressive filling). Rates are
-// recomputed when flows start or end, or a link's capacity changes, but only over the
-// connected component of links and flows touched, and once per instant: every change at one
-// timestamp marks links dirty and a single Priority::Network event recomputes them all.
-// A flow's bytes leave at its rate; its last byte arrives one route latency later.
+// recomputed when flows start or end, or a link's capacity changes, once per instant: every
+// change at one timestamp marks links dirty and a single Priority::Network event recomputes.
+// The recomputation is incremental: progressive filling below the lowest level a change can
+// reach runs exactly as before, so only the flows at or above that level, connected to the
+// change, are re-filled (see recompute()). A flow's bytes leave at its rate; its last byte
+// arrives one route latency later.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "engine/engine.h"
@@ -26,8 +29,8 @@ struct FlowStats {
   uint64_t started = 0;
   uint64_t completed = 0;
   uint64_t recomputes = 0;
-  uint64_t flows_rated = 0;   // sum over recomputes of the flows in the touched component
-  uint64_t links_rated = 0;   // sum over recomputes of the links in the touched component
+  uint64_t flows_rated = 0;   // sum over recomputes of the flows re-filled (the touched component above the change's level)
+  uint64_t links_rated = 0;   // sum over recomputes of the links those flows cross
   uint64_t max_component_flows = 0;
   uint64_t max_active = 0;
   uint64_t reschedules = 0;   // completion events (re)scheduled after a rate change
@@ -65,6 +68,12 @@ class FlowSim final : public EventHandler {
  private:
   enum class State : uint8_t { Free, Sending, Flying };
   enum EventType : uint32_t { kRecompute = 0, kTxDone = 1, kDeliver = 2, kCapacity = 3 };
+  // One flow on one link: an entry of the link's max-heap of flows by rate.
+  struct LinkFlow {
+    double key;     // the flow's rate; +infinity until its first rating
+    uint32_t flow;
+    uint32_t hop;   // index of the link in the flow's path
+  };
   struct Flow {
     std::vector<int> path;
     std::vector<uint32_t> pos;  // index of this flow in link_flows_[path[h]]
@@ -79,6 +88,7 @@ class FlowSim final : public EventHandler {
     uint32_t mark = 0;
     uint32_t frozen = 0;
     State state = State::Free;
+    bool keyed = false;  // its link-heap keys hold rate_Bps (false until its first rating)
   };
   uint32_t alloc();
   void begin(uint32_t f);
@@ -89,19 +99,30 @@ class FlowSim final : public EventHandler {
   void settle(Flow& f, int64_t now_ns);
   void schedule_finish(uint32_t f, int64_t now_ns);
   void detach(uint32_t f);
+  void heap_place(std::vector<LinkFlow>& h, size_t i, const LinkFlow& e);
+  void heap_fix(int link, size_t i);
+  template <class Fn>
+  void for_each_at_least(int link, double level, Fn&& fn);
 
   Engine& engine_;
   const Topology& topo_;
   Router& router_;
   std::vector<Flow> flows_;
   std::vector<uint32_t> free_;
-  std::vector<std::vector<uint32_t>> link_flows_;
+  // Exact sums of rates (fixed point, 2^-16 B/s): adding and removing a rate never drifts.
+  __extension__ typedef __int128 FixedSum;
+  std::vector<std::vector<LinkFlow>> link_flows_;  // per link, a max-heap of its flows by rate
+  std::vector<FixedSum> load_;   // per link: exact sum of its flows' current rates
+  std::vector<FixedSum> part_;   // per link, during a recompute: the part of load_ being re-filled
   std::vector<double> cap_, rem_;
   std::vector<uint32_t> cnt_, link_mark_;
   std::vector<std::pair<double, int>> heap_;
   std::vector<int> dirty_;
   std::vector<int> comp_links_;
   std::vector<uint32_t> comp_flows_;
+  std::vector<size_t> stack_;
+  std::vector<int> grown_;    // links that gained flows since the last recompute
+  double level_bound_ = std::numeric_limits<double>::infinity();  // lowest rate a change since the last recompute can alter
   struct CapChange {
     int link;
     double Bps;
