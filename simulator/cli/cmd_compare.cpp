@@ -36,6 +36,7 @@ void add_compare(CLI::App& app, CliContext& ctx) {
       Recorder rec;
       ProgressBar bar(true);
       compare_variants(variants, o->metrics, ctx.registry, rec, [&](double f) { bar.update(f); });
+      bar.finish();
       const std::string dir = o->out.empty() ? fmt::format("results/compare/{}-{}-variants", variants[0].name.substr(0, variants[0].name.find(',')), variants.size()) : o->out;
       Json header = Json{{"schema_version", Recorder::kSchemaVersion}, {"sluice_version", SLUICE_VERSION}};
       rec.write_atomically(dir, header);

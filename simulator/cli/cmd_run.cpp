@@ -25,6 +25,7 @@ static void run_scenario(const std::string& file, const std::vector<std::string>
   ProgressBar bar(progress);
   const auto t0 = std::chrono::steady_clock::now();
   Json header = run_into(sc, rec, [&](double f) { bar.update(f); });
+  bar.finish();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string dir = out_dir_opt.empty() ? default_run_dir(sc) : out_dir_opt;
   rec.write_atomically(dir, header);

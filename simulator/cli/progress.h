@@ -24,9 +24,12 @@ class ProgressBar {
                  std::string(width - filled, '.').c_str(), 100 * f, el, eta);
     std::fflush(stderr);
   }
-  ~ProgressBar() {
+  // Erases the bar (before the summary is printed).
+  void finish() {
     if (shown_) std::fprintf(stderr, "\r%80s\r", "");
+    shown_ = false;
   }
+  ~ProgressBar() { finish(); }
 
  private:
   using Clock = std::chrono::steady_clock;
