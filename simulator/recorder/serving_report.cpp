@@ -165,7 +165,7 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   rec.summary(fmt::format("throughput {:.1f} output tok/s, {:.2f} req/s; mean batch {:.1f}, utilization {:.0f}%",
                           out_tokens / span_s, (sim.completed() - sim.rejected()) / span_s, busy > 0 ? batch_int / busy : 0.0,
                           100 * busy / end / nrep));
-  rec.summary(fmt::format("memory/GPU: weights {}, KV {} ({} tokens/replica); KV occupancy mean {:.0f}% max {:.0f}%; "
+  rec.summary(fmt::format("memory/GPU: weights {}, KV {} ({} tokens/replica); KV occupancy mean {:.1f}% max {:.1f}%; "
                           "preemptions {}{}",
                           format_bytes(mem.weights_per_gpu), format_bytes(mem.kv_per_gpu), mem.kv_tokens_per_replica,
                           100 * kv_int / end / nrep, 100 * kv_max, preemptions,
