@@ -1,6 +1,7 @@
 #include "network/topology.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 
@@ -135,11 +136,13 @@ int diameter_hops(const Topology& t) {
 
 namespace {
 
+// Capacities are whole bytes per second in int64: push-relabel checks flow conservation
+// exactly (an assertion in debug builds), which double rounding breaks.
 using FlowTraits = boost::adjacency_list_traits<boost::vecS, boost::vecS, boost::directedS>;
 using FlowGraph = boost::adjacency_list<
     boost::vecS, boost::vecS, boost::directedS, boost::no_property,
-    boost::property<boost::edge_capacity_t, double,
-                    boost::property<boost::edge_residual_capacity_t, double,
+    boost::property<boost::edge_capacity_t, int64_t,
+                    boost::property<boost::edge_residual_capacity_t, int64_t,
                                     boost::property<boost::edge_reverse_t, FlowTraits::edge_descriptor>>>>;
 
 // Max flow from the devices marked side A to those marked side B: the min cut between them.
@@ -148,7 +151,7 @@ double min_cut_Bps(const Topology& t, const std::vector<char>& side_a, const std
   FlowGraph g(n + 2);
   auto cap = boost::get(boost::edge_capacity, g);
   auto rev = boost::get(boost::edge_reverse, g);
-  auto add = [&](size_t u, size_t v, double c) {
+  auto add = [&](size_t u, size_t v, int64_t c) {
     auto e1 = boost::add_edge(u, v, g).first;
     auto e2 = boost::add_edge(v, u, g).first;
     cap[e1] = c;
@@ -156,17 +159,20 @@ double min_cut_Bps(const Topology& t, const std::vector<char>& side_a, const std
     rev[e1] = e2;
     rev[e2] = e1;
   };
+  int64_t total = 0;
   for (int e = 0; e < t.link_count(); ++e) {
     const auto& l = t.link(e);
-    add(static_cast<size_t>(l.src), static_cast<size_t>(l.dst), l.bandwidth_Bps);
+    const int64_t c = std::llround(l.bandwidth_Bps);
+    add(static_cast<size_t>(l.src), static_cast<size_t>(l.dst), c);
+    total += c;
   }
-  const double inf = 1e30;
+  const int64_t inf = total + 1;  // more than any cut: the source and sink edges never saturate
   const size_t s = n, k = n + 1;
   for (size_t v = 0; v < n; ++v) {
     if (side_a[v]) add(s, v, inf);
     if (side_b[v]) add(v, k, inf);
   }
-  return boost::push_relabel_max_flow(g, s, k);
+  return static_cast<double>(boost::push_relabel_max_flow(g, s, k));
 }
 
 }  // namespace
