@@ -112,6 +112,13 @@ int run_cost(const CostArgs& a) {
   const bool is_prefill = a.lengths.empty() && a.prefill > 0;
   std::map<std::string, double> by_source;
   for (const auto& o : it.ops) by_source[o.source] += o.ns;
+  // Memory one GPU needs for this batch: its weight shard, the KV cache of every sequence
+  // (context + new tokens), and the transient activations of this forward pass.
+  double kv_tokens = 0;
+  for (const auto& q : batch) kv_tokens += q.context + q.new_tokens;
+  const int shards = a.tp * a.pp;
+  const double mem_weights = m.weight_bytes() / shards, mem_kv = kv_tokens * m.kv_bytes_per_token() / shards,
+               mem_act = m.activation_bytes(tokens) / a.tp, mem_total = mem_weights + mem_kv + mem_act;
 
   if (a.json) {
     nlohmann::ordered_json ops = nlohmann::ordered_json::array();
@@ -134,6 +141,9 @@ int run_cost(const CostArgs& a) {
                              {"tokens_per_s", it.total_ns > 0 ? 1e9 * static_cast<double>(rows) / it.total_ns : 0.0},
                              {"ops", ops},
                              {"by_source", src},
+                             {"memory_per_gpu", {{"weights_bytes", mem_weights}, {"kv_bytes", mem_kv},
+                                                 {"activation_bytes", mem_act}, {"total_bytes", mem_total},
+                                                 {"hbm_bytes", hw.hbm_bytes}}},
                              {"batch", seqs}};
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -157,6 +167,9 @@ int run_cost(const CostArgs& a) {
   std::cout << fmt::format("{:<26} {:>11.2f} {:>6.1f}%\n\nby source:\n", "total", it.total_ns / 1e3, 100.0);
   for (const auto& [s, ns] : by_source)
     std::cout << fmt::format("  {:<32} {:>11.2f} us {:>6.1f}%\n", s, ns / 1e3, 100 * ns / it.total_ns);
+  std::cout << fmt::format("\nmemory per GPU: weights {:.3f} GB + KV cache {:.3f} GB ({:.0f} tokens) + activations {:.3f} GB "
+                           "= {:.3f} GB of {:.1f} GB\n",
+                           mem_weights / 1e9, mem_kv / 1e9, kv_tokens, mem_act / 1e9, mem_total / 1e9, hw.hbm_bytes / 1e9);
   return 0;
 }
 
