@@ -22,7 +22,7 @@ struct CostArgs {
   std::string hardware = "h200", model = "llama2-7b", tables, lengths;
   int batch = 1, tp = 1, pp = 1;
   long context = -1, prefill = 0;
-  bool json = false, loo = false;
+  bool json = false, loo = false, fused = false;
 };
 
 const Origin kCommandLine{"command line", 0, 0};
@@ -95,6 +95,7 @@ int run_cost(const CostArgs& a) {
   opt.tensor_parallel = a.tp;
   opt.pipeline_parallel = a.pp;
   opt.tables_dir = resolve_tables(a, hw);
+  opt.fused_elementwise = a.fused;
   std::optional<CostModel> cm;
   try {
     cm.emplace(hw, m, opt);
@@ -195,6 +196,9 @@ void add_cost(CLI::App& app, CliContext& ctx) {
                   "folder of measured CSV tables, or 'none' for the roofline alone (default "
                   "results/calibration/<hardware calibration>)");
   cmd->add_flag("--json", a->json, "machine-readable output");
+  cmd->add_flag("--fused-elementwise", a->fused,
+                "cost norms, rotary, SiLU·mul and residual adds as fused roofline kernels (as vLLM runs them) instead of "
+                "the measured PyTorch kernels");
   cmd->add_flag("--leave-one-out", a->loo,
                 "instead: the tables' interpolation error, each measured row predicted from the others");
   cmd->callback([a, &ctx] { ctx.action = [a]() -> int { return run_cost(*a); }; });

@@ -227,6 +227,7 @@ struct CostModel::Impl {
   Part elem_part(Op id, const costtab::ElementwiseTable::Op* t, double tokens, double bpt, double calls,
                  bool other_op = false) const {
     const double bytes = tokens * bpt, flops = tokens * bpt / b * 4;
+    if (opt.fused_elementwise) return {id, Src::Roofline, File::None, roof(flops, bytes) * calls, flops * calls, bytes * calls};
     if (t) {
       const Estimate e = elem->estimate(*t, tokens, bpt);
       return {id, (e.scaled || other_op) ? Src::Scaled : Src::Table, File::Elementwise, e.ns * calls, flops * calls,

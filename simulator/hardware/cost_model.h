@@ -50,6 +50,10 @@ struct CostOptions {
   // flow simulation on a topology (the serving study sets it when a topology is named);
   // empty: the analytic ring over the hardware's interconnect.
   std::function<double(double bytes)> allreduce_ns;
+  // Model the memory-bound layer work as an engine with fused kernels would run it (vLLM's
+  // fused add+RMSNorm, rotary and SiLU·mul kernels): one roofline kernel per op at its least
+  // traffic, instead of the measured PyTorch kernels (rope alone is several kernels there).
+  bool fused_elementwise = false;
 };
 
 // <catalog_root()>/results/calibration/<hw.calibration>, or "" when the device has none.

@@ -283,3 +283,30 @@ TEST_CASE("cost: at batch 1, MQA's smaller KV cache buys only a few percent of d
   CHECK(attention_ns(with_mha, big) / attention_ns(with_mqa, big) > 8.0);
   CHECK(with_mha.iteration_ns(big) / with_mqa.iteration_ns(big) > 2.0);
 }
+
+TEST_CASE("cost: fused elementwise kernels replace the measured PyTorch ones and cut small-batch decode") {
+  const HardwareSpec h200 = load_hardware("h200");
+  const ModelSpec llama = load_model("llama2-7b");
+  CostOptions measured{1, 1, default_tables_dir(h200)};
+  CostOptions fused = measured;
+  fused.fused_elementwise = true;
+  const CostModel a(h200, llama, measured), b(h200, llama, fused);
+  const std::vector<SeqWork> batch(8, SeqWork{1, 2048, true});
+  auto elementwise = [&](const CostModel& cm, std::string* source) {
+    double ns = 0;
+    for (const auto& op : cm.iteration(batch).ops)
+      if (op.op.rfind("elementwise.", 0) == 0) {
+        ns += op.ns;
+        *source = op.source;
+      }
+    return ns;
+  };
+  std::string sa, sb;
+  const double ea = elementwise(a, &sa), eb = elementwise(b, &sb);
+  CHECK(sa.rfind("table:elementwise.csv", 0) == 0);
+  CHECK(sb == "roofline");
+  CHECK(eb < 0.6 * ea);
+  CHECK(b.iteration_ns(batch) < a.iteration_ns(batch));
+  // GEMMs and attention are untouched.
+  CHECK(a.iteration_ns(batch) - b.iteration_ns(batch) == doctest::Approx(ea - eb).epsilon(1e-9));
+}

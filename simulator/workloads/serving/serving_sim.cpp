@@ -22,6 +22,7 @@ CostOptions cost_options(const ServingConfig& cfg) {
   o.pipeline_parallel = cfg.pipeline_parallel;
   o.tables_dir = cfg.tables_dir;
   o.allreduce_ns = cfg.allreduce_ns;
+  o.fused_elementwise = cfg.fused_elementwise;
   return o;
 }
 

@@ -58,6 +58,7 @@ struct ServingConfig {
   double swap_space_bytes = 0;  // per replica
   bool prefix_reuse = true;
   std::string tables_dir;
+  bool fused_elementwise = false;
   std::string topology_name;                        // "" when none was named
   std::function<double(double bytes)> allreduce_ns;  // TP all-reduce over the topology, if named
   std::function<std::unique_ptr<Scheduler>()> make_scheduler;
