@@ -8,6 +8,13 @@
 
 namespace sluice {
 
+Node::Node() = default;
+Node::~Node() = default;
+Node::Node(const Node&) = default;
+Node::Node(Node&&) noexcept = default;
+Node& Node::operator=(const Node&) = default;
+Node& Node::operator=(Node&&) noexcept = default;
+
 const Node* Node::find(const std::string& key) const {
   for (const auto& [k, v] : map)
     if (k == key) return &v;

@@ -14,6 +14,16 @@ class Node {
  public:
   enum class Kind { Null, Scalar, Map, Seq };
 
+  // Special members are defined out of line, where Node is complete: `map` holds pairs of
+  // Node, which some standard libraries (clang with libstdc++) refuse to instantiate inside
+  // Node's own definition.
+  Node();
+  ~Node();
+  Node(const Node&);
+  Node(Node&&) noexcept;
+  Node& operator=(const Node&);
+  Node& operator=(Node&&) noexcept;
+
   Kind kind = Kind::Null;
   std::string scalar;                                // for Scalar
   bool quoted = false;                               // scalar was quoted in the source

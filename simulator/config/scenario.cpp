@@ -103,10 +103,23 @@ Json node_to_json(const Node& n) {
   return nullptr;
 }
 
+static Scenario build_scenario(Node root, const std::string& file, const std::vector<std::string>& overrides,
+                               const Registry& reg);
+
 Scenario load_scenario(const std::string& file, const std::vector<std::string>& overrides, const Registry& reg) {
+  return build_scenario(load_yaml_file(file), file, overrides, reg);
+}
+
+Scenario load_scenario_text(const std::string& text, const std::string& label, const std::vector<std::string>& overrides,
+                            const Registry& reg) {
+  return build_scenario(load_yaml_string(text, label), label, overrides, reg);
+}
+
+static Scenario build_scenario(Node root, const std::string& file, const std::vector<std::string>& overrides,
+                               const Registry& reg) {
   Scenario sc;
   sc.file = file;
-  sc.root = std::make_shared<Node>(load_yaml_file(file));
+  sc.root = std::make_shared<Node>(std::move(root));
   if (!sc.root->is_map())
     throw ConfigError(sc.root->origin, "", sc.root->brief(), "a scenario must be a YAML mapping", "keys such as study, name, seed, ...");
   for (const auto& o : overrides) apply_override(*sc.root, o);

@@ -1,3 +1,4 @@
+#include "config/paths.h"
 #include "config/schema.h"
 
 #include "registry/registry.h"
@@ -106,7 +107,7 @@ Node load_catalog_entry(const std::vector<std::string>& folders, const std::stri
   for (const auto& f : folders) {
     if (name.find('/') == std::string::npos && name.find("..") == std::string::npos) {
       auto p = std::filesystem::path(catalog_root()) / f / (name + ".yaml");
-      if (std::filesystem::exists(p)) return load_yaml_file(p.string());
+      if (sluice::path_exists(p)) return load_yaml_file(p.string());
     }
     for (auto& n : catalog_names(f)) all.push_back(n);
   }

@@ -25,6 +25,7 @@
 // only on the batch's total new tokens M (cached per M), everything that depends only on the
 // sampled rows R (cached per R), and attention, which is per sequence: a few ns each for
 // decode (a piecewise-linear share), a table interpolation for each prefill chunk.
+#include "config/paths.h"
 #include "hardware/cost_model.h"
 
 #include <algorithm>
@@ -176,11 +177,11 @@ struct CostModel::Impl {
   void load_tables() {
     namespace fs = std::filesystem;
     const fs::path dir(opt.tables_dir);
-    if (!fs::is_directory(dir))
+    if (!sluice::path_is_directory(dir))
       throw std::invalid_argument(fmt::format("cost tables folder '{}' does not exist (for {}: calibration '{}')",
                                               opt.tables_dir, hw.name, hw.calibration));
     if (m.dtype_bytes != 2) return;  // tables are bf16 kernels
-    auto have = [&](const char* f) { return fs::exists(dir / f); };
+    auto have = [&](const char* f) { return sluice::path_exists(dir / f); };
     auto csv = [&](const char* f) { return costtab::read_csv((dir / f).string()); };
     if (have("gemm.csv")) {
       gemm = costtab::GemmTable::from_csv(csv("gemm.csv"));

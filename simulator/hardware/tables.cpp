@@ -1,4 +1,5 @@
 // Reading and interpolating the measured cost tables; see tables.h for the rules.
+#include "config/paths.h"
 #include "hardware/tables.h"
 
 #include <algorithm>
@@ -599,7 +600,7 @@ std::vector<LooStats> leave_one_out(const std::string& dir, const Ceilings& c) {
   namespace fs = std::filesystem;
   std::vector<LooStats> out;
   auto path = [&](const char* f) { return (fs::path(dir) / f).string(); };
-  auto have = [&](const char* f) { return fs::exists(path(f)); };
+  auto have = [&](const char* f) { return sluice::path_exists(path(f)); };
   if (have("gemm.csv")) {
     const Csv csv = read_csv(path("gemm.csv"));
     out.push_back(loo(csv, "gemm.csv", "ms", kMsToNs, [&](long r) { return GemmTable::from_csv(csv, r); },

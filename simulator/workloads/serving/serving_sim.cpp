@@ -99,7 +99,9 @@ ServingSim::ServingSim(ServingConfig cfg, uint64_t seed, TraceWriter* trace)
   busy_.assign(cfg_.replicas, false);
   rstats_.resize(cfg_.replicas);
   total_ = cfg_.workload->total_requests();
-  reqs_.reserve(static_cast<size_t>(total_));
+  // Requests are addressed by index, never by a pointer kept across a push_back, so the
+  // vector may grow; reserve only a first slab.
+  reqs_.reserve(static_cast<size_t>(std::min<int64_t>(total_, 1 << 20)));
   if (trace_ && trace_->enabled()) {
     trace_->name_process(1, "replicas");
     for (int i = 0; i < cfg_.replicas && i < 64; ++i) trace_->name_thread(1, i, fmt::format("replica {}", i));
@@ -156,7 +158,7 @@ uint32_t ServingSim::make_request(uint32_t conv, int turn, int64_t arrival_ns, i
   // Later turns resend the history; keep it within the model's context (oldest dropped).
   q.history_tokens = std::max(0, std::min(history, cfg_.model.max_context - spec.input_tokens - spec.output_tokens));
   q.history_truncated = q.history_tokens < history;
-  if (reqs_.size() == reqs_.capacity()) throw std::logic_error("internal: more requests than the workload announced");
+  if (static_cast<int64_t>(reqs_.size()) >= total_) throw std::logic_error("internal: more requests than the workload announced");
   reqs_.push_back(q);
   engine_.schedule_at(SimTime::ns(arrival_ns), Priority::Arrival, this, kArrival, q.id);
   return q.id;

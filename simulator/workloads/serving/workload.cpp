@@ -1,3 +1,4 @@
+#include "config/paths.h"
 #include "workloads/serving/workload.h"
 
 #include <cmath>
@@ -143,9 +144,9 @@ class TraceSource final : public WorkloadSource {
   TraceSource(const Params& p, double ratio, int max_context) {
     arrival_.kind = ArrivalSpec::Kind::Trace;
     std::string file = p.str("file");
-    if (!std::filesystem::exists(file)) {
+    if (!sluice::path_is_regular_file(file)) {
       const auto alt = std::filesystem::path(catalog_root()) / file;
-      if (std::filesystem::exists(alt)) file = alt.string();
+      if (sluice::path_is_regular_file(alt)) file = alt.string();
       else p.fail("file", "trace file not found (looked relative to the working directory and the sluice root)", "an existing .csv or .jsonl file");
     }
     const double scale = p.real("time_scale");

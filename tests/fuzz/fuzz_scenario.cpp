@@ -1,0 +1,38 @@
+// libFuzzer target: arbitrary bytes as a scenario. Every input must either validate and build
+// or fail with a ConfigError; any other exception, a crash or undefined behaviour is a bug.
+// Build: CC=clang CXX=clang++ cmake -S . -B build-fuzz -DSLUICE_FUZZ=ON -DSLUICE_SANITIZE=ON \
+//          -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link -DSLUICE_CALIBRATE=OFF && ninja -C build-fuzz fuzz_scenario
+// Run from the repo root, seeded with the shipped and malformed scenarios:
+//   mkdir -p /tmp/corpus && build-fuzz/tests/fuzz_scenario -max_total_time=300 /tmp/corpus scenarios tests/malformed
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "config/scenario.h"
+#include "registry/registry.h"
+
+namespace {
+const sluice::Registry& registry() {
+  static const sluice::Registry reg = [] {
+    sluice::Registry r;
+    sluice::register_builtin_components(r);
+    return r;
+  }();
+  return reg;
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  try {
+    sluice::load_scenario_text(text, "fuzz.yaml", {}, registry());
+  } catch (const sluice::ConfigError&) {
+    // the expected way to refuse bad input
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "not a ConfigError: %s\n", e.what());
+    std::abort();
+  }
+  return 0;
+}
