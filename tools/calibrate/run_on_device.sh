@@ -6,8 +6,9 @@
 #
 #   tools/calibrate/run_on_device.sh [TABLE_DIR] [sluice-calibrate options...]
 #
-# TABLE_DIR defaults to $OUT/calibration/<device> when $OUT is set (the device tool's output
-# folder), else results/calibration/<device>. The build goes to $BUILD_DIR (default
+# TABLE_DIR defaults, when $OUT is set (the device tool's output folder), to a staging folder
+# packed at the end into $OUT/calibration.tar.gz (unpack it into results/: `tar xzf
+# calibration.tar.gz -C results/`) with the log beside it; else results/calibration/<device>. The build goes to $BUILD_DIR (default
 # /tmp/sluice-calibrate-build); the run's log to TABLE_DIR/../run-<device>.log.
 # Examples:  tools/calibrate/run_on_device.sh
 #            tools/calibrate/run_on_device.sh /tmp/h200 --quick
@@ -28,8 +29,11 @@ if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
   log_dir=$(dirname "$1")
   shift
 elif [ -n "${OUT:-}" ]; then
-  out_args=(--out-root "$OUT/calibration")
-  log_dir=$OUT/calibration
+  # The device tool brings back at most 8 files: the tables (7 CSV + meta.json + README.md)
+  # are written to a staging folder and packed into one archive in $OUT at the end.
+  stage=$(mktemp -d)
+  out_args=(--out-root "$stage/calibration")
+  log_dir=$stage/calibration
 else
   log_dir=results/calibration
 fi
@@ -61,4 +65,9 @@ rc=${PIPESTATUS[0]}
 set -e
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >> "$log_dir/run-$device.log" 2>&1 || true
 echo "sluice-calibrate exited with $rc; total $(( $(date +%s) - t0 )) s"
+if [ -n "${stage:-}" ]; then
+  tar czf "$OUT/calibration.tar.gz" -C "$stage" calibration
+  cp "$log_dir/run-$device.log" "$OUT/run-$device.log"
+  echo "packed $(tar tzf "$OUT/calibration.tar.gz" | wc -l) entries into \$OUT/calibration.tar.gz"
+fi
 exit "$rc"
