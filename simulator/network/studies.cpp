@@ -2,6 +2,7 @@
 // against static placement on a TPU v4 pod, and twisted against regular torus all-to-all.
 #include <cmath>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -9,6 +10,8 @@
 #include "network/collective.h"
 #include "network/generators.h"
 #include "network/pod.h"
+#include "network/study_results.h"
+#include "recorder/network_report.h"
 
 namespace sluice::net {
 
@@ -56,38 +59,31 @@ class TpDpStudy final : public Study, public EventHandler {
   }
 
   void run(RunEnv& env) override {
-    Json rows = Json::array();
-    std::string csv = "topology,family,devices,iteration_ms,compute_ms,tp_comm_ms,dp_comm_ms,comm_fraction,capex_usd,usd_per_iteration_per_s,bisection_GBps,diameter_hops,flows\n";
-    double first_iter = 0, first_capex = 0;
+    TpDpResults res;
+    res.tp = tp_;
+    res.devices = devices_;
+    res.compute_ms = compute_.to_ms();
+    res.tp_allreduces = tp_count_;
+    res.tp_allreduce_bytes = tp_bytes_;
+    res.dp_allreduce_bytes = dp_bytes_;
+    res.dp_algorithm = dp_kind_name_;
     for (size_t k = 0; k < topos_.size(); ++k) {
       const Topology& t = *topos_[k];
-      Result r = simulate(t);
-      const Capex cx = capex(t);
-      const Bisection bi = bisection_bandwidth(t);
-      const int diam = diameter_hops(t);
-      const double iter_ms = r.iteration.to_ms();
-      if (k == 0) { first_iter = iter_ms; first_capex = cx.total_usd(); }
-      const double usd_per_ips = cx.total_usd() * iter_ms / 1e3;
-      Json j = {{"topology", t.name()}, {"family", t.family}, {"devices", r.devices},
-                {"iteration_ms", iter_ms}, {"compute_ms", compute_.to_ms()}, {"tp_comm_ms", r.tp.to_ms()}, {"dp_comm_ms", r.dp.to_ms()},
-                {"comm_fraction", (r.tp + r.dp).to_seconds() / r.iteration.to_seconds()},
-                {"capex_usd", cx.total_usd()}, {"usd_per_iteration_per_s", usd_per_ips},
-                {"bisection_GBps", bi.bandwidth_Bps / 1e9}, {"diameter_hops", diam}, {"flows", r.flows},
-                {"iteration_vs_first", iter_ms / first_iter},
-                {"capex_vs_first", first_capex > 0 ? cx.total_usd() / first_capex : 0.0}};
-      rows.push_back(j);
-      csv += fmt::format("{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.0f},{:.0f},{:.1f},{},{}\n", t.name(), t.family, r.devices, iter_ms,
-                         compute_.to_ms(), r.tp.to_ms(), r.dp.to_ms(), (r.tp + r.dp).to_seconds() / r.iteration.to_seconds(),
-                         cx.total_usd(), usd_per_ips, bi.bandwidth_Bps / 1e9, diam, r.flows);
-      env.recorder.summary(fmt::format("{:<24} iteration {:8.3f} ms (TP {:7.3f} ms, DP {:7.3f} ms)  x{:.3f} vs first  capex ${:.1f}M",
-                                       t.name(), iter_ms, r.tp.to_ms(), r.dp.to_ms(), iter_ms / first_iter, cx.total_usd() / 1e6));
+      const Result r = simulate(t);
+      res.rows.push_back(TpDpRow{.topology = t.name(),
+                                 .family = t.family,
+                                 .devices = r.devices,
+                                 .iteration_ms = r.iteration.to_ms(),
+                                 .tp_comm_ms = r.tp.to_ms(),
+                                 .dp_comm_ms = r.dp.to_ms(),
+                                 .comm_fraction = (r.tp + r.dp).to_seconds() / r.iteration.to_seconds(),
+                                 .capex_usd = capex(t).total_usd(),
+                                 .bisection_Bps = bisection_bandwidth(t).bandwidth_Bps,
+                                 .diameter_hops = diameter_hops(t),
+                                 .flows = r.flows});
       if (env.progress) env.progress(static_cast<double>(k + 1) / static_cast<double>(topos_.size()));
     }
-    auto& m = env.recorder.metrics();
-    m["job"] = {{"tp", tp_}, {"devices", devices_}, {"compute_ms", compute_.to_ms()}, {"tp_allreduces", tp_count_},
-                {"tp_allreduce_bytes", tp_bytes_}, {"dp_allreduce_bytes", dp_bytes_}, {"dp_algorithm", dp_kind_name_}};
-    m["topologies"] = rows;
-    env.recorder.file("topologies.csv", csv);
+    report_tp_dp_training(res, env.recorder);
   }
 
   void on_event(Engine&, uint32_t, uint32_t) override { next_(); }
@@ -298,50 +294,37 @@ class PodStudy final : public Study {
   }
 
   void run(RunEnv& env) override {
-    Json rows = Json::array();
-    std::string csv = "variant,utilization,healthy_fraction,fragmentation,stranded_fraction,queue_p50_h,queue_p90_h,queue_p99_h,jobs,started,completed,never_ran,rejected,interruptions";
-    for (const auto& n : probe_names_) csv += ",avail_" + n;
-    csv += "\n";
+    PodResults res;
+    res.cubes = cfg_.grid;
+    res.chips_per_cube = cfg_.chips_per_cube;
+    res.hosts_per_cube = cfg_.hosts_per_cube;
+    res.host_mtbf_s = cfg_.host_mtbf_s;
+    res.host_repair_s = cfg_.host_repair_s;
+    res.jobs = jobs_.size();
+    res.probe_names = probe_names_;
     for (size_t i = 0; i < variants_.size(); ++i) {
       PodRunConfig c = cfg_;
       c.ocs = variants_[i].ocs;
       c.placement = variants_[i].placement;
-      const auto r = run_pod(c, jobs_, seed_);
-      const std::string name = fmt::format("{}/{}", c.ocs ? "ocs" : "static", placement_name(c.placement));
-      std::vector<double> hours;
-      for (double d : r.queue_delay_s) hours.push_back(d / 3600.0);
-      Json q = summarize(hours);
-      Json avail = Json::object();
-      for (size_t k = 0; k < probe_names_.size(); ++k) avail[probe_names_[k]] = r.probe_availability[k];
-      rows.push_back({{"variant", name}, {"ocs", c.ocs}, {"placement", placement_name(c.placement)},
-                      {"utilization", r.utilization}, {"healthy_fraction", r.healthy_fraction},
-                      {"fragmentation", r.fragmentation}, {"stranded_fraction", r.stranded_fraction},
-                      {"queue_delay_h", q}, {"jobs", r.jobs}, {"started", r.started}, {"completed", r.completed},
-                      {"never_ran", r.never_ran}, {"rejected", r.rejected}, {"interruptions", r.interruptions},
-                      {"host_failures", r.host_failures}, {"slice_availability", avail}});
-      auto pq = [&](const char* k) { return q.contains(k) ? q[k].get<double>() : 0.0; };
-      csv += fmt::format("{},{:.4f},{:.4f},{:.4f},{:.4f},{:.3f},{:.3f},{:.3f},{},{},{},{},{},{}", name, r.utilization, r.healthy_fraction,
-                         r.fragmentation, r.stranded_fraction, pq("p50"), pq("p90"), pq("p99"), r.jobs, r.started, r.completed,
-                         r.never_ran, r.rejected, r.interruptions);
-      for (double a : r.probe_availability) csv += fmt::format(",{:.4f}", a);
-      csv += "\n";
-      std::string av;
-      for (size_t k = 0; k < probe_names_.size(); ++k) av += fmt::format(" {}:{:.3f}", probe_names_[k], r.probe_availability[k]);
-      env.recorder.summary(fmt::format("{:<17} util {:.3f}  queue p50 {:.2f} h p99 {:.2f} h  frag {:.3f}  never ran {}  avail{}", name,
-                                       r.utilization, pq("p50"), pq("p99"), r.fragmentation, r.never_ran, av));
+      PodRunResult r = run_pod(c, jobs_, seed_);
+      res.variants.push_back(PodVariantResult{.ocs = c.ocs,
+                                              .placement = placement_name(c.placement),
+                                              .utilization = r.utilization,
+                                              .healthy_fraction = r.healthy_fraction,
+                                              .fragmentation = r.fragmentation,
+                                              .stranded_fraction = r.stranded_fraction,
+                                              .queue_delay_s = std::move(r.queue_delay_s),
+                                              .jobs = r.jobs,
+                                              .started = r.started,
+                                              .completed = r.completed,
+                                              .never_ran = r.never_ran,
+                                              .rejected = r.rejected,
+                                              .interruptions = r.interruptions,
+                                              .host_failures = r.host_failures,
+                                              .probe_availability = std::move(r.probe_availability)});
       if (env.progress) env.progress(static_cast<double>(i + 1) / static_cast<double>(variants_.size()));
     }
-    auto& m = env.recorder.metrics();
-    m["pod"] = {{"cubes", cfg_.grid}, {"chips", cfg_.grid[0] * cfg_.grid[1] * cfg_.grid[2] * cfg_.chips_per_cube},
-                {"hosts", cfg_.grid[0] * cfg_.grid[1] * cfg_.grid[2] * cfg_.hosts_per_cube}};
-    if (cfg_.host_mtbf_s > 0) {
-      const double a = cfg_.host_mtbf_s / (cfg_.host_mtbf_s + cfg_.host_repair_s);
-      m["host_availability"] = a;
-      m["cube_healthy_probability"] = std::pow(a, cfg_.hosts_per_cube);
-    }
-    m["jobs"] = jobs_.size();
-    m["variants"] = rows;
-    env.recorder.file("variants.csv", csv);
+    report_pod_scheduling(res, env.recorder);
   }
 
  private:
@@ -410,9 +393,11 @@ class TwistStudy final : public Study {
   }
 
   void run(RunEnv& env) override {
-    Json rows = Json::array();
-    std::string csv = "shape,regular_ms,twisted_ms,gain,published_gain,regular_bisection_GBps,twisted_bisection_GBps,bisection_ratio,regular_diameter,twisted_diameter\n";
-    const double bytes = p_.real("bytes");
+    TwistResults res;
+    res.bytes_per_device = p_.real("bytes");
+    res.paths_per_pair = p_.integer("paths");
+    res.regular_routing = p_.str("regular_routing");
+    res.flow_quantum_ns = p_.time("flow_quantum").count_ns();
     CollectiveOptions opt;
     opt.paths = static_cast<int>(p_.integer("paths"));
     const SimTime quantum = p_.time("flow_quantum");
@@ -425,35 +410,21 @@ class TwistStudy final : public Study {
       const Topology reg = build_torus(spec, "regular-" + shape_text(shapes_[i]));
       spec.twisted = true;
       const Topology tw = build_torus(spec, "twisted-" + shape_text(shapes_[i]));
+      const double bytes = res.bytes_per_device;
       const SimTime t_reg = collective_time(reg, CollectiveKind::AllToAll, reg.devices(), bytes, opt, regular_policy, quantum);
       const SimTime t_tw = collective_time(tw, CollectiveKind::AllToAll, tw.devices(), bytes, opt, RoutePolicy::ShortestPath, quantum);
-      const double gain = t_reg.to_seconds() / t_tw.to_seconds();
-      const auto b_reg = bisection_bandwidth(reg), b_tw = bisection_bandwidth(tw);
-      const int d_reg = diameter_hops(reg), d_tw = diameter_hops(tw);
-      const double pub = published_.empty() ? 0.0 : published_[i];
-      Json j = {{"shape", shape_text(shapes_[i])}, {"regular_ms", t_reg.to_ms()}, {"twisted_ms", t_tw.to_ms()}, {"gain", gain},
-                {"regular_bisection_GBps", b_reg.bandwidth_Bps / 1e9}, {"twisted_bisection_GBps", b_tw.bandwidth_Bps / 1e9},
-                {"bisection_ratio", b_tw.bandwidth_Bps / b_reg.bandwidth_Bps}, {"regular_diameter", d_reg}, {"twisted_diameter", d_tw}};
-      if (!published_.empty()) {
-        j["published_gain"] = pub;
-        j["gain_vs_published"] = gain / pub;
-      }
-      rows.push_back(j);
-      csv += fmt::format("{},{:.4f},{:.4f},{:.4f},{},{:.1f},{:.1f},{:.4f},{},{}\n", shape_text(shapes_[i]), t_reg.to_ms(), t_tw.to_ms(), gain,
-                         published_.empty() ? std::string("") : fmt::format("{:.2f}", pub), b_reg.bandwidth_Bps / 1e9,
-                         b_tw.bandwidth_Bps / 1e9, b_tw.bandwidth_Bps / b_reg.bandwidth_Bps, d_reg, d_tw);
-      env.recorder.summary(fmt::format("{:<7} all-to-all regular {:.3f} ms, twisted {:.3f} ms: gain {:.2f}x{}  (bisection x{:.2f}, diameter {} -> {})",
-                                       shape_text(shapes_[i]), t_reg.to_ms(), t_tw.to_ms(), gain,
-                                       published_.empty() ? std::string() : fmt::format(" (published {:.2f}x)", pub),
-                                       b_tw.bandwidth_Bps / b_reg.bandwidth_Bps, d_reg, d_tw));
+      res.rows.push_back(TwistRow{.shape = shape_text(shapes_[i]),
+                                  .regular_ms = t_reg.to_ms(),
+                                  .twisted_ms = t_tw.to_ms(),
+                                  .gain = t_reg.to_seconds() / t_tw.to_seconds(),
+                                  .published_gain = published_.empty() ? std::nullopt : std::optional<double>(published_[i]),
+                                  .regular_bisection_Bps = bisection_bandwidth(reg).bandwidth_Bps,
+                                  .twisted_bisection_Bps = bisection_bandwidth(tw).bandwidth_Bps,
+                                  .regular_diameter = diameter_hops(reg),
+                                  .twisted_diameter = diameter_hops(tw)});
       if (env.progress) env.progress(static_cast<double>(i + 1) / static_cast<double>(shapes_.size()));
     }
-    env.recorder.metrics()["bytes_per_device"] = bytes;
-    env.recorder.metrics()["paths_per_pair"] = p_.integer("paths");
-    env.recorder.metrics()["regular_routing"] = p_.str("regular_routing");
-    env.recorder.metrics()["flow_quantum_ns"] = p_.time("flow_quantum").count_ns();
-    env.recorder.metrics()["shapes"] = rows;
-    env.recorder.file("twisted.csv", csv);
+    report_twisted_torus(res, env.recorder);
   }
 
  private:

@@ -1,0 +1,18 @@
+// Formats the results of the network studies into metrics.json sections, their CSV
+// tables and the human summary lines.
+#pragma once
+#include "network/study_results.h"
+#include "recorder/recorder.h"
+
+namespace sluice {
+
+// tp-dp-training: metrics "job" and "topologies", topologies.csv, a line per topology.
+void report_tp_dp_training(const net::TpDpResults& results, Recorder& rec);
+
+// pod-scheduling: metrics "pod", availability, "jobs" and "variants", variants.csv, a line per variant.
+void report_pod_scheduling(const net::PodResults& results, Recorder& rec);
+
+// twisted-torus: metrics of the all-to-all settings and "shapes", twisted.csv, a line per shape.
+void report_twisted_torus(const net::TwistResults& results, Recorder& rec);
+
+}  // namespace sluice
