@@ -126,9 +126,10 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   m["memory_per_gpu"] = Json{{"capacity_bytes", mem.capacity_per_gpu}, {"weights_bytes", mem.weights_per_gpu},
                              {"activation_bytes", mem.activation_per_gpu}, {"kv_cache_bytes", mem.kv_per_gpu}};
   m["kv_cache"] = Json{{"block_size", cfg.block_size}, {"blocks_per_replica", mem.blocks_per_replica},
+                       {"virtual_engines_per_replica", cfg.pipeline_parallel}, {"blocks_per_engine", mem.blocks_per_engine},
                        {"tokens_per_replica", mem.kv_tokens_per_replica},
                        {"bytes_per_token", cfg.model.kv_bytes_per_token()},
-                       {"occupancy_mean", kv_int / end / nrep}, {"occupancy_max", kv_max},
+                       {"occupancy_mean", kv_int / end / static_cast<double>(sim.replicas().size())}, {"occupancy_max", kv_max},
                        {"preemptions", preemptions}, {"swap_bytes", swap_bytes},
                        {"later_turns", later_turns}, {"later_turn_hits", later_hits},
                        {"reuse_hit_rate", later_turns ? static_cast<double>(later_hits) / later_turns : 0.0},
@@ -168,7 +169,7 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   rec.summary(fmt::format("memory/GPU: weights {}, KV {} ({} tokens/replica); KV occupancy mean {:.1f}% max {:.1f}%; "
                           "preemptions {}{}",
                           format_bytes(mem.weights_per_gpu), format_bytes(mem.kv_per_gpu), mem.kv_tokens_per_replica,
-                          100 * kv_int / end / nrep, 100 * kv_max, preemptions,
+                          100 * kv_int / end / static_cast<double>(sim.replicas().size()), 100 * kv_max, preemptions,
                           later_turns ? fmt::format("; KV reuse hit rate {:.0f}%", 100.0 * later_hits / later_turns) : ""));
 }
 

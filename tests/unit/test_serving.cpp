@@ -570,3 +570,28 @@ workload: {kind: llmperf, requests: 4}
   for (const auto& op : cost.iteration(b).ops) network |= op.op == "allreduce" && op.source == "network";
   CHECK(network);
 }
+
+TEST_CASE("pipeline parallelism: virtual engines keep several batches in flight through the stages") {
+  const Node n = load_yaml_string(R"(
+model: tinyllama-1.1b
+deployment: {pipeline_parallel: 2, cost_tables: none}
+router: round_robin
+workload: {kind: llmperf, requests: 2, input_tokens: {mean: 100, sd: 0}, output_tokens: {mean: 1, sd: 0},
+           arrival: {kind: closed_loop, clients: 2}}
+last_mile: {d2h: fixed, d2h_latency: 0us, detokenize_per_token: 0us, stream_per_token: 0us}
+outputs: {trace: false}
+)", "t.yaml");
+  auto parsed = registry().parse(n, "study", "", "serving");
+  ServingConfig cfg = build_serving_config(parsed.params, registry(), 1, nullptr);
+  CostModel cost(cfg.hardware, cfg.model, cost_options(cfg));
+  const int64_t T = std::llround(cost.iteration_ns(std::vector<SeqWork>{{100, 0}}));
+  ServingSim sim(std::move(cfg), 1, nullptr);
+  REQUIRE(sim.replicas().size() == 2);  // one replica, two virtual engines
+  CHECK(sim.memory().blocks_per_engine == sim.memory().blocks_per_replica / 2);
+  sim.run({});
+  REQUIRE(sim.completed() == 2);
+  // Engine 0's prefill holds stage 0 for [0, T) and stage 1 for [T, 2T); engine 1's batch
+  // enters stage 0 at T, when it frees, and leaves stage 1 at 3T.
+  CHECK(sim.requests()[0].first_token_ns == 2 * T);
+  CHECK(sim.requests()[1].first_token_ns == 3 * T);
+}

@@ -47,9 +47,12 @@ MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_
         cfg.gpu_memory_utilization, format_bytes(m.weights_per_gpu + m.activation_per_gpu + kv_per_token_per_gpu * cfg.block_size - m.capacity_per_gpu)));
   m.kv_tokens_per_replica = static_cast<int64_t>(std::floor(m.kv_per_gpu / kv_per_token_per_gpu));
   m.blocks_per_replica = m.kv_tokens_per_replica / cfg.block_size;
-  // As vLLM does: a replica must hold at least one sequence of the model's full context,
+  // With pipeline parallelism the replica runs pp virtual engines (pp batches in flight, as
+  // vLLM does), each with its own scheduler and 1/pp of the blocks.
+  m.blocks_per_engine = m.blocks_per_replica / cfg.pipeline_parallel;
+  // As vLLM does: an engine must hold at least one sequence of the model's full context,
   // beyond the blocks kept free at admission (the watermark).
-  const int64_t admissible = m.blocks_per_replica - static_cast<int64_t>(std::floor(cfg.watermark * static_cast<double>(m.blocks_per_replica)));
+  const int64_t admissible = m.blocks_per_engine - static_cast<int64_t>(std::floor(cfg.watermark * static_cast<double>(m.blocks_per_engine)));
   if (admissible * cfg.block_size < cfg.model.max_context)
     throw std::runtime_error(fmt::format(
         "the KV cache of a replica holds {} tokens ({} per GPU after {} of weights and {} of activations), fewer than "
@@ -78,8 +81,10 @@ ServingSim::ServingSim(ServingConfig cfg, uint64_t seed, TraceWriter* trace)
   auto probe = cfg_.make_scheduler();
   mem_ = plan_memory(cfg_, probe->max_tokens_per_iteration());
   const int shards = cfg_.tensor_parallel * cfg_.pipeline_parallel;
-  for (int i = 0; i < cfg_.replicas; ++i) {
-    auto r = std::make_unique<Replica>(mem_.blocks_per_replica, cfg_.block_size, cfg_.watermark, cfg_.prefix_reuse);
+  pp_ = cfg_.pipeline_parallel;
+  const int engines = cfg_.replicas * pp_;
+  for (int i = 0; i < engines; ++i) {
+    auto r = std::make_unique<Replica>(mem_.blocks_per_engine, cfg_.block_size, cfg_.watermark, cfg_.prefix_reuse);
     r->index = i;
     r->reqs = &reqs_;
     r->preemption = cfg_.preemption;
@@ -89,22 +94,24 @@ ServingSim::ServingSim(ServingConfig cfg, uint64_t seed, TraceWriter* trace)
     replicas_.push_back(std::move(r));
     schedulers_.push_back(cfg_.make_scheduler());
   }
-  batches_.resize(cfg_.replicas);
-  iter_start_ns_.assign(cfg_.replicas, 0);
-  detok_free_ns_.assign(cfg_.replicas, 0);
-  kv_last_ns_.assign(cfg_.replicas, 0);
-  wake_pending_ns_.assign(cfg_.replicas, -1);
-  decide_pending_ns_.assign(cfg_.replicas, -1);
-  kv_last_occ_.assign(cfg_.replicas, 0.0);
-  busy_.assign(cfg_.replicas, false);
-  rstats_.resize(cfg_.replicas);
+  batches_.resize(engines);
+  iter_start_ns_.assign(engines, 0);
+  detok_free_ns_.assign(engines, 0);
+  kv_last_ns_.assign(engines, 0);
+  wake_pending_ns_.assign(engines, -1);
+  decide_pending_ns_.assign(engines, -1);
+  kv_last_occ_.assign(engines, 0.0);
+  busy_.assign(engines, false);
+  rstats_.resize(engines);
+  stage_free_ns_.assign(static_cast<size_t>(engines), 0);  // replicas × stages
   total_ = cfg_.workload->total_requests();
   // Requests are addressed by index, never by a pointer kept across a push_back, so the
   // vector may grow; reserve only a first slab.
   reqs_.reserve(static_cast<size_t>(std::min<int64_t>(total_, 1 << 20)));
   if (trace_ && trace_->enabled()) {
     trace_->name_process(1, "replicas");
-    for (int i = 0; i < cfg_.replicas && i < 64; ++i) trace_->name_thread(1, i, fmt::format("replica {}", i));
+    for (int i = 0; i < engines && i < 64; ++i)
+      trace_->name_thread(1, i, pp_ == 1 ? fmt::format("replica {}", i) : fmt::format("replica {} engine {}", i / pp_, i % pp_));
     trace_->name_process(2, "requests");
   }
 }
@@ -128,7 +135,7 @@ void ServingSim::run(const std::function<void(double)>& progress) {
                                          engine_.now().str(), completed_, total_, waiting, running));
   }
   if (truncated_) last_activity_ns_ = std::max(last_activity_ns_, engine_.now().count_ns());
-  for (int i = 0; i < cfg_.replicas; ++i) account_kv(i, last_activity_ns_);
+  for (int i = 0; i < static_cast<int>(replicas_.size()); ++i) account_kv(i, last_activity_ns_);
 }
 
 // Fetches the next conversation from the source; open-loop sources chain their arrivals.
@@ -259,9 +266,27 @@ void ServingSim::try_start(int ri) {
     if (q.first_scheduled_ns < 0) q.first_scheduled_ns = now;
     if (samples) ++generating;
   }
-  const double compute_ns = cost_.iteration_ns(work_) * cfg_.pipeline_parallel;
-  const double dur = compute_ns + b.extra_ns + cfg_.last_mile.d2h_ns(generating);
-  const int64_t dur_ns = std::max<int64_t>(1, static_cast<int64_t>(std::llround(dur)));
+  const double stage_ns = cost_.iteration_ns(work_);  // one stage's layers (the last stage's, with the LM head)
+  const double compute_ns = stage_ns * pp_;
+  int64_t dur_ns = 0, occupied_ns = 0;
+  if (pp_ == 1) {
+    dur_ns = std::max<int64_t>(1, static_cast<int64_t>(std::llround(stage_ns + b.extra_ns + cfg_.last_mile.d2h_ns(generating))));
+    occupied_ns = dur_ns;
+  } else {
+    // The batch flows through the replica's stages in order, each stage taking one batch at
+    // a time (a flow shop): other engines' batches fill the stages behind it.
+    const int64_t stage = std::max<int64_t>(1, static_cast<int64_t>(std::llround(stage_ns)));
+    const int64_t first = stage + static_cast<int64_t>(std::llround(b.extra_ns));
+    int64_t t = now;
+    const size_t base = static_cast<size_t>(ri / pp_ * pp_);
+    for (int s = 0; s < pp_; ++s) {
+      int64_t& free_at = stage_free_ns_[base + static_cast<size_t>(s)];
+      t = std::max(t, free_at) + (s == 0 ? first : stage);
+      free_at = t;
+    }
+    dur_ns = t - now + static_cast<int64_t>(std::llround(cfg_.last_mile.d2h_ns(generating)));
+    occupied_ns = first;  // the first stage's busy time: the replica's utilization
+  }
   busy_[ri] = true;
   iter_start_ns_[ri] = now;
   auto& st = rstats_[ri];
@@ -269,8 +294,8 @@ void ServingSim::try_start(int ri) {
   if (b.prefill_entries && b.decode_entries) ++st.mixed_iterations;
   else if (b.prefill_entries) ++st.prefill_iterations;
   else ++st.decode_iterations;
-  st.busy_ns += dur_ns;
-  st.batch_time_integral += static_cast<double>(b.entries.size()) * static_cast<double>(dur_ns);
+  st.busy_ns += occupied_ns;
+  st.batch_time_integral += static_cast<double>(b.entries.size()) * static_cast<double>(occupied_ns);
   st.max_batch = std::max<int64_t>(st.max_batch, static_cast<int64_t>(b.entries.size()));
   if (trace_ && trace_->enabled() && trace_iterations_ < cfg_.trace_max_iterations && ri < 64) {
     ++trace_iterations_;
@@ -358,7 +383,8 @@ void ServingSim::next_for_client(const Request& q, int64_t delivered_ns) {
 
 void ServingSim::sample() {
   TimeSample s{engine_.now().count_ns(), 0, 0, 0, 0, 0};
-  for (int i = 0; i < cfg_.replicas; ++i) {
+  const int engines = static_cast<int>(replicas_.size());
+  for (int i = 0; i < engines; ++i) {
     const auto& r = *replicas_[i];
     s.running += static_cast<int64_t>(r.running.size());
     s.waiting += static_cast<int64_t>(r.waiting.size());
@@ -366,8 +392,8 @@ void ServingSim::sample() {
     s.kv_occupancy += static_cast<double>(r.kv.used_blocks() + r.kv.cached_blocks()) / static_cast<double>(r.kv.total_blocks());
     s.busy_fraction += busy_[i] ? 1 : 0;
   }
-  s.kv_occupancy /= cfg_.replicas;
-  s.busy_fraction /= cfg_.replicas;
+  s.kv_occupancy /= engines;
+  s.busy_fraction /= engines;
   samples_.push_back(s);
 }
 

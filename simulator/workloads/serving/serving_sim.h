@@ -35,6 +35,7 @@ struct MemoryPlan {
   double kv_per_gpu = 0;
   int64_t kv_tokens_per_replica = 0;
   int64_t blocks_per_replica = 0;
+  int64_t blocks_per_engine = 0;  // with pipeline parallelism, each virtual engine gets 1/pp of them
 };
 
 struct LastMile {
@@ -137,6 +138,8 @@ class ServingSim final : public EventHandler {
   std::vector<std::unique_ptr<Scheduler>> schedulers_;
   std::vector<Batch> batches_;
   std::vector<int64_t> iter_start_ns_, detok_free_ns_, kv_last_ns_, wake_pending_ns_, decide_pending_ns_;
+  std::vector<int64_t> stage_free_ns_;  // per replica and pipeline stage: when the stage is next free
+  int pp_ = 1;                          // virtual engines (batches in flight) per replica
   std::vector<double> kv_last_occ_;
   std::vector<bool> busy_;
   std::vector<ReplicaStats> rstats_;
