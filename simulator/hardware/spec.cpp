@@ -91,7 +91,9 @@ std::shared_ptr<Schema> model_schema() {
     m->add("head_dim", ParamType::Int, "width of one head; default: hidden / heads").optional().range(1, 1e5);
     m->add("ffn", ParamType::Int, "MLP inner width (per gate/up matrix when gated)").range(1, 1e8);
     m->add("vocab", ParamType::Int, "vocabulary size (LM head rows)").range(1, 1e8);
-    m->enumeration("dtype", {"bf16", "fp16", "fp32", "fp8", "int8"}, "weight, activation and KV-cache type").def("bf16");
+    // Only 16-bit types: the tables and the roofline ceilings are bf16 (fp16 runs at the same
+    // tensor-core rate); fp32/fp8/int8 would need their own ceilings.
+    m->enumeration("dtype", {"bf16", "fp16"}, "weight, activation and KV-cache type").def("bf16");
     m->add("gated_ffn", ParamType::Bool, "SwiGLU MLP (gate, up, down); false: plain up/down MLP (GPT-3)").def("true");
     m->add("tied_embeddings", ParamType::Bool, "the LM head shares the input embedding matrix").def("false");
     m->add("linear_bias", ParamType::Bool, "every linear layer carries a bias (GPT-3)").def("false");

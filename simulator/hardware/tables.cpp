@@ -85,6 +85,12 @@ double Csv::num(size_t row, int c) const {
   if (t.empty() || end != t.c_str() + t.size() || !std::isfinite(v))
     throw std::runtime_error(fmt::format("{}:{}: column '{}' is '{}', not a number", path, lines[row],
                                          header[static_cast<size_t>(c)], t));
+  // Times and sizes are positive; only a cached prefix may be zero. A zero time would turn
+  // into 0 or NaN in the log-space interpolation.
+  const bool zero_ok = header[static_cast<size_t>(c)] == "prefix";
+  if (v < 0 || (v == 0 && !zero_ok))
+    throw std::runtime_error(fmt::format("{}:{}: column '{}' is {}, but must be {}", path, lines[row],
+                                         header[static_cast<size_t>(c)], t, zero_ok ? ">= 0" : "> 0"));
   return v;
 }
 
@@ -159,6 +165,24 @@ double Curve::eval(double x) const {
 
 // ---------------------------------------------------------------- GEMM
 
+namespace {
+// Sorts (x, y) by x and makes y non-decreasing: a larger problem never costs less. Measured
+// tables carry noise at the launch floor (llama8b.qkv: M=1 14.9 us, M=8 13.9 us) that exact
+// interpolation would otherwise copy into a cost that falls as a batch grows.
+void make_monotone(std::vector<double>& x, std::vector<double>& y) {
+  std::vector<size_t> idx(x.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return x[a] < x[b]; });
+  std::vector<double> xs, ys;
+  for (size_t i : idx) {
+    xs.push_back(x[i]);
+    ys.push_back(ys.empty() ? y[i] : std::max(ys.back(), y[i]));
+  }
+  x = std::move(xs);
+  y = std::move(ys);
+}
+}  // namespace
+
 GemmTable GemmTable::from_csv(const Csv& csv, long skip_row) {
   const int op = csv.col("op"), cm = csv.col("M"), ck = csv.col("K"), cn = csv.col("N"), ms = csv.col("ms");
   struct Acc {
@@ -181,7 +205,10 @@ GemmTable GemmTable::from_csv(const Csv& csv, long skip_row) {
     it->t.push_back(t);
     g.floor_ns_ = std::min(g.floor_ns_, t);
   }
-  for (auto& a : acc) g.shapes_.push_back({a.op, a.K, a.N, Curve(a.m, a.t, Curve::Space::LogLog)});
+  for (auto& a : acc) {
+    make_monotone(a.m, a.t);
+    g.shapes_.push_back({a.op, a.K, a.N, Curve(a.m, a.t, Curve::Space::LogLog)});
+  }
   return g;
 }
 
@@ -458,7 +485,19 @@ SliceTable SliceTable::from_csv(const Csv& csv, long skip_row) {
     y.push_back(csv.num(r, ms) * kMsToNs);
     t.min_ns = std::min(t.min_ns, y.back());
   }
-  for (auto& [p, xy] : by_prefix) t.rows.push_back({p, Curve(xy.first, xy.second, Curve::Space::LogLog)});
+  // Monotone in the slice length within a row, and in the prefix across rows (the measured
+  // 64-token slice after 4096 cached tokens took longer than after 8192).
+  std::map<double, double> prev;  // slice length -> time at the previous prefix
+  for (auto& [p, xy] : by_prefix) {
+    make_monotone(xy.first, xy.second);
+    for (size_t i = 0; i < xy.first.size(); ++i) {
+      auto it = prev.find(xy.first[i]);
+      if (it != prev.end()) xy.second[i] = std::max(xy.second[i], it->second);
+    }
+    make_monotone(xy.first, xy.second);
+    for (size_t i = 0; i < xy.first.size(); ++i) prev[xy.first[i]] = xy.second[i];
+    t.rows.push_back({p, Curve(xy.first, xy.second, Curve::Space::LogLog)});
+  }
   return t;
 }
 

@@ -116,6 +116,7 @@ Topology build_clos(const ClosSpec& c, const std::string& name) {
 bool twist_allowed(const std::vector<int>& dims) {
   if (dims.size() < 2) return false;
   const int k = *std::min_element(dims.begin(), dims.end());
+  if (k < 3) return false;  // a 2-ring has no separate wrap link to twist
   int shorts = 0, longs = 0;
   for (int d : dims) {
     if (d == k) ++shorts;
@@ -132,7 +133,7 @@ Topology build_torus(const TorusSpec& s, const std::string& name) {
     if (d < 1) throw TopologyError(fmt::format("torus dimension {} must be at least 1", d));
   if (s.twisted && !twist_allowed(s.dims)) {
     const std::string shape = fmt::format("{}", fmt::join(s.dims, "x"));
-    throw TopologyError(fmt::format("shape {} cannot be twisted: the twist needs extents k and 2k only (k×k×2k, k×2k×2k, k×2k)", shape));
+    throw TopologyError(fmt::format("shape {} cannot be twisted: the twist needs extents k and 2k only (k×k×2k, k×2k×2k, k×2k), k >= 3", shape));
   }
   Topology t(name);
   t.family = s.wrap ? (nd == 3 ? "torus-3d" : "torus-2d") : "mesh";

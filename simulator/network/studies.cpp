@@ -137,18 +137,15 @@ class TpDpStudy final : public Study, public EventHandler {
     start_dp = [&]() {
       r.tp += engine.now() - phase_start;
       phase_start = engine.now();
+      // One data-parallel all-reduce per tensor-parallel rank, over that rank's devices in
+      // every group: TP ranks hold different shards, so nothing is reduced across them.
       std::vector<std::vector<int>> sets;
-      if (dp_kind_ == CollectiveKind::AllReduceHierarchical) {
-        sets.push_back(devs);
-      } else {
-        for (long k = 0; k < tp_; ++k) {
-          std::vector<int> s;
-          for (long g = 0; g < groups; ++g) s.push_back(devs[static_cast<size_t>(g * tp_ + k)]);
-          sets.push_back(std::move(s));
-        }
+      for (long k = 0; k < tp_; ++k) {
+        std::vector<int> s;
+        for (long g = 0; g < groups; ++g) s.push_back(devs[static_cast<size_t>(g * tp_ + k)]);
+        sets.push_back(std::move(s));
       }
-      const double bytes = dp_kind_ == CollectiveKind::AllReduceHierarchical ? dp_bytes_ * static_cast<double>(tp_) : dp_bytes_;
-      launch(std::move(sets), dp_kind_, bytes, [&]() {
+      launch(std::move(sets), dp_kind_, dp_bytes_, [&]() {
         r.dp += engine.now() - phase_start;
         ++iter;
         if (iter < iterations_) start_iteration();

@@ -381,3 +381,10 @@ TEST_CASE("ocs pod: a job stream places better with OCS, deterministically") {
   CHECK(a.host_failures == s.host_failures);  // the same failure process for both
   CHECK(a.started > 0);
 }
+
+TEST_CASE("topology: a torus with a 2-ring cannot be twisted (no separate wrap link to twist)") {
+  CHECK_FALSE(twist_allowed({2, 2, 4}));
+  CHECK_FALSE(twist_allowed({2, 4}));
+  CHECK(twist_allowed({4, 4, 8}));
+  CHECK(twist_allowed({4, 8, 8}));
+}

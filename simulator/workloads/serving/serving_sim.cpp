@@ -35,7 +35,6 @@ MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_
   // 16k tokens (beyond that frameworks chunk the work rather than reserve more).
   m.activation_per_gpu = cfg.model.activation_bytes(std::min<int64_t>(max_tokens_per_iteration, 16384)) / cfg.tensor_parallel;
   m.kv_per_gpu = m.capacity_per_gpu - m.weights_per_gpu - m.activation_per_gpu;
-  (void)shards;
   const double kv_per_token_per_gpu = kv_bytes_per_token_per_gpu(cfg);
   if (m.kv_per_gpu <= kv_per_token_per_gpu * cfg.block_size)
     throw std::runtime_error(fmt::format(
@@ -267,6 +266,8 @@ void ServingSim::try_start(int ri) {
     if (samples) ++generating;
   }
   const double stage_ns = cost_.iteration_ns(work_);  // one stage's layers (the last stage's, with the LM head)
+  if (!std::isfinite(stage_ns) || stage_ns < 0)
+    throw std::runtime_error(fmt::format("the cost model returned {} ns for an iteration of {} sequences", stage_ns, work_.size()));
   const double compute_ns = stage_ns * pp_;
   int64_t dur_ns = 0, occupied_ns = 0;
   if (pp_ == 1) {
