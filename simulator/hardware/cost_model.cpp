@@ -326,6 +326,17 @@ struct CostModel::Impl {
       }
       return {Op::AttnPrefill, e.scaled ? Src::Scaled : Src::Table, File::Prefill, e.ns, flops, bytes};
     }
+    if (slice && prefill && pgroup >= 0 && l > slice->rows.front().t_ns.x_max()) {
+      // A chunk longer than the slice table measures: the prefill table's time for l tokens
+      // (prefix 0, measured to 16k) plus the prefix's extra cost, measured at the table's
+      // longest slice L and scaled by l/L (each new token attends to c more keys). Continuous
+      // with the prefix-0 case as c -> 0, and monotone in c.
+      const double L = slice->rows.front().t_ns.x_max();
+      Estimate base = prefill->estimate(pgroup, l, ceil);
+      base.ns = std::max(base.ns * prefill_head_scale, prefill->min_ns());
+      const double extra = std::max(0.0, slice->estimate(L, c, ceil).ns - slice->estimate(L, 0, ceil).ns);
+      return {Op::AttnPrefill, Src::Scaled, File::Prefill, base.ns + extra * slice_head_scale * (l / L), flops, bytes};
+    }
     if (slice) {
       Estimate e = slice->estimate(l, c, ceil);
       if (slice_head_scale != 1) {
