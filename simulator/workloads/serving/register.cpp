@@ -29,14 +29,12 @@ namespace {
 class ServingStudy final : public Study {
  public:
   ServingStudy(ServingConfig cfg, uint64_t seed, std::string workload_desc, const Params& out)
-      : cfg_(std::move(cfg)),
-        seed_(seed),
-        desc_(std::move(workload_desc)),
+      : desc_(std::move(workload_desc)),
         trace_(out.flag("trace")),
         requests_csv_(out.flag("requests_csv")),
         timeseries_(out.flag("timeseries")) {
     probe_.enable(trace_);
-    sim_ = std::make_unique<ServingSim>(std::move(cfg_), seed_, &probe_);
+    sim_ = std::make_unique<ServingSim>(std::move(cfg), seed, &probe_);
   }
   void run(RunEnv& env) override {
     env.recorder.trace().enable(trace_);
@@ -47,8 +45,6 @@ class ServingStudy final : public Study {
   }
 
  private:
-  ServingConfig cfg_;
-  uint64_t seed_;
   std::string desc_;
   bool trace_, requests_csv_, timeseries_;
   TraceWriter probe_;

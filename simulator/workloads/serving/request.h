@@ -27,7 +27,6 @@ struct Request {
   int32_t generated = 0;
   int32_t cached_tokens = 0;   // prompt tokens whose KV was reused from a resident cache
   int32_t blocks = 0;          // KV blocks held on its replica
-  int32_t reserved_tokens = 0; // static/Orca: tokens reserved up front
   int32_t preemptions = 0;
   bool history_truncated = false;  // oldest history dropped to fit the context: no cached prefix applies
   bool rejected = false;           // can never fit the replica's KV cache (vLLM ignores such requests)

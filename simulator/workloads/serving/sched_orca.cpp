@@ -24,7 +24,6 @@ class OrcaScheduler final : public Scheduler {
       const int64_t reserve = std::min<int64_t>(
           capacity, std::max<int64_t>(q.length(), static_cast<int64_t>(q.prompt_len()) + std::max<int64_t>(max_new_, q.output_tokens)));
       if (!mech::admit(r, q, [&](const Request&) { return reserve; })) break;
-      q.reserved_tokens = static_cast<int32_t>(reserve);
     }
     for (uint32_t id : r.running) {
       const Request& q = r.req(id);

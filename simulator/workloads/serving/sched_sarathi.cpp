@@ -44,9 +44,7 @@ class SarathiScheduler final : public Scheduler {
         budget -= chunk;
       }
     } else {
-      const size_t before = r.running.size();
       mech::swap_in(r, out, max_seqs_);
-      for (size_t i = before; i < r.running.size(); ++i) mech::add(out, r.req(r.running[i]), 1);
     }
   }
   int64_t max_tokens_per_iteration() const override { return budget_ + static_cast<int64_t>(max_seqs_); }

@@ -34,9 +34,7 @@ class VllmScheduler final : public Scheduler {
     const int preempted = mech::reserve_decode_slots(r, out);
     for (uint32_t id : r.running) mech::add(out, r.req(id), 1);
     if (preempted == 0) {
-      const size_t before = r.running.size();
       mech::swap_in(r, out, max_seqs_);
-      for (size_t i = before; i < r.running.size(); ++i) mech::add(out, r.req(r.running[i]), 1);
     }
   }
   int64_t max_tokens_per_iteration() const override { return std::max<int64_t>(max_tokens_, static_cast<int64_t>(max_seqs_)); }

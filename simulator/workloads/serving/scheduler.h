@@ -17,7 +17,6 @@ enum class PreemptionMode { Recompute, Swap };
 
 // One model replica's queues and KV cache, as the scheduler sees and changes them.
 struct Replica {
-  int index = 0;
   std::vector<Request>* reqs = nullptr;
   std::deque<uint32_t> waiting;   // arrived, not admitted (FCFS; preempted go to the front)
   std::vector<uint32_t> running;  // admitted, in admission order
@@ -86,7 +85,8 @@ void preempt(Replica& r, uint32_t victim, Batch& batch);
 // Ensures every running decode has room for one more token, preempting the most recently
 // admitted sequences when blocks run out (vLLM's policy). Returns the number preempted.
 int reserve_decode_slots(Replica& r, Batch& batch);
-// Brings swapped sequences back while blocks allow (charging the copy time).
+// Brings swapped sequences back while blocks allow (charging the copy time) and adds each
+// to the batch as a decode.
 void swap_in(Replica& r, Batch& batch, size_t max_running);
 void add(Batch& b, const Request& q, int32_t new_tokens);
 }  // namespace mech

@@ -62,6 +62,7 @@ void swap_in(Replica& r, Batch& batch, size_t max_running) {
     q.state = ReqState::Running;
     r.running.push_back(q.id);
     r.swapped.pop_front();
+    add(batch, q, 1);
   }
 }
 

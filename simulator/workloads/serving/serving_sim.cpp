@@ -67,7 +67,6 @@ ServingSim::ServingSim(ServingConfig cfg, uint64_t seed, TraceWriter* trace)
     : cfg_(std::move(cfg)),
       engine_(seed),
       cost_(cfg_.hardware, cfg_.model, cost_options(cfg_)),
-      think_rng_(seed, "workload.think"),
       trace_(trace) {
   const int gpus = cfg_.replicas * cfg_.tensor_parallel * cfg_.pipeline_parallel;
   if (cfg_.tensor_parallel > cfg_.gpus_per_node)
@@ -84,7 +83,6 @@ ServingSim::ServingSim(ServingConfig cfg, uint64_t seed, TraceWriter* trace)
   const int engines = cfg_.replicas * pp_;
   for (int i = 0; i < engines; ++i) {
     auto r = std::make_unique<Replica>(mem_.blocks_per_engine, cfg_.block_size, cfg_.watermark, cfg_.prefix_reuse);
-    r->index = i;
     r->reqs = &reqs_;
     r->preemption = cfg_.preemption;
     r->kv_bytes_per_token = kv_bytes_per_token_per_gpu(cfg_) * shards;  // over all the replica's GPUs
@@ -94,7 +92,6 @@ ServingSim::ServingSim(ServingConfig cfg, uint64_t seed, TraceWriter* trace)
     schedulers_.push_back(cfg_.make_scheduler());
   }
   batches_.resize(engines);
-  iter_start_ns_.assign(engines, 0);
   detok_free_ns_.assign(engines, 0);
   kv_last_ns_.assign(engines, 0);
   wake_pending_ns_.assign(engines, -1);
@@ -289,7 +286,6 @@ void ServingSim::try_start(int ri) {
     occupied_ns = first;  // the first stage's busy time: the replica's utilization
   }
   busy_[ri] = true;
-  iter_start_ns_[ri] = now;
   auto& st = rstats_[ri];
   ++st.iterations;
   if (b.prefill_entries && b.decode_entries) ++st.mixed_iterations;
@@ -374,7 +370,7 @@ void ServingSim::next_for_client(const Request& q, int64_t delivered_ns) {
   const auto& conv = convs_[q.conversation];
   const int next_turn = q.turn + 1;
   if (next_turn < static_cast<int>(conv.turns.size())) {
-    int64_t at = delivered_ns + cfg_.workload->think_time_ns(think_rng_);
+    int64_t at = delivered_ns + cfg_.workload->think_time_ns();
     if (!conv.turn_arrivals_ns.empty()) at = std::max(delivered_ns, conv.turn_arrivals_ns[static_cast<size_t>(next_turn)]);
     make_request(q.conversation, next_turn, at, q.prompt_len() + q.output_tokens);
   } else if (cfg_.workload->arrival().kind == ArrivalSpec::Kind::ClosedLoop) {

@@ -137,7 +137,7 @@ class ServingSim final : public EventHandler {
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::vector<std::unique_ptr<Scheduler>> schedulers_;
   std::vector<Batch> batches_;
-  std::vector<int64_t> iter_start_ns_, detok_free_ns_, kv_last_ns_, wake_pending_ns_, decide_pending_ns_;
+  std::vector<int64_t> detok_free_ns_, kv_last_ns_, wake_pending_ns_, decide_pending_ns_;
   std::vector<int64_t> stage_free_ns_;  // per replica and pipeline stage: when the stage is next free
   int pp_ = 1;                          // virtual engines (batches in flight) per replica
   std::vector<double> kv_last_occ_;
@@ -146,7 +146,6 @@ class ServingSim final : public EventHandler {
   std::vector<TimeSample> samples_;
   std::vector<SeqWork> work_;
   LogHistogram gaps_;
-  RngStream think_rng_;
   TraceWriter* trace_;
   int64_t completed_ = 0, total_ = 0, rejected_ = 0;
   int64_t last_activity_ns_ = 0;

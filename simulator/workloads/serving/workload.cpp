@@ -117,7 +117,7 @@ class LlmperfSource final : public WorkloadSource {
   }
   const ArrivalSpec& arrival() const override { return arrival_; }
   int64_t total_requests() const override { return requests_; }
-  int64_t think_time_ns(RngStream&) override {
+  int64_t think_time_ns() override {
     return think_mean_ns_ == 0 ? 0 : static_cast<int64_t>(std::llround(think_rng_.exponential(static_cast<double>(think_mean_ns_))));
   }
 
@@ -234,7 +234,7 @@ class TraceSource final : public WorkloadSource {
   }
   const ArrivalSpec& arrival() const override { return arrival_; }
   int64_t total_requests() const override { return total_; }
-  int64_t think_time_ns(RngStream&) override { return 0; }
+  int64_t think_time_ns() override { return 0; }
 
  private:
   ArrivalSpec arrival_;

@@ -43,7 +43,7 @@ class WorkloadSource {
   virtual std::optional<ConversationSpec> next(int64_t now_ns) = 0;  // nullopt: exhausted
   virtual const ArrivalSpec& arrival() const = 0;
   virtual int64_t total_requests() const = 0;  // requests (turns) to complete; the run ends there
-  virtual int64_t think_time_ns(RngStream& rng) = 0;  // gap between a turn's last token and the next turn
+  virtual int64_t think_time_ns() = 0;  // gap between a turn's last token and the next turn (own stream)
 };
 
 // Token-count conversion between tokenizers, from models/tokenizers.yaml.
