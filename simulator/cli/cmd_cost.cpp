@@ -118,10 +118,7 @@ int run_cost(const CostArgs& a) {
   double kv_tokens = 0;
   for (const auto& q : batch) kv_tokens += q.context + q.new_tokens;
   const int shards = a.tp * a.pp;
-  // KV heads are split by tensor parallelism, but replicated once tp exceeds their count.
-  const double kv_per_token_per_gpu = 2.0 * std::ceil(static_cast<double>(m.layers) / a.pp) *
-                                      std::max(1, m.kv_heads / a.tp) * m.head_dim * m.dtype_bytes;
-  const double mem_weights = m.weight_bytes() / shards, mem_kv = kv_tokens * kv_per_token_per_gpu,
+  const double mem_weights = m.weight_bytes() / shards, mem_kv = kv_tokens * m.kv_bytes_per_token_per_gpu(a.tp, a.pp),
                mem_act = m.activation_bytes(tokens) / a.tp, mem_total = mem_weights + mem_kv + mem_act;
 
   if (a.json) {

@@ -168,6 +168,11 @@ double ModelSpec::kv_bytes_per_token() const {
   return 2.0 * layers * kv_heads * head_dim * dtype_bytes;
 }
 
+double ModelSpec::kv_bytes_per_token_per_gpu(int tp, int pp) const {
+  const int stage_layers = (layers + pp - 1) / pp;
+  return 2.0 * stage_layers * std::max(1, kv_heads / tp) * head_dim * dtype_bytes;
+}
+
 // An estimate of the transient memory of one inference forward pass over `tokens` tokens
 // (no activations are kept for a backward pass). Live at the peak of one layer: the residual
 // stream, plus the larger of the attention block (normed input, q|k|v, attention output; flash

@@ -44,6 +44,10 @@ struct ModelSpec {
   double parameters() const;           // count
   double weight_bytes() const;
   double kv_bytes_per_token() const;   // 2 * layers * kv_heads * head_dim * dtype_bytes
+  // KV bytes one GPU holds per token under tensor parallelism tp and pipeline parallelism pp:
+  // the heaviest stage's layers and its share of the KV heads, which are replicated rather
+  // than split once tp exceeds their count.
+  double kv_bytes_per_token_per_gpu(int tp, int pp) const;
   // Peak transient activation memory of a forward pass over `tokens` tokens.
   double activation_bytes(long tokens) const;
 };

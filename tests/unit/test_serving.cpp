@@ -512,19 +512,16 @@ TEST_CASE("a waiting request does not pin its conversation's cache; truncated hi
 }
 
 TEST_CASE("GQA/MQA KV per GPU: heads split by tensor parallelism, replicated beyond the KV head count") {
-  ServingConfig c;
-  c.model.layers = 28;
-  c.model.kv_heads = 2;
-  c.model.head_dim = 128;
-  c.model.dtype_bytes = 2;
-  c.tensor_parallel = 1;
-  CHECK(kv_bytes_per_token_per_gpu(c) == 28 * 1024);  // ChatGLM2-6B: 28 KiB per token
-  c.tensor_parallel = 2;
-  CHECK(kv_bytes_per_token_per_gpu(c) == 14 * 1024);
-  c.tensor_parallel = 8;  // 2 KV heads over 8 GPUs: each GPU keeps one (replicated)
-  CHECK(kv_bytes_per_token_per_gpu(c) == 14 * 1024);
-  c.pipeline_parallel = 2;
-  CHECK(kv_bytes_per_token_per_gpu(c) == 7 * 1024);
+  ModelSpec m;
+  m.layers = 28;
+  m.kv_heads = 2;
+  m.head_dim = 128;
+  m.dtype_bytes = 2;
+  CHECK(m.kv_bytes_per_token_per_gpu(1, 1) == 28 * 1024);  // ChatGLM2-6B: 28 KiB per token
+  CHECK(m.kv_bytes_per_token_per_gpu(2, 1) == 14 * 1024);
+  // 2 KV heads over 8 GPUs: each GPU keeps one (replicated)
+  CHECK(m.kv_bytes_per_token_per_gpu(8, 1) == 14 * 1024);
+  CHECK(m.kv_bytes_per_token_per_gpu(8, 2) == 7 * 1024);
 }
 
 TEST_CASE("utilization and simulated time do not depend on time-series sampling") {

@@ -10,12 +10,6 @@
 
 namespace sluice::serving {
 
-double kv_bytes_per_token_per_gpu(const ServingConfig& cfg) {
-  const ModelSpec& m = cfg.model;
-  const int kv_heads_per_gpu = std::max(1, m.kv_heads / cfg.tensor_parallel);
-  return 2.0 * (m.layers / cfg.pipeline_parallel) * kv_heads_per_gpu * m.head_dim * m.dtype_bytes;
-}
-
 CostOptions cost_options(const ServingConfig& cfg) {
   CostOptions o;
   o.tensor_parallel = cfg.tensor_parallel;
@@ -35,7 +29,7 @@ MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_
   // 16k tokens (beyond that frameworks chunk the work rather than reserve more).
   m.activation_per_gpu = cfg.model.activation_bytes(std::min<int64_t>(max_tokens_per_iteration, 16384)) / cfg.tensor_parallel;
   m.kv_per_gpu = m.capacity_per_gpu - m.weights_per_gpu - m.activation_per_gpu;
-  const double kv_per_token_per_gpu = kv_bytes_per_token_per_gpu(cfg);
+  const double kv_per_token_per_gpu = cfg.model.kv_bytes_per_token_per_gpu(cfg.tensor_parallel, cfg.pipeline_parallel);
   if (m.kv_per_gpu <= kv_per_token_per_gpu * cfg.block_size)
     throw std::runtime_error(fmt::format(
         "{} does not fit on {} × tp={} pp={}: each GPU needs {} of weights + {} of activations + KV cache, "
@@ -85,7 +79,8 @@ ServingSim::ServingSim(ServingConfig cfg, uint64_t seed, TraceWriter* trace)
     auto r = std::make_unique<Replica>(mem_.blocks_per_engine, cfg_.block_size, cfg_.watermark, cfg_.prefix_reuse);
     r->reqs = &reqs_;
     r->preemption = cfg_.preemption;
-    r->kv_bytes_per_token = kv_bytes_per_token_per_gpu(cfg_) * shards;  // over all the replica's GPUs
+    // Over all the replica's GPUs.
+    r->kv_bytes_per_token = cfg_.model.kv_bytes_per_token_per_gpu(cfg_.tensor_parallel, cfg_.pipeline_parallel) * shards;
     r->swap_Bps = cfg_.hardware.pcie_Bps * shards;
     r->swap_capacity_tokens = static_cast<int64_t>(cfg_.swap_space_bytes / r->kv_bytes_per_token);
     replicas_.push_back(std::move(r));

@@ -24,9 +24,6 @@ struct ServingConfig;
 // The cost model's options for a deployment (parallelism, tables, network all-reduce).
 CostOptions cost_options(const ServingConfig& cfg);
 
-// KV bytes one GPU holds per token: its pipeline stage's layers and its share of the KV heads
-// (heads are replicated, not split, when tensor parallelism exceeds the KV head count).
-double kv_bytes_per_token_per_gpu(const ServingConfig& cfg);
 
 struct MemoryPlan {
   double capacity_per_gpu = 0;    // HBM × gpu_memory_utilization
