@@ -1,5 +1,6 @@
-#include "config/paths.h"
 #include "config/schema.h"
+
+#include "config/paths.h"
 
 #include "registry/registry.h"
 
@@ -90,6 +91,14 @@ ParamSpec& Schema::component(std::string name, const Registry* reg, std::string 
 std::string catalog_root() {
   if (const char* h = std::getenv("SLUICE_HOME"); h && *h) return h;
   return SLUICE_SOURCE_ROOT;
+}
+
+std::optional<std::string> find_input_path(const std::string& path, bool want_directory) {
+  auto ok = [&](const std::filesystem::path& p) { return want_directory ? path_is_directory(p) : path_is_regular_file(p); };
+  if (ok(path)) return path;
+  const auto alt = std::filesystem::path(catalog_root()) / path;
+  if (ok(alt)) return alt.string();
+  return std::nullopt;
 }
 
 std::vector<std::string> catalog_names(const std::string& folder) {

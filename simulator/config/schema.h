@@ -114,6 +114,9 @@ std::string join_path(const std::string& a, const std::string& b);
 
 // Root of the catalogs (models/, topologies/): $SLUICE_HOME, else the source tree sluice was built from.
 std::string catalog_root();
+// A file (or directory) a scenario names: as given (relative to the working directory), else
+// relative to the sluice root; nullopt when neither exists.
+std::optional<std::string> find_input_path(const std::string& path, bool want_directory = false);
 // Names available in a catalog folder, for error messages and `sluice list`.
 std::vector<std::string> catalog_names(const std::string& folder);
 // Loads a catalog entry by name (searching folders in order) into a Node; throws ConfigError naming

@@ -25,8 +25,9 @@
 // only on the batch's total new tokens M (cached per M), everything that depends only on the
 // sampled rows R (cached per R), and attention, which is per sequence: a few ns each for
 // decode (a piecewise-linear share), a table interpolation for each prefill chunk.
-#include "config/paths.h"
 #include "hardware/cost_model.h"
+
+#include "config/paths.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,6 +1,7 @@
 // Reading and interpolating the measured cost tables; see tables.h for the rules.
-#include "config/paths.h"
 #include "hardware/tables.h"
+
+#include "config/paths.h"
 
 #include <algorithm>
 #include <cmath>

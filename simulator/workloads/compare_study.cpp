@@ -1,6 +1,5 @@
 // The compare study: a scenario that runs other scenarios (files, overrides, varied keys)
 // and tabulates their metrics side by side, so a comparison ships as one runnable file.
-#include "config/paths.h"
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -25,9 +24,7 @@ class CompareStudy final : public Study {
 };
 
 std::string resolve_file(const Params& at, const std::string& key, const std::string& file) {
-  if (sluice::path_exists(file)) return file;
-  const auto alt = std::filesystem::path(catalog_root()) / file;
-  if (sluice::path_exists(alt)) return alt.string();
+  if (auto found = find_input_path(file)) return *found;
   at.fail(key, fmt::format("scenario file '{}' not found (relative to the working directory or the sluice root)", file),
           "an existing scenario file, e.g. scenarios/quickstart.yaml");
 }

@@ -1,5 +1,4 @@
 // The serving study and its components (schedulers, routers, workloads, arrivals).
-#include "config/paths.h"
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -117,8 +116,9 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
     if (!c.hardware.calibration.empty())
       c.tables_dir = (std::filesystem::path(catalog_root()) / "results" / "calibration" / c.hardware.calibration).string();
   } else if (tables != "none") {
-    c.tables_dir = sluice::path_exists(tables) ? tables : (std::filesystem::path(catalog_root()) / tables).string();
-    if (!sluice::path_exists(c.tables_dir)) d.fail("cost_tables", "no such tables directory", "auto, none, or a directory of calibration CSVs");
+    const auto found = find_input_path(tables, /*want_directory=*/true);
+    if (!found) d.fail("cost_tables", "no such tables directory", "auto, none, or a directory of calibration CSVs");
+    c.tables_dir = *found;
   }
   auto sched_params = std::make_shared<Params>(p.section("scheduler"));
   const auto& sched_factory = reg.factory<SchedulerFactory>(*reg.find("scheduler", p.str("scheduler")));

@@ -1,4 +1,3 @@
-#include "config/paths.h"
 #include "workloads/serving/workload.h"
 
 #include <cmath>
@@ -143,12 +142,11 @@ class TraceSource final : public WorkloadSource {
  public:
   TraceSource(const Params& p, double ratio, int max_context) {
     arrival_.kind = ArrivalSpec::Kind::Trace;
-    std::string file = p.str("file");
-    if (!sluice::path_is_regular_file(file)) {
-      const auto alt = std::filesystem::path(catalog_root()) / file;
-      if (sluice::path_is_regular_file(alt)) file = alt.string();
-      else p.fail("file", "trace file not found (looked relative to the working directory and the sluice root)", "an existing .csv or .jsonl file");
-    }
+    const auto found = find_input_path(p.str("file"));
+    if (!found)
+      p.fail("file", "trace file not found (looked relative to the working directory and the sluice root)",
+             "an existing .csv or .jsonl file");
+    const std::string file = *found;
     const double scale = p.real("time_scale");
     struct Row { double t; int32_t in, out; std::string conv; size_t line; };
     std::vector<Row> rows;
