@@ -143,8 +143,8 @@ TEST_CASE("vLLM: prefill-first under the token budget, then decode; latest admit
   CHECK(b.entries[1].context == 10);
   CHECK(r.kv.used_blocks() == 6);
   advance(r, b);
-  // Shrink the pool: only 6 blocks; the next decodes (12 tokens → 3 blocks each) still fit,
-  // but at 13 tokens both need 4 → the latest admitted (1) is preempted and recomputed.
+  // The second decode step (12 tokens each, still 3 blocks) finishes request 0's three
+  // outputs; preemption is covered by the next test.
   b.clear();
   s->schedule(r, b, 0);
   advance(r, b);
