@@ -113,7 +113,7 @@ TEST_CASE("--set overrides create, replace, and turn catalog names into mappings
   CHECK_THROWS_AS(apply_override(root, "noequals"), ConfigError);
 }
 
-TEST_CASE("YAML errors carry file, line and column; duplicate keys are refused") {
+TEST_CASE("YAML errors carry file, line and column / duplicate keys are refused") {
   try {
     load_yaml_string("a: 1\nb: [1, 2\n", "bad.yaml");
     FAIL("expected error");

@@ -85,7 +85,7 @@ TEST_CASE("time never goes backwards: scheduling in the past is a time fault") {
   CHECK_THROWS_AS(e.run(), TimeFault);
 }
 
-TEST_CASE("run(until) stops before later events; stop() halts") {
+TEST_CASE("run(until) stops before later events / stop() halts") {
   Engine e(1);
   Chain c;
   c.left = 100;

@@ -195,7 +195,7 @@ TEST_CASE("routing: dimension order takes the shorter way round each ring") {
   CHECK(sp.route(src, dst).size() == 4);
 }
 
-TEST_CASE("topology: fat-tree, rail-optimized and 3-tier fabrics; intra-server traffic stays on NVLink") {
+TEST_CASE("topology: fat-tree, rail-optimized and 3-tier fabrics / intra-server traffic stays on NVLink") {
   ClosSpec c;
   c.servers = 32;
   c.server.host_cpus = 0;
@@ -258,7 +258,7 @@ TEST_CASE("topology: tori, twisted tori and the TPU v4 pod") {
   CHECK(diameter_hops(pod) == 24);
 }
 
-TEST_CASE("topology: every catalog entry loads and checks; bad entries name the element") {
+TEST_CASE("topology: every catalog entry loads and checks / bad entries name the element") {
   for (const auto& name : catalog_names("topologies")) {
     CAPTURE(name);
     const Topology t = load_topology_by_name(name, registry());

@@ -121,7 +121,7 @@ TEST_CASE("every shipped scenario validates, runs, and matches its golden metric
   fs::current_path(cwd);
 }
 
-TEST_CASE("the same scenario and seed give byte-identical output files; another seed differs") {
+TEST_CASE("the same scenario and seed give byte-identical output files / another seed differs") {
   const fs::path root = fs::path(SLUICE_TESTS_DIR).parent_path();
   const fs::path tmp = fs::temp_directory_path() / ("sluice-determinism-" + std::to_string(::getpid()));
   fs::remove_all(tmp);

@@ -118,7 +118,7 @@ TEST_CASE("KV reuse: a finished turn stays resident, the next turn claims it, LR
   CHECK_FALSE(kv.resident(9));
 }
 
-TEST_CASE("vLLM: prefill-first under the token budget, then decode; latest admitted is preempted") {
+TEST_CASE("vLLM: prefill-first under the token budget, then decode / latest admitted is preempted") {
   std::vector<Request> reqs{make_req(0, 10, 3), make_req(1, 10, 3)};
   Replica r(8, 4, 0.0, false);  // 32 tokens of KV
   r.reqs = &reqs;
@@ -225,7 +225,7 @@ TEST_CASE("Sarathi: decodes first, then prefill chunks fill the token budget") {
   CHECK(reqs[1].generated == 1);
 }
 
-TEST_CASE("Orca: new prompts join running decodes in one iteration; KV reserved up front") {
+TEST_CASE("Orca: new prompts join running decodes in one iteration / KV reserved up front") {
   std::vector<Request> reqs{make_req(0, 4, 5), make_req(1, 6, 2)};
   Replica r(100, 4, 0.0, false);
   r.reqs = &reqs;
@@ -441,7 +441,7 @@ TEST_CASE("workload sources: conversion applied, Poisson and gamma gaps have the
   CHECK(convs == 3);
 }
 
-TEST_CASE("trace replay: CSV and JSONL give the same conversations; bad rows name file and line") {
+TEST_CASE("trace replay: CSV and JSONL give the same conversations / bad rows name file and line") {
   const std::string root = catalog_root();
   auto source = [&](const std::string& file) {
     auto parsed = registry().parse(load_yaml_string("{kind: trace, file: " + file + "}", "t"), "workload", "workload");
@@ -487,7 +487,7 @@ TEST_CASE("after a recompute preemption, prompt and generated tokens are re-pref
   CHECK(reqs[0].generated == 21);
 }
 
-TEST_CASE("a waiting request does not pin its conversation's cache; truncated history is not reused") {
+TEST_CASE("a waiting request does not pin its conversation's cache / truncated history is not reused") {
   std::vector<Request> reqs{make_req(0, 8, 4, /*conv=*/1, 0, 2), make_req(1, 40, 4, 1, 1, 2)};
   Replica r(6, 4, 0.0, true);  // 24 tokens
   r.reqs = &reqs;

@@ -123,7 +123,7 @@ TEST_CASE("reference attention equals a naive softmax for MHA, GQA, MQA, causal,
   }
 }
 
-TEST_CASE("causal masks: the first query sees only the first key; a slice is the tail of the full prefill") {
+TEST_CASE("causal masks: the first query sees only the first key — a slice is the tail of the full prefill") {
   AttentionDims full{1, 2, 2, 16, 12, 12, true};
   const auto in = random_inputs(full, 3);
   const auto out = attention_ref(full, in.q, in.k, in.v);
@@ -325,7 +325,7 @@ TEST_CASE("catalog GEMM shapes follow the models and tensor parallelism") {
   CHECK(plan.gemm.size() == shapes.size() * 7);
 }
 
-TEST_CASE("attention FLOPs count only visible pairs; min bytes match the reference tables") {
+TEST_CASE("attention FLOPs count only visible pairs — min bytes match the reference tables") {
   CHECK(attention_flops(1, 1, 1, 4, 4, false) == 4.0 * 16);
   CHECK(attention_flops(1, 1, 1, 4, 4, true) == 4.0 * 10);   // 1 + 2 + 3 + 4
   CHECK(attention_flops(1, 1, 1, 2, 5, true) == 4.0 * 9);    // 4 + 5
