@@ -8,5 +8,7 @@ command -v ninja >/dev/null && gen=(-G Ninja)
 if [ -f build/CMakeCache.txt ] && ! grep -q "CMAKE_GENERATOR:INTERNAL=${gen[1]:-Unix Makefiles}" build/CMakeCache.txt; then
   rm -rf build
 fi
-cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S . -B build "${gen[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
 cmake --build build -j "$(nproc)"
