@@ -7,7 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "config/runner.h"
+#include "run/runner.h"
 
 namespace sluice::cli {
 

@@ -9,7 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "config/runner.h"
+#include "run/runner.h"
 
 #ifndef SLUICE_VERSION
 #define SLUICE_VERSION "dev"

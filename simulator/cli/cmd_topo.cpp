@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "config/scenario.h"
+#include "run/scenario.h"
 #include "network/generators.h"
 #include "recorder/recorder.h"
 

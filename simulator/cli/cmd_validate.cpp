@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "config/scenario.h"
+#include "run/scenario.h"
 
 namespace sluice::cli {
 

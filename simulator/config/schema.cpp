@@ -2,7 +2,6 @@
 
 #include "config/paths.h"
 
-#include "registry/registry.h"
 
 #include <algorithm>
 #include <cmath>
@@ -79,7 +78,7 @@ ParamSpec& Schema::ref(std::string name, std::vector<std::string> folders, std::
   return p;
 }
 
-ParamSpec& Schema::component(std::string name, const Registry* reg, std::string category, std::string default_kind,
+ParamSpec& Schema::component(std::string name, const ComponentCatalog* reg, std::string category, std::string default_kind,
                               std::string doc) {
   auto& p = add(std::move(name), ParamType::Component, std::move(doc));
   p.registry = reg;
@@ -301,9 +300,7 @@ static Params::Value parse_value(const Node& n, const ParamSpec& spec, const std
       break;
     }
     case ParamType::Component: {
-      auto parsed = spec.registry->parse(n, spec.category, path, spec.default_text.value_or(""));
-      v.text = parsed.info->name;
-      v.section = std::make_shared<Params>(std::move(parsed.params));
+      v.section = std::make_shared<Params>(spec.registry->parse_component(n, spec.category, path, spec.default_text.value_or(""), v.text));
       break;
     }
     case ParamType::List:

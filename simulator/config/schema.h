@@ -18,7 +18,17 @@ namespace sluice {
 enum class ParamType { Int, Real, Bool, String, Enum, Quantity, Section, Ref, Component, List, Any };
 
 class Schema;
-class Registry;
+class Params;
+
+// Where a Component parameter's kinds are looked up (the registry implements it), so the
+// config layer validates components without depending on the registry.
+class ComponentCatalog {
+ public:
+  virtual ~ComponentCatalog() = default;
+  // Parses {kind: NAME, ...params} (or a bare NAME) of `category`; sets `kind` to NAME.
+  virtual Params parse_component(const Node& node, const std::string& category, const std::string& path,
+                                 const std::string& default_kind, std::string& kind) const = 0;
+};
 
 // One documented parameter.
 struct ParamSpec {
@@ -34,7 +44,7 @@ struct ParamSpec {
   std::vector<std::string> choices;        // for Enum
   std::shared_ptr<Schema> section;         // for Section and Ref (the schema of what is referenced)
   std::vector<std::string> ref_folders;    // for Ref: catalog folders searched, e.g. "models/hardware"
-  const Registry* registry = nullptr;      // for Component: where `category` is looked up
+  const ComponentCatalog* registry = nullptr;  // for Component: where `category` is looked up
   std::string category;                    // for Component: e.g. "scheduler"
   std::string type_name() const;           // "int", "time", "bandwidth", "one of a|b", ...
   std::string range_text() const;          // "in [1, 1024]" etc.
@@ -59,7 +69,7 @@ class Schema {
   ParamSpec& ref(std::string name, std::vector<std::string> folders, std::shared_ptr<Schema> s, std::string doc);
   // A registered component: `{kind: NAME, ...}` (or a bare NAME) of `category`, validated
   // against that component's own schema; `default_kind` applies when absent.
-  ParamSpec& component(std::string name, const Registry* reg, std::string category, std::string default_kind, std::string doc);
+  ParamSpec& component(std::string name, const ComponentCatalog* reg, std::string category, std::string default_kind, std::string doc);
   const ParamSpec* find(const std::string& name) const;
   const std::vector<ParamSpec>& params() const { return params_; }
   std::string key_list() const;

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "config/scenario.h"
+#include "run/scenario.h"
 #include "network/collective.h"
 #include "network/generators.h"
 #include "network/pod.h"

@@ -21,7 +21,7 @@ struct ComponentInfo {
   std::any factory;      // a std::function of the category's factory type
 };
 
-class Registry {
+class Registry final : public ComponentCatalog {
  public:
   // Adds a component; its schema gains a required-or-defaulted 'kind' key automatically.
   void add(std::string category, std::string name, std::string summary, Schema schema, std::any factory = {});
@@ -38,6 +38,13 @@ class Registry {
   };
   Parsed parse(const Node& node, const std::string& category, const std::string& path,
                const std::string& default_kind = "") const;
+
+  Params parse_component(const Node& node, const std::string& category, const std::string& path,
+                         const std::string& default_kind, std::string& kind) const override {
+    Parsed p = parse(node, category, path, default_kind);
+    kind = p.info->name;
+    return std::move(p.params);
+  }
 
   template <class F>
   const F& factory(const ComponentInfo& info) const {

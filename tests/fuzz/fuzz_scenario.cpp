@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "config/scenario.h"
+#include "run/scenario.h"
 #include "registry/registry.h"
 
 namespace {

@@ -1,7 +1,7 @@
 // Units, schema validation, registry, overrides.
 #include <doctest/doctest.h>
 
-#include "config/scenario.h"
+#include "run/scenario.h"
 #include "config/schema.h"
 #include "config/units.h"
 #include "registry/registry.h"

@@ -12,7 +12,7 @@
 
 #include <unistd.h>
 
-#include "config/runner.h"
+#include "run/runner.h"
 #include "registry/registry.h"
 
 using namespace sluice;

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "config/scenario.h"
+#include "run/scenario.h"
 #include "hardware/spec.h"
 #include "network/collective.h"
 #include "network/generators.h"

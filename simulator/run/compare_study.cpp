@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "config/runner.h"
+#include "run/runner.h"
 #include "registry/registry.h"
 
 namespace sluice {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "config/scenario.h"
+#include "run/scenario.h"
 #include "recorder/recorder.h"
 
 namespace sluice {

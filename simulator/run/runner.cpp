@@ -1,4 +1,4 @@
-#include "config/runner.h"
+#include "run/runner.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,0 +1,38 @@
+// What a study is to the run layer: built from a validated scenario, run once into a recorder.
+// Studies that answer a question by running many worlds (compare, sweep) sit here too, above
+// the world and never inside it.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "config/schema.h"
+#include "recorder/recorder.h"
+#include "registry/registry.h"
+
+namespace sluice {
+
+// What a study needs while it runs.
+struct RunEnv {
+  Recorder& recorder;
+  std::function<void(double)> progress;  // fraction done in [0, 1]; may be empty
+};
+
+// A study is one kind of experiment (serving, collective, cluster...). Building it validates
+// the whole scenario and builds the world; run() simulates and hands records to the recorder.
+class Study {
+ public:
+  virtual ~Study() = default;
+  virtual void run(RunEnv& env) = 0;
+};
+
+struct StudyContext {
+  const Params& params;      // the scenario's validated top level
+  const Registry& registry;
+  uint64_t seed;
+  std::string name;
+};
+using StudyFactory = std::function<std::unique_ptr<Study>(const StudyContext&)>;
+
+}  // namespace sluice
