@@ -31,6 +31,20 @@ void apply_override(Node& root, const std::string& assignment) {
     size_t dot = path.find('.', start);
     std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (key.empty()) throw ConfigError(o, path, value, "empty key in the path", "dot-separated names, e.g. workload.rate");
+    if (cur->is_seq()) {
+      // An element of a list by its index: workloads.1.place.servers=12-21.
+      const auto idx = parse_int(key);
+      if (!idx || *idx < 0 || *idx >= static_cast<long long>(cur->seq.size()))
+        throw ConfigError(o, path, value, fmt::format("'{}' is not an index of this list of {}", key, cur->seq.size()),
+                          fmt::format("an index in 0-{}", static_cast<long long>(cur->seq.size()) - 1));
+      if (dot == std::string::npos) {
+        cur->seq[static_cast<size_t>(*idx)] = v;
+        return;
+      }
+      cur = &cur->seq[static_cast<size_t>(*idx)];
+      start = dot + 1;
+      continue;
+    }
     if (cur->is_scalar()) {
       // A catalog reference being overridden field by field: `hardware: h200` -> {catalog: h200}.
       Node m;
@@ -70,6 +84,10 @@ Node resolved_tree(const Params& p) {
         n = resolved_tree(*v.section);
         n.map.insert(n.map.begin(), {"catalog", Node::scalar_node(v.text, {})});
         n.key_origins.insert(n.key_origins.begin(), Origin{});
+        break;
+      case ParamType::ComponentList:
+        n.kind = Node::Kind::Seq;
+        for (const auto& item : v.items) n.seq.push_back(resolved_tree(*item));
         break;
       case ParamType::List:
       case ParamType::Any:

@@ -33,6 +33,7 @@ std::string ParamSpec::type_name() const {
     case ParamType::Section: return "mapping";
     case ParamType::Ref: return "catalog name or mapping";
     case ParamType::Component: return category + " (see `sluice list " + category + "`)";
+    case ParamType::ComponentList: return "list of " + category + " (see `sluice list " + category + "`)";
     case ParamType::List: return "list";
     case ParamType::Any: return "any";
   }
@@ -84,6 +85,13 @@ ParamSpec& Schema::component(std::string name, const ComponentCatalog* reg, std:
   p.registry = reg;
   p.category = std::move(category);
   if (!default_kind.empty()) p.default_text = std::move(default_kind);
+  return p;
+}
+
+ParamSpec& Schema::component_list(std::string name, const ComponentCatalog* reg, std::string category, std::string doc) {
+  auto& p = add(std::move(name), ParamType::ComponentList, std::move(doc));
+  p.registry = reg;
+  p.category = std::move(category);
   return p;
 }
 
@@ -183,6 +191,7 @@ bool Params::flag(const std::string& name) const { return value(name).flag; }
 const std::string& Params::str(const std::string& name) const { return value(name).text; }
 SimTime Params::time(const std::string& name) const { return SimTime::ns(static_cast<int64_t>(value(name).number)); }
 const Params& Params::section(const std::string& name) const { return *value(name).section; }
+const std::vector<std::shared_ptr<Params>>& Params::items(const std::string& name) const { return value(name).items; }
 const Node& Params::node(const std::string& name) const { return *value(name).node; }
 
 void Params::fail(const std::string& name, const std::string& problem, const std::string& valid) const {
@@ -301,6 +310,15 @@ static Params::Value parse_value(const Node& n, const ParamSpec& spec, const std
     }
     case ParamType::Component: {
       v.section = std::make_shared<Params>(spec.registry->parse_component(n, spec.category, path, spec.default_text.value_or(""), v.text));
+      break;
+    }
+    case ParamType::ComponentList: {
+      if (!n.is_seq()) bad(fmt::format("expected a list but got a {}", n.kind_name()), "a YAML list of {kind: ..., ...}");
+      for (size_t i = 0; i < n.seq.size(); ++i) {
+        std::string kind;
+        v.items.push_back(std::make_shared<Params>(
+            spec.registry->parse_component(n.seq[i], spec.category, fmt::format("{}[{}]", path, i), "", kind)));
+      }
       break;
     }
     case ParamType::List:

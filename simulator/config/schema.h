@@ -15,7 +15,7 @@
 
 namespace sluice {
 
-enum class ParamType { Int, Real, Bool, String, Enum, Quantity, Section, Ref, Component, List, Any };
+enum class ParamType { Int, Real, Bool, String, Enum, Quantity, Section, Ref, Component, ComponentList, List, Any };
 
 class Schema;
 class Params;
@@ -70,6 +70,8 @@ class Schema {
   // A registered component: `{kind: NAME, ...}` (or a bare NAME) of `category`, validated
   // against that component's own schema; `default_kind` applies when absent.
   ParamSpec& component(std::string name, const ComponentCatalog* reg, std::string category, std::string default_kind, std::string doc);
+  // A list of registered components of `category`, each validated against its own schema.
+  ParamSpec& component_list(std::string name, const ComponentCatalog* reg, std::string category, std::string doc);
   const ParamSpec* find(const std::string& name) const;
   const std::vector<ParamSpec>& params() const { return params_; }
   std::string key_list() const;
@@ -87,6 +89,7 @@ class Params {
     bool flag = false;
     std::string text;   // String, Enum, and the raw text of every scalar
     std::shared_ptr<Params> section;
+    std::vector<std::shared_ptr<Params>> items;  // ComponentList: one per element (its `kind` included)
     const Node* node = nullptr;  // List/Any: the raw node (owned by the scenario tree or `owned`)
     std::shared_ptr<Node> owned; // Ref: the resolved (catalog + overrides) tree
     Origin origin;
@@ -101,6 +104,7 @@ class Params {
   const std::string& str(const std::string& name) const;
   SimTime time(const std::string& name) const;
   const Params& section(const std::string& name) const;
+  const std::vector<std::shared_ptr<Params>>& items(const std::string& name) const;
   const Node& node(const std::string& name) const;
   const Value& value(const std::string& name) const;
   const std::string& path() const { return path_; }

@@ -270,13 +270,15 @@ struct CostModel::Impl {
     layer(elem_part(Op::Residual, e_res, M, 3 * hidden * b, 2));
     if (tp > 1) {
       const double bytes = M * hidden * b;
-      if (opt.allreduce_ns)
+      if (opt.comm_on_fabric)
+        layer(Part{Op::AllReduce, Src::Network, File::None, 0, 2 * M * hidden, 2 * bytes});
+      else if (opt.allreduce_ns)
         layer(Part{Op::AllReduce, Src::Network, File::None, 2 * opt.allreduce_ns(bytes), 2 * M * hidden, 2 * bytes});
       else
         layer(Part{Op::AllReduce, Src::Analytic, File::None, 2 * ring_ns(bytes, 2), 2 * M * hidden, 2 * bytes});
     }
     sink(elem_part(Op::Norm, e_norm, M, 2 * hidden * b, 1, m.layernorm));  // final norm
-    if (pp > 1) {
+    if (pp > 1 && !opt.comm_on_fabric) {
       const double bytes = M * hidden * b;
       const bool nvlink = hw.interconnect_Bps > 0;
       const double bw = nvlink ? hw.interconnect_Bps : hw.pcie_Bps;
@@ -452,6 +454,15 @@ const HardwareSpec& CostModel::hardware() const { return impl_->hw; }
 const ModelSpec& CostModel::model() const { return impl_->m; }
 const CostOptions& CostModel::options() const { return impl_->opt; }
 int CostModel::stage_layers() const { return impl_->layers_stage; }
+
+double CostModel::tp_allreduce_bytes(double tokens) const {
+  // Two all-reduces per layer (after attention and after the MLP) of tokens x hidden.
+  return impl_->tp > 1 ? 2.0 * impl_->layers_stage * tokens * impl_->hidden * impl_->b : 0.0;
+}
+
+double CostModel::lm_head_ns(double rows) const { return rows > 0 ? impl_->gemm_part(Op::LmHead, impl_->lm, rows).ns : 0.0; }
+
+double CostModel::activation_bytes(double tokens) const { return tokens * impl_->hidden * impl_->b; }
 
 namespace {
 // New tokens, sampling rows and decode sequences of a batch.

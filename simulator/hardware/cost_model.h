@@ -54,6 +54,9 @@ struct CostOptions {
   // fused add+RMSNorm, rotary and SiLU·mul kernels): one roofline kernel per op at its least
   // traffic, instead of the measured PyTorch kernels (rope alone is several kernels there).
   bool fused_elementwise = false;
+  // The world's fabric times every transfer (tensor-parallel all-reduces, pipeline hand-offs)
+  // as flows: those operations cost no time here, and their bytes come from the functions below.
+  bool comm_on_fabric = false;
 };
 
 // <catalog_root()>/results/calibration/<hw.calibration>, or "" when the device has none.
@@ -79,6 +82,13 @@ class CostModel {
   const CostOptions& options() const;
   // Layers on the costed (last, LM-head carrying) pipeline stage: ceil(layers / pp).
   int stage_layers() const;
+  // Bytes each device of a stage all-reduces per iteration of `tokens` new tokens (the sum of
+  // the stage's per-layer tensor-parallel all-reduces; 0 without tensor parallelism).
+  double tp_allreduce_bytes(double tokens) const;
+  // The LM head GEMM over `rows` rows (training computes logits for every token).
+  double lm_head_ns(double rows) const;
+  // Bytes of activations one stage hands to the next for `tokens` new tokens.
+  double activation_bytes(double tokens) const;
 
  private:
   struct Impl;

@@ -1,5 +1,6 @@
 #include "network/collective.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -85,24 +86,43 @@ void Collective::plan() {
       break;
     }
     case CollectiveKind::AllReduceHierarchical: {
-      int g = opt_.group_size;
-      if (g <= 0) {  // consecutive devices of one server or cube
-        const int first = sim_.topology().node(devices_[0]).group;
-        g = 1;
-        while (g < n && first >= 0 && sim_.topology().node(devices_[static_cast<size_t>(g)]).group == first) ++g;
+      // Groups are the devices' servers (or cubes), whatever order the devices come in: a
+      // data-parallel set with several devices per server reduce-scatters inside each server
+      // over its fast links, all-reduces across servers per local rank, then all-gathers. A set
+      // with one device per server has nothing to do inside servers: that is the ring.
+      std::vector<std::vector<int>> groups_of;
+      if (opt_.group_size > 0) {
+        if (n % opt_.group_size != 0)
+          throw std::invalid_argument(fmt::format("hierarchical all-reduce: {} devices do not split into groups of {}", n, opt_.group_size));
+        for (int k = 0; k < n / opt_.group_size; ++k)
+          groups_of.emplace_back(devices_.begin() + k * opt_.group_size, devices_.begin() + (k + 1) * opt_.group_size);
+      } else {
+        std::vector<int> keys;
+        for (int d : devices_) {
+          const int gk = sim_.topology().node(d).group;
+          auto it = std::find(keys.begin(), keys.end(), gk);
+          if (gk < 0 || it == keys.end()) {
+            keys.push_back(gk);
+            groups_of.push_back({d});
+          } else {
+            groups_of[static_cast<size_t>(it - keys.begin())].push_back(d);
+          }
+        }
       }
-      if (n % g != 0)
-        throw std::invalid_argument(fmt::format("hierarchical all-reduce: {} devices do not split into groups of {}", n, g));
-      const int groups = n / g;
+      const int g = static_cast<int>(groups_of.front().size());
+      for (const auto& grp : groups_of)
+        if (static_cast<int>(grp.size()) != g)
+          throw std::invalid_argument(fmt::format("hierarchical all-reduce: servers hold {} and {} of the devices; it needs the same number in each",
+                                                  g, grp.size()));
+      const int groups = static_cast<int>(groups_of.size());
       std::vector<Op> intra_rs, inter, intra_ag;
       for (int k = 0; k < groups; ++k) {
-        std::vector<int> d(devices_.begin() + k * g, devices_.begin() + (k + 1) * g);
-        intra_rs.push_back(ring(d, bytes_ / g, g - 1));
-        intra_ag.push_back(ring(d, bytes_ / g, g - 1));
+        intra_rs.push_back(ring(groups_of[static_cast<size_t>(k)], bytes_ / g, g - 1));
+        intra_ag.push_back(ring(groups_of[static_cast<size_t>(k)], bytes_ / g, g - 1));
       }
       for (int r = 0; r < g; ++r) {
         std::vector<int> d;
-        for (int k = 0; k < groups; ++k) d.push_back(devices_[static_cast<size_t>(k * g + r)]);
+        for (int k = 0; k < groups; ++k) d.push_back(groups_of[static_cast<size_t>(k)][static_cast<size_t>(r)]);
         inter.push_back(ring(d, bytes_ / g / groups, 2 * (groups - 1)));
       }
       phases_.push_back(std::move(intra_rs));
@@ -151,6 +171,17 @@ void Collective::start_op(size_t oi) {
   }
   switch (o.type) {
     case Op::Ring:
+      if (opt_.fused_ring_steps) {
+        int64_t lat = 0;
+        for (int i = 0; i < n; ++i) {
+          const auto path = sim_.router().route(o.dev[static_cast<size_t>(i)], o.dev[static_cast<size_t>((i + 1) % n)],
+                                                route_hash(opt_.salt, static_cast<uint64_t>(i), 0));
+          lat = std::max(lat, sim_.router().latency_ns(path));
+        }
+        o.tail_latency_ns = lat * (static_cast<int64_t>(o.steps) * std::max(1, opt_.fused_count) - 1);
+        for (int i = 0; i < n; ++i) send(oi, i, (i + 1) % n, o.chunk_bytes * o.steps, static_cast<uint64_t>(o.steps - 1), 0);
+        break;
+      }
       for (int i = 0; i < n; ++i) send(oi, i, (i + 1) % n, o.chunk_bytes, 0, 0);
       break;
     case Op::AllToAll:
@@ -222,6 +253,10 @@ void Collective::on_flow_done(Engine& e, uint64_t tag) {
                    make_tag(oi, to, static_cast<uint64_t>(k + 1)), route_hash(opt_.salt, static_cast<uint64_t>(to), 0));
       }
       done = o.pending == 0;
+      if (done && o.tail_latency_ns > 0) {
+        e.schedule_in(SimTime::ns(o.tail_latency_ns), Priority::Network, this, 0, static_cast<uint32_t>(oi));
+        return;
+      }
       break;
     }
     case Op::AllToAll:
@@ -262,6 +297,8 @@ void Collective::on_flow_done(Engine& e, uint64_t tag) {
   }
   if (done) op_done(e);
 }
+
+void Collective::on_event(Engine& e, uint32_t, uint32_t) { op_done(e); }
 
 void Collective::op_done(Engine& e) {
   if (--ops_left_ > 0) return;

@@ -22,12 +22,20 @@ struct CollectiveOptions {
   int chunks = 1;      // tree: pipeline chunks
   int paths = 1;       // all-to-all: each pair's bytes split over this many ECMP-salted flows
   uint64_t salt = 0;   // spreads equal-cost routes between collectives
+  // Rings: run the 2(n-1) (or n-1) steps as one flow per ring edge carrying every step's
+  // bytes, plus the later steps' route latencies. Every link carries the same bytes as with
+  // step-by-step flows and an idle ring takes the same time; under contention the steps'
+  // share of bandwidth is averaged over the collective. Used on hot paths (serving iterations).
+  bool fused_ring_steps = false;
+  // Fused rings: the collective stands for this many back-to-back collectives of bytes/count
+  // each (a stage's per-layer all-reduces): each pays its steps' latencies.
+  int fused_count = 1;
 };
 
 // One collective over `devices` (node ids) moving `bytes`: the per-device buffer for
 // all-reduce, reduce-scatter input, all-gather output and all-to-all (S/n to each peer);
 // the message size for send/recv (devices[0] -> devices[1]).
-class Collective final : public FlowSink {
+class Collective final : public FlowSink, public EventHandler {
  public:
   Collective(FlowSim& sim, CollectiveKind kind, std::vector<int> devices, double bytes, CollectiveOptions opt = {});
   // Starts now; `on_done` runs when the last flow is delivered.
@@ -38,6 +46,7 @@ class Collective final : public FlowSink {
   SimTime duration() const { return finished_at_ - started_at_; }
   uint64_t flows_started() const { return flows_; }
   void on_flow_done(Engine& engine, uint64_t tag) override;
+  void on_event(Engine& engine, uint32_t kind, uint32_t arg) override;
 
  private:
   struct Op {  // one ring, tree, all-to-all or send within a phase
@@ -45,6 +54,7 @@ class Collective final : public FlowSink {
     std::vector<int> dev;
     double chunk_bytes = 0;
     int steps = 0;
+    int64_t tail_latency_ns = 0;  // fused rings: the later steps' latencies, paid after the last byte
     // tree state
     int chunks = 1;
     std::vector<int> recv, next_up, next_down;  // recv[p*chunks+c], next_down[p*2+k]

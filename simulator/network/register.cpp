@@ -24,9 +24,6 @@ void register_network_components(Registry& reg) {
       {"sendrecv", "one flow of S bytes from the first device to the second"},
   };
   for (const auto& [n, doc] : collectives) reg.add("collective", n, doc, Schema{});
-  reg.add("placement", "first-fit", "TPU pod slices: the lowest-index free healthy cubes (OCS) or contiguous block (static)", Schema{});
-  reg.add("placement", "best-fit",
-          "TPU pod slices: the cubes or block touching the most busy or unhealthy cubes, keeping free cubes together", Schema{});
 }
 
 }  // namespace sluice

@@ -23,7 +23,9 @@ static std::string relative_to_root(const std::string& p) {
 }
 
 void report_serving(const serving::ServingSim& sim, const std::string& workload_description, Recorder& rec,
-                    bool requests_csv, bool timeseries_csv) {
+                    bool requests_csv, bool timeseries_csv, const std::string& scope) {
+  const std::string file_prefix = scope.empty() ? "" : scope + ".";
+  auto summary = [&](std::string line) { rec.summary(scope.empty() ? std::move(line) : fmt::format("[{}] {}", scope, line)); };
   const auto& cfg = sim.config();
   const auto& reqs = sim.requests();
   std::vector<double> ttft, e2e, tpot, itl, queue, max_gap;
@@ -105,7 +107,7 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   m["deployment"] = Json{{"hardware", cfg.hardware.name}, {"model", cfg.model.name}, {"replicas", cfg.replicas},
                          {"tensor_parallel", cfg.tensor_parallel}, {"pipeline_parallel", cfg.pipeline_parallel},
                          {"topology", cfg.topology_name.empty() ? std::string("none (nodes x gpus_per_node)") : cfg.topology_name},
-                         {"tp_allreduce", cfg.allreduce_ns ? "flows on the topology" : "analytic ring over the interconnect"},
+                         {"tp_allreduce", sim.on_fabric() ? "flows on the topology, every iteration" : cfg.tensor_parallel > 1 || cfg.pipeline_parallel > 1 ? "analytic ring over the interconnect" : "none (tp 1)"},
                          {"cost_tables", cfg.tables_dir.empty() ? std::string("none (roofline)") : relative_to_root(cfg.tables_dir)},
                          {"d2h", cfg.last_mile.d2h_source}};
   m["requests"] = Json{{"completed", sim.completed() - sim.rejected()}, {"rejected_too_long", sim.rejected()},
@@ -140,33 +142,34 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   if (!per_replica.empty()) m["replicas"] = per_replica;
   m["simulated_s"] = sim.end_ns() / 1e9;
   m["events"] = sim.events();
-  rec.metrics()["serving"] = m;
+  if (scope.empty()) rec.metrics()["serving"] = m;
+  else rec.metrics()["workloads"][scope] = m;
 
-  if (requests_csv) rec.file("requests.csv", csv);
+  if (requests_csv) rec.file(file_prefix + "requests.csv", csv);
   if (timeseries_csv && !sim.samples().empty()) {
     std::string ts = "t_s,running,waiting,swapped,kv_occupancy,busy_fraction\n";
     for (const auto& s : sim.samples())
       ts += fmt::format("{:.6f},{},{},{},{:.6f},{:.6f}\n", s.t_ns / 1e9, s.running, s.waiting, s.swapped, s.kv_occupancy,
                         s.busy_fraction);
-    rec.file("timeseries.csv", ts);
+    rec.file(file_prefix + "timeseries.csv", ts);
   }
 
   auto pct = [](const Json& s, const char* k) { return s.contains(k) ? s[k].get<double>() : 0.0; };
-  rec.summary(fmt::format("{} on {} × {} (tp {}, pp {}); {}", cfg.model.name, cfg.replicas, cfg.hardware.name,
+  summary(fmt::format("{} on {} × {} (tp {}, pp {}); {}", cfg.model.name, cfg.replicas, cfg.hardware.name,
                           cfg.tensor_parallel, cfg.pipeline_parallel, workload_description));
-  rec.summary(fmt::format("requests {} completed{}{}; {:.1f} s simulated", sim.completed() - sim.rejected(),
+  summary(fmt::format("requests {} completed{}{}; {:.1f} s simulated", sim.completed() - sim.rejected(),
                           sim.rejected() ? fmt::format(", {} rejected as longer than a replica's KV cache", sim.rejected()) : "",
                           sim.truncated() ? " (stopped at max_sim_time)" : "", sim.end_ns() / 1e9));
-  rec.summary(fmt::format("TTFT  ms  p50 {:8.2f}  p90 {:8.2f}  p99 {:8.2f}  mean {:8.2f}", pct(lat["ttft"], "p50"),
+  summary(fmt::format("TTFT  ms  p50 {:8.2f}  p90 {:8.2f}  p99 {:8.2f}  mean {:8.2f}", pct(lat["ttft"], "p50"),
                           pct(lat["ttft"], "p90"), pct(lat["ttft"], "p99"), pct(lat["ttft"], "mean")));
-  rec.summary(fmt::format("TPOT  ms  p50 {:8.2f}  p90 {:8.2f}  p99 {:8.2f}  mean {:8.2f}", pct(lat["tpot"], "p50"),
+  summary(fmt::format("TPOT  ms  p50 {:8.2f}  p90 {:8.2f}  p99 {:8.2f}  mean {:8.2f}", pct(lat["tpot"], "p50"),
                           pct(lat["tpot"], "p90"), pct(lat["tpot"], "p99"), pct(lat["tpot"], "mean")));
-  rec.summary(fmt::format("E2E   ms  p50 {:8.1f}  p90 {:8.1f}  p99 {:8.1f}  mean {:8.1f}", pct(lat["e2e"], "p50"),
+  summary(fmt::format("E2E   ms  p50 {:8.1f}  p90 {:8.1f}  p99 {:8.1f}  mean {:8.1f}", pct(lat["e2e"], "p50"),
                           pct(lat["e2e"], "p90"), pct(lat["e2e"], "p99"), pct(lat["e2e"], "mean")));
-  rec.summary(fmt::format("throughput {:.1f} output tok/s, {:.2f} req/s; mean batch {:.1f}, utilization {:.0f}%",
+  summary(fmt::format("throughput {:.1f} output tok/s, {:.2f} req/s; mean batch {:.1f}, utilization {:.0f}%",
                           out_tokens / span_s, (sim.completed() - sim.rejected()) / span_s, busy > 0 ? batch_int / busy : 0.0,
                           100 * busy / end / nrep));
-  rec.summary(fmt::format("memory/GPU: weights {}, KV {} ({} tokens/replica); KV occupancy mean {:.1f}% max {:.1f}%; "
+  summary(fmt::format("memory/GPU: weights {}, KV {} ({} tokens/replica); KV occupancy mean {:.1f}% max {:.1f}%; "
                           "preemptions {}{}",
                           format_bytes(mem.weights_per_gpu), format_bytes(mem.kv_per_gpu), mem.kv_tokens_per_replica,
                           100 * kv_int / end / static_cast<double>(sim.replicas().size()), 100 * kv_max, preemptions,

@@ -11,7 +11,9 @@ class ServingSim;
 
 namespace sluice {
 
+// `scope` empty: metrics under "serving", files requests.csv and timeseries.csv; otherwise
+// metrics under workloads.<scope>, files <scope>.requests.csv ..., summary lines tagged.
 void report_serving(const serving::ServingSim& sim, const std::string& workload_description, Recorder& rec,
-                    bool requests_csv, bool timeseries_csv);
+                    bool requests_csv, bool timeseries_csv, const std::string& scope = "");
 
 }  // namespace sluice

@@ -8,13 +8,19 @@ void register_serving_components(Registry& reg);
 void register_network_components(Registry& reg);
 void register_hardware_components(Registry& reg);
 void register_compare_study(Registry& reg);
+void register_world_study(Registry& reg);
+void register_placement_policies(Registry& reg);
+void register_training_workload(Registry& reg);
 
 void register_builtin_components(Registry& reg) {
   register_engine_benchmarks(reg);
+  register_placement_policies(reg);  // before the workloads whose `place` lists the policies
   register_serving_components(reg);
   register_network_components(reg);
   register_hardware_components(reg);
   register_compare_study(reg);
+  register_world_study(reg);
+  register_training_workload(reg);
 }
 
 }  // namespace sluice

@@ -28,7 +28,8 @@ static Scenario build_scenario(Node root, const std::string& file, const std::ve
   if (!sc.root->is_map())
     throw ConfigError(sc.root->origin, "", sc.root->brief(), "a scenario must be a YAML mapping", "keys such as study, name, seed, ...");
   for (const auto& o : overrides) apply_override(*sc.root, o);
-  std::string study_kind = "serving";
+  // A cluster with workloads is a world; a scenario without either is the serving short form.
+  std::string study_kind = sc.root->find("workloads") || sc.root->find("cluster") ? "world" : "serving";
   const Node* sk = sc.root->find("study");
   Node body = *sc.root;
   if (sk) {

@@ -13,6 +13,7 @@
 #include "recorder/recorder.h"
 #include "recorder/serving_report.h"
 #include "registry/registry.h"
+#include "run/runner.h"
 #include "workloads/serving/kv_cache.h"
 #include "workloads/serving/scheduler.h"
 #include "workloads/serving/serving_sim.h"
@@ -22,7 +23,6 @@ using namespace sluice;
 using namespace sluice::serving;
 
 namespace sluice::serving {
-ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_t seed, std::string* workload_desc);
 }
 
 namespace {
@@ -339,7 +339,8 @@ outputs: {trace: false}
   auto parsed = registry().parse(n, "study", "", "serving");
   ServingConfig cfg = build_serving_config(parsed.params, registry(), 1, nullptr);
   CostModel cost(cfg.hardware, cfg.model, CostOptions{1, 1, ""});
-  ServingSim sim(std::move(cfg), 1, nullptr);
+  Engine engine(1);
+  ServingSim sim(std::move(cfg), engine, nullptr);
   sim.run({});
   REQUIRE(sim.completed() == 1);
   const Request& q = sim.requests()[0];
@@ -404,7 +405,7 @@ TEST_CASE("tokenizer conversion uses the shipped ratio table") {
 
 TEST_CASE("workload sources: conversion applied, Poisson and gamma gaps have the asked rate and burstiness") {
   auto source = [&](const std::string& yaml, const std::string& tok = "llama") {
-    auto parsed = registry().parse(load_yaml_string(yaml, "t"), "workload", "workload");
+    auto parsed = registry().parse(load_yaml_string(yaml, "t"), "load", "workload");
     return registry().factory<WorkloadFactory>(*parsed.info)(parsed.params, registry(), 5, tok, 8192).source;
   };
   auto fixed = source("{kind: llmperf, input_tokens: {mean: 550, sd: 0}, output_tokens: {mean: 150, sd: 0}}", "llama3");
@@ -444,7 +445,7 @@ TEST_CASE("workload sources: conversion applied, Poisson and gamma gaps have the
 TEST_CASE("trace replay: CSV and JSONL give the same conversations / bad rows name file and line") {
   const std::string root = catalog_root();
   auto source = [&](const std::string& file) {
-    auto parsed = registry().parse(load_yaml_string("{kind: trace, file: " + file + "}", "t"), "workload", "workload");
+    auto parsed = registry().parse(load_yaml_string("{kind: trace, file: " + file + "}", "t"), "load", "workload");
     return registry().factory<WorkloadFactory>(*parsed.info)(parsed.params, registry(), 1, "llama", 8192).source;
   };
   auto a = source(root + "/scenarios/traces/chat-sample.csv");
@@ -531,7 +532,8 @@ model: tinyllama-1.1b
 workload: {kind: llmperf, requests: 40, arrival: {kind: poisson, rate: 5/s}}
 outputs: {trace: false, timeseries: )") + ts + ", sample_interval: 1s}\n", "t.yaml");
     auto parsed = registry().parse(n, "study", "", "serving");
-    ServingSim sim(build_serving_config(parsed.params, registry(), 1, nullptr), 1, nullptr);
+    Engine engine(1);
+    ServingSim sim(build_serving_config(parsed.params, registry(), 1, nullptr), engine, nullptr);
     sim.run({});
     Recorder rec;
     report_serving(sim, "", rec, false, true);
@@ -543,29 +545,40 @@ outputs: {trace: false, timeseries: )") + ts + ", sample_interval: 1s}\n", "t.ya
   CHECK(a["kv_cache"]["occupancy_mean"] == b["kv_cache"]["occupancy_mean"]);
 }
 
-TEST_CASE("a named topology sets the cluster and carries the tensor-parallel all-reduces as flows") {
-  const Node n = load_yaml_string(R"(
+TEST_CASE("a named topology sets the cluster and carries every tensor-parallel all-reduce as flows") {
+  auto run = [](const std::string& extra) {
+    Scenario sc = load_scenario_text(R"(
+name: t
 model: llama2-7b
 topology: dgx-h200
 deployment: {replicas: 2, tensor_parallel: 4}
-workload: {kind: llmperf, requests: 4}
-)", "t.yaml");
-  auto parsed = registry().parse(n, "study", "", "serving");
-  ServingConfig cfg = build_serving_config(parsed.params, registry(), 1, nullptr);
-  CHECK(cfg.nodes == 1);
-  CHECK(cfg.gpus_per_node == 8);
-  CHECK(cfg.topology_name == "dgx-h200");
-  REQUIRE(cfg.allreduce_ns);
-  // A ring all-reduce of S bytes over 4 GPUs on 450 GB/s links: 2·3/4·S/B plus hop latencies.
-  const double S = 64.0 * 1024 * 1024;
-  const double ideal = 2.0 * 3 / 4 * S / 450e9 * 1e9;
-  CHECK(cfg.allreduce_ns(S) >= ideal);
-  CHECK(cfg.allreduce_ns(S) < ideal * 1.05);
-  CostModel cost(cfg.hardware, cfg.model, cost_options(cfg));
+workload: {kind: llmperf, requests: 8, arrival: {kind: closed_loop, clients: 2}}
+outputs: {trace: false, requests_csv: false, timeseries: false}
+)" + extra, "t.yaml", {}, registry());
+    Recorder rec;
+    run_into(sc, rec, {});
+    return rec.metrics();
+  };
+  const Json m = run("");
+  CHECK(m["serving"]["deployment"]["topology"] == "dgx-h200");
+  CHECK(m["serving"]["deployment"]["tp_allreduce"] == "flows on the topology, every iteration");
+  // One fused ring (4 flows) per replica iteration: flows grow with the iterations run.
+  const double iterations = m["serving"]["batching"]["iterations"].get<double>();
+  CHECK(m["world"]["flows"]["started"].get<double>() == doctest::Approx(4 * iterations));
+  // The cost model leaves the all-reduce's time to the fabric and still counts its bytes.
+  const HardwareSpec hw = load_hardware("h200");
+  const ModelSpec md = load_model("llama2-7b");
+  CostOptions o;
+  o.tensor_parallel = 4;
+  o.comm_on_fabric = true;
+  CostModel cost(hw, md, o);
   const std::vector<SeqWork> b{{1, 100}, {1, 200}};
-  bool network = false;
-  for (const auto& op : cost.iteration(b).ops) network |= op.op == "allreduce" && op.source == "network";
-  CHECK(network);
+  for (const auto& op : cost.iteration(b).ops)
+    if (op.op == "allreduce") {
+      CHECK(op.ns == 0);
+      CHECK(op.bytes == doctest::Approx(2.0 * 32 * 2 * md.hidden * 2));
+    }
+  CHECK(cost.tp_allreduce_bytes(2) == doctest::Approx(2.0 * 32 * 2 * md.hidden * 2));
 }
 
 TEST_CASE("pipeline parallelism: virtual engines keep several batches in flight through the stages") {
@@ -582,7 +595,8 @@ outputs: {trace: false}
   ServingConfig cfg = build_serving_config(parsed.params, registry(), 1, nullptr);
   CostModel cost(cfg.hardware, cfg.model, cost_options(cfg));
   const int64_t T = std::llround(cost.iteration_ns(std::vector<SeqWork>{{100, 0}}));
-  ServingSim sim(std::move(cfg), 1, nullptr);
+  Engine engine(1);
+  ServingSim sim(std::move(cfg), engine, nullptr);
   REQUIRE(sim.replicas().size() == 2);  // one replica, two virtual engines
   CHECK(sim.memory().blocks_per_engine == sim.memory().blocks_per_replica / 2);
   sim.run({});

@@ -13,7 +13,6 @@
 
 namespace sluice::serving {
 
-ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_t seed, std::string* workload_desc);
 
 namespace {
 
@@ -32,7 +31,8 @@ outputs: {{trace: false, requests_csv: false, timeseries: false}}
   auto parsed = reg.parse(n, "study", "", "serving");
   std::string desc;
   auto t0 = std::chrono::steady_clock::now();
-  ServingSim sim(build_serving_config(parsed.params, reg, 1, &desc), 1, nullptr);
+  Engine engine(1);
+  ServingSim sim(build_serving_config(parsed.params, reg, 1, &desc, nullptr), engine, nullptr);
   sim.run({});
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   struct rusage ru {};

@@ -5,7 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "run/scenario.h"
+#include "config/scenario.h"
+#include "run/study.h"
 #include "hardware/spec.h"
 #include "network/collective.h"
 #include "network/generators.h"
@@ -22,47 +23,24 @@ void register_sarathi_scheduler(Registry& reg);
 void register_static_scheduler(Registry& reg);
 void register_routers(Registry& reg);
 void register_serving_bench(Registry& reg);
+void register_serving_workload(Registry& reg);
+std::unique_ptr<Study> make_serving_short_form(const StudyContext& ctx, const Registry& reg);
 
-namespace {
-
-class ServingStudy final : public Study {
- public:
-  ServingStudy(ServingConfig cfg, uint64_t seed, std::string workload_desc, const Params& out)
-      : desc_(std::move(workload_desc)),
-        trace_(out.flag("trace")),
-        requests_csv_(out.flag("requests_csv")),
-        timeseries_(out.flag("timeseries")) {
-    probe_.enable(trace_);
-    sim_ = std::make_unique<ServingSim>(std::move(cfg), seed, &probe_);
-  }
-  void run(RunEnv& env) override {
-    env.recorder.trace().enable(trace_);
-    sim_->run(env.progress);
-    report_serving(*sim_, desc_, env.recorder, requests_csv_, timeseries_);
-    // Trace events were collected while simulating; hand them to the run's recorder.
-    env.recorder.trace() = std::move(probe_);
-  }
-
- private:
-  std::string desc_;
-  bool trace_, requests_csv_, timeseries_;
-  TraceWriter probe_;
-  std::unique_ptr<ServingSim> sim_;
-};
-
-}  // namespace
 
 // Builds a ServingConfig from a validated `serving` study (also used by benchmarks and tests).
-ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_t seed, std::string* workload_desc) {
+ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_t seed, std::string* workload_desc,
+                                   const HardwareSpec* cluster_hardware) {
   ServingConfig c;
-  c.hardware = hardware_from_params(p.section("hardware"));
+  c.hardware = cluster_hardware ? *cluster_hardware : hardware_from_params(p.section("hardware"));
   c.model = model_from_params(p.section("model"));
   const Params& d = p.section("deployment");
   c.replicas = static_cast<int>(d.integer("replicas"));
   c.tensor_parallel = static_cast<int>(d.integer("tensor_parallel"));
   c.pipeline_parallel = static_cast<int>(d.integer("pipeline_parallel"));
-  c.nodes = static_cast<int>(d.integer("nodes"));
-  c.gpus_per_node = static_cast<int>(d.integer("gpus_per_node"));
+  if (d.has("nodes")) {
+    c.nodes = static_cast<int>(d.integer("nodes"));
+    c.gpus_per_node = static_cast<int>(d.integer("gpus_per_node"));
+  }
   c.gpu_memory_utilization = d.real("gpu_memory_utilization");
   c.block_size = static_cast<int>(d.integer("block_size"));
   c.watermark = d.real("watermark");
@@ -79,37 +57,6 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   if (c.model.layers % c.pipeline_parallel != 0)
     d.fail("pipeline_parallel", fmt::format("{} has {} layers, not divisible into {} stages", c.model.name, c.model.layers, c.pipeline_parallel),
            "a divisor of the layer count");
-  if (p.has("topology")) {
-    // The cluster is the topology's devices, grouped by server; tensor-parallel all-reduces
-    // run as flows over its links (one TP group simulated alone, memoized by message size).
-    auto topo = std::make_shared<net::Topology>(net::load_topology(p.node("topology"), reg, "topology"));
-    std::map<int, std::vector<int>> servers;
-    for (int dev : topo->devices()) servers[topo->node(dev).group].push_back(dev);
-    for (const char* k : {"nodes", "gpus_per_node"})
-      if (d.given(k)) d.fail(k, "is derived from the topology when one is named", "leave it out, or drop `topology`");
-    c.nodes = static_cast<int>(servers.size());
-    c.gpus_per_node = 0;
-    for (const auto& [_, devs] : servers) c.gpus_per_node = std::max(c.gpus_per_node, static_cast<int>(devs.size()));
-    c.topology_name = topo->name();
-    if (c.tensor_parallel > 1 && c.tensor_parallel <= c.gpus_per_node) {
-      std::vector<int> group;
-      for (const auto& [_, devs] : servers)
-        if (static_cast<int>(devs.size()) >= c.tensor_parallel) {
-          group.assign(devs.begin(), devs.begin() + c.tensor_parallel);
-          break;
-        }
-      auto memo = std::make_shared<std::map<int64_t, double>>();
-      c.allreduce_ns = [topo, group, memo](double bytes) {
-        const int64_t key = static_cast<int64_t>(std::llround(bytes));
-        auto it = memo->find(key);
-        if (it != memo->end()) return it->second;
-        const double ns = static_cast<double>(
-            net::collective_time(*topo, net::CollectiveKind::AllReduceRing, group, static_cast<double>(key)).count_ns());
-        (*memo)[key] = ns;
-        return ns;
-      };
-    }
-  }
   c.fused_elementwise = d.flag("fused_elementwise");
   const std::string& tables = d.str("cost_tables");
   if (tables == "auto") {
@@ -124,7 +71,7 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   const auto& sched_factory = reg.factory<SchedulerFactory>(*reg.find("scheduler", p.str("scheduler")));
   c.make_scheduler = [sched_params, sched_factory] { return sched_factory(*sched_params); };
   c.router = reg.factory<RouterFactory>(*reg.find("router", p.str("router")))(p.section("router"));
-  auto wb = reg.factory<WorkloadFactory>(*reg.find("workload", p.str("workload")))(
+  auto wb = reg.factory<WorkloadFactory>(*reg.find("load", p.str("workload")))(
       p.section("workload"), reg, seed, c.model.tokenizer, c.model.max_context);
   c.workload = std::move(wb.source);
   if (workload_desc) *workload_desc = wb.description;
@@ -139,24 +86,30 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   c.sample_interval_ns = o.flag("timeseries") ? o.time("sample_interval").count_ns() : 0;
   c.trace_max_requests = static_cast<int>(o.integer("trace_max_requests"));
   c.trace_max_iterations = static_cast<int>(o.integer("trace_max_iterations"));
-  c.max_sim_time_ns = p.time("max_sim_time").count_ns();
+  c.max_sim_time_ns = p.has("max_sim_time") ? p.time("max_sim_time").count_ns() : 0;
   return c;
 }
 
-Schema serving_schema(const Registry& reg) {
-  Schema s = common_study_schema();
-  s.ref("hardware", {"models/hardware"}, hardware_schema(), "accelerator: a catalog name (h200) or {catalog: h200, ...overrides}").def("h200");
+// The keys of a serving deployment; `short_form` adds what a one-deployment scenario says
+// about its cluster (hardware, topology or nodes x GPUs, max_sim_time).
+void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
+  if (short_form) {
+    s.ref("hardware", {"models/hardware"}, hardware_schema(), "accelerator: a catalog name (h200) or {catalog: h200, ...overrides}").def("h200");
+  }
   s.ref("model", {"models/llm"}, model_schema(), "the LLM: a catalog name (llama3-8b) or an inline shape");
-  s.add("topology", ParamType::Any,
-        "cluster topology (a name in topologies/ or {catalog: NAME, ...}): sets nodes and GPUs per node, and "
-        "tensor-parallel all-reduces become flows on its links")
-      .optional();
+  if (short_form)
+    s.add("topology", ParamType::Any,
+          "cluster topology (a name in topologies/ or {catalog: NAME, ...}): sets nodes and GPUs per node, and "
+          "tensor-parallel all-reduces and pipeline hand-offs become flows on its links")
+        .optional();
   auto dep = std::make_shared<Schema>();
   dep->add("replicas", ParamType::Int, "model replicas behind the router").def("1").range(1, 1e6);
   dep->add("tensor_parallel", ParamType::Int, "GPUs per pipeline stage (inside one node)").def("1").range(1, 64);
   dep->add("pipeline_parallel", ParamType::Int, "pipeline stages per replica").def("1").range(1, 256);
-  dep->add("nodes", ParamType::Int, "nodes in the cluster").def("1").range(1, 1e6);
-  dep->add("gpus_per_node", ParamType::Int, "GPUs per node (NVLink domain)").def("8").range(1, 1024);
+  if (short_form) {
+    dep->add("nodes", ParamType::Int, "nodes in the cluster").def("1").range(1, 1e6);
+    dep->add("gpus_per_node", ParamType::Int, "GPUs per node (NVLink domain)").def("8").range(1, 1024);
+  }
   dep->add("gpu_memory_utilization", ParamType::Real, "fraction of HBM the server may use (vLLM's setting)").def("0.9").range(0.05, 1.0);
   dep->add("block_size", ParamType::Int, "tokens per KV-cache block").def("16").range(1, 4096);
   dep->add("watermark", ParamType::Real, "fraction of blocks kept free when admitting new sequences").def("0.01").range(0, 0.5);
@@ -170,7 +123,7 @@ Schema serving_schema(const Registry& reg) {
   s.section("deployment", dep, "replicas × tensor × pipeline parallelism, KV cache settings");
   s.component("scheduler", &reg, "scheduler", "vllm", "batching scheduler");
   s.component("router", &reg, "router", "round_robin", "router across replicas");
-  s.component("workload", &reg, "workload", "llmperf", "requests to serve");
+  s.component("workload", &reg, "load", "llmperf", "requests to serve (see `sluice list load`)");
   auto lm = std::make_shared<Schema>();
   lm->enumeration("d2h", {"table", "fixed"}, "device-to-host copy of sampled token ids: measured table or fixed").def("table");
   lm->enumeration("d2h_mode", {"pinned", "pageable", "item"}, "which d2h.csv rows to use").def("pinned");
@@ -186,7 +139,13 @@ Schema serving_schema(const Registry& reg) {
   out->add("timeseries", ParamType::Bool, "write timeseries.csv (queues, KV occupancy, busy replicas)").def("true");
   out->quantity("sample_interval", UnitKind::Time, "time-series sampling interval").def("1s").positive();
   s.section("outputs", out, "what to write besides metrics.json");
-  s.quantity("max_sim_time", UnitKind::Time, "stop simulating at this time (0s: when the workload is done)").def("0s").nonneg();
+  if (short_form)
+    s.quantity("max_sim_time", UnitKind::Time, "stop simulating at this time (0s: when the workload is done)").def("0s").nonneg();
+}
+
+Schema serving_schema(const Registry& reg) {
+  Schema s = common_study_schema();
+  add_serving_keys(s, reg, true);
   return s;
 }
 
@@ -201,16 +160,12 @@ void register_serving_components(Registry& reg) {
   register_routers(reg);
   register_workloads(reg);
   register_serving_bench(reg);
-  reg.add("study", "serving", "LLM serving: replicas, batching scheduler, KV cache, router, llmperf workload",
+  register_serving_workload(reg);
+  reg.add("study", "serving",
+          "LLM serving, the one-deployment short form: a world whose cluster is the named topology (or nodes x GPUs) "
+          "and whose one workload is this deployment",
           serving_schema(reg), StudyFactory([&reg](const StudyContext& ctx) -> std::unique_ptr<Study> {
-            std::string desc;
-            ServingConfig cfg = build_serving_config(ctx.params, reg, ctx.seed, &desc);
-            try {
-              return std::make_unique<ServingStudy>(std::move(cfg), ctx.seed, desc, ctx.params.section("outputs"));
-            } catch (const std::runtime_error& e) {
-              // Deployment problems (memory, GPU count) are configuration errors: point at the deployment.
-              throw ConfigError(ctx.params.section("deployment").origin(), "deployment", "", e.what(), "a deployment that fits");
-            }
+            return make_serving_short_form(ctx, reg);
           }));
 }
 

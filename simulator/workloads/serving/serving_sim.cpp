@@ -57,11 +57,16 @@ MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_
   return m;
 }
 
-ServingSim::ServingSim(ServingConfig cfg, uint64_t seed, TraceWriter* trace)
+ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, ServingFabric fabric)
     : cfg_(std::move(cfg)),
-      engine_(seed),
-      cost_(cfg_.hardware, cfg_.model, cost_options(cfg_)),
-      trace_(trace) {
+      engine_(engine),
+      cost_(cfg_.hardware, cfg_.model, [&] {
+        CostOptions o = cost_options(cfg_);
+        o.comm_on_fabric = fabric.active();  // the fabric times every transfer; the cost model only computes
+        return o;
+      }()),
+      trace_(trace),
+      fabric_(std::move(fabric)) {
   const int gpus = cfg_.replicas * cfg_.tensor_parallel * cfg_.pipeline_parallel;
   if (cfg_.tensor_parallel > cfg_.gpus_per_node)
     throw std::runtime_error(fmt::format("tensor_parallel {} exceeds the {} GPUs of a node: tensor parallelism stays inside a node",
@@ -95,6 +100,13 @@ ServingSim::ServingSim(ServingConfig cfg, uint64_t seed, TraceWriter* trace)
   busy_.assign(engines, false);
   rstats_.resize(engines);
   stage_free_ns_.assign(static_cast<size_t>(engines), 0);  // replicas × stages
+  if (fabric_.active()) {
+    if (static_cast<int>(fabric_.stage_nodes.size()) != cfg_.replicas)
+      throw std::logic_error("internal: serving fabric placement does not match the replica count");
+    inflight_.resize(static_cast<size_t>(engines));
+    stage_busy_.assign(static_cast<size_t>(engines), 0);
+    stage_queue_.resize(static_cast<size_t>(engines));
+  }
   total_ = cfg_.workload->total_requests();
   // Requests are addressed by index, never by a pointer kept across a push_back, so the
   // vector may grow; reserve only a first slab.
@@ -108,15 +120,24 @@ ServingSim::ServingSim(ServingConfig cfg, uint64_t seed, TraceWriter* trace)
 }
 
 void ServingSim::run(const std::function<void(double)>& progress) {
+  start(progress);
+  engine_.run(cfg_.max_sim_time_ns > 0 ? SimTime::ns(cfg_.max_sim_time_ns) : SimTime::max());
+  finish();
+}
+
+void ServingSim::start(const std::function<void(double)>& progress, std::function<void()> on_done) {
   progress_ = progress;
+  on_done_ = std::move(on_done);
   const auto& arr = cfg_.workload->arrival();
   if (arr.kind == ArrivalSpec::Kind::ClosedLoop) {
     for (int c = 0; c < arr.clients; ++c) start_conversation(0);
   } else {
     start_conversation(0);
   }
-  if (cfg_.sample_interval_ns > 0) engine_.schedule_at(SimTime::zero(), Priority::Stats, this, kSample);
-  engine_.run(cfg_.max_sim_time_ns > 0 ? SimTime::ns(cfg_.max_sim_time_ns) : SimTime::max());
+  if (cfg_.sample_interval_ns > 0) engine_.schedule_at(engine_.now(), Priority::Stats, this, kSample);
+}
+
+void ServingSim::finish() {
   truncated_ = completed_ < total_ && engine_.pending() > 0;
   if (completed_ < total_ && !truncated_) {
     int64_t waiting = 0, running = 0;
@@ -186,6 +207,9 @@ void ServingSim::on_event(Engine& e, uint32_t kind, uint32_t arg) {
       decide_pending_ns_[arg] = -1;
       try_start(static_cast<int>(arg));
       break;
+    case kStageCompute:
+      stage_compute_done(static_cast<int>(arg));
+      break;
     case kSample:
       sample();
       // Sampling alone must not keep a finished (or stuck) simulation alive.
@@ -205,6 +229,7 @@ void ServingSim::on_arrival(uint32_t id) {
     q.state = ReqState::Done;
     ++rejected_;
     ++completed_;
+    if (completed_ == total_ && on_done_) on_done_();
     next_for_client(q, engine_.now().count_ns());
     return;
   }
@@ -262,6 +287,27 @@ void ServingSim::try_start(int ri) {
     throw std::runtime_error(fmt::format("the cost model returned {} ns for an iteration of {} sequences", stage_ns, work_.size()));
   const double compute_ns = stage_ns * pp_;
   int64_t dur_ns = 0, occupied_ns = 0;
+  if (fabric_.active() && (cfg_.tensor_parallel > 1 || pp_ > 1)) {
+    // Transfers are flows: the iteration's length is known only when its last stage is done.
+    busy_[ri] = true;
+    auto& st = rstats_[ri];
+    ++st.iterations;
+    if (b.prefill_entries && b.decode_entries) ++st.mixed_iterations;
+    else if (b.prefill_entries) ++st.prefill_iterations;
+    else ++st.decode_iterations;
+    st.max_batch = std::max<int64_t>(st.max_batch, static_cast<int64_t>(b.entries.size()));
+    InFlight& f = inflight_[static_cast<size_t>(ri)];
+    int64_t tokens = 0;
+    for (const auto& en : b.entries) tokens += en.new_tokens;
+    f.stage_ns = std::max<int64_t>(1, static_cast<int64_t>(std::llround(stage_ns)));
+    f.extra_ns = static_cast<int64_t>(std::llround(b.extra_ns));
+    f.d2h_ns = static_cast<int64_t>(std::llround(cfg_.last_mile.d2h_ns(generating)));
+    f.allreduce_bytes = cost_.tp_allreduce_bytes(static_cast<double>(tokens));
+    f.activation_bytes = cost_.activation_bytes(static_cast<double>(tokens));
+    f.started_ns = now;
+    begin_stage(ri, 0);
+    return;
+  }
   if (pp_ == 1) {
     dur_ns = std::max<int64_t>(1, static_cast<int64_t>(std::llround(stage_ns + b.extra_ns + cfg_.last_mile.d2h_ns(generating))));
     occupied_ns = dur_ns;
@@ -302,6 +348,90 @@ void ServingSim::try_start(int ri) {
   }
   engine_.schedule_at(SimTime::ns(now + dur_ns), Priority::Compute, this, kIterationEnd, static_cast<uint32_t>(ri));
   last_activity_ns_ = std::max(last_activity_ns_, now + dur_ns);
+}
+
+void ServingSim::begin_stage(int ri, int s) {
+  InFlight& f = inflight_[static_cast<size_t>(ri)];
+  f.stage = s;
+  const size_t slot = static_cast<size_t>(ri / pp_ * pp_ + s);
+  if (stage_busy_[slot]) {
+    stage_queue_[slot].push_back(ri);
+    return;
+  }
+  stage_busy_[slot] = 1;
+  const int64_t now = engine_.now().count_ns();
+  f.stage_started_ns = now;
+  engine_.schedule_at(SimTime::ns(now + f.stage_ns + (s == 0 ? f.extra_ns : 0)), Priority::Compute, this, kStageCompute,
+                      static_cast<uint32_t>(ri));
+}
+
+void ServingSim::stage_compute_done(int ri) {
+  InFlight& f = inflight_[static_cast<size_t>(ri)];
+  if (cfg_.tensor_parallel > 1 && f.allreduce_bytes > 0) {
+    // The stage's all-reduces of this iteration, as one ring whose steps are fused into one
+    // flow per ring edge (same bytes per link, same step latencies): 2(n-1) fewer flow starts.
+    const auto& nodes = fabric_.stage_nodes[static_cast<size_t>(ri / pp_)][static_cast<size_t>(f.stage)];
+    net::CollectiveOptions o;
+    o.fused_ring_steps = true;
+    o.fused_count = 2 * cost_.stage_layers();
+    o.salt = static_cast<uint64_t>(ri);
+    f.collective = std::make_unique<net::Collective>(*fabric_.flows, net::CollectiveKind::AllReduceRing, nodes, f.allreduce_bytes, o);
+    f.collective->start([this, ri](Engine&) { stage_comm_done(ri); });
+    return;
+  }
+  stage_comm_done(ri);
+}
+
+void ServingSim::stage_release(int r, int s) {
+  const size_t slot = static_cast<size_t>(r * pp_ + s);
+  stage_busy_[slot] = 0;
+  if (!stage_queue_[slot].empty()) {
+    const int next = stage_queue_[slot].front();
+    stage_queue_[slot].pop_front();
+    begin_stage(next, s);
+  }
+}
+
+void ServingSim::stage_comm_done(int ri) {
+  InFlight& f = inflight_[static_cast<size_t>(ri)];
+  const int64_t now = engine_.now().count_ns();
+  const int r = ri / pp_, s = f.stage;
+  if (s == 0) {
+    auto& st = rstats_[ri];
+    const int64_t occupied = now - f.stage_started_ns;  // the first stage's busy time: the replica's utilization
+    st.busy_ns += occupied;
+    st.batch_time_integral += static_cast<double>(batches_[ri].entries.size()) * static_cast<double>(occupied);
+  }
+  stage_release(r, s);
+  if (s + 1 < pp_) {
+    // Activations to the next stage: each tensor-parallel rank sends its share to its peer.
+    const auto& from = fabric_.stage_nodes[static_cast<size_t>(r)][static_cast<size_t>(s)];
+    const auto& to = fabric_.stage_nodes[static_cast<size_t>(r)][static_cast<size_t>(s + 1)];
+    f.sends_pending = static_cast<int>(from.size());
+    for (size_t k = 0; k < from.size(); ++k)
+      fabric_.flows->start(from[k], to[k], f.activation_bytes / static_cast<double>(from.size()), this, static_cast<uint64_t>(ri),
+                           static_cast<uint64_t>(ri) * 977 + k);
+    return;
+  }
+  const int64_t end = now + f.d2h_ns;
+  if (trace_ && trace_->enabled() && trace_iterations_ < cfg_.trace_max_iterations && ri < 64) {
+    ++trace_iterations_;
+    const Batch& b = batches_[ri];
+    int64_t tokens = 0;
+    for (const auto& en : b.entries) tokens += en.new_tokens;
+    const char* what = b.prefill_entries && b.decode_entries ? "mixed" : b.prefill_entries ? "prefill" : "decode";
+    trace_->complete(1, ri, what, "iteration", f.started_ns, end - f.started_ns,
+                     Json{{"batch", b.entries.size()}, {"tokens", tokens}, {"prefill_seqs", b.prefill_entries},
+                          {"decode_seqs", b.decode_entries}, {"stage_compute_us", f.stage_ns / 1e3}, {"extra_us", f.extra_ns / 1e3}});
+  }
+  engine_.schedule_at(SimTime::ns(end), Priority::Compute, this, kIterationEnd, static_cast<uint32_t>(ri));
+  last_activity_ns_ = std::max(last_activity_ns_, end);
+}
+
+void ServingSim::on_flow_done(Engine&, uint64_t tag) {
+  const int ri = static_cast<int>(tag);
+  InFlight& f = inflight_[static_cast<size_t>(ri)];
+  if (--f.sends_pending == 0) begin_stage(ri, f.stage + 1);
 }
 
 void ServingSim::on_iteration_end(int ri) {
@@ -345,6 +475,7 @@ void ServingSim::finish(Request& q, int64_t delivered_ns) {
   q.state = ReqState::Done;
   r.kv.retain(q, q.computed);
   ++completed_;
+  if (completed_ == total_ && on_done_) on_done_();
   last_delivery_ns_ = std::max(last_delivery_ns_, delivered_ns);
   last_activity_ns_ = std::max(last_activity_ns_, delivered_ns);
   if (trace_ && trace_->enabled() && static_cast<int>(q.id) < cfg_.trace_max_requests) {

@@ -2,6 +2,7 @@
 // by its scheduler, with iteration times from the cost model and token delivery through the
 // host last mile (device-to-host copy, detokenization, streaming).
 #pragma once
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -10,8 +11,11 @@
 #include "engine/engine.h"
 #include "hardware/cost_model.h"
 #include "hardware/last_mile.h"
+#include "network/collective.h"
+#include "network/flow.h"
 #include "recorder/histogram.h"
 #include "recorder/recorder.h"
+#include "registry/registry.h"
 #include "workloads/serving/router.h"
 #include "workloads/serving/scheduler.h"
 #include "workloads/serving/workload.h"
@@ -80,19 +84,35 @@ struct ReplicaStats {
   int64_t tokens_processed = 0;
 };
 
+// Where a deployment sits on the world's fabric: for each replica and pipeline stage, the
+// topology nodes of its tensor-parallel devices. With it, every tensor-parallel all-reduce and
+// every activation hand-off between stages is a flow on the shared fabric, each iteration.
+struct ServingFabric {
+  net::FlowSim* flows = nullptr;
+  std::vector<std::vector<std::vector<int>>> stage_nodes;  // [replica][stage] -> tp node ids
+  bool active() const { return flows != nullptr; }
+};
+
 struct TimeSample {
   int64_t t_ns;
   int64_t running, waiting, swapped;
   double kv_occupancy, busy_fraction;
 };
 
-class ServingSim final : public EventHandler {
+class ServingSim final : public EventHandler, public net::FlowSink {
  public:
-  ServingSim(ServingConfig cfg, uint64_t seed, TraceWriter* trace);
+  // Runs on `engine` (shared with other workloads in a world); `fabric` places its transfers.
+  ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, ServingFabric fabric = {});
   // Validates memory and builds replicas; throws std::runtime_error with bytes needed/available.
   static MemoryPlan plan_memory(const ServingConfig& cfg, int64_t max_tokens_per_iteration);
+  // Schedules the first arrivals; `on_done` runs once every announced request has completed.
+  void start(const std::function<void(double)>& progress, std::function<void()> on_done = {});
+  // After the engine stopped: detects stalls and truncation, closes the KV accounting.
+  void finish();
+  // start(), the engine until it drains (or max_sim_time), finish(): a deployment alone.
   void run(const std::function<void(double)>& progress);
   void on_event(Engine& e, uint32_t kind, uint32_t arg) override;
+  void on_flow_done(Engine& e, uint64_t tag) override;
 
   // Results.
   const std::vector<Request>& requests() const { return reqs_; }
@@ -107,11 +127,12 @@ class ServingSim final : public EventHandler {
   int64_t first_arrival_ns() const { return first_arrival_ns_; }
   int64_t last_delivery_ns() const { return last_delivery_ns_; }
   uint64_t events() const { return engine_.events_processed(); }
+  bool on_fabric() const { return fabric_.active(); }
   int64_t end_ns() const { return last_activity_ns_; }  // last iteration end or token delivery
   bool truncated() const { return truncated_; }
 
  private:
-  enum Kind : uint32_t { kConversation = 1, kArrival, kIterationEnd, kWake, kDecide, kSample };
+  enum Kind : uint32_t { kConversation = 1, kArrival, kIterationEnd, kWake, kDecide, kSample, kStageCompute };
   void start_conversation(int64_t now_ns);
   uint32_t make_request(uint32_t conv, int turn, int64_t arrival_ns, int32_t history);
   void on_arrival(uint32_t id);
@@ -124,9 +145,28 @@ class ServingSim final : public EventHandler {
   void next_for_client(const Request& q, int64_t at_ns);
   void sample();
   void account_kv(int replica, int64_t now_ns);
+  // The fabric path of one iteration: each stage computes, all-reduces over its tp devices
+  // (flows), then hands its activations to the next stage (flows); stages take one batch at a time.
+  void begin_stage(int engine, int stage);
+  void stage_compute_done(int engine);
+  void stage_comm_done(int engine);
+  void stage_release(int replica, int stage);
+  struct InFlight {
+    int stage = 0;
+    int64_t stage_ns = 0, extra_ns = 0, d2h_ns = 0;
+    int64_t started_ns = 0, stage_started_ns = 0;
+    double allreduce_bytes = 0, activation_bytes = 0;
+    int sends_pending = 0;
+    std::unique_ptr<net::Collective> collective;
+  };
+  std::vector<InFlight> inflight_;            // per engine
+  std::vector<char> stage_busy_;              // per replica and stage
+  std::vector<std::deque<int>> stage_queue_;  // per replica and stage: engines waiting for it
+  ServingFabric fabric_;
+  std::function<void()> on_done_;
 
   ServingConfig cfg_;
-  Engine engine_;
+  Engine& engine_;
   CostModel cost_;
   MemoryPlan mem_;
   std::vector<Request> reqs_;
@@ -152,5 +192,10 @@ class ServingSim final : public EventHandler {
   bool source_done_ = false;
   std::function<void(double)> progress_;
 };
+
+// Builds a ServingConfig from a validated serving section (the short form's top level, or a
+// `kind: serving` workload, whose hardware is the cluster's); also used by benchmarks and tests.
+ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_t seed, std::string* workload_desc,
+                                   const HardwareSpec* cluster_hardware = nullptr);
 
 }  // namespace sluice::serving

@@ -260,7 +260,7 @@ void register_workloads(Registry& reg) {
   s.component("arrival", &reg, "arrival", "closed_loop", "arrival process: {kind: closed_loop|poisson|gamma, ...}");
   s.section("conversation", conv, "multi-turn conversations");
   s.add("tokenizer", ParamType::String, "tokenizer the lengths are counted in (llmperf: llama); converted to the model's").def("llama");
-  reg.add("workload", "llmperf", "llmperf's generator: 550±150 in, 150±80 out by default; closed-loop clients", s,
+  reg.add("load", "llmperf", "llmperf's generator: 550±150 in, 150±80 out by default; closed-loop clients", s,
           WorkloadFactory([](const Params& p, const Registry&, uint64_t seed, const std::string& model_tok, int max_ctx) {
             const double ratio = TokenizerTable::ratio(p.str("tokenizer"), model_tok, p.value("tokenizer").origin,
                                                        join_path(p.path(), "tokenizer"));
@@ -276,7 +276,7 @@ void register_workloads(Registry& reg) {
   t.add("file", ParamType::String, "CSV (header arrival_s,input_tokens,output_tokens[,conversation]) or JSONL with those fields");
   t.add("time_scale", ParamType::Real, "multiply arrival times (0.5 replays twice as fast)").def("1").positive();
   t.add("tokenizer", ParamType::String, "tokenizer the trace's lengths are counted in").def("llama");
-  reg.add("workload", "trace", "replay of a request trace file (CSV or JSONL)", t,
+  reg.add("load", "trace", "replay of a request trace file (CSV or JSONL)", t,
           WorkloadFactory([](const Params& p, const Registry&, uint64_t, const std::string& model_tok, int max_ctx) {
             const double ratio = TokenizerTable::ratio(p.str("tokenizer"), model_tok, p.value("tokenizer").origin,
                                                        join_path(p.path(), "tokenizer"));

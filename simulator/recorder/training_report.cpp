@@ -1,0 +1,61 @@
+#include "recorder/training_report.h"
+
+#include <fmt/format.h>
+
+#include "config/units.h"
+
+namespace sluice {
+
+void report_training(const training::TrainingResults& r, const training::TrainingConfig& c, Recorder& rec, const std::string& scope) {
+  auto summary = [&](std::string line) { rec.summary(scope.empty() ? std::move(line) : fmt::format("[{}] {}", scope, line)); };
+  Json m = Json::object();
+  double mean = 0;
+  for (double x : r.iteration_s) mean += x;
+  if (!r.iteration_s.empty()) mean /= static_cast<double>(r.iteration_s.size());
+  const double tokens_s = mean > 0 ? r.tokens_per_iteration / mean : 0;
+  const double mfu = mean > 0 ? r.model_flops_per_iteration / mean / (r.devices * r.peak_flops_per_device) : 0;
+  m["job"] = Json{{"model", c.model.name},
+                  {"hardware", c.hardware.name},
+                  {"devices", r.devices},
+                  {"tp", c.tp},
+                  {"pp", c.pp},
+                  {"dp", c.dp},
+                  {"schedule", c.schedule == training::Schedule::GPipe ? "gpipe" : "1f1b"},
+                  {"micro_batches", c.micro_batches},
+                  {"micro_batch_size", c.micro_batch_size},
+                  {"sequence", c.sequence},
+                  {"recompute", c.recompute},
+                  {"dp_algorithm", net::collective_name(c.dp_algorithm)},
+                  {"backward", "2x the forward time (the forward operations' FLOPs x2 at the same measured efficiency; no backward tables)"}};
+  m["iterations"] = r.iteration_s.size();
+  Json its = Json::array();
+  for (double x : r.iteration_s) its.push_back(x);
+  m["iteration_s"] = its;
+  m["iteration_s_mean"] = mean;
+  m["tokens_per_s"] = tokens_s;
+  m["mfu"] = mfu;
+  m["bubble_fraction"] = r.bubble_fraction;
+  m["bubble_textbook"] = r.textbook_bubble;
+  Json busy = Json::array();
+  for (double x : r.stage_busy_fraction) busy.push_back(x);
+  m["stage_busy_fraction"] = busy;
+  m["per_micro_batch_ms"] = Json{{"forward", r.forward_ms}, {"backward", r.backward_ms}};
+  m["dp_allreduce_ms"] = r.dp_allreduce_ms;
+  m["optimizer_ms"] = r.optimizer_ms;
+  m["memory_per_device"] = Json{{"weights_bytes", r.memory.weights}, {"gradients_bytes", r.memory.gradients},
+                                {"optimizer_bytes", r.memory.optimizer}, {"activations_bytes", r.memory.activations},
+                                {"total_bytes", r.memory.total()}, {"capacity_bytes", c.hardware.hbm_bytes}};
+  m["flows"] = r.flows;
+  if (scope.empty()) rec.metrics()["training"] = m;
+  else rec.metrics()["workloads"][scope] = m;
+  summary(fmt::format("{} training on {} × {} (tp {} × pp {} × dp {}, {} over {} micro-batches of {} × {} tokens)", c.model.name,
+                      r.devices, c.hardware.name, c.tp, c.pp, c.dp, c.schedule == training::Schedule::GPipe ? "GPipe" : "1F1B",
+                      c.micro_batches, c.micro_batch_size, c.sequence));
+  summary(fmt::format("iteration {:.3f} s mean over {}; {:.0f} tokens/s; MFU {:.1f}%; bubble {:.1f}% (textbook {:.1f}%); DP all-reduce {:.1f} ms",
+                      mean, r.iteration_s.size(), tokens_s, 100 * mfu, 100 * r.bubble_fraction, 100 * r.textbook_bubble, r.dp_allreduce_ms));
+  summary(fmt::format("memory/device: {} of {} (weights {}, gradients {}, optimizer {}, activations {})", format_bytes(r.memory.total()),
+                      format_bytes(c.hardware.hbm_bytes), format_bytes(r.memory.weights), format_bytes(r.memory.gradients),
+                      format_bytes(r.memory.optimizer), format_bytes(r.memory.activations)));
+}
+
+}  // namespace sluice

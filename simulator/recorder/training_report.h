@@ -1,0 +1,13 @@
+// Formats a training job's results into metrics.json and the summary.
+#pragma once
+#include <string>
+
+#include "recorder/recorder.h"
+#include "workloads/training/training.h"
+
+namespace sluice {
+
+// `scope` empty: metrics under "training"; otherwise under workloads.<scope>, summary tagged.
+void report_training(const training::TrainingResults& r, const training::TrainingConfig& c, Recorder& rec, const std::string& scope);
+
+}  // namespace sluice

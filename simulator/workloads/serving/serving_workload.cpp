@@ -1,0 +1,150 @@
+// A serving deployment as a workload of the world (`kind: serving` in `workloads:`), and the
+// one-deployment short form, which builds a world around it.
+#include <fmt/format.h>
+
+#include "hardware/spec.h"
+#include "network/generators.h"
+#include "recorder/serving_report.h"
+#include "registry/registry.h"
+#include "world/placement.h"
+#include "world/world_study.h"
+#include "workloads/serving/serving_sim.h"
+
+namespace sluice {
+namespace serving {
+
+void add_serving_keys(Schema& s, const Registry& reg, bool short_form);
+
+namespace {
+
+class ServingWorkload final : public Workload {
+ public:
+  ServingWorkload(std::string name, ServingConfig cfg, World& world, const std::vector<int>& devices, std::string desc,
+                  const Params& outputs)
+      : Workload(std::move(name)),
+        desc_(std::move(desc)),
+        requests_csv_(outputs.flag("requests_csv")),
+        timeseries_(outputs.flag("timeseries")) {
+    const int tp = cfg.tensor_parallel, pp = cfg.pipeline_parallel;
+    // Tensor parallelism stays inside a server: its all-reduces run on the scale-up links.
+    for (size_t g = 0; g + static_cast<size_t>(tp) <= devices.size(); g += static_cast<size_t>(tp))
+      for (size_t k = 1; k < static_cast<size_t>(tp); ++k)
+        if (world.group_of(devices[g + k]) != world.group_of(devices[g]))
+          throw std::runtime_error(fmt::format("a tensor-parallel group of {} devices spans servers {} and {} (devices {} and {}); "
+                                               "tensor parallelism stays inside a server",
+                                               tp, world.group_of(devices[g]), world.group_of(devices[g + k]), devices[g], devices[g + k]));
+    ServingFabric fabric;
+    if (tp > 1 || pp > 1) {
+      fabric.flows = &world.fabric();
+      size_t i = 0;
+      for (int r = 0; r < cfg.replicas; ++r) {
+        auto& stages = fabric.stage_nodes.emplace_back();
+        for (int s = 0; s < pp; ++s) {
+          auto& nodes = stages.emplace_back();
+          for (int k = 0; k < tp; ++k) nodes.push_back(world.device_node(devices[i++]));
+        }
+      }
+    }
+    cfg.topology_name = world.topology().name();
+    world.trace().enable(outputs.flag("trace"));
+    sim_ = std::make_unique<ServingSim>(std::move(cfg), world.engine(), &world.trace(), std::move(fabric));
+  }
+  void start(World& w) override {
+    done_ = sim_->config().workload->total_requests() == 0;
+    sim_->start(w.progress, [this, &w] {
+      done_ = true;
+      w.workload_done();
+    });
+  }
+  bool holds_world() const override { return !done_; }
+  void finish(World&) override { sim_->finish(); }
+  void report(Recorder& rec, bool scoped) const override {
+    report_serving(*sim_, desc_, rec, requests_csv_, timeseries_, scoped ? name() : std::string());
+  }
+
+ private:
+  std::string desc_;
+  bool requests_csv_, timeseries_;
+  bool done_ = false;
+  std::unique_ptr<ServingSim> sim_;
+};
+
+// Deployment problems (memory, GPU count, placement) are configuration errors: point at the deployment.
+template <class F>
+auto at_deployment(const Params& p, F&& f) {
+  try {
+    return f();
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    throw ConfigError(p.section("deployment").origin(), p.path().empty() ? "deployment" : p.path() + ".deployment", "", e.what(),
+                      "a deployment that fits");
+  }
+}
+
+int devices_needed(const Params& p) {
+  const Params& d = p.section("deployment");
+  return static_cast<int>(d.integer("replicas") * d.integer("tensor_parallel") * d.integer("pipeline_parallel"));
+}
+
+}  // namespace
+
+std::unique_ptr<Study> make_serving_short_form(const StudyContext& ctx, const Registry& reg) {
+  const Params& p = ctx.params;
+  std::string desc;
+  ServingConfig cfg = build_serving_config(p, reg, ctx.seed, &desc, nullptr);
+  Cluster cl;
+  cl.hardware = cfg.hardware;
+  const Params& d = p.section("deployment");
+  if (p.has("topology")) {
+    for (const char* k : {"nodes", "gpus_per_node"})
+      if (d.given(k)) d.fail(k, "is derived from the topology when one is named", "leave it out, or drop `topology`");
+    cl.topology = std::make_shared<net::Topology>(net::load_topology(p.node("topology"), reg, "topology"));
+  } else {
+    cl.topology = implicit_cluster(cfg.hardware, cfg.nodes, cfg.gpus_per_node);
+  }
+  auto world = std::make_unique<World>(ctx.seed, std::move(cl));
+  // The cluster's servers, for the checks that tensor parallelism stays inside one.
+  std::map<int, int> per_group;
+  for (int i = 0; i < world->device_count(); ++i) ++per_group[world->group_of(i)];
+  cfg.nodes = static_cast<int>(per_group.size());
+  cfg.gpus_per_node = 0;
+  for (const auto& [_, n] : per_group) cfg.gpus_per_node = std::max(cfg.gpus_per_node, n);
+  at_deployment(p, [&] {
+    const int need = devices_needed(p);
+    if (need > world->device_count())
+      throw std::runtime_error(fmt::format("{} replicas × tp {} × pp {} = {} GPUs, but the cluster has {}", cfg.replicas,
+                                           cfg.tensor_parallel, cfg.pipeline_parallel, need, world->device_count()));
+    if (cfg.tensor_parallel > cfg.gpus_per_node)
+      throw std::runtime_error(fmt::format("tensor_parallel {} exceeds the {} GPUs of a node: tensor parallelism stays inside a node",
+                                           cfg.tensor_parallel, cfg.gpus_per_node));
+    // Replicas on consecutive devices: a tensor-parallel group on consecutive devices of one server.
+    std::vector<int> devices;
+    for (int i = 0; i < need; ++i) devices.push_back(i);
+    world->claim(devices, "serving");
+    world->add(std::make_unique<ServingWorkload>("serving", std::move(cfg), *world, devices, desc, p.section("outputs")));
+    return 0;
+  });
+  return std::make_unique<WorldStudy>(std::move(world), p.time("max_sim_time"));
+}
+
+void register_serving_workload(Registry& reg) {
+  Schema s;
+  s.add("name", ParamType::String, "the workload's name (metrics under workloads.<name>, files prefixed with it)");
+  add_serving_keys(s, reg, false);
+  s.section("place", placement_schema(reg), "the devices it runs on: replicas × tensor × pipeline parallel of them, in that order");
+  reg.add("workload", "serving", "an LLM serving deployment: replicas behind a router, batching scheduler, KV cache, request load",
+          std::move(s), WorkloadKindFactory([&reg](const Params& p, World& world, const WorkloadContext& ctx) -> std::unique_ptr<Workload> {
+            std::string desc;
+            ServingConfig cfg = build_serving_config(p, reg, ctx.seed, &desc, &world.hardware());
+            return at_deployment(p, [&]() -> std::unique_ptr<Workload> {
+              const auto devices = place_devices(world, p.section("place"), devices_needed(p), ctx.name, reg);
+              cfg.nodes = 1;  // placement decides; the workload checks its tensor-parallel groups on the devices themselves
+              cfg.gpus_per_node = static_cast<int>(devices.size());
+              return std::make_unique<ServingWorkload>(ctx.name, std::move(cfg), world, devices, desc, p.section("outputs"));
+            });
+          }));
+}
+
+}  // namespace serving
+}  // namespace sluice

@@ -1,0 +1,385 @@
+#include "workloads/training/training.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "config/units.h"
+#include "recorder/training_report.h"
+#include "registry/registry.h"
+#include "world/placement.h"
+
+namespace sluice::training {
+
+TrainingMemory training_memory(const TrainingConfig& c) {
+  const ModelSpec& m = c.model;
+  TrainingMemory mem;
+  const double params = m.parameters() / (c.tp * c.pp);
+  mem.weights = params * m.dtype_bytes;
+  mem.gradients = params * m.dtype_bytes;
+  mem.optimizer = params * 12;  // fp32 master weights, Adam's m and v
+  const double s = c.sequence, b = c.micro_batch_size, h = m.hidden, a = m.heads;
+  const double layers = std::ceil(static_cast<double>(m.layers) / c.pp);
+  const double per_layer = c.recompute ? 2 * s * b * h : s * b * h * (34 + 5 * a * s / h) / c.tp;
+  // 1F1B: the first stage holds pp micro-batches' activations at most; GPipe holds all m.
+  const double in_flight = c.schedule == Schedule::GPipe ? c.micro_batches : std::min(c.micro_batches, c.pp);
+  mem.activations = per_layer * layers * in_flight;
+  return mem;
+}
+
+namespace {
+
+CostOptions cost_options(const TrainingConfig& c) {
+  CostOptions o;
+  o.tensor_parallel = c.tp;
+  o.pipeline_parallel = c.pp;
+  o.tables_dir = c.tables_dir;
+  o.comm_on_fabric = true;
+  return o;
+}
+
+class TrainingJob final : public Workload, public EventHandler, public net::FlowSink {
+ public:
+  TrainingJob(std::string name, TrainingConfig cfg, World& world, std::vector<int> devices)
+      : Workload(std::move(name)), c_(std::move(cfg)), world_(world), cost_(c_.hardware, c_.model, cost_options(c_)) {
+    const int slots = c_.dp * c_.pp;
+    nodes_.resize(static_cast<size_t>(slots));
+    // Megatron's rank order: tensor parallel fastest, then data parallel, then pipeline stages.
+    for (int s = 0; s < c_.pp; ++s)
+      for (int d = 0; d < c_.dp; ++d)
+        for (int k = 0; k < c_.tp; ++k)
+          nodes_[static_cast<size_t>(slot(d, s))].push_back(world.device_node(devices[static_cast<size_t>((s * c_.dp + d) * c_.tp + k)]));
+    const int m = c_.micro_batches;
+    tokens_ = static_cast<double>(c_.micro_batch_size) * c_.sequence;
+    std::vector<SeqWork> batch(static_cast<size_t>(c_.micro_batch_size), SeqWork{c_.sequence, 0, false});
+    const double layers_ns = cost_.iteration_ns(batch);
+    fwd_ns_.resize(static_cast<size_t>(c_.pp));
+    for (int s = 0; s < c_.pp; ++s) {
+      const double f = layers_ns + (s == c_.pp - 1 ? cost_.lm_head_ns(tokens_) : 0.0);
+      fwd_ns_[static_cast<size_t>(s)] = std::max<int64_t>(1, std::llround(f));
+    }
+    stages_.resize(static_cast<size_t>(slots));
+    for (int d = 0; d < c_.dp; ++d)
+      for (int s = 0; s < c_.pp; ++s) stages_[static_cast<size_t>(slot(d, s))].order = schedule_order(s);
+    pending_.assign(static_cast<size_t>(slots * m * 2), 0);
+    params_per_device_ = c_.model.parameters() / (c_.tp * c_.pp);
+    dp_bytes_ = params_per_device_ * c_.model.dtype_bytes;
+    optimizer_ns_ = std::max<int64_t>(1, std::llround(params_per_device_ * c_.optimizer_bytes_per_param /
+                                                      c_.hardware.effective_bandwidth_Bps() * 1e9));
+    pid_ = world.trace_pid();
+    res_.devices = c_.tp * c_.pp * c_.dp;
+    res_.peak_flops_per_device = c_.hardware.peak_bf16_flops;
+    res_.tokens_per_iteration = tokens_ * m * c_.dp;
+    res_.model_flops_per_iteration = res_.tokens_per_iteration * (6 * c_.model.parameters() +
+                                                                  12.0 * c_.model.layers * c_.model.hidden * c_.sequence);
+    const int K = c_.pp;
+    res_.textbook_bubble = static_cast<double>(K - 1) / (m + K - 1);
+    res_.forward_ms = fwd_ns_.front() / 1e6;
+    res_.backward_ms = bwd_ns(0) / 1e6;
+    res_.optimizer_ms = optimizer_ns_ / 1e6;
+    res_.memory = training_memory(c_);
+    res_.dp_bytes_per_device = c_.dp > 1 ? dp_bytes_ : 0;
+  }
+
+  void start(World& w) override {
+    if (world_.trace().enabled()) {
+      world_.trace().name_process(pid_, fmt::format("training {}", name()));
+      for (int s = 0; s < c_.pp && s < 64; ++s) world_.trace().name_thread(pid_, s, fmt::format("stage {}", s));
+    }
+    (void)w;
+    start_iteration();
+  }
+  bool holds_world() const override { return c_.iterations > 0 && !done_; }
+  void finish(World&) override { res_.flows = flows_; }
+  void report(Recorder& rec, bool scoped) const override { report_training(res_, c_, rec, scoped ? name() : std::string()); }
+
+  void on_event(Engine& e, uint32_t kind, uint32_t arg) override {
+    switch (kind) {
+      case kCompute: compute_done(static_cast<int>(arg)); break;
+      case kIterationEnd: iteration_end(e); break;
+    }
+  }
+
+  void on_flow_done(Engine&, uint64_t tag) override {
+    const int target = static_cast<int>(tag >> 32), mb = static_cast<int>((tag >> 1) & 0x7FFFFFFF), grad = static_cast<int>(tag & 1);
+    int& left = pending_[static_cast<size_t>((target * c_.micro_batches + mb) * 2 + grad)];
+    if (--left > 0) return;
+    Stage& st = stages_[static_cast<size_t>(target)];
+    (grad ? st.b_in : st.f_in)[static_cast<size_t>(mb)] = 1;
+    try_run(target);
+  }
+
+ private:
+  enum : uint32_t { kCompute = 1, kIterationEnd = 2 };
+  struct Op {
+    bool forward;
+    int mb;
+  };
+  struct Stage {
+    std::vector<Op> order;
+    size_t next = 0;
+    bool busy = false;
+    std::vector<char> f_in, b_in;
+    int64_t busy_ns = 0, op_start_ns = 0, last_end_ns = 0;
+    std::unique_ptr<net::Collective> tp_collective;
+  };
+
+  int slot(int d, int s) const { return d * c_.pp + s; }
+  int64_t bwd_ns(int s) const { return fwd_ns_[static_cast<size_t>(s)] * (c_.recompute ? 3 : 2); }
+
+  // The order in which stage s runs its forward (F) and backward (B) passes.
+  std::vector<Op> schedule_order(int s) const {
+    const int m = c_.micro_batches, K = c_.pp;
+    std::vector<Op> out;
+    if (c_.schedule == Schedule::GPipe) {
+      for (int i = 0; i < m; ++i) out.push_back({true, i});
+      for (int i = m - 1; i >= 0; --i) out.push_back({false, i});
+      return out;
+    }
+    const int warm = std::min(K - s - 1, m);
+    int f = 0, b = 0;
+    for (; f < warm; ++f) out.push_back({true, f});
+    while (f < m) {
+      out.push_back({true, f++});
+      out.push_back({false, b++});
+    }
+    while (b < m) out.push_back({false, b++});
+    return out;
+  }
+
+  void start_iteration() {
+    const int64_t now = world_.engine().now().count_ns();
+    iter_start_ns_ = now;
+    stages_reduced_ = 0;
+    stage_bwd_done_.assign(static_cast<size_t>(c_.pp), 0);
+    stage_dp_left_.assign(static_cast<size_t>(c_.pp), 0);
+    last_backward_ns_ = 0;
+    for (int d = 0; d < c_.dp; ++d)
+      for (int s = 0; s < c_.pp; ++s) {
+        Stage& st = stages_[static_cast<size_t>(slot(d, s))];
+        st.next = 0;
+        st.busy_ns = 0;
+        st.f_in.assign(static_cast<size_t>(c_.micro_batches), s == 0 ? 1 : 0);
+        st.b_in.assign(static_cast<size_t>(c_.micro_batches), 0);
+      }
+    for (int i = 0; i < c_.dp * c_.pp; ++i) try_run(i);
+  }
+
+  void try_run(int sl) {
+    Stage& st = stages_[static_cast<size_t>(sl)];
+    if (st.busy || st.next >= st.order.size()) return;
+    const Op op = st.order[st.next];
+    if (!(op.forward ? st.f_in : st.b_in)[static_cast<size_t>(op.mb)]) return;
+    st.busy = true;
+    ++st.next;
+    const int s = sl % c_.pp;
+    const int64_t now = world_.engine().now().count_ns();
+    st.op_start_ns = now;
+    const int64_t dur = op.forward ? fwd_ns_[static_cast<size_t>(s)] : bwd_ns(s);
+    world_.engine().schedule_at(SimTime::ns(now + dur), Priority::Compute, this, kCompute, static_cast<uint32_t>(sl));
+  }
+
+  void compute_done(int sl) {
+    Stage& st = stages_[static_cast<size_t>(sl)];
+    if (c_.tp > 1) {
+      // The op's tensor-parallel all-reduces (two per layer, forward or backward) as one fused ring.
+      net::CollectiveOptions o;
+      o.fused_ring_steps = true;
+      o.fused_count = 2 * cost_.stage_layers();
+      o.salt = static_cast<uint64_t>(sl);
+      st.tp_collective = std::make_unique<net::Collective>(world_.fabric(), net::CollectiveKind::AllReduceRing, nodes_[static_cast<size_t>(sl)],
+                                                           cost_.tp_allreduce_bytes(tokens_), o);
+      flows_ += static_cast<uint64_t>(c_.tp);
+      st.tp_collective->start([this, sl](Engine&) { op_done(sl); });
+      return;
+    }
+    op_done(sl);
+  }
+
+  void send(int from, int to, int mb, bool grad) {
+    const auto& a = nodes_[static_cast<size_t>(from)];
+    const auto& b = nodes_[static_cast<size_t>(to)];
+    pending_[static_cast<size_t>((to * c_.micro_batches + mb) * 2 + (grad ? 1 : 0))] = static_cast<int>(a.size());
+    const double bytes = cost_.activation_bytes(tokens_) / static_cast<double>(a.size());
+    const uint64_t tag = (static_cast<uint64_t>(to) << 32) | (static_cast<uint64_t>(mb) << 1) | (grad ? 1u : 0u);
+    for (size_t k = 0; k < a.size(); ++k) world_.fabric().start(a[k], b[k], bytes, this, tag, tag * 31 + k);
+    flows_ += a.size();
+  }
+
+  void op_done(int sl) {
+    Stage& st = stages_[static_cast<size_t>(sl)];
+    const int64_t now = world_.engine().now().count_ns();
+    const Op op = st.order[st.next - 1];
+    const int d = sl / c_.pp, s = sl % c_.pp;
+    st.busy = false;
+    st.busy_ns += now - st.op_start_ns;
+    st.last_end_ns = now;
+    if (d == 0 && iterations_done_ < 2 && world_.trace().enabled())
+      world_.trace().complete(pid_, s, fmt::format("{}{}", op.forward ? "F" : "B", op.mb), op.forward ? "forward" : "backward",
+                              st.op_start_ns, now - st.op_start_ns);
+    if (op.forward) {
+      if (s + 1 < c_.pp) send(sl, slot(d, s + 1), op.mb, false);
+      else st.b_in[static_cast<size_t>(op.mb)] = 1;  // the last stage's loss: its backward may start
+    } else if (s > 0) {
+      send(sl, slot(d, s - 1), op.mb, true);
+    }
+    if (!op.forward && st.next == st.order.size()) stage_backward_done(s);
+    try_run(sl);
+  }
+
+  // Every replica finished stage s's backward: its gradients are all-reduced across the data
+  // parallel replicas, one collective per tensor-parallel rank, while other stages still work.
+  void stage_backward_done(int s) {
+    last_backward_ns_ = std::max(last_backward_ns_, world_.engine().now().count_ns());
+    if (++stage_bwd_done_[static_cast<size_t>(s)] < c_.dp) return;
+    if (c_.dp == 1) {
+      stage_reduced();
+      return;
+    }
+    stage_dp_left_[static_cast<size_t>(s)] = c_.tp;
+    for (int k = 0; k < c_.tp; ++k) {
+      std::vector<int> group;
+      for (int d = 0; d < c_.dp; ++d) group.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(k)]);
+      net::CollectiveOptions o;
+      o.salt = static_cast<uint64_t>(s * 1009 + k);
+      o.fused_ring_steps = c_.dp_algorithm == net::CollectiveKind::AllReduceRing;
+      auto coll = std::make_unique<net::Collective>(world_.fabric(), c_.dp_algorithm, group, dp_bytes_, o);
+      net::Collective* raw = coll.get();
+      dp_live_.push_back(std::move(coll));
+      raw->start([this, s](Engine&) {
+        if (--stage_dp_left_[static_cast<size_t>(s)] == 0) stage_reduced();
+      });
+    }
+  }
+
+  void stage_reduced() {
+    if (++stages_reduced_ < c_.pp) return;
+    const int64_t now = world_.engine().now().count_ns();
+    dp_ns_total_ += now - last_backward_ns_;
+    for (auto& c : dp_live_) flows_ += c->flows_started();
+    world_.engine().schedule_at(SimTime::ns(now + optimizer_ns_), Priority::Compute, this, kIterationEnd, 0);
+  }
+
+  void iteration_end(Engine& e) {
+    dp_live_.clear();
+    const int64_t now = e.now().count_ns();
+    const double it_s = static_cast<double>(now - iter_start_ns_) / 1e9;
+    res_.iteration_s.push_back(it_s);
+    // Bubble over the forward/backward phase: every stage against the span until the first stage's last backward.
+    const int64_t span = stages_[0].last_end_ns - iter_start_ns_;
+    double bubble = 0;
+    res_.stage_busy_fraction.assign(static_cast<size_t>(c_.pp), 0);
+    for (int s = 0; s < c_.pp; ++s) {
+      const Stage& st = stages_[static_cast<size_t>(slot(0, s))];
+      bubble += 1 - static_cast<double>(st.busy_ns) / static_cast<double>(span);
+      res_.stage_busy_fraction[static_cast<size_t>(s)] = static_cast<double>(st.busy_ns) / static_cast<double>(now - iter_start_ns_);
+    }
+    bubble_sum_ += bubble / c_.pp;
+    ++iterations_done_;
+    res_.bubble_fraction = bubble_sum_ / iterations_done_;
+    res_.dp_allreduce_ms = static_cast<double>(dp_ns_total_) / iterations_done_ / 1e6;
+    if (c_.iterations > 0 && iterations_done_ >= c_.iterations) {
+      done_ = true;
+      world_.workload_done();
+      return;
+    }
+    start_iteration();
+  }
+
+  TrainingConfig c_;
+  World& world_;
+  CostModel cost_;
+  std::vector<std::vector<int>> nodes_;  // per (replica, stage): topology nodes of its tp ranks
+  std::vector<Stage> stages_;
+  std::vector<int> pending_;             // flows left per (stage slot, micro-batch, direction)
+  std::vector<int64_t> fwd_ns_;
+  std::vector<int> stage_bwd_done_, stage_dp_left_;
+  std::vector<std::unique_ptr<net::Collective>> dp_live_;
+  double tokens_ = 0, params_per_device_ = 0, dp_bytes_ = 0;
+  int64_t optimizer_ns_ = 0, iter_start_ns_ = 0, last_backward_ns_ = 0, dp_ns_total_ = 0;
+  int stages_reduced_ = 0, iterations_done_ = 0, pid_ = 0;
+  double bubble_sum_ = 0;
+  bool done_ = false;
+  uint64_t flows_ = 0;
+  TrainingResults res_;
+};
+
+}  // namespace
+
+void register_training(Registry& reg) {
+  Schema s;
+  s.add("name", ParamType::String, "the workload's name (metrics under workloads.<name>)");
+  s.ref("model", {"models/llm"}, model_schema(), "the model: a catalog name (gpt3-13b, llama3-8b) or an inline shape");
+  auto par = std::make_shared<Schema>();
+  par->add("tp", ParamType::Int, "tensor parallel ranks per stage (inside one server)").def("1").range(1, 64);
+  par->add("pp", ParamType::Int, "pipeline stages").def("1").range(1, 512);
+  par->add("dp", ParamType::Int, "data-parallel replicas of the pipeline").def("1").range(1, 65536);
+  par->enumeration("schedule", {"1f1b", "gpipe"}, "pipeline schedule").def("1f1b");
+  par->add("micro_batches", ParamType::Int, "micro-batches per replica per iteration").def("8").range(1, 65536);
+  par->add("micro_batch_size", ParamType::Int, "sequences per micro-batch").def("1").range(1, 65536);
+  s.section("parallel", par, "tensor x pipeline x data parallelism and the pipeline schedule");
+  s.add("sequence", ParamType::Int, "tokens per sequence").def("2048").range(1, 1 << 20);
+  s.add("iterations", ParamType::Int, "iterations to run (0: as long as the other workloads run)").def("2").range(0, 1e6);
+  s.add("recompute", ParamType::Bool, "full activation recomputation: activations kept per layer input only, one more forward in the backward").def("false");
+  s.enumeration("dp_algorithm", {"allreduce-ring", "allreduce-tree", "allreduce-hierarchical"},
+                "data-parallel gradient all-reduce, one per stage and tensor-parallel rank").def("allreduce-ring");
+  s.add("cost_tables", ParamType::String, "auto (the hardware's calibration), none (roofline only), or a directory").def("auto");
+  s.section("place", placement_schema(reg), "the devices it runs on: tp x pp x dp of them (tensor parallel fastest, then data parallel)");
+  reg.add("workload", "training",
+          "a training job: forward and backward per stage from the cost model, GPipe/1F1B pipelines, TP/PP/DP transfers as flows",
+          std::move(s), WorkloadKindFactory([&reg](const Params& p, World& world, const WorkloadContext& ctx) -> std::unique_ptr<Workload> {
+            TrainingConfig c;
+            c.model = model_from_params(p.section("model"));
+            c.hardware = world.hardware();
+            const Params& par = p.section("parallel");
+            c.tp = static_cast<int>(par.integer("tp"));
+            c.pp = static_cast<int>(par.integer("pp"));
+            c.dp = static_cast<int>(par.integer("dp"));
+            c.schedule = par.str("schedule") == "gpipe" ? Schedule::GPipe : Schedule::OneFOneB;
+            c.micro_batches = static_cast<int>(par.integer("micro_batches"));
+            c.micro_batch_size = static_cast<int>(par.integer("micro_batch_size"));
+            c.sequence = static_cast<int>(p.integer("sequence"));
+            c.iterations = static_cast<int>(p.integer("iterations"));
+            c.recompute = p.flag("recompute");
+            c.dp_algorithm = *net::parse_collective(p.str("dp_algorithm"));
+            if (c.model.heads % c.tp != 0)
+              par.fail("tp", fmt::format("{} has {} heads; tensor parallelism must divide them", c.model.name, c.model.heads), "a divisor of the head count");
+            if (c.pp > c.model.layers)
+              par.fail("pp", fmt::format("{} has {} layers", c.model.name, c.model.layers), fmt::format("at most {}", c.model.layers));
+            if (c.sequence > c.model.max_context)
+              p.fail("sequence", fmt::format("longer than {}'s context of {} tokens", c.model.name, c.model.max_context),
+                     fmt::format("at most {}", c.model.max_context));
+            const std::string& tables = p.str("cost_tables");
+            if (tables == "auto") c.tables_dir = default_tables_dir(c.hardware);
+            else if (tables != "none") {
+              const auto found = find_input_path(tables, true);
+              if (!found) p.fail("cost_tables", "no such tables directory", "auto, none, or a directory of calibration CSVs");
+              c.tables_dir = *found;
+            }
+            const TrainingMemory mem = training_memory(c);
+            if (mem.total() > c.hardware.hbm_bytes)
+              p.fail("parallel", fmt::format("{} does not fit: each device of the heaviest stage needs {} (weights {}, gradients {}, "
+                                             "optimizer {}, activations {}) but {} has {}",
+                                             c.model.name, format_bytes(mem.total()), format_bytes(mem.weights), format_bytes(mem.gradients),
+                                             format_bytes(mem.optimizer), format_bytes(mem.activations), c.hardware.name,
+                                             format_bytes(c.hardware.hbm_bytes)),
+                     "more tensor or pipeline parallelism, fewer micro-batches in flight (1f1b), recompute: true, or smaller micro-batches");
+            const int need = c.tp * c.pp * c.dp;
+            const auto devices = place_devices(world, p.section("place"), need, ctx.name, reg);
+            for (int g = 0; g < need; g += c.tp)
+              for (int k = 1; k < c.tp; ++k)
+                if (world.group_of(devices[static_cast<size_t>(g + k)]) != world.group_of(devices[static_cast<size_t>(g)]))
+                  p.fail("place", fmt::format("a tensor-parallel group spans servers (devices {} and {})", devices[static_cast<size_t>(g)],
+                                              devices[static_cast<size_t>(g + k)]),
+                         "a placement whose consecutive groups of tp devices share a server");
+            return std::make_unique<TrainingJob>(ctx.name, std::move(c), world, devices);
+          }));
+}
+
+}  // namespace sluice::training
+
+namespace sluice {
+void register_training_workload(Registry& reg) { training::register_training(reg); }
+}  // namespace sluice

@@ -1,0 +1,62 @@
+// A training job on the world: iterations of a catalog model with tensor parallelism inside
+// each pipeline stage, pipeline stages under GPipe or 1F1B over micro-batches, and data
+// parallelism across pipeline replicas. Compute comes from the cost model; every transfer
+// (TP all-reduces, activations and gradients between stages, the DP gradient all-reduce) is a
+// flow on the world's fabric, every time it happens.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hardware/cost_model.h"
+#include "network/collective.h"
+#include "world/world.h"
+
+namespace sluice::training {
+
+enum class Schedule { GPipe, OneFOneB };
+
+struct TrainingConfig {
+  ModelSpec model;
+  HardwareSpec hardware;
+  int tp = 1, pp = 1, dp = 1;
+  Schedule schedule = Schedule::OneFOneB;
+  int micro_batches = 1;       // m per pipeline replica per iteration
+  int micro_batch_size = 1;    // sequences per micro-batch
+  int sequence = 2048;
+  int iterations = 1;          // 0: runs as long as the other workloads
+  bool recompute = false;      // full activation recomputation (one more forward in the backward)
+  net::CollectiveKind dp_algorithm = net::CollectiveKind::AllReduceRing;
+  std::string tables_dir;
+  double optimizer_bytes_per_param = 28;  // Adam, mixed precision: read and write fp32 master, m, v and bf16 weight
+};
+
+// Memory one device of a stage holds (bytes).
+struct TrainingMemory {
+  double weights = 0, gradients = 0, optimizer = 0, activations = 0;
+  double total() const { return weights + gradients + optimizer + activations; }
+};
+// The heaviest stage's memory per device; activations for the micro-batches a stage holds at
+// once (GPipe: all m; 1F1B: at most pp on the first stage), after Korthikanti et al. (2022):
+// s·b·h·(34 + 5·a·s/h)/tp per layer, or 2·s·b·h per layer with full recomputation.
+TrainingMemory training_memory(const TrainingConfig& c);
+
+// What one job measured.
+struct TrainingResults {
+  std::vector<double> iteration_s;
+  double tokens_per_iteration = 0;
+  double model_flops_per_iteration = 0;  // 6·N·T + 12·layers·hidden·seq·T (Megatron's count, causal attention included)
+  int devices = 0;
+  double peak_flops_per_device = 0;
+  std::vector<double> stage_busy_fraction;  // replica 0, per stage: compute time / iteration time
+  double bubble_fraction = 0;               // mean over stages of 1 - compute / pipeline span (F/B phase only)
+  double textbook_bubble = 0;               // (K-1)/(m+K-1)
+  double forward_ms = 0, backward_ms = 0;   // one micro-batch on one stage (compute only)
+  double dp_allreduce_ms = 0;               // mean per iteration, from the last backward to the last gradient
+  double optimizer_ms = 0;
+  TrainingMemory memory;
+  double dp_bytes_per_device = 0;
+  uint64_t flows = 0;
+};
+
+}  // namespace sluice::training

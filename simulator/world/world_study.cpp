@@ -1,0 +1,78 @@
+// The `world` study: `cluster: {topology, hardware}` and `workloads: [{kind: serving, ...},
+// {kind: training, ...}]`, all on one engine and one fabric.
+#include "world/world_study.h"
+
+#include <fmt/format.h>
+
+#include "network/generators.h"
+#include "world/placement.h"
+
+namespace sluice {
+
+void WorldStudy::run(RunEnv& env) {
+  world_->progress = env.progress;
+  world_->run(until_.count_ns() > 0 ? until_ : SimTime::max());
+  world_->report(env.recorder);
+}
+
+std::shared_ptr<net::Topology> implicit_cluster(const HardwareSpec& hw, int nodes, int gpus_per_node) {
+  auto t = std::make_shared<net::Topology>(fmt::format("{}x{} {}", nodes, gpus_per_node, hw.name));
+  t->family = "implicit";
+  net::ServerSpec s;
+  s.gpus = gpus_per_node;
+  s.nvlink_Bps = hw.interconnect_Bps > 0 ? hw.interconnect_Bps : 1e9;
+  s.nvlink_latency_ns = static_cast<int64_t>(hw.interconnect_latency_ns);
+  s.pcie_Bps = hw.pcie_Bps > 0 ? hw.pcie_Bps : 16e9;
+  std::vector<std::vector<int>> servers;
+  for (int n = 0; n < nodes; ++n) servers.push_back(net::add_server(*t, n, s));
+  if (nodes > 1) {
+    const int sw = t->add_node(net::NodeInfo{"cluster-switch", net::NodeKind::Switch, 0, 0, {-1, -1, -1}, -1});
+    for (const auto& devs : servers)
+      for (int d : devs) t->add_link(d, sw, 50e9, 500, "nic");
+  }
+  t->check();
+  return t;
+}
+
+namespace {
+
+Schema world_schema(const Registry& reg) {
+  Schema s = common_study_schema();
+  auto cluster = std::make_shared<Schema>();
+  cluster->add("topology", ParamType::Any, "the fabric: a name in topologies/, {catalog: NAME, ...overrides} or {kind: GENERATOR, ...}");
+  cluster->ref("hardware", {"models/hardware"}, hardware_schema(), "the devices' hardware: a catalog name or {catalog: NAME, ...}").def("h200");
+  s.section("cluster", cluster, "the cluster every workload is placed on");
+  s.component_list("workloads", &reg, "workload", "what runs on the cluster: serving deployments, training jobs (see `sluice list workload`)");
+  s.quantity("max_sim_time", UnitKind::Time, "stop simulating at this time (0s: when every workload is done)").def("0s").nonneg();
+  return s;
+}
+
+}  // namespace
+
+void register_world_study(Registry& reg) {
+  reg.add("study", "world",
+          "a cluster and the workloads placed on it, on one engine: every transfer is a flow on the shared fabric",
+          world_schema(reg), StudyFactory([&reg](const StudyContext& ctx) -> std::unique_ptr<Study> {
+            const Params& p = ctx.params;
+            const Params& c = p.section("cluster");
+            Cluster cl;
+            cl.topology = std::make_shared<net::Topology>(net::load_topology(c.node("topology"), reg, "cluster.topology"));
+            cl.hardware = hardware_from_params(c.section("hardware"));
+            auto world = std::make_unique<World>(ctx.seed, std::move(cl));
+            const auto& items = p.items("workloads");
+            if (items.empty()) p.fail("workloads", "no workloads", "a list of {kind: serving|training, name: ..., ...}");
+            std::vector<std::string> names;
+            for (const auto& item : items) {
+              const std::string kind = item->str("kind");
+              const std::string name = item->str("name");
+              if (std::find(names.begin(), names.end(), name) != names.end())
+                item->fail("name", "two workloads have this name", "a name of its own for each workload");
+              names.push_back(name);
+              const auto& make = reg.factory<WorkloadKindFactory>(*reg.find("workload", kind));
+              world->add(make(*item, *world, WorkloadContext{reg, ctx.seed, name}));
+            }
+            return std::make_unique<WorldStudy>(std::move(world), p.time("max_sim_time"));
+          }));
+}
+
+}  // namespace sluice

@@ -1,0 +1,152 @@
+// The world: workloads on one engine and one fabric, placement, training pipelines.
+#include <doctest/doctest.h>
+
+#include "test_support.h"
+
+#include "run/runner.h"
+#include "world/placement.h"
+#include "world/world.h"
+#include "world/world_study.h"
+
+using namespace sluice;
+using sluice::testing::registry;
+
+namespace {
+
+Json run_text(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+  Scenario sc = load_scenario_text(yaml, "t.yaml", sets, registry());
+  Recorder rec;
+  run_into(sc, rec, {});
+  return rec.metrics();
+}
+
+Json run_file(const std::string& file, const std::vector<std::string>& sets = {}) {
+  Scenario sc = load_scenario(std::string(SLUICE_TESTS_DIR) + "/../scenarios/" + file, sets, registry());
+  Recorder rec;
+  run_into(sc, rec, {});
+  return rec.metrics();
+}
+
+// Five devices, each its own server: d0, d1, d4 on switch s0, d2, d3 on s1, the switches
+// joined by one link: flows between the halves all cross it.
+const char* kTwoSwitches = R"(
+  topology:
+    kind: explicit
+    nodes:
+      - {name: s0, kind: switch}
+      - {name: s1, kind: switch}
+      - {name: d0, kind: device, group: 0}
+      - {name: d1, kind: device, group: 1}
+      - {name: d2, kind: device, group: 2}
+      - {name: d3, kind: device, group: 3}
+      - {name: d4, kind: device, group: 4}
+    links:
+      - {a: d0, b: s0, bandwidth: BWGB/s, latency: 0ns}
+      - {a: d1, b: s0, bandwidth: BWGB/s, latency: 0ns}
+      - {a: d2, b: s1, bandwidth: BWGB/s, latency: 0ns}
+      - {a: d3, b: s1, bandwidth: BWGB/s, latency: 0ns}
+      - {a: d4, b: s0, bandwidth: BWGB/s, latency: 0ns}
+      - {a: s0, b: s1, bandwidth: MIDGB/s, latency: 0ns}
+)";
+
+std::string two_switches(const std::string& bw, const std::string& mid) {
+  std::string s = kTwoSwitches;
+  for (auto [from, to] : {std::pair<std::string, std::string>{"BW", bw}, {"MID", mid}})
+    for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) s.replace(p, from.size(), to);
+  return s;
+}
+
+std::string job(const std::string& name, const std::string& place, const std::string& extra = "") {
+  return "  - {name: " + name + ", kind: training, model: tinyllama-1.1b, sequence: 512, iterations: 2, cost_tables: none, "
+         "parallel: {tp: 1, pp: 1, dp: 2, micro_batches: 1}, place: " + place + extra + "}\n";
+}
+
+}  // namespace
+
+TEST_CASE("two workloads sharing a link each get half of it / disjoint links are unaffected") {
+  const std::string cluster = "name: t\ncluster:\n" + two_switches("1000", "10") + "  hardware: h200\nworkloads:\n";
+  // Job a alone: its DP ring (d0 <-> d2) crosses the 10 GB/s middle link.
+  const Json alone = run_text(cluster + job("a", "{devices: [0, 2]}"));
+  const Json shared = run_text(cluster + job("a", "{devices: [0, 2]}") + job("b", "{devices: [1, 3]}"));
+  const double t_alone = alone["training"]["dp_allreduce_ms"].get<double>();
+  const double t_a = shared["workloads"]["a"]["dp_allreduce_ms"].get<double>();
+  const double t_b = shared["workloads"]["b"]["dp_allreduce_ms"].get<double>();
+  // Gradients of 1.1B params / 1 device in bf16, a 2-device ring: each direction carries S bytes.
+  const double S = load_model("tinyllama-1.1b").parameters() * 2;
+  CHECK(t_alone == doctest::Approx(S / 10e9 * 1e3).epsilon(1e-3));
+  CHECK(t_a == doctest::Approx(2 * t_alone).epsilon(1e-3));  // max-min fair: half the link each
+  CHECK(t_b == doctest::Approx(2 * t_alone).epsilon(1e-3));
+  // b's ring between d1 and d4 stays on switch s0: a keeps the whole middle link.
+  const Json disjoint = run_text(cluster + job("a", "{devices: [0, 2]}") + job("b", "{devices: [1, 4]}"));
+  CHECK(disjoint["workloads"]["a"]["dp_allreduce_ms"].get<double>() == doctest::Approx(t_alone).epsilon(1e-9));
+  CHECK(disjoint["workloads"]["b"]["dp_allreduce_ms"].get<double>() == doctest::Approx(S / 1000e9 * 1e3).epsilon(1e-3));
+}
+
+TEST_CASE("serving latency rises when a training job's gradient rings cross its links, not when they are disjoint") {
+  const Json shared = run_file("cluster-shared-fabric.yaml");
+  const Json disjoint = run_file("cluster-shared-fabric.yaml", {"workloads.1.place.servers=12-21"});
+  const auto tpot = [](const Json& m) { return m["workloads"]["chat"]["latency_ms"]["tpot"]["mean"].get<double>(); };
+  const auto ttft = [](const Json& m) { return m["workloads"]["chat"]["latency_ms"]["ttft"]["mean"].get<double>(); };
+  CHECK(tpot(shared) > tpot(disjoint));
+  CHECK(ttft(shared) > ttft(disjoint));
+  const Json again = run_file("cluster-shared-fabric.yaml", {"workloads.1.place.servers=12-21"});
+  CHECK(tpot(again) == tpot(disjoint));  // deterministic
+  CHECK(shared["world"]["flows"]["started"].get<double>() > 0);
+}
+
+TEST_CASE("GPipe and 1F1B bubbles match (K-1)/(m+K-1) with equal stages and free transfers") {
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    CAPTURE(schedule);
+    const Json m = run_text("name: t\ncluster:\n" + two_switches("1000000", "1000000") +
+                            "  hardware: h200\nworkloads:\n"
+                            "  - {name: j, kind: training, sequence: 512, iterations: 1, cost_tables: none,\n"
+                            "     model: {name: flat, layers: 16, hidden: 4096, heads: 32, kv_heads: 32, ffn: 16384, vocab: 8, max_context: 512},\n"
+                            "     parallel: {tp: 1, pp: 4, dp: 1, micro_batches: 8, schedule: " + std::string(schedule) + "}}\n");
+    const Json& t = m["training"];
+    CHECK(t["bubble_textbook"].get<double>() == doctest::Approx(3.0 / 11));
+    CHECK(t["bubble_fraction"].get<double>() == doctest::Approx(3.0 / 11).epsilon(2e-3));
+  }
+}
+
+TEST_CASE("a two-stage, two-replica 1F1B iteration checked by hand") {
+  // K = 2, m = 2, backward = 2 forward (f): stage 0 runs F0 F1 B0 B1, stage 1 F0 B0 F1 B1;
+  // B1 on stage 0 ends at 9f (F0 [0,f], F1 [f,2f]; stage 1 F0 [f,2f], B0 [2f,4f], F1 [4f,5f],
+  // B1 [5f,7f]; stage 0 B0 [4f,6f], B1 [7f,9f]). Then the DP all-reduce of 2 replicas and the
+  // optimizer step; with links of 1 PB/s every transfer is negligible.
+  const Json m = run_text("name: t\ncluster:\n" + two_switches("1000000", "1000000") +
+                          "  hardware: h200\nworkloads:\n"
+                          "  - {name: j, kind: training, sequence: 512, iterations: 1, cost_tables: none,\n"
+                          "     model: {name: flat, layers: 16, hidden: 4096, heads: 32, kv_heads: 32, ffn: 16384, vocab: 8, max_context: 512},\n"
+                          "     parallel: {tp: 1, pp: 2, dp: 2, micro_batches: 2}}\n");
+  const Json& t = m["training"];
+  const double f = t["per_micro_batch_ms"]["forward"].get<double>();
+  CHECK(t["per_micro_batch_ms"]["backward"].get<double>() == doctest::Approx(2 * f));
+  CHECK(t["bubble_fraction"].get<double>() == doctest::Approx(1.0 / 3).epsilon(1e-3));
+  const double expect_s = (9 * f + t["optimizer_ms"].get<double>()) / 1e3;
+  CHECK(t["iteration_s_mean"].get<double>() == doctest::Approx(expect_s).epsilon(1e-3));
+  CHECK(t["job"]["devices"] == 4);
+}
+
+TEST_CASE("placement: first-fit takes the lowest free devices, best-fit keeps free servers whole") {
+  Cluster c;
+  c.topology = implicit_cluster(load_hardware("h200"), 2, 8);  // two servers of 8
+  c.hardware = load_hardware("h200");
+  World w(1, c);
+  w.claim({0, 1, 2}, "x");
+  const auto& ff = registry().factory<PlacementPolicyFn>(*registry().find("placement", "first-fit"));
+  const auto& bf = registry().factory<PlacementPolicyFn>(*registry().find("placement", "best-fit"));
+  CHECK(ff(w, 2) == std::vector<int>{3, 4});
+  CHECK(bf(w, 2) == std::vector<int>{3, 4});    // the fuller server: server 1 stays whole
+  CHECK(bf(w, 8) == std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15});  // a whole free server
+  CHECK(ff(w, 8) == std::vector<int>{3, 4, 5, 6, 7, 8, 9, 10});       // straddles the servers
+  CHECK(ff(w, 14).empty());  // only 13 free
+  CHECK_THROWS_WITH_AS(w.claim({2}, "y"), doctest::Contains("already held by workload 'x'"), std::invalid_argument);
+}
+
+TEST_CASE("a workload placed on devices another holds is refused before anything runs") {
+  const std::string cluster = "name: t\ncluster:\n" + two_switches("1000", "10") + "  hardware: h200\nworkloads:\n";
+  CHECK_THROWS_WITH_AS(load_scenario_text(cluster + job("a", "{devices: [0, 2]}") + job("b", "{devices: [2, 3]}"), "t.yaml", {}, registry()),
+                       doctest::Contains("already held by workload 'a'"), ConfigError);
+  CHECK_THROWS_WITH_AS(load_scenario_text(cluster + job("a", "{devices: [0, 1, 2]}"), "t.yaml", {}, registry()),
+                       doctest::Contains("needs 2"), ConfigError);
+}
