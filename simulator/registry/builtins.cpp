@@ -11,6 +11,7 @@ void register_compare_study(Registry& reg);
 void register_world_study(Registry& reg);
 void register_placement_policies(Registry& reg);
 void register_training_workload(Registry& reg);
+void register_world_bench(Registry& reg);
 
 void register_builtin_components(Registry& reg) {
   register_engine_benchmarks(reg);
@@ -21,6 +22,7 @@ void register_builtin_components(Registry& reg) {
   register_compare_study(reg);
   register_world_study(reg);
   register_training_workload(reg);
+  register_world_bench(reg);
 }
 
 }  // namespace sluice

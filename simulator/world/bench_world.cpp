@@ -1,0 +1,70 @@
+// `sluice bench world`: 64 serving replicas and a 256-GPU training job sharing one fat-tree
+// for 10 simulated minutes; prints wall time, events/s and flows/s.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "registry/registry.h"
+#include "run/runner.h"
+
+namespace sluice {
+
+namespace {
+
+int bench_world(const Registry& reg, bool quick) {
+  const int sim_s = quick ? 30 : 600;
+  const std::string yaml = fmt::format(R"(
+name: bench-world
+cluster:
+  topology: {{catalog: fat-tree, servers: 40, tiers: 3}}
+  hardware: h100-sxm
+max_sim_time: {}s
+workloads:
+  - name: chat
+    kind: serving
+    model: llama3-8b
+    deployment: {{replicas: 64}}
+    router: {{kind: least_outstanding}}
+    workload: {{kind: llmperf, requests: 10000000, arrival: {{kind: closed_loop, clients: 4096}}}}
+    place: {{servers: 0-7}}
+    outputs: {{trace: false, requests_csv: false, timeseries: false}}
+  - name: pretrain
+    kind: training
+    model: gpt3-13b
+    parallel: {{tp: 8, pp: 4, dp: 8, micro_batches: 16}}
+    iterations: 0
+    place: {{servers: 8-39}}
+)", sim_s);
+  const auto t0 = std::chrono::steady_clock::now();
+  Scenario sc = load_scenario_text(yaml, "<bench world>", {}, reg);
+  Recorder rec;
+  run_into(sc, rec, {});
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  const Json& w = rec.metrics()["world"];
+  const double events = w["events"].get<double>(), flows = w["flows"]["started"].get<double>();
+  const Json& chat = rec.metrics()["workloads"]["chat"];
+  const Json& train = rec.metrics()["workloads"]["pretrain"];
+  std::printf("bench world: 64 x Llama-3-8B serving replicas + GPT-3 13B training (tp 8 x pp 4 x dp 8) on one fat-tree of 320 H100s, %d s simulated\n",
+              sim_s);
+  std::printf("  wall time        %10.2f s\n", wall);
+  std::printf("  events           %10.0f (%.2f M events/s)\n", events, events / wall / 1e6);
+  std::printf("  flows            %10.0f (%.0f flows/s wall)\n", flows, flows / wall);
+  std::printf("  served           %10.0f requests; training %zu iterations of %.3f s\n", chat["requests"]["completed"].get<double>(),
+              train["iteration_s"].size(), train["iteration_s_mean"].get<double>());
+  std::printf("  peak memory      %10.1f MiB (max RSS of this process)\n", ru.ru_maxrss / 1024.0);
+  return flows > 0 && events > 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void register_world_bench(Registry& reg) {
+  reg.add("bench", "world", "64 serving replicas + a 256-GPU training job on one fat-tree for 10 simulated minutes: events/s, flows/s, wall",
+          Schema{}, BenchFn([&reg](bool quick) { return bench_world(reg, quick); }));
+}
+
+}  // namespace sluice
