@@ -2,10 +2,13 @@
 #include "world/placement.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <map>
 
 #include <fmt/format.h>
 
+#include "network/pod.h"
 #include "world/world.h"
 
 namespace sluice {
@@ -40,6 +43,10 @@ std::shared_ptr<Schema> placement_schema(const Registry& reg) {
   auto s = std::make_shared<Schema>();
   s->add("devices", ParamType::Any, "device indices (0-15, [0, 8-15]) or, with a policy, how many devices").optional();
   s->add("servers", ParamType::Any, "whole servers (or TPU cubes) by index: 0-1, [2, 5]").optional();
+  s->add("slice", ParamType::List,
+         "a TPU v4 pod slice in chips, e.g. [4, 4, 8]: any free cubes wired into its own torus with OCS, a contiguous "
+         "block of free cubes on a static pod (the policy picks which)")
+      .optional();
   s->enumeration("policy", [&] {
       std::vector<std::string> v;
       for (const auto* i : reg.in("placement")) v.push_back(i->name);
@@ -53,7 +60,44 @@ std::vector<int> place_devices(World& world, const Params& place, int needed, co
   const bool explicit_devices = place.given("devices") && place.node("devices").is_seq();
   const Node* dn = place.given("devices") ? &place.node("devices") : nullptr;
   auto count = dn && dn->is_scalar() && dn->scalar.find('-') == std::string::npos ? parse_int(dn->scalar) : std::nullopt;
-  if (place.given("servers")) {
+  if (place.given("slice")) {
+    if (dn || place.given("servers")) place.fail("slice", "give a slice, devices or servers, not several", "one of them");
+    if (!world.is_pod())
+      place.fail("slice", fmt::format("slices are formed on a TPU v4 pod, and '{}' is not one", world.topology().name()),
+                 "a cluster whose topology is tpu-v4-pod-ocs or tpu-v4-pod-static, or devices/servers");
+    const Node& sn = place.node("slice");
+    const int e = world.pod_cube_edge();
+    const auto g = world.pod_grid();
+    std::array<int, 3> cubes{};
+    if (sn.seq.size() != 3) place.fail("slice", "expected 3 extents in chips", fmt::format("e.g. [{0}, {0}, {1}]", e, 2 * e));
+    for (size_t i = 0; i < 3; ++i) {
+      auto v = sn.seq[i].is_scalar() ? parse_int(sn.seq[i].scalar) : std::nullopt;
+      if (!v || *v < e || *v % e != 0 || *v / e > std::max({g[0], g[1], g[2]}))
+        throw ConfigError(sn.seq[i].origin, fmt::format("{}.slice[{}]", place.path(), i), sn.seq[i].brief(),
+                          fmt::format("a slice extent is a multiple of the cube edge ({}) that fits the pod", e),
+                          fmt::format("{}, {}, ... up to {}", e, 2 * e, e * std::max({g[0], g[1], g[2]})));
+      cubes[i] = static_cast<int>(*v / e);
+    }
+    uint64_t free = 0;
+    std::vector<char> cube_free(static_cast<size_t>(g[0] * g[1] * g[2]), 1);
+    for (int d = 0; d < world.device_count(); ++d)
+      if (!world.holder(d).empty()) cube_free[static_cast<size_t>(world.group_of(d))] = 0;
+    for (size_t c = 0; c < cube_free.size(); ++c)
+      if (cube_free[c]) free |= uint64_t{1} << c;
+    const net::PodAllocator alloc(g, world.pod_has_ocs(),
+                                  place.str("policy") == "best-fit" ? net::PlacementPolicy::BestFit : net::PlacementPolicy::FirstFit);
+    const net::CubeShape shape{cubes[0], cubes[1], cubes[2]};
+    if (!alloc.feasible(shape))
+      place.fail("slice", "this shape never fits the pod's cube grid", "a smaller slice");
+    const auto mask = alloc.place(shape, free);
+    if (!mask)
+      place.fail("slice", fmt::format("no {} of free cubes for '{}' ({} of {} cubes free)",
+                                      world.pod_has_ocs() ? "set" : "contiguous block", who, std::popcount(free), cube_free.size()),
+                 "a smaller slice, or fewer other workloads on the pod");
+    std::vector<int> chosen;
+    for (uint64_t r = *mask; r; r &= r - 1) chosen.push_back(std::countr_zero(r));
+    devs = world.form_slice(chosen, cubes);
+  } else if (place.given("servers")) {
     if (dn) place.fail("devices", "give devices or servers, not both", "one of the two");
     std::map<int, std::vector<int>> by;
     for (int d = 0; d < world.device_count(); ++d) by[world.group_of(d)].push_back(d);

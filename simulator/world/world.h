@@ -3,6 +3,7 @@
 // on it. Every workload runs on this engine and every transfer it makes is a flow on this
 // fabric, so workloads that share links slow each other. Built once per run.
 #pragma once
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
@@ -69,6 +70,17 @@ class World {
   // The workload holding a device, or "" when free.
   const std::string& holder(int device) const { return owner_[static_cast<size_t>(device)]; }
 
+  // TPU v4 pods (topology family tpu-v4-pod-*): cubes of edge^3 chips on a grid of cubes.
+  bool is_pod() const { return pod_edge_ > 0; }
+  bool pod_has_ocs() const { return pod_ocs_; }
+  int pod_cube_edge() const { return pod_edge_; }
+  std::array<int, 3> pod_grid() const { return pod_grid_; }
+  // Forms a slice of `shape` (in cubes) from `cubes` (cube indices; for a static pod a
+  // contiguous block): returns its chips as device indices in the slice's ring order (a
+  // snake over the slice's own torus coordinates). With OCS the slice is wired as a torus of
+  // its own: the circuits between its cubes' faces are programmed (the pod starts with none).
+  std::vector<int> form_slice(const std::vector<int>& cubes, std::array<int, 3> shape);
+
   void add(std::unique_ptr<Workload> w) { workloads_.push_back(std::move(w)); }
   const std::vector<std::unique_ptr<Workload>>& workloads() const { return workloads_; }
 
@@ -86,6 +98,7 @@ class World {
   int trace_pid() { return next_pid_++; }
 
  private:
+  static Cluster prepare(Cluster c);
   Engine engine_;
   Cluster cluster_;
   net::Router router_;
@@ -96,6 +109,10 @@ class World {
   SimTime ran_until_;
   TraceWriter trace_;
   int next_pid_ = 1;
+  int pod_edge_ = 0;
+  bool pod_ocs_ = false;
+  std::array<int, 3> pod_grid_{0, 0, 0};
+  std::vector<int> cube_at_;  // pod: device index by physical chip linear coordinate
 };
 
 // What a workload factory gets besides its own parameters.

@@ -3,6 +3,9 @@
 
 #include "test_support.h"
 
+#include <fstream>
+#include <iterator>
+
 #include "run/runner.h"
 #include "world/placement.h"
 #include "world/world.h"
@@ -149,4 +152,25 @@ TEST_CASE("a workload placed on devices another holds is refused before anything
                        doctest::Contains("already held by workload 'a'"), ConfigError);
   CHECK_THROWS_WITH_AS(load_scenario_text(cluster + job("a", "{devices: [0, 1, 2]}"), "t.yaml", {}, registry()),
                        doctest::Contains("needs 2"), ConfigError);
+}
+
+TEST_CASE("TPU v4 chips serve and train on pod slices / OCS slices share no link, a static pod's block does") {
+  std::ifstream in(std::string(SLUICE_TESTS_DIR) + "/../scenarios/tpu-v4-slices.yaml");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string alone = text.substr(0, text.find("  - name: pretrain"));
+  const auto tpot = [](const Json& m, bool scoped) {
+    return (scoped ? m["workloads"]["chat"] : m["serving"])["latency_ms"]["tpot"]["mean"].get<double>();
+  };
+  const Json ocs = run_text(text);
+  const Json ocs_alone = run_text(alone);
+  CHECK(tpot(ocs, true) == tpot(ocs_alone, false));  // the training slice's traffic never reaches the serving slice
+  CHECK(ocs["workloads"]["pretrain"]["job"]["devices"] == 256);
+  CHECK(ocs["workloads"]["pretrain"]["mfu"].get<double>() > 0.05);
+  CHECK(ocs["world"]["flows"]["started"].get<double>() > 0);
+  // On the static torus a 4-chip tensor-parallel ring closes over 3 hops (not 1 OCS circuit).
+  const Json st = run_text(alone, {"cluster.topology=tpu-v4-pod-static"});
+  CHECK(tpot(st, false) > tpot(ocs_alone, false));
+  // A slice that does not fit what is free is refused before anything runs.
+  CHECK_THROWS_WITH_AS(load_scenario_text(text, "t.yaml", {"workloads.1.place.slice=[16, 16, 16]"}, registry()),
+                       doctest::Contains("no set of free cubes"), ConfigError);
 }
