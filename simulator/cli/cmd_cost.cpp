@@ -1,6 +1,7 @@
 // `sluice cost`: the predicted time of one iteration (a decode step or a prefill) of a model on
 // a device, broken down by operation and by source, so anyone can check the cost model against
 // a measurement of their own; `--leave-one-out` prints the tables' interpolation error.
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <map>
@@ -19,8 +20,8 @@ namespace sluice::cli {
 namespace {
 
 struct CostArgs {
-  std::string hardware = "h200", model = "llama2-7b", tables, lengths;
-  int batch = 1, tp = 1, pp = 1;
+  std::string hardware = "h200", model = "llama2-7b", tables, lengths, implementation = "pytorch-lean";
+  int batch = 1, tp = 1, pp = 1, slices = 0;
   long context = -1, prefill = 0;
   bool json = false, loo = false, fused = false;
 };
@@ -96,6 +97,17 @@ int run_cost(const CostArgs& a) {
   opt.pipeline_parallel = a.pp;
   opt.tables_dir = resolve_tables(a, hw);
   opt.fused_elementwise = a.fused;
+  try {
+    opt.implementation = implementation_from_name(a.implementation);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(kCommandLine, "--implementation", a.implementation, e.what(), "pytorch-lean, pytorch-naive or fused");
+  }
+  if (a.slices > 0 && a.prefill <= 0)
+    throw ConfigError(kCommandLine, "--slices", std::to_string(a.slices), "slices cut a prefill", "--prefill T --slices K");
+  if (a.slices > 0 && a.prefill % a.slices != 0)
+    throw ConfigError(kCommandLine, "--slices", std::to_string(a.slices),
+                      fmt::format("{} tokens do not cut into {} equal slices", a.prefill, a.slices),
+                      "a divisor of the --prefill tokens");
   std::optional<CostModel> cm;
   try {
     cm.emplace(hw, m, opt);
@@ -103,8 +115,15 @@ int run_cost(const CostArgs& a) {
     throw ConfigError(kCommandLine, "cost", fmt::format("--tp {} --pp {} --tables {}", a.tp, a.pp, opt.tables_dir),
                       e.what(), "tp dividing the heads, pp <= layers, an existing tables folder or 'none'");
   }
-  const auto batch = build_batch(a);
-  const IterationCost it = cm->iteration(batch);
+  auto batch = build_batch(a);
+  IterationCost it;
+  if (a.slices > 0) {
+    it = cm->sliced_prefill(a.batch, a.prefill, a.slices);
+    for (auto& q : batch) q.produces_token = false;
+  } else {
+    it = cm->iteration(batch);
+  }
+  const double launch_ns = it.kernels * cm->kernel_ns();
   long tokens = 0, rows = 0;
   for (const auto& s : batch) {
     tokens += s.new_tokens;
@@ -124,14 +143,17 @@ int run_cost(const CostArgs& a) {
   if (a.json) {
     nlohmann::ordered_json ops = nlohmann::ordered_json::array();
     for (const auto& o : it.ops)
-      ops.push_back({{"op", o.op}, {"ns", o.ns}, {"source", o.source}, {"flops", o.flops}, {"bytes", o.bytes}});
+      ops.push_back({{"op", o.op}, {"ns", o.ns}, {"kernels", o.kernels}, {"source", o.source}, {"flops", o.flops},
+                     {"bytes", o.bytes}});
     nlohmann::ordered_json src = nlohmann::ordered_json::object();
     for (const auto& [s, ns] : by_source) src[s] = ns;
     nlohmann::ordered_json seqs = nlohmann::ordered_json::array();
     for (const auto& s : batch) seqs.push_back({{"new_tokens", s.new_tokens}, {"context", s.context}});
     nlohmann::ordered_json j{{"hardware", hw.name},
                              {"model", m.name},
-                             {"mode", is_prefill ? "prefill" : "decode"},
+                             {"mode", a.slices > 0 ? "sliced_prefill" : is_prefill ? "prefill" : "decode"},
+                             {"implementation", implementation_name(cm->implementation())},
+                             {"slices", a.slices},
                              {"tp", a.tp},
                              {"pp", a.pp},
                              {"stage_layers", cm->stage_layers()},
@@ -139,6 +161,9 @@ int run_cost(const CostArgs& a) {
                              {"new_tokens", tokens},
                              {"sampled_rows", rows},
                              {"total_ns", it.total_ns},
+                             {"kernels", it.kernels},
+                             {"kernel_launch_ns", cm->kernel_ns()},
+                             {"launch_floor_share", it.total_ns > 0 ? launch_ns / it.total_ns : 0.0},
                              {"tokens_per_s", it.total_ns > 0 ? 1e9 * static_cast<double>(rows) / it.total_ns : 0.0},
                              {"ops", ops},
                              {"by_source", src},
@@ -152,20 +177,28 @@ int run_cost(const CostArgs& a) {
 
   std::string what;
   if (!a.lengths.empty()) what = fmt::format("decode of {} sequences with KV lengths {}", batch.size(), a.lengths);
+  else if (a.slices > 0)
+    what = fmt::format("prefill of {} x {} tokens as {} slices of {} one after another (decoder layers only)", a.batch,
+                       a.prefill, a.slices, a.prefill / a.slices);
   else if (is_prefill)
     what = fmt::format("prefill of {} x {} tokens after {} cached", a.batch, a.prefill, batch.front().context);
   else what = fmt::format("decode, batch {} at context {}", a.batch, batch.front().context);
   std::cout << fmt::format("{} on {}: {}; tp {}, pp {} ({} of {} layers on the costed last stage)\n", m.name, hw.name,
                            what, a.tp, a.pp, cm->stage_layers(), m.layers);
   std::cout << fmt::format("tables: {}\n", opt.tables_dir.empty() ? "none (roofline only)" : opt.tables_dir);
+  std::cout << fmt::format("implementation: {}; {:.0f} kernels, {:.2f} us each at least (launch + gap): {:.1f}% of the "
+                           "iteration if every kernel sat at that floor\n",
+                           implementation_name(cm->implementation()), it.kernels, cm->kernel_ns() / 1e3,
+                           it.total_ns > 0 ? 100 * launch_ns / it.total_ns : 0.0);
   std::cout << fmt::format("iteration: {:.4f} ms  ({} new tokens, {} sampled: {:.0f} tokens/s)\n\n", it.total_ns / 1e6,
                            tokens, rows, it.total_ns > 0 ? 1e9 * static_cast<double>(rows) / it.total_ns : 0.0);
-  std::cout << fmt::format("{:<26} {:>11} {:>7}  {:<32} {:>10} {:>10}\n", "operation", "time (us)", "share", "source",
-                           "GFLOP", "MB");
+  std::cout << fmt::format("{:<26} {:>11} {:>7} {:>8}  {:<32} {:>10} {:>10}\n", "operation", "time (us)", "share",
+                           "kernels", "source", "GFLOP", "MB");
   for (const auto& o : it.ops)
-    std::cout << fmt::format("{:<26} {:>11.2f} {:>6.1f}%  {:<32} {:>10.3f} {:>10.2f}\n", o.op, o.ns / 1e3,
-                             100 * o.ns / it.total_ns, o.source, o.flops / 1e9, o.bytes / 1e6);
-  std::cout << fmt::format("{:<26} {:>11.2f} {:>6.1f}%\n\nby source:\n", "total", it.total_ns / 1e3, 100.0);
+    std::cout << fmt::format("{:<26} {:>11.2f} {:>6.1f}% {:>8.0f}  {:<32} {:>10.3f} {:>10.2f}\n", o.op, o.ns / 1e3,
+                             100 * o.ns / it.total_ns, o.kernels, o.source, o.flops / 1e9, o.bytes / 1e6);
+  std::cout << fmt::format("{:<26} {:>11.2f} {:>6.1f}% {:>8.0f}\n\nby source:\n", "total", it.total_ns / 1e3, 100.0,
+                           it.kernels);
   for (const auto& [s, ns] : by_source)
     std::cout << fmt::format("  {:<32} {:>11.2f} us {:>6.1f}%\n", s, ns / 1e3, 100 * ns / it.total_ns);
   std::cout << fmt::format("\nmemory per GPU: weights {:.3f} GB + KV cache {:.3f} GB ({:.0f} tokens) + activations {:.3f} GB "
@@ -196,9 +229,15 @@ void add_cost(CLI::App& app, CliContext& ctx) {
                   "folder of measured CSV tables, or 'none' for the roofline alone (default "
                   "results/calibration/<hardware calibration>)");
   cmd->add_flag("--json", a->json, "machine-readable output");
-  cmd->add_flag("--fused-elementwise", a->fused,
-                "cost norms, rotary, SiLU·mul and residual adds as fused roofline kernels (as vLLM runs them) instead of "
-                "the measured PyTorch kernels");
+  cmd->add_option("--implementation", a->implementation,
+                  "how the model is executed: pytorch-lean (default: the kernels the h200-torch tables measure), "
+                  "pytorch-naive (fp32 RMSNorm by hand, rotary rebuilding its angles per call) or fused (vLLM-style "
+                  "fused norm, rotary, activation and cache-write kernels)");
+  cmd->add_option("--slices", a->slices,
+                  "with --prefill T: T tokens as this many equal slices one after another, each after the previous "
+                  "slices' cache (decoder layers only)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_flag("--fused-elementwise", a->fused, "the same as --implementation fused (kept for old scripts)");
   cmd->add_flag("--leave-one-out", a->loo,
                 "instead: the tables' interpolation error, each measured row predicted from the others");
   cmd->callback([a, &ctx] { ctx.action = [a]() -> int { return run_cost(*a); }; });

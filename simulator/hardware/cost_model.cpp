@@ -49,8 +49,8 @@ using costtab::Ceilings;
 using costtab::Estimate;
 
 enum class Op : uint8_t {
-  Qkv, O, GateUp, Down, AttnPrefill, AttnDecode, Norm, Rope, Act, Residual, LmHead, Sampling, AllReduce, AllGather,
-  PpSend, Count
+  Embed, Qkv, O, GateUp, Down, AttnPrefill, AttnDecode, AttnLayout, KvWrite, Norm, Rope, RopeAngles, Act, Residual,
+  FinalNorm, LmHead, Argmax, Sampling, AllReduce, AllGather, PpSend, Count
 };
 enum class Src : uint8_t { Table, Scaled, Roofline, Analytic, Network };
 enum class File : uint8_t { None, Gemm, Decode, Prefill, Slice, Elementwise };
@@ -73,6 +73,7 @@ struct Part {
   Src src;
   File file;
   double ns, flops, bytes;
+  double kernels = 1;
 };
 
 // Sums parts (the hot path).
@@ -90,6 +91,7 @@ struct ListSink {
         q.ns += p.ns;
         q.flops += p.flops;
         q.bytes += p.bytes;
+        q.kernels += p.kernels;
         return;
       }
     parts.push_back(p);
@@ -109,6 +111,8 @@ struct CostModel::Impl {
   HardwareSpec hw;
   ModelSpec m;
   CostOptions opt;
+  Implementation impl = Implementation::PytorchLean;
+  double knl = 0;  // per-kernel floor (launch + gap) of kernels no table measures
   Ceilings ceil;
   int tp = 1, pp = 1, layers_stage = 0;
   double H = 0, KV = 0, hd = 0, hidden = 0, ffn = 0, vocab = 0, b = 2;
@@ -159,6 +163,8 @@ struct CostModel::Impl {
     vocab = std::ceil(static_cast<double>(m.vocab) / tp);
     b = m.dtype_bytes;
     ceil = Ceilings{hw.effective_flops(), hw.effective_bandwidth_Bps()};
+    impl = opt.fused_elementwise ? Implementation::Fused : opt.implementation;
+    knl = hw.kernel_launch_ns > 0 ? hw.kernel_launch_ns : opt.kernel_floor_ns;
 
     qkv = {hidden, (H + 2 * KV) * hd};
     o = {H * hd, hidden};
@@ -216,26 +222,65 @@ struct CostModel::Impl {
 
   double roof(double flops, double bytes) const { return std::max(costtab::roof_ns(flops, bytes, ceil), opt.kernel_floor_ns); }
 
+  // How compute-bound a kernel of these FLOPs and bytes is: its FLOP time over its roofline time.
+  double compute_share(double flops, double bytes) const {
+    const double r = costtab::roof_ns(flops, bytes, ceil);
+    return r > 0 ? costtab::roof_ns(flops, 0, ceil) / r : 0;
+  }
+
+  // A kernel's time inside a whole step: its tensor-core share runs at the sustained clock.
+  double in_step(double ns, double flops, double bytes) const {
+    return ns * (1 + (1 / hw.sustained_clock - 1) * compute_share(flops, bytes));
+  }
+
   Part gemm_part(Op id, const GemmPlan& g, double M) const {
     const double flops = 2 * M * g.K * g.N, bytes = b * (M * g.K + g.K * g.N + M * g.N);
     if (gemm && g.shape >= 0) {
-      const Estimate e = gemm->estimate(g.shape, M, g.K, g.N, b, ceil);
-      return {id, e.scaled ? Src::Scaled : Src::Table, File::Gemm, e.ns, flops, bytes};
+      Estimate e = gemm->estimate(g.shape, M, g.K, g.N, b, ceil);
+      // Rows are computed in tiles of 64 (cuBLAS's smaller Hopper tiles): where the GEMM is
+      // compute-bound, a row count between multiples costs the next multiple's FLOPs. The
+      // table's rows are all multiples of 64, so this only moves unmeasured M.
+      const double Mq = std::ceil(M / 64) * 64;
+      e.ns *= costtab::roof_ns(2 * Mq * g.K * g.N, bytes, ceil) / costtab::roof_ns(flops, bytes, ceil);
+      return {id, e.scaled ? Src::Scaled : Src::Table, File::Gemm, in_step(e.ns, flops, bytes), flops, bytes};
     }
-    return {id, Src::Roofline, File::None, roof(flops, bytes), flops, bytes};
+    return {id, Src::Roofline, File::None, in_step(roof(flops, bytes), flops, bytes), flops, bytes};
   }
 
-  // `calls` kernels of an elementwise op over `tokens` rows moving `bpt` bytes per row.
-  Part elem_part(Op id, const costtab::ElementwiseTable::Op* t, double tokens, double bpt, double calls,
+  // `calls` calls of a measured elementwise op over `tokens` rows moving `bpt` bytes per row;
+  // `kpc` kernels per call (the table's time per call already holds their floors and gaps).
+  Part elem_part(Op id, const costtab::ElementwiseTable::Op* t, double tokens, double bpt, double calls, double kpc,
                  bool other_op = false) const {
     const double bytes = tokens * bpt, flops = tokens * bpt / b * 4;
-    if (opt.fused_elementwise) return {id, Src::Roofline, File::None, roof(flops, bytes) * calls, flops * calls, bytes * calls};
     if (t) {
       const Estimate e = elem->estimate(*t, tokens, bpt);
       return {id, (e.scaled || other_op) ? Src::Scaled : Src::Table, File::Elementwise, e.ns * calls, flops * calls,
-              bytes * calls};
+              bytes * calls, kpc * calls};
     }
-    return {id, Src::Roofline, File::None, roof(flops, bytes) * calls, flops * calls, bytes * calls};
+    return {id, Src::Analytic, File::None, calls * kpc * kernel(bytes / kpc, flops / kpc), flops * calls, bytes * calls,
+            kpc * calls};
+  }
+
+  // One kernel that no table measures: its traffic at the copy ceiling (FLOPs at the GEMM
+  // ceiling), never under the device's per-kernel floor.
+  double kernel(double bytes, double flops = 0) const { return std::max(costtab::roof_ns(flops, bytes, ceil), knl); }
+
+  // `n` kernels of `bytes` each, from physics (Src::Analytic).
+  Part kernels_part(Op id, double n, double bytes, double flops = 0) const {
+    return {id, Src::Analytic, File::None, n * kernel(bytes, flops), n * flops, n * bytes, n};
+  }
+
+  // RMSNorm upcast to fp32 by hand over `rows` rows (pytorch-naive): x.float(), pow(2), mean,
+  // + eps, rsqrt, x * r, .to(bf16), * weight: eight kernels, each at its own traffic.
+  Part naive_norm_part(Op id, double rows) const {
+    const double h = hidden, f = 4;  // fp32 bytes
+    const double per_row[8] = {h * (b + f), 2 * h * f, h * f + f, 2 * f, 2 * f, h * f + f + h * f, h * (f + b), 2 * h * b};
+    Part p{id, Src::Analytic, File::None, 0, rows * h * 6, 0, 8};
+    for (double bpr : per_row) {
+      p.ns += kernel(rows * bpr);
+      p.bytes += rows * bpr;
+    }
+    return p;
   }
 
   // Ring collective over tp devices: all-reduce moves 2(n-1)/n of the data in 2(n-1) steps,
@@ -243,6 +288,49 @@ struct CostModel::Impl {
   double ring_ns(double bytes, double steps_factor) const {
     const double n = tp;
     return steps_factor * ((n - 1) / n * bytes / hw.interconnect_Bps * 1e9 + (n - 1) * hw.interconnect_latency_ns);
+  }
+
+  // A fused kernel (vLLM): `calls` kernels of `bpt` bytes per token each, at the least traffic.
+  Part fused_part(Op id, double M, double bpt, double calls) const {
+    const double bytes = M * bpt, flops = M * bpt / b * 4;
+    return {id, Src::Roofline, File::None, calls * kernel(bytes, flops), calls * flops, calls * bytes, calls};
+  }
+
+  // The per-layer memory-bound kernels of the implementation, over M new tokens.
+  //   pytorch-lean: F.rms_norm x2 (1 kernel each, table), rotary on q and on k (7 kernels each:
+  //     4 multiplies, 2 adds, a concat; table), k and v copied into the dense cache (2 copy
+  //     kernels, physics), F.silu(g) * u (2 kernels, table), residual adds x2 (table).
+  //   pytorch-naive: the norms as 8 kernels each in fp32 (physics), and each rotary call first
+  //     rebuilds its angle table (12 small kernels: arange, pow, outer product, cat, cos, sin and
+  //     casts; physics) before the same 7 kernels.
+  //   fused: fused add+RMSNorm x2, one rotary kernel over q and k, one SiLU*mul, one cache write.
+  template <class Layer>
+  void layer_elementwise(double M, Layer& layer) const {
+    const double kv_row = KV * hd * b;  // one token's k (or v) on this device
+    if (impl == Implementation::Fused) {
+      layer(fused_part(Op::Norm, M, 4 * hidden * b, 2));  // reads x and residual, writes both
+      if (!m.learned_positions) layer(fused_part(Op::Rope, M, 2 * (H + KV) * hd * b, 1));
+      layer(fused_part(Op::Act, M, (m.gated_ffn ? 3 : 2) * ffn * b, 1));
+      layer(fused_part(Op::KvWrite, M, 4 * kv_row, 1));
+      return;
+    }
+    if (impl == Implementation::PytorchNaive && !m.layernorm) {
+      Part p = naive_norm_part(Op::Norm, M);
+      p.ns *= 2, p.flops *= 2, p.bytes *= 2, p.kernels *= 2;
+      layer(p);
+    } else {
+      layer(elem_part(Op::Norm, e_norm, M, 2 * hidden * b, 2, 1, m.layernorm));
+    }
+    if (!m.learned_positions) {
+      if (impl == Implementation::PytorchNaive)  // per call: 12 kernels over the step's positions x hd/2 angles
+        layer(kernels_part(Op::RopeAngles, 2 * 12, M * hd / 2 * 4 * 2));
+      layer(elem_part(Op::Rope, e_rope, M, 2 * H * hd * b, 1, 7));
+      layer(elem_part(Op::Rope, e_rope, M, 2 * KV * hd * b, 1, 7));
+    }
+    layer(kernels_part(Op::KvWrite, 2, 2 * M * kv_row));  // cache[:, :, pos:pos+T] = k (and v)
+    if (m.gated_ffn) layer(elem_part(Op::Act, e_act, M, 3 * ffn * b, 1, 2));
+    else layer(elem_part(Op::Act, e_act, M, 2 * ffn * b, 1, 1, true));
+    layer(elem_part(Op::Residual, e_res, M, 3 * hidden * b, 2, 1));
   }
 
   // Every part that depends only on the total new tokens M of the batch.
@@ -254,33 +342,30 @@ struct CostModel::Impl {
       p.ns *= L;
       p.flops *= L;
       p.bytes *= L;
+      p.kernels *= L;
       sink(p);
     };
     layer(gemm_part(Op::Qkv, qkv, M));
     layer(gemm_part(Op::O, o, M));
     layer(gemm_part(Op::GateUp, up, M));
     layer(gemm_part(Op::Down, down, M));
-    layer(elem_part(Op::Norm, e_norm, M, 2 * hidden * b, 2, m.layernorm));
-    if (!m.learned_positions) {
-      layer(elem_part(Op::Rope, e_rope, M, 2 * H * hd * b, 1));
-      layer(elem_part(Op::Rope, e_rope, M, 2 * KV * hd * b, 1));
-    }
-    if (m.gated_ffn) layer(elem_part(Op::Act, e_act, M, 3 * ffn * b, 1));
-    else layer(elem_part(Op::Act, e_act, M, 2 * ffn * b, 1, true));
-    layer(elem_part(Op::Residual, e_res, M, 3 * hidden * b, 2));
+    layer_elementwise(M, layer);
     if (tp > 1) {
       const double bytes = M * hidden * b;
       if (opt.allreduce_ns)
-        layer(Part{Op::AllReduce, Src::Network, File::None, 2 * opt.allreduce_ns(bytes), 2 * M * hidden, 2 * bytes});
+        layer(Part{Op::AllReduce, Src::Network, File::None, 2 * opt.allreduce_ns(bytes), 2 * M * hidden, 2 * bytes, 2});
       else
-        layer(Part{Op::AllReduce, Src::Analytic, File::None, 2 * ring_ns(bytes, 2), 2 * M * hidden, 2 * bytes});
+        layer(Part{Op::AllReduce, Src::Analytic, File::None, 2 * ring_ns(bytes, 2), 2 * M * hidden, 2 * bytes, 2});
     }
-    sink(elem_part(Op::Norm, e_norm, M, 2 * hidden * b, 1, m.layernorm));  // final norm
+    if (pp == 1)  // the embedding gather (first stage): a row of the table read and written per token
+      sink(kernels_part(Op::Embed, 1, 2 * M * hidden * b));
+    if (impl == Implementation::Fused)  // vLLM normalises every token, then selects the sampled rows
+      sink(fused_part(Op::FinalNorm, M, 2 * hidden * b, 1));
     if (pp > 1) {
       const double bytes = M * hidden * b;
       const bool nvlink = hw.interconnect_Bps > 0;
       const double bw = nvlink ? hw.interconnect_Bps : hw.pcie_Bps;
-      sink(Part{Op::PpSend, Src::Analytic, File::None, bytes / bw * 1e9 + (nvlink ? hw.interconnect_latency_ns : 0), 0, bytes});
+      sink(Part{Op::PpSend, Src::Analytic, File::None, bytes / bw * 1e9 + (nvlink ? hw.interconnect_latency_ns : 0), 0, bytes, 1});
     }
   }
 
@@ -288,13 +373,23 @@ struct CostModel::Impl {
   template <class Sink>
   void row_parts(double R, Sink& sink) const {
     if (R <= 0) return;
-    sink(gemm_part(Op::LmHead, lm, R));
-    // Sampling over the full vocabulary: fp32 logits written, read by softmax, read by the sampler.
-    const double v = m.vocab, bytes = R * v * 4 * 3, flops = R * v * 5;
-    sink(Part{Op::Sampling, Src::Roofline, File::None, roof(flops, bytes), flops, bytes});
+    const double v = m.vocab;
+    if (impl != Implementation::Fused) {
+      // The norm of each sequence's last token only, then the LM head and a greedy argmax
+      // over the bf16 logits (one reduction kernel reading them all).
+      if (impl == Implementation::PytorchNaive && !m.layernorm) sink(naive_norm_part(Op::FinalNorm, R));
+      else sink(elem_part(Op::FinalNorm, e_norm, R, 2 * hidden * b, 1, 1, m.layernorm));
+      sink(gemm_part(Op::LmHead, lm, R));
+      sink(kernels_part(Op::Argmax, 1, R * v * b + R * 8, R * v));
+    } else {
+      sink(gemm_part(Op::LmHead, lm, R));
+      // Sampling over the full vocabulary: fp32 logits written, read by softmax, read by the sampler.
+      const double bytes = R * v * 4 * 3, flops = R * v * 5;
+      sink(Part{Op::Sampling, Src::Roofline, File::None, roof(flops, bytes), flops, bytes});
+    }
     if (tp > 1) {
       const double g = R * static_cast<double>(m.vocab) * b;
-      sink(Part{Op::AllGather, Src::Analytic, File::None, ring_ns(g, 1), 0, g});
+      sink(Part{Op::AllGather, Src::Analytic, File::None, ring_ns(g, 1), 0, g, 1});
     }
   }
 
@@ -316,6 +411,12 @@ struct CostModel::Impl {
   }
 
   // One prefill chunk's attention per layer.
+  // FLOPs and bytes of one chunk's attention (no time).
+  Part prefill_part_work(double l, double c) const {
+    const double pairs = l * c + l * (l + 1) / 2;
+    return {Op::AttnPrefill, Src::Analytic, File::None, 0, 4 * hd * H * pairs, b * hd * (2 * l * H + 2 * (c + l) * KV)};
+  }
+
   Part prefill_part(double l, double c) const {
     const double pairs = l * c + l * (l + 1) / 2;
     const double flops = 4 * hd * H * pairs, bytes = b * hd * (2 * l * H + 2 * (c + l) * KV);
@@ -396,21 +497,55 @@ struct CostModel::Impl {
         bytes = b * hd * (2 * KV * lsum + 2 * H * static_cast<double>(nd));
         t = roof(flops, bytes);
       }
-      sink(Part{Op::AttnDecode, src, file, t * L, flops * L, bytes * L});
+      sink(Part{Op::AttnDecode, src, file, t * L, flops * L, bytes * L, L});
     }
     if (static_cast<size_t>(nd) == batch.size()) return;
-    for (const SeqWork& s : batch) {
-      if (s.new_tokens <= 1) continue;
-      Part p = prefill_part(s.new_tokens, s.context);
-      p.ns *= L;
+    // Chunks after a cached prefix: one attention call each. Fresh prompts (no prefix) are one
+    // batched call: it costs as a single prompt of the same causal FLOPs, sqrt(sum of l^2)
+    // tokens (a batch fills the device as a longer prompt does), never less than its longest
+    // prompt alone.
+    double sq = 0, lmax = 0, n_fresh = 0;
+    auto emit = [&](Part p, double kernels) {
+      p.ns = in_step(p.ns, p.flops, p.bytes) * L;
       p.flops *= L;
       p.bytes *= L;
+      p.kernels = kernels * L;
       sink(p);
+    };
+    for (const SeqWork& s : batch) {
+      if (s.new_tokens <= 1) continue;
+      if (s.context > 0 || !prefill || pgroup < 0) {
+        emit(prefill_part(s.new_tokens, s.context), 1);
+        continue;
+      }
+      const double l = s.new_tokens;
+      sq += l * l;
+      lmax = l > lmax ? l : lmax;
+      n_fresh += 1;
+    }
+    if (n_fresh > 0) {
+      Part p = prefill_part(n_fresh > 1 ? std::sqrt(sq) : lmax, 0);
+      if (n_fresh > 1) {
+        // FLOPs and bytes of the batch itself, not of the equivalent prompt.
+        double flops = 0, bytes = 0;
+        for (const SeqWork& s : batch)
+          if (s.new_tokens > 1 && s.context == 0) {
+            const Part q = prefill_part_work(s.new_tokens, 0);
+            flops += q.flops;
+            bytes += q.bytes;
+          }
+        p.ns = std::max(p.ns, prefill_part(lmax, 0).ns);
+        p.flops = flops;
+        p.bytes = bytes;
+        p.src = Src::Scaled;
+      }
+      emit(p, 1);
     }
   }
 
   std::string op_name(Op op) const {
     switch (op) {
+      case Op::Embed: return "embedding";
       case Op::Qkv: return "gemm.qkv";
       case Op::O: return "gemm.o";
       case Op::GateUp: return m.gated_ffn ? "gemm.gate_up" : "gemm.up";
@@ -419,6 +554,11 @@ struct CostModel::Impl {
       case Op::AttnDecode: return "attention.decode";
       case Op::Norm: return m.layernorm ? "elementwise.layernorm" : "elementwise.rmsnorm";
       case Op::Rope: return "elementwise.rope";
+      case Op::RopeAngles: return "elementwise.rope_angles";
+      case Op::KvWrite: return "kv_cache.write";
+      case Op::AttnLayout: return "attention.layout_copy";
+      case Op::FinalNorm: return m.layernorm ? "final_norm.layernorm" : "final_norm.rmsnorm";
+      case Op::Argmax: return "argmax";
       case Op::Act: return m.gated_ffn ? "elementwise.silu_mul" : "elementwise.gelu";
       case Op::Residual: return "elementwise.residual_add";
       case Op::LmHead: return "lm_head";
@@ -452,6 +592,39 @@ const HardwareSpec& CostModel::hardware() const { return impl_->hw; }
 const ModelSpec& CostModel::model() const { return impl_->m; }
 const CostOptions& CostModel::options() const { return impl_->opt; }
 int CostModel::stage_layers() const { return impl_->layers_stage; }
+Implementation CostModel::implementation() const { return impl_->impl; }
+double CostModel::kernel_ns() const { return impl_->knl; }
+
+std::vector<std::pair<std::string, int>> CostModel::layer_kernels(bool prefill) const {
+  const Impl& im = *impl_;
+  ListSink sink;
+  auto layer = [&](Part p) { sink(p); };
+  im.layer_elementwise(prefill ? 512.0 : 1.0, layer);
+  const std::vector<SeqWork> one{SeqWork{prefill ? 512 : 1, prefill ? 0 : 512, true}};
+  ListSink attn;
+  im.attention_parts<ListSink, false>(one, prefill ? 0 : 1, attn);
+  std::vector<std::pair<std::string, int>> out;
+  for (Op g : {Op::Qkv, Op::O, Op::GateUp, Op::Down}) out.emplace_back(im.op_name(g), 1);
+  for (const Part& p : attn.parts)
+    out.emplace_back(im.op_name(p.op), static_cast<int>(std::lround(p.kernels / im.layers_stage)));
+  for (const Part& p : sink.parts) out.emplace_back(im.op_name(p.op), static_cast<int>(std::lround(p.kernels)));
+  return out;
+}
+
+const char* implementation_name(Implementation i) {
+  switch (i) {
+    case Implementation::PytorchLean: return "pytorch-lean";
+    case Implementation::PytorchNaive: return "pytorch-naive";
+    case Implementation::Fused: return "fused";
+  }
+  return "?";
+}
+
+Implementation implementation_from_name(const std::string& name) {
+  for (Implementation i : {Implementation::PytorchLean, Implementation::PytorchNaive, Implementation::Fused})
+    if (name == implementation_name(i)) return i;
+  throw std::invalid_argument(fmt::format("unknown implementation '{}' (pytorch-lean, pytorch-naive, fused)", name));
+}
 
 namespace {
 // New tokens, sampling rows and decode sequences of a batch.
@@ -481,10 +654,36 @@ IterationCost CostModel::iteration(std::span<const SeqWork> batch) const {
                    [](const Part& a, const Part& b) { return static_cast<int>(a.op) < static_cast<int>(b.op); });
   IterationCost out;
   for (const Part& p : sink.parts) {
-    out.ops.push_back(OpCost{im.op_name(p.op), p.ns, Impl::source_name(p.src, p.file), p.flops, p.bytes});
+    out.ops.push_back(OpCost{im.op_name(p.op), p.ns, Impl::source_name(p.src, p.file), p.flops, p.bytes, p.kernels});
     out.total_ns += p.ns;
+    out.kernels += p.kernels;
   }
   return out;
+}
+
+IterationCost CostModel::sliced_prefill(int batch, long tokens, int slices) const {
+  if (batch < 1 || slices < 1 || tokens < slices || tokens % slices != 0)
+    throw std::invalid_argument(fmt::format("{} tokens do not cut into {} equal slices", tokens, slices));
+  const long s = tokens / slices;
+  IterationCost it;
+  for (int k = 0; k < slices; ++k) {
+    const std::vector<SeqWork> step(static_cast<size_t>(batch), SeqWork{static_cast<int>(s), static_cast<int>(k * s), false});
+    const IterationCost one = iteration(step);
+    for (const auto& o : one.ops) {
+      auto at = std::find_if(it.ops.begin(), it.ops.end(), [&](const OpCost& q) { return q.op == o.op && q.source == o.source; });
+      if (at == it.ops.end()) {
+        it.ops.push_back(o);
+      } else {
+        at->ns += o.ns;
+        at->flops += o.flops;
+        at->bytes += o.bytes;
+        at->kernels += o.kernels;
+      }
+    }
+    it.total_ns += one.total_ns;
+    it.kernels += one.kernels;
+  }
+  return it;
 }
 
 double CostModel::iteration_ns(std::span<const SeqWork> batch) const {

@@ -33,12 +33,26 @@ struct OpCost {
   std::string source;  // "table:<file>" or "roofline" or "analytic"
   double flops = 0;
   double bytes = 0;
+  double kernels = 0;  // kernel launches of this op in the iteration (all layers of the stage)
 };
 
 struct IterationCost {
   double total_ns = 0;
+  double kernels = 0;  // kernel launches of the iteration
   std::vector<OpCost> ops;
 };
+
+// How a deployment executes its model: which kernels one layer launches (see cost_model.cpp).
+//   pytorch-lean   plain PyTorch decoder, F.rms_norm, rotary from precomputed cos/sin tables
+//                  (what the h200-torch tables measure kernel by kernel)
+//   pytorch-naive  the same, with RMSNorm upcast to fp32 by hand and rotary recomputing its
+//                  angle table on every call
+//   fused          vLLM-style fused add+norm, rotary, SiLU·mul and cache-write kernels: one
+//                  kernel per op at its least traffic
+enum class Implementation { PytorchLean, PytorchNaive, Fused };
+const char* implementation_name(Implementation i);
+// Parses "pytorch-lean" | "pytorch-naive" | "fused"; throws std::invalid_argument otherwise.
+Implementation implementation_from_name(const std::string& name);
 
 struct CostOptions {
   int tensor_parallel = 1;
@@ -53,7 +67,8 @@ struct CostOptions {
   // Model the memory-bound layer work as an engine with fused kernels would run it (vLLM's
   // fused add+RMSNorm, rotary and SiLU·mul kernels): one roofline kernel per op at its least
   // traffic, instead of the measured PyTorch kernels (rope alone is several kernels there).
-  bool fused_elementwise = false;
+  bool fused_elementwise = false;  // alias of implementation = fused (kept for old scenarios)
+  Implementation implementation = Implementation::PytorchLean;
 };
 
 // <catalog_root()>/results/calibration/<hw.calibration>, or "" when the device has none.
@@ -70,6 +85,10 @@ class CostModel {
   // Full breakdown of one iteration of one pipeline stage's share of layers (plus the LM head
   // on the last stage), summed over operations, for `sluice cost` and tests.
   IterationCost iteration(std::span<const SeqWork> batch) const;
+  // `tokens` new tokens per sequence for `batch` sequences, prefilled as `slices` equal slices
+  // one after another, each after the previous slices' cache, through the decoder layers only
+  // (no LM head): the parts of all slices merged, as model_steps.csv times a sliced prefill.
+  IterationCost sliced_prefill(int batch, long tokens, int slices) const;
   // The same total, without building strings: the serving simulator's hot path (~0.5 us + ~4 ns
   // per sequence; per-token-count parts are cached lazily in relaxed atomics, so concurrent
   // calls from several threads are safe).
@@ -79,6 +98,14 @@ class CostModel {
   const CostOptions& options() const;
   // Layers on the costed (last, LM-head carrying) pipeline stage: ceil(layers / pp).
   int stage_layers() const;
+  // The implementation in force (fused_elementwise folded in).
+  Implementation implementation() const;
+  // The per-kernel floor (launch + gap under CUDA-graph replay) charged to every kernel that no
+  // table measures: the device's kernel_launch term, or kernel_floor_ns when it has none.
+  double kernel_ns() const;
+  // Kernels one decoder layer launches, by op, for a step of `tokens` new tokens (for
+  // `sluice cost` and tests; the same counts the iteration charges).
+  std::vector<std::pair<std::string, int>> layer_kernels(bool prefill) const;
 
  private:
   struct Impl;

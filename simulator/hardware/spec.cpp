@@ -40,6 +40,16 @@ std::shared_ptr<Schema> hardware_schema() {
                 "measured large bf16 GEMM ceiling; 0 = unknown (datasheet x 0.75)")
         .def("0FLOP/s")
         .nonneg();
+    h->quantity("kernel_launch", UnitKind::Time,
+                "per-kernel floor and gap under CUDA-graph replay (a kernel no table measures costs at least this); "
+                "0 = unknown (the cost source's kernel_floor)")
+        .def("0ns")
+        .nonneg();
+    h->add("sustained_clock", ParamType::Real,
+           "clock a long compute-bound step sustains over the clock of the 2 ms bursts its tables were timed in; "
+           "compute-bound kernel time stretches by its inverse (1 = no difference)")
+        .def("1")
+        .range(0.1, 1);
     h->add("interconnect_links", ParamType::Int, "scale-up links per device (NVLink, ICI); 0 = none").def("0").range(0, 1024);
     h->quantity("interconnect_link_bandwidth", UnitKind::Bandwidth, "one scale-up link, one direction")
         .def("0B/s")
@@ -63,6 +73,8 @@ HardwareSpec hardware_from_params(const Params& p) {
   h.hbm_bandwidth_Bps = p.real("hbm_bandwidth");
   h.measured_copy_Bps = p.real("measured_copy");
   h.measured_gemm_flops = p.real("measured_gemm");
+  h.kernel_launch_ns = p.real("kernel_launch");
+  h.sustained_clock = p.real("sustained_clock");
   h.interconnect_links = static_cast<int>(p.integer("interconnect_links"));
   h.interconnect_link_Bps = p.real("interconnect_link_bandwidth");
   h.interconnect_Bps = h.interconnect_links * h.interconnect_link_Bps;

@@ -22,6 +22,10 @@ struct HardwareSpec {
   double pcie_Bps = 0;                // host link per direction
   double price_usd = 0;
   std::string calibration;            // folder under results/calibration/ with measured tables, or ""
+  // Clock a long compute-bound step sustains, as a fraction of the clock of the short bursts the
+  // kernel tables were timed in; 1 = the same. Tensor-core time stretches by its inverse.
+  double sustained_clock = 1;
+  double kernel_launch_ns = 0;        // per-kernel floor + gap under CUDA-graph replay; 0 if unknown
   int interconnect_links = 0;         // scale-up links per device (interconnect_Bps = links x per-link rate)
   double interconnect_link_Bps = 0;   // one link, one direction
   // Ceilings the roofline uses: measured where known, else the datasheet derated.

@@ -136,7 +136,8 @@ TEST_CASE("cost roofline: Llama-2-7B batch-1 decode on H200 reads its weights at
   CHECK(expect_ns == doctest::Approx(3.12e6).epsilon(0.01));
   CHECK(op_ns(it, "gemm.") + op_ns(it, "lm_head") == doctest::Approx(expect_ns).epsilon(0.01));
   CHECK(it.total_ns > 3.1e6);
-  CHECK(it.total_ns < 4.0e6);
+  // + the memory-bound layer work and ~28 kernels a layer at the 1.67 us launch floor (pytorch-lean).
+  CHECK(it.total_ns < 4.6e6);
   for (const auto& o : it.ops) CHECK((o.source == "roofline" || o.source == "analytic"));
 }
 
@@ -151,7 +152,8 @@ TEST_CASE("cost tables: Llama-2-7B decode and prefill land near the roofline, wi
   CHECK(source_of(d1, "attention.decode") == "table:attention_decode.csv");
   CHECK(source_of(d1, "elementwise.rmsnorm") == "table:elementwise.csv");
   CHECK(source_of(d1, "lm_head") == "table:gemm.csv");
-  CHECK(source_of(d1, "sampling") == "roofline");
+  CHECK(source_of(d1, "argmax") == "analytic");
+  CHECK(source_of(d1, "kv_cache.write") == "analytic");
   // The two sources agree to within the kernels' distance from their ceilings.
   for (const auto& batch : {decode(8, 2048), decode(64, 512), std::vector<SeqWork>{SeqWork{2048, 0, true}}}) {
     const double a = t.iteration_ns(batch), b = r.iteration_ns(batch);
@@ -328,7 +330,10 @@ TEST_CASE("cost: fused elementwise kernels replace the measured PyTorch ones and
   CHECK(eb < 0.6 * ea);
   CHECK(b.iteration_ns(batch) < a.iteration_ns(batch));
   // GEMMs and attention are untouched.
-  CHECK(a.iteration_ns(batch) - b.iteration_ns(batch) == doctest::Approx(ea - eb).epsilon(1e-9));
+  for (const char* op : {"gemm.", "attention.", "lm_head"}) {
+    CAPTURE(op);
+    CHECK(op_ns(a.iteration(batch), op) == doctest::Approx(op_ns(b.iteration(batch), op)).epsilon(1e-12));
+  }
 }
 
 TEST_CASE("cost tables: a zero or negative measurement is refused with its file and line") {
