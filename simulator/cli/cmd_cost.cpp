@@ -27,9 +27,16 @@ struct CostArgs {
 };
 
 const Origin kCommandLine{"command line", 0, 0};
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::string resolve_tables(const CostArgs& a, const HardwareSpec& hw) {
   if (a.tables == "none") return "";
+  if (a.tables == "derived") {
+    if (hw.derive_tables_from.empty())
+      throw ConfigError(kCommandLine, "--tables", a.tables, fmt::format("{} names no device to derive tables from", hw.name),
+                        "a device whose catalog file sets derive_tables_from (h100-sxm, a100-80gb)");
+    return default_tables_dir(load_hardware(hw.derive_tables_from, kCommandLine));
+  }
   if (a.tables.empty()) return default_tables_dir(hw);
   return a.tables;
 }
@@ -96,6 +103,7 @@ int run_cost(const CostArgs& a) {
   opt.tensor_parallel = a.tp;
   opt.pipeline_parallel = a.pp;
   opt.tables_dir = resolve_tables(a, hw);
+  if (a.tables == "derived") opt.tables_device = std::make_shared<HardwareSpec>(load_hardware(hw.derive_tables_from, kCommandLine));
   opt.fused_elementwise = a.fused;
   try {
     opt.implementation = implementation_from_name(a.implementation);
@@ -158,6 +166,7 @@ int run_cost(const CostArgs& a) {
                              {"pp", a.pp},
                              {"stage_layers", cm->stage_layers()},
                              {"tables_dir", opt.tables_dir},
+                             {"tables_derived_from", opt.tables_device ? opt.tables_device->name : ""},
                              {"new_tokens", tokens},
                              {"sampled_rows", rows},
                              {"total_ns", it.total_ns},
@@ -169,7 +178,9 @@ int run_cost(const CostArgs& a) {
                              {"by_source", src},
                              {"memory_per_gpu", {{"weights_bytes", mem_weights}, {"kv_bytes", mem_kv},
                                                  {"activation_bytes", mem_act}, {"total_bytes", mem_total},
-                                                 {"hbm_bytes", hw.hbm_bytes}}},
+                                                 {"hbm_bytes", hw.hbm_bytes}, {"hbm_gib", hw.hbm_bytes / kGiB},
+                                                 {"hbm_physical_bytes", hw.hbm_physical_bytes}}},
+                             {"roofline_only", opt.tables_dir.empty()},
                              {"batch", seqs}};
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -185,7 +196,20 @@ int run_cost(const CostArgs& a) {
   else what = fmt::format("decode, batch {} at context {}", a.batch, batch.front().context);
   std::cout << fmt::format("{} on {}: {}; tp {}, pp {} ({} of {} layers on the costed last stage)\n", m.name, hw.name,
                            what, a.tp, a.pp, cm->stage_layers(), m.layers);
-  std::cout << fmt::format("tables: {}\n", opt.tables_dir.empty() ? "none (roofline only)" : opt.tables_dir);
+  std::cout << fmt::format("tables: {}{}\n", opt.tables_dir.empty() ? "none (roofline only)" : opt.tables_dir,
+                           opt.tables_device ? fmt::format(" (derived: {}'s tables scaled to {} by the ratio of their "
+                                                           "ceilings, launch floors swapped; not measured on {})",
+                                                           opt.tables_device->name, hw.name, hw.name)
+                                             : "");
+  if (opt.tables_dir.empty())
+    std::cout << fmt::format("note: no measured kernel tables: every kernel is a roofline over {} ceilings ({:.0f} TFLOP/s, "
+                             "{:.2f} TB/s{}), prefill attention at {:.0f}% of the FLOP ceiling at 2048 tokens\n",
+                             hw.measured_gemm_flops > 0 ? "measured" : "derated datasheet", hw.effective_flops() / 1e12,
+                             hw.effective_bandwidth_Bps() / 1e12,
+                             hw.measured_gemm_flops > 0 ? ""
+                                                        : fmt::format(": x{:.3f} and x{:.3f} of the datasheet", hw.flops_derate,
+                                                                      hw.bandwidth_derate),
+                             100 * hw.attention_efficiency(2048));
   std::cout << fmt::format("implementation: {}; {:.0f} kernels, {:.2f} us each at least (launch + gap): {:.1f}% of the "
                            "iteration if every kernel sat at that floor\n",
                            implementation_name(cm->implementation()), it.kernels, cm->kernel_ns() / 1e3,
@@ -202,8 +226,9 @@ int run_cost(const CostArgs& a) {
   for (const auto& [s, ns] : by_source)
     std::cout << fmt::format("  {:<32} {:>11.2f} us {:>6.1f}%\n", s, ns / 1e3, 100 * ns / it.total_ns);
   std::cout << fmt::format("\nmemory per GPU: weights {:.3f} GB + KV cache {:.3f} GB ({:.0f} tokens) + activations {:.3f} GB "
-                           "= {:.3f} GB of {:.1f} GB\n",
-                           mem_weights / 1e9, mem_kv / 1e9, kv_tokens, mem_act / 1e9, mem_total / 1e9, hw.hbm_bytes / 1e9);
+                           "= {:.3f} GB ({:.2f} GiB) of {:.2f} GiB the runtime reports ({:.0f} MiB on the device)\n",
+                           mem_weights / 1e9, mem_kv / 1e9, kv_tokens, mem_act / 1e9, mem_total / 1e9, mem_total / kGiB,
+                           hw.hbm_bytes / kGiB, hw.hbm_physical_bytes / (1024.0 * 1024.0));
   return 0;
 }
 
@@ -226,8 +251,8 @@ void add_cost(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--pp", a->pp, "pipeline-parallel degree; the last stage is costed (default 1)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--tables", a->tables,
-                  "folder of measured CSV tables, or 'none' for the roofline alone (default "
-                  "results/calibration/<hardware calibration>)");
+                  "folder of measured CSV tables, 'none' for the roofline alone, or 'derived' for another device's "
+                  "tables scaled to this one (its derive_tables_from) (default results/calibration/<hardware calibration>)");
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->add_option("--implementation", a->implementation,
                   "how the model is executed: pytorch-lean (default: the kernels the h200-torch tables measure), "

@@ -114,6 +114,11 @@ struct CostModel::Impl {
   Implementation impl = Implementation::PytorchLean;
   double knl = 0;  // per-kernel floor (launch + gap) of kernels no table measures
   Ceilings ceil;
+  // Derived tables: the ceilings and launch floor of this device (ceil and knl then hold the
+  // tables device's, which cost every kernel before derive() moves it here).
+  bool derived = false;
+  Ceilings target;
+  double knl_target = 0;
   int tp = 1, pp = 1, layers_stage = 0;
   double H = 0, KV = 0, hd = 0, hidden = 0, ffn = 0, vocab = 0, b = 2;
 
@@ -165,6 +170,14 @@ struct CostModel::Impl {
     ceil = Ceilings{hw.effective_flops(), hw.effective_bandwidth_Bps()};
     impl = opt.fused_elementwise ? Implementation::Fused : opt.implementation;
     knl = hw.kernel_launch_ns > 0 ? hw.kernel_launch_ns : opt.kernel_floor_ns;
+    knl_target = knl;
+    if (opt.tables_device && !opt.tables_dir.empty()) {
+      const HardwareSpec& src = *opt.tables_device;
+      derived = true;
+      target = ceil;
+      ceil = Ceilings{src.effective_flops(), src.effective_bandwidth_Bps()};
+      knl = src.kernel_launch_ns > 0 ? src.kernel_launch_ns : opt.kernel_floor_ns;
+    }
 
     qkv = {hidden, (H + 2 * KV) * hd};
     o = {H * hd, hidden};
@@ -220,7 +233,7 @@ struct CostModel::Impl {
     }
   }
 
-  double roof(double flops, double bytes) const { return std::max(costtab::roof_ns(flops, bytes, ceil), opt.kernel_floor_ns); }
+  double roof(double flops, double bytes) const { return std::max(costtab::roof_ns(flops, bytes, ceil), knl); }
 
   // How compute-bound a kernel of these FLOPs and bytes is: its FLOP time over its roofline time.
   double compute_share(double flops, double bytes) const {
@@ -232,6 +245,27 @@ struct CostModel::Impl {
   double in_step(double ns, double flops, double bytes) const {
     return ns * (1 + (1 / hw.sustained_clock - 1) * compute_share(flops, bytes));
   }
+
+  // Derived tables: a part costed on the tables device, moved to this one. Its launch floors
+  // become this device's; the rest scales by the ratio of the two rooflines of its FLOPs and
+  // bytes (a memory-bound kernel by bandwidth, a compute-bound one by FLOP/s).
+  void derive(Part& p) const {
+    if (!derived || p.op == Op::AllReduce || p.op == Op::AllGather || p.op == Op::PpSend) return;
+    const double rs = costtab::roof_ns(p.flops, p.bytes, ceil), rt = costtab::roof_ns(p.flops, p.bytes, target);
+    const double ratio = rs > 0 ? rt / rs : 1, floors = p.kernels * knl;
+    p.ns = p.kernels * knl_target + std::max(0.0, p.ns - floors) * ratio;
+  }
+
+  // A sink that moves each part to this device (derived tables) before passing it on.
+  template <class S>
+  struct Moved {
+    const Impl& im;
+    S& s;
+    void operator()(Part p) const {
+      im.derive(p);
+      s(p);
+    }
+  };
 
   Part gemm_part(Op id, const GemmPlan& g, double M) const {
     const double flops = 2 * M * g.K * g.N, bytes = b * (M * g.K + g.K * g.N + M * g.N);
@@ -396,8 +430,9 @@ struct CostModel::Impl {
   double cached(std::atomic<double>* cache, long n, bool dense) const {
     auto compute = [&] {
       SumSink s;
-      if (dense) dense_parts(static_cast<double>(n), s);
-      else row_parts(static_cast<double>(n), s);
+      Moved<SumSink> ms{*this, s};
+      if (dense) dense_parts(static_cast<double>(n), ms);
+      else row_parts(static_cast<double>(n), ms);
       return s.total;
     };
     if (n <= 0) return 0;
@@ -447,7 +482,9 @@ struct CostModel::Impl {
       }
       return {Op::AttnPrefill, e.scaled ? Src::Scaled : Src::Table, File::Slice, e.ns, flops, bytes};
     }
-    return {Op::AttnPrefill, Src::Roofline, File::None, roof(flops, bytes), flops, bytes};
+    // No table: the FLOP ceiling at the device's attention efficiency for a chunk this long
+    // (short prompts fill few tiles), not the GEMM ceiling.
+    return {Op::AttnPrefill, Src::Roofline, File::None, roof(flops / hw.attention_efficiency(l), bytes), flops, bytes};
   }
 
   // Attention of a whole batch; sums into `sink` per layer x layers_stage. `nd` decode sequences.
@@ -593,7 +630,7 @@ const ModelSpec& CostModel::model() const { return impl_->m; }
 const CostOptions& CostModel::options() const { return impl_->opt; }
 int CostModel::stage_layers() const { return impl_->layers_stage; }
 Implementation CostModel::implementation() const { return impl_->impl; }
-double CostModel::kernel_ns() const { return impl_->knl; }
+double CostModel::kernel_ns() const { return impl_->knl_target; }
 
 std::vector<std::pair<std::string, int>> CostModel::layer_kernels(bool prefill) const {
   const Impl& im = *impl_;
@@ -647,14 +684,17 @@ IterationCost CostModel::iteration(std::span<const SeqWork> batch) const {
   const Impl& im = *impl_;
   const auto [M, R, nd] = batch_totals(batch);
   ListSink sink;
-  im.dense_parts(static_cast<double>(M), sink);
-  im.attention_parts<ListSink, true>(batch, nd, sink);
-  im.row_parts(static_cast<double>(R), sink);
+  Impl::Moved<ListSink> moved{im, sink};
+  im.dense_parts(static_cast<double>(M), moved);
+  im.attention_parts<Impl::Moved<ListSink>, true>(batch, nd, moved);
+  im.row_parts(static_cast<double>(R), moved);
   std::stable_sort(sink.parts.begin(), sink.parts.end(),
                    [](const Part& a, const Part& b) { return static_cast<int>(a.op) < static_cast<int>(b.op); });
   IterationCost out;
   for (const Part& p : sink.parts) {
-    out.ops.push_back(OpCost{im.op_name(p.op), p.ns, Impl::source_name(p.src, p.file), p.flops, p.bytes, p.kernels});
+    std::string src = Impl::source_name(p.src, p.file);
+    if (im.derived && p.file != File::None) src = "derived(" + im.opt.tables_device->name + "):" + src;
+    out.ops.push_back(OpCost{im.op_name(p.op), p.ns, std::move(src), p.flops, p.bytes, p.kernels});
     out.total_ns += p.ns;
     out.kernels += p.kernels;
   }
@@ -690,7 +730,8 @@ double CostModel::iteration_ns(std::span<const SeqWork> batch) const {
   const Impl& im = *impl_;
   const auto [M, R, nd] = batch_totals(batch);
   SumSink sink;
-  im.attention_parts<SumSink, false>(batch, nd, sink);
+  Impl::Moved<SumSink> moved{im, sink};
+  im.attention_parts<Impl::Moved<SumSink>, false>(batch, nd, moved);
   return im.cached(im.dense_cache.get(), M, true) + im.cached(im.rows_cache.get(), R, false) + sink.total;
 }
 

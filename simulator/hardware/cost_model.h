@@ -67,6 +67,10 @@ struct CostOptions {
   // Model the memory-bound layer work as an engine with fused kernels would run it (vLLM's
   // fused add+RMSNorm, rotary and SiLU·mul kernels): one roofline kernel per op at its least
   // traffic, instead of the measured PyTorch kernels (rope alone is several kernels there).
+  // Set with tables_dir naming another device's tables: that device, whose ceilings read its
+  // tables; each table time is then moved to this device by the ratio of the two rooflines
+  // (its launch floors swapped for this device's), and labelled derived.
+  std::shared_ptr<const HardwareSpec> tables_device;
   bool fused_elementwise = false;  // alias of implementation = fused (kept for old scenarios)
   Implementation implementation = Implementation::PytorchLean;
 };

@@ -263,7 +263,7 @@ TEST_CASE("cost hot path: iteration_ns equals the breakdown's total") {
 
 TEST_CASE("cost tables: leave-one-out error of every table") {
   const auto stats = costtab::leave_one_out(tables(), kH200);
-  REQUIRE(stats.size() == 6);
+  REQUIRE(stats.size() == 7);
   for (const auto& s : stats) {
     CAPTURE(s.file);
     CHECK(s.rows > 0);
@@ -273,8 +273,14 @@ TEST_CASE("cost tables: leave-one-out error of every table") {
   }
   CHECK(stats[0].file == "gemm.csv");
   CHECK(stats[0].median < 0.10);
-  CHECK(stats[1].file == "attention_decode.csv");
-  CHECK(stats[1].median < 0.15);
+  // By shape: every row of a GEMM shape predicted from the other shapes alone, as an unmeasured
+  // model's shapes are (measured: median 4.3%, p90 21.8%, worst 53% at dit_xl.mlp1 M=8, floor noise).
+  CHECK(stats[1].file == "gemm.csv by shape");
+  CHECK(stats[1].rows == 56);
+  CHECK(stats[1].median < 0.06);
+  CHECK(stats[1].p90 < 0.25);
+  CHECK(stats[2].file == "attention_decode.csv");
+  CHECK(stats[2].median < 0.15);
 }
 
 // PUBLISHED.md (ChatGLM2-6B): the README reports +42% generation speed at batch 1 on an
