@@ -8,11 +8,13 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "config/error.h"
 #include "hardware/cost_model.h"
+#include "hardware/dit.h"
 #include "hardware/tables.h"
 
 namespace sluice::cli {
@@ -22,7 +24,7 @@ namespace {
 struct CostArgs {
   std::string hardware = "h200", model = "llama2-7b", tables, lengths, implementation = "pytorch-lean";
   int batch = 1, tp = 1, pp = 1, slices = 0;
-  long context = -1, prefill = 0;
+  long context = -1, prefill = 0, tokens = 0;
   bool json = false, loo = false, fused = false;
 };
 
@@ -95,8 +97,68 @@ std::vector<SeqWork> build_batch(const CostArgs& a) {
   return batch;
 }
 
+// One DiT denoising step over `tokens` patch tokens (per image, --batch images).
+int run_dit(const CostArgs& a, const HardwareSpec& hw, const CostOptions& opt) {
+  const DitSpec d = load_dit(a.model, kCommandLine);
+  if (a.tokens <= 0)
+    throw ConfigError(kCommandLine, "--tokens", "0", fmt::format("{} is a diffusion transformer: a step needs its patch tokens", d.name),
+                      "--tokens P, e.g. 1024 (512 px for DiT-XL/2) or 4096 (1024 px for Flux.1)");
+  const CostModel cm(hw, d.as_model(), opt);
+  const IterationCost it = dit_step(cm, d, a.tokens, a.batch);
+  const double launch_ns = it.kernels * cm.kernel_ns();
+  if (a.json) {
+    nlohmann::ordered_json ops = nlohmann::ordered_json::array();
+    for (const auto& o : it.ops)
+      ops.push_back({{"op", o.op}, {"ns", o.ns}, {"kernels", o.kernels}, {"source", o.source}, {"flops", o.flops},
+                     {"bytes", o.bytes}});
+    std::cout << nlohmann::ordered_json{{"hardware", hw.name},
+                                        {"model", d.name},
+                                        {"mode", "dit_step"},
+                                        {"implementation", implementation_name(cm.implementation())},
+                                        {"patch_tokens", a.tokens},
+                                        {"text_tokens", d.text_tokens},
+                                        {"batch", a.batch},
+                                        {"tables_dir", opt.tables_dir},
+                                        {"total_ns", it.total_ns},
+                                        {"kernels", it.kernels},
+                                        {"launch_floor_share", it.total_ns > 0 ? launch_ns / it.total_ns : 0.0},
+                                        {"parameters", d.parameters()},
+                                        {"ops", ops}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("{} on {}: one denoising step of {} x {} patch tokens{}; {} blocks{}\n", d.name, hw.name, a.batch,
+                           a.tokens, d.text_tokens ? fmt::format(" and {} text tokens", d.text_tokens) : "", d.layers,
+                           d.single_layers ? fmt::format(" double-stream + {} single-stream", d.single_layers) : "");
+  std::cout << fmt::format("tables: {}\n", opt.tables_dir.empty() ? "none (roofline only)" : opt.tables_dir);
+  std::cout << fmt::format("implementation: {}; {:.0f} kernels, {:.1f}% of the step at the {:.2f} us launch floor\n",
+                           implementation_name(cm.implementation()), it.kernels, 100 * launch_ns / it.total_ns,
+                           cm.kernel_ns() / 1e3);
+  std::cout << fmt::format("step: {:.4f} ms  ({:.2f} B parameters)\n\n", it.total_ns / 1e6, d.parameters() / 1e9);
+  std::cout << fmt::format("{:<34} {:>11} {:>7} {:>8}  {:<36} {:>10}\n", "operation", "time (us)", "share", "kernels",
+                           "source", "GFLOP");
+  for (const auto& o : it.ops)
+    std::cout << fmt::format("{:<34} {:>11.2f} {:>6.1f}% {:>8.0f}  {:<36} {:>10.3f}\n", o.op, o.ns / 1e3,
+                             100 * o.ns / it.total_ns, o.kernels, o.source, o.flops / 1e9);
+  std::cout << fmt::format("{:<34} {:>11.2f} {:>6.1f}% {:>8.0f}\n", "total", it.total_ns / 1e3, 100.0, it.kernels);
+  return 0;
+}
+
 int run_cost(const CostArgs& a) {
   if (a.loo) return run_loo(a);
+  if (is_dit(a.model)) {
+    const HardwareSpec hw = load_hardware(a.hardware, kCommandLine);
+    CostOptions opt;
+    opt.tables_dir = resolve_tables(a, hw);
+    if (a.tables == "derived") opt.tables_device = std::make_shared<HardwareSpec>(load_hardware(hw.derive_tables_from, kCommandLine));
+    opt.fused_elementwise = a.fused;
+    opt.implementation = implementation_from_name(a.implementation);
+    return run_dit(a, hw, opt);
+  }
+  if (a.tokens > 0)
+    throw ConfigError(kCommandLine, "--tokens", std::to_string(a.tokens), fmt::format("{} is not a diffusion transformer", a.model),
+                      fmt::format("a model from models/dit/ ({})", fmt::join(catalog_names("models/dit"), ", ")));
   const HardwareSpec hw = load_hardware(a.hardware, kCommandLine);
   const ModelSpec m = load_model(a.model, kCommandLine);
   CostOptions opt;
@@ -238,7 +300,9 @@ void add_cost(CLI::App& app, CliContext& ctx) {
   auto* cmd = app.add_subcommand("cost", "Predicted time of one iteration (decode or prefill), by operation and source");
   auto a = std::make_shared<CostArgs>();
   cmd->add_option("--hardware", a->hardware, "device from models/hardware/ (default h200)");
-  cmd->add_option("--model", a->model, "model from models/llm/ (default llama2-7b)");
+  cmd->add_option("--model", a->model, "model from models/llm/ or models/dit/ (default llama2-7b)");
+  cmd->add_option("--tokens", a->tokens, "a DiT model (models/dit/): one denoising step over this many patch tokens per image")
+      ->check(CLI::Range(1L, 100'000'000L));
   cmd->add_option("--batch", a->batch, "sequences in the batch (default 1)")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--context", a->context,
                   "cached tokens per sequence: the KV length of a decode step (default 2048), or the prefix before "

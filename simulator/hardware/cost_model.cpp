@@ -701,6 +701,55 @@ IterationCost CostModel::iteration(std::span<const SeqWork> batch) const {
   return out;
 }
 
+namespace {
+OpCost named(const CostModel::Impl* im, const std::string& name, Part p);
+}  // namespace
+
+OpCost CostModel::gemm(const std::string& name, double M, double K, double N) const {
+  const Impl& im = *impl_;
+  Impl::GemmPlan g{K, N, im.gemm ? im.gemm->nearest(K, N, im.opt.max_shape_ratio) : -1};
+  Part p = im.gemm_part(Op::Qkv, g, M);
+  im.derive(p);
+  return named(impl_.get(), name, p);
+}
+
+OpCost CostModel::attention(const std::string& name, double q, double kv, int heads, int head_dim, bool causal) const {
+  const Impl& im = *impl_;
+  const double pairs = causal ? q * (kv - q) + q * (q + 1) / 2 : q * kv;
+  const double flops = 4.0 * head_dim * heads * pairs, bytes = im.b * head_dim * heads * (2 * q + 2 * kv);
+  Part p{Op::AttnPrefill, Src::Roofline, File::None, 0, flops, bytes, 1};
+  const int group = im.prefill ? im.prefill->plan(1.0, causal) : -1;
+  if (group >= 0) {
+    // The measured group at the length of equal work (sqrt(q kv) queries over as many keys),
+    // scaled by the width of the heads; a head dim that is not a multiple of 32 is padded to
+    // one, as the flash kernels tile it (DiT-XL's 72 runs as 96).
+    const auto& gr = im.prefill->groups()[static_cast<size_t>(group)];
+    const double l = causal ? q : std::sqrt(q * kv), padded = std::ceil(head_dim / 32.0) * 32;
+    Estimate e = im.prefill->estimate(group, l, im.ceil);
+    const double scale = heads * padded / (gr.heads * gr.head_dim);
+    e.ns = std::max(e.ns * scale, im.prefill->min_ns());
+    const bool exact = scale == 1 && q == kv && !e.scaled;
+    p = Part{Op::AttnPrefill, exact ? Src::Table : Src::Scaled, File::Prefill, e.ns, flops, bytes, 1};
+  } else {
+    p.ns = im.roof(flops / im.hw.attention_efficiency(q), bytes);
+  }
+  p.ns = im.in_step(p.ns, flops, bytes);
+  im.derive(p);
+  return named(impl_.get(), name, p);
+}
+
+OpCost CostModel::elementwise(const std::string& name, const std::string& table_op, double tokens, double bytes_per_token,
+                              double kernels) const {
+  const Impl& im = *impl_;
+  const costtab::ElementwiseTable::Op* t = im.elem && !table_op.empty() ? im.elem->find(table_op) : nullptr;
+  // With a table: `kernels` calls of the measured op, each moving its share of the traffic.
+  Part p = t ? im.elem_part(Op::Act, t, tokens, bytes_per_token / kernels, kernels, 1, true)
+             : im.kernels_part(Op::Act, kernels, tokens * bytes_per_token / kernels);
+  if (t) p.src = Src::Scaled;
+  im.derive(p);
+  return named(impl_.get(), name, p);
+}
+
 IterationCost CostModel::sliced_prefill(int batch, long tokens, int slices) const {
   if (batch < 1 || slices < 1 || tokens < slices || tokens % slices != 0)
     throw std::invalid_argument(fmt::format("{} tokens do not cut into {} equal slices", tokens, slices));
@@ -725,6 +774,14 @@ IterationCost CostModel::sliced_prefill(int batch, long tokens, int slices) cons
   }
   return it;
 }
+
+namespace {
+OpCost named(const CostModel::Impl* im, const std::string& name, Part p) {
+  std::string src = CostModel::Impl::source_name(p.src, p.file);
+  if (im->derived && p.file != File::None) src = "derived(" + im->opt.tables_device->name + "):" + src;
+  return OpCost{name, p.ns, std::move(src), p.flops, p.bytes, p.kernels};
+}
+}  // namespace
 
 double CostModel::iteration_ns(std::span<const SeqWork> batch) const {
   const Impl& im = *impl_;

@@ -93,6 +93,17 @@ class CostModel {
   // one after another, each after the previous slices' cache, through the decoder layers only
   // (no LM head): the parts of all slices merged, as model_steps.csv times a sliced prefill.
   IterationCost sliced_prefill(int batch, long tokens, int slices) const;
+  // Single kernels by shape, for workloads that are not decoder LLMs (a DiT step): each costed
+  // as the iteration costs its parts (tables first, scaled, then physics), moved to this
+  // device when its tables are derived, with the sustained clock applied.
+  //   gemm: y[M,N] = x[M,K] W[N,K]^T.
+  OpCost gemm(const std::string& name, double M, double K, double N) const;
+  //   attention of `q` query tokens over `kv` keys, `heads` heads of `head_dim` (no KV sharing).
+  OpCost attention(const std::string& name, double q, double kv, int heads, int head_dim, bool causal) const;
+  //   `kernels` memory-bound kernels over `tokens` rows of `bytes_per_token` in all: read from
+  //   elementwise.csv's `table_op` at the same traffic, or ("" or absent) at the copy ceiling.
+  OpCost elementwise(const std::string& name, const std::string& table_op, double tokens, double bytes_per_token,
+                     double kernels) const;
   // The same total, without building strings: the serving simulator's hot path (~0.5 us + ~4 ns
   // per sequence; per-token-count parts are cached lazily in relaxed atomics, so concurrent
   // calls from several threads are safe).
@@ -111,8 +122,10 @@ class CostModel {
   // `sluice cost` and tests; the same counts the iteration charges).
   std::vector<std::pair<std::string, int>> layer_kernels(bool prefill) const;
 
+ public:
+  struct Impl;  // public name only so the implementation file's helpers can reach it
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -9,6 +9,7 @@
 
 #include "config/schema.h"
 #include "hardware/cost_model.h"
+#include "hardware/dit.h"
 #include "hardware/tables.h"
 
 using namespace sluice;
@@ -159,4 +160,42 @@ TEST_CASE("fidelity: Llama-2-7B whole steps against model_steps.csv, each varian
     CHECK(sum / n < lim.first);
     CHECK(worst < lim.second);
   }
+}
+
+TEST_CASE("fidelity DiT: catalog shapes, kernels per block and one denoising step") {
+  const DitSpec dit = load_dit("dit-xl-2"), pixart = load_dit("pixart-sigma-xl"), flux = load_dit("flux1-dev");
+  CHECK(dit.layers == 28);
+  CHECK(dit.hidden == 1152);
+  CHECK(dit.head_dim == 72);
+  // Published sizes: DiT-XL/2 675 M parameters, PixArt-Sigma 0.6 B, Flux.1-dev about 12 B.
+  CHECK(dit.parameters() == doctest::Approx(675e6).epsilon(0.03));
+  CHECK(pixart.parameters() == doctest::Approx(0.6e9).epsilon(0.05));
+  CHECK(flux.parameters() == doctest::Approx(12e9).epsilon(0.05));
+  const HardwareSpec h200 = load_hardware("h200");
+  CostOptions o{1, 1, default_tables_dir(h200)};
+  const CostModel cm(h200, dit.as_model(), o);
+  const IterationCost s1k = dit_step(cm, dit, 1024), s4k = dit_step(cm, dit, 4096);
+  // Lean PyTorch DiT block: SiLU, adaLN linear, 2 x (LayerNorm + 3 modulate kernels), qkv, SDPA,
+  // the transpose-back copy, proj, 2 x (gate, add), fc1, GELU, fc2 = 21; plus 18 around them.
+  CHECK(s1k.kernels == 28 * 21 + 18);
+  // Non-causal attention grows with the square of the tokens, the rest linearly: 4x the tokens
+  // costs more than 4x minus the fixed part, less than 16x.
+  CHECK(s4k.total_ns > 3.5 * s1k.total_ns);
+  CHECK(s4k.total_ns < 16 * s1k.total_ns);
+  // Cross-attention to 300 text tokens (PixArt) costs something on the same backbone.
+  const CostModel cp(h200, pixart.as_model(), o);
+  CHECK(dit_step(cp, pixart, 1024).total_ns > s1k.total_ns);
+  // Flux.1-dev at 1024 px (4096 image + 512 text tokens): PUBLISHED.md's one-H100 run took
+  // 4.30 s for 28 steps (153.6 ms a step, torch.compile); the H200's tables, at the same
+  // tensor-core rate, should land within a quarter of that.
+  const CostModel cf(h200, flux.as_model(), o);
+  const double flux_ms = dit_step(cf, flux, 4096).total_ns / 1e6;
+  CHECK(flux_ms > 0.75 * 153.6);
+  CHECK(flux_ms < 1.25 * 153.6);
+  // The fused profile launches fewer kernels and is faster.
+  CostOptions of = o;
+  of.implementation = Implementation::Fused;
+  const CostModel cmf(h200, dit.as_model(), of);
+  CHECK(dit_step(cmf, dit, 1024).kernels < s1k.kernels);
+  CHECK(dit_step(cmf, dit, 1024).total_ns < s1k.total_ns);
 }
