@@ -10,6 +10,8 @@
 #include "config/schema.h"
 #include "hardware/cost_model.h"
 #include "hardware/dit.h"
+#include "recorder/serving_report.h"
+#include "workloads/serving/workload.h"
 #include "hardware/tables.h"
 
 using namespace sluice;
@@ -198,4 +200,17 @@ TEST_CASE("fidelity DiT: catalog shapes, kernels per block and one denoising ste
   const CostModel cmf(h200, dit.as_model(), of);
   CHECK(dit_step(cmf, dit, 1024).kernels < s1k.kernels);
   CHECK(dit_step(cmf, dit, 1024).total_ns < s1k.total_ns);
+}
+
+TEST_CASE("fidelity tokens: output counted as llmperf counts them, beside the model's own") {
+  // A Llama-3 reply of 150 tokens is 150 / 0.87 = 172.4 Llama-2 tokens when llmperf re-counts
+  // its text (models/tokenizers.yaml); Llama-2's own tokens count as they are.
+  const double l3 = serving::TokenizerTable::ratio("llama", "llama3", Origin{"test", 0, 0}, "tokenizer");
+  CHECK(l3 == doctest::Approx(0.87));
+  CHECK(llmperf_counted_tokens(150, l3) == 172);
+  CHECK(llmperf_counted_tokens(150, 1.0) == 150);
+  CHECK(llmperf_counted_tokens(1, l3) == 1);
+  // So a Llama-3 server's throughput reads 1 / 0.87 = 1.149x higher in llmperf: sluice's
+  // model-token figure is about 13% under it.
+  CHECK(1 - 150.0 / llmperf_counted_tokens(150, l3) == doctest::Approx(0.128).epsilon(0.01));
 }
