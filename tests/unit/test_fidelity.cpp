@@ -214,3 +214,34 @@ TEST_CASE("fidelity tokens: output counted as llmperf counts them, beside the mo
   // model-token figure is about 13% under it.
   CHECK(1 - 150.0 / llmperf_counted_tokens(150, l3) == doctest::Approx(0.128).epsilon(0.01));
 }
+
+TEST_CASE("fidelity devices: roofline attention at the device's curve, and H200 tables derived to an A100") {
+  const HardwareSpec a100 = load_hardware("a100-80gb"), h200 = load_hardware("h200");
+  const ModelSpec llama = load_model("llama2-7b");
+  // Roofline alone: 550-token prefill attention at 1 / 8.6 of the FLOP ceiling (Vidur's A100 rows).
+  const CostModel roof(a100, llama, CostOptions{1, 1, ""});
+  const auto it = roof.iteration(std::vector<SeqWork>{SeqWork{550, 0, true}});
+  const OpCost* att = find_op(it, "attention.prefill");
+  REQUIRE(att);
+  const double gemm_ceiling_ns = att->flops / a100.effective_flops() * 1e9;
+  CHECK(att->ns / gemm_ceiling_ns == doctest::Approx(8.6).epsilon(0.01));
+  CHECK(att->source == "roofline");
+  // Derived tables: the H200's rows moved to the A100 by the ratio of rooflines.
+  CostOptions d{1, 1, default_tables_dir(h200)};
+  d.tables_device = std::make_shared<HardwareSpec>(h200);
+  const CostModel derived(a100, llama, d), native(h200, llama, CostOptions{1, 1, default_tables_dir(h200)});
+  const std::vector<SeqWork> big{SeqWork{8192, 0, true}};
+  const IterationCost ia = derived.iteration(big), ih = native.iteration(big);
+  const OpCost *a = find_op(ia, "gemm.qkv"), *h = find_op(ih, "gemm.qkv");
+  REQUIRE(a);
+  CHECK(a->source == "derived(h200):table:gemm.csv");
+  // 8192-row GEMMs are compute-bound: the FLOP ratio 767.32 / 210 (the A100 has no sustained-clock
+  // figure, the H200's 0.87 stretches its own table), launch floors swapped.
+  const double h_table = h->ns / (1 + (1 / 0.87 - 1) * 1.0);  // the H200 row before its sustained clock
+  CHECK(a->ns == doctest::Approx(h_table * 767.32 / 209.976).epsilon(0.02));
+  // Batch-1 decode is memory-bound: about the bandwidth ratio 4.2293 / 1.4905 overall.
+  const std::vector<SeqWork> one{SeqWork{1, 2048, true}};
+  const double r = derived.iteration_ns(one) / native.iteration_ns(one);
+  CHECK(r > 2.0);
+  CHECK(r < 4.2293 / 1.4905);
+}
