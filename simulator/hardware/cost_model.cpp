@@ -3,23 +3,30 @@
 // What an iteration is made of, per layer of the stage (ceil(layers / pp) layers: the costed
 // stage is the last one, which also carries the LM head, so it is the pipeline's slowest):
 //   gemm.qkv, gemm.o, gemm.gate_up (gemm.up), gemm.down   M = all new tokens of the batch
-//   attention.prefill   per prefill chunk: causal over its l tokens after c cached ones
+//   attention.prefill   fresh prompts as one batched call; chunks after a prefix one each
 //   attention.decode    the decode sequences together, each over its own KV length
-//   elementwise         rmsnorm x2, rope (q and k), silu_mul (gelu), residual_add x2
+//   the implementation's memory-bound kernels (layer_elementwise): norms, rotary, cache
+//   writes, activation, residual adds, each with its kernel count
 //   allreduce           tensor parallel: 2 ring all-reduces of tokens x hidden
-// and once per iteration: the final norm, lm_head (only rows that sample a token: decode
-// sequences and the chunk that finishes a prompt, SeqWork::produces_token), sampling, the
+// and once per iteration: the embedding gather (first stage), the final norm (pytorch: of the
+// sampled rows only), lm_head (only rows that sample a token: decode sequences and the chunk
+// that finishes a prompt, SeqWork::produces_token), argmax (pytorch) or sampling (fused), the
 // logits all-gather (tp > 1) and the send of activations to the next stage (pp > 1).
-// Embedding lookups (first stage) are not costed: a gather of tokens x hidden bytes.
 //
 // Tensor parallel splits column-parallel GEMMs (qkv, gate_up, LM head) along N and
 // row-parallel ones (o, down) along K; each device keeps heads / tp query heads and
 // max(1, kv_heads / tp) KV heads (KV heads are replicated when tp exceeds them).
 //
 // Sources, in order: measured tables (interpolated, or scaled from the nearest measured point
-// or shape: see hardware/tables.h), then a roofline max(FLOPs / F, bytes / B, kernel floor)
-// over the device's effective ceilings. Collectives are analytic (ring formulas over the
+// or shape: see hardware/tables.h), then physics: a kernel no table measures moves its least
+// traffic at the copy ceiling (its FLOPs at the GEMM ceiling) and never costs less than the
+// device's per-kernel launch floor (kernel_launch). A whole step differs from its kernels
+// timed alone in two measured ways (model_steps.csv, Llama-2-7B): untabled kernels and their
+// floors, and the sustained clock of a long compute-bound step (compute-bound kernel time
+// stretches by 1 / sustained_clock). Collectives are analytic (ring formulas over the
 // device's scale-up links). Tables are measured in bf16; another dtype uses the roofline.
+// Derived tables (CostOptions::tables_device) cost every part on the tables' device and move
+// it to this one by the ratio of rooflines, with this device's launch floors.
 //
 // The serving hot path (iteration_ns) sums three precomputed parts: everything that depends
 // only on the batch's total new tokens M (cached per M), everything that depends only on the
