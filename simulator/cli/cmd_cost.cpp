@@ -131,7 +131,10 @@ int run_dit(const CostArgs& a, const HardwareSpec& hw, const CostOptions& opt) {
   std::cout << fmt::format("{} on {}: one denoising step of {} x {} patch tokens{}; {} blocks{}\n", d.name, hw.name, a.batch,
                            a.tokens, d.text_tokens ? fmt::format(" and {} text tokens", d.text_tokens) : "", d.layers,
                            d.single_layers ? fmt::format(" double-stream + {} single-stream", d.single_layers) : "");
-  std::cout << fmt::format("tables: {}\n", opt.tables_dir.empty() ? "none (roofline only)" : opt.tables_dir);
+  std::cout << fmt::format("tables: {}{}\n", opt.tables_dir.empty() ? "none (roofline only)" : opt.tables_dir,
+                           opt.tables_device ? fmt::format(" (derived from {}'s, scaled by the ratio of ceilings)",
+                                                           opt.tables_device->name)
+                                             : "");
   std::cout << fmt::format("implementation: {}; {:.0f} kernels, {:.1f}% of the step at the {:.2f} us launch floor\n",
                            implementation_name(cm.implementation()), it.kernels, 100 * launch_ns / it.total_ns,
                            cm.kernel_ns() / 1e3);
