@@ -241,6 +241,7 @@ int run_cost(const CostArgs& a) {
                              {"tokens_per_s", it.total_ns > 0 ? 1e9 * static_cast<double>(rows) / it.total_ns : 0.0},
                              {"ops", ops},
                              {"by_source", src},
+                             {"gemm_shapes", opt.tables_dir.empty() ? std::vector<std::string>{} : cm->gemm_sources()},
                              {"memory_per_gpu", {{"weights_bytes", mem_weights}, {"kv_bytes", mem_kv},
                                                  {"activation_bytes", mem_act}, {"total_bytes", mem_total},
                                                  {"hbm_bytes", hw.hbm_bytes}, {"hbm_gib", hw.hbm_bytes / kGiB},
@@ -290,6 +291,10 @@ int run_cost(const CostArgs& a) {
                            it.kernels);
   for (const auto& [s, ns] : by_source)
     std::cout << fmt::format("  {:<32} {:>11.2f} us {:>6.1f}%\n", s, ns / 1e3, 100 * ns / it.total_ns);
+  if (!opt.tables_dir.empty()) {
+    std::cout << "\nGEMM shapes:\n";
+    for (const auto& line : cm->gemm_sources()) std::cout << "  " << line << "\n";
+  }
   std::cout << fmt::format("\nmemory per GPU: weights {:.3f} GB + KV cache {:.3f} GB ({:.0f} tokens) + activations {:.3f} GB "
                            "= {:.3f} GB ({:.2f} GiB) of {:.2f} GiB the runtime reports ({:.0f} MiB on the device)\n",
                            mem_weights / 1e9, mem_kv / 1e9, kv_tokens, mem_act / 1e9, mem_total / 1e9, mem_total / kGiB,

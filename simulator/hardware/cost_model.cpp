@@ -655,6 +655,29 @@ std::vector<std::pair<std::string, int>> CostModel::layer_kernels(bool prefill) 
   return out;
 }
 
+std::vector<std::string> CostModel::gemm_sources() const {
+  const Impl& im = *impl_;
+  std::vector<std::string> out;
+  const std::pair<Op, const Impl::GemmPlan*> plans[] = {
+      {Op::Qkv, &im.qkv}, {Op::O, &im.o}, {Op::GateUp, &im.up}, {Op::Down, &im.down}, {Op::LmHead, &im.lm}};
+  for (const auto& [op, g] : plans) {
+    std::string line = fmt::format("{} (K {:.0f}, N {:.0f}): ", im.op_name(op), g->K, g->N);
+    if (!im.gemm || g->shape < 0) {
+      line += "roofline (no measured shape within the weight-size ratio)";
+    } else {
+      const auto& s = im.gemm->shapes()[static_cast<size_t>(g->shape)];
+      if (im.gemm->exact(g->shape, g->K, g->N))
+        line += fmt::format("measured as {}", s.op);
+      else
+        line += fmt::format("scaled from {} (K {:.0f}, N {:.0f}): its time at the same M x the ratio of the two rooflines "
+                            "(a memory-bound M by weight bytes, a compute-bound one by FLOPs)",
+                            s.op, s.K, s.N);
+    }
+    out.push_back(std::move(line));
+  }
+  return out;
+}
+
 const char* implementation_name(Implementation i) {
   switch (i) {
     case Implementation::PytorchLean: return "pytorch-lean";

@@ -118,6 +118,9 @@ class CostModel {
   // The per-kernel floor (launch + gap under CUDA-graph replay) charged to every kernel that no
   // table measures: the device's kernel_launch term, or kernel_floor_ns when it has none.
   double kernel_ns() const;
+  // How each GEMM of the model is read from gemm.csv: the measured shape it uses and the rule
+  // when that shape is not its own (one line per GEMM).
+  std::vector<std::string> gemm_sources() const;
   // Kernels one decoder layer launches, by op, for a step of `tokens` new tokens (for
   // `sluice cost` and tests; the same counts the iteration charges).
   std::vector<std::pair<std::string, int>> layer_kernels(bool prefill) const;
