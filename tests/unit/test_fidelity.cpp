@@ -157,6 +157,7 @@ TEST_CASE("fidelity: Llama-2-7B whole steps against model_steps.csv, each varian
       ++n;
     }
     REQUIRE(n == 20);
+    MESSAGE(name << ": mean absolute error " << 100 * sum / n << "%, worst " << 100 * worst << "% over " << n << " steps");
     CAPTURE(sum / n);
     CAPTURE(worst);
     CHECK(sum / n < lim.first);
