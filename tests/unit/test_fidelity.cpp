@@ -105,6 +105,13 @@ TEST_CASE("fidelity kernels: the kernels no table measures, on hand-computed poi
   const double per_row = 4096.0 * (6 + 8 + 4 + 8 + 6 + 4) + 4 + 8 + 8 + 4;  // 1208 MB over 8192 rows
   CHECK(find_op(n, "elementwise.rmsnorm")->bytes == doctest::Approx(2 * 32 * 8192 * per_row));
   CHECK(find_op(n, "elementwise.rmsnorm")->kernels == 2 * 32 * 8);
+  // Its rotary angle tables at decode: 2 calls x 12 kernels over 64 fp32 angles, each at the floor.
+  const auto nd = make("llama2-7b", Implementation::PytorchNaive).iteration(std::vector<SeqWork>{SeqWork{1, 511, true}});
+  CHECK(find_op(nd, "elementwise.rope_angles")->ns == doctest::Approx(32 * 24 * 1670.0));
+  // The fused profile's one cache write per layer (vLLM's reshape_and_cache) at 8192 tokens:
+  // k and v read and written, 4 x 8192 x 4096 x 2 B at the copy ceiling.
+  const auto f = make("llama2-7b", Implementation::Fused).iteration(std::vector<SeqWork>{SeqWork{8192, 0, true}});
+  CHECK(find_op(f, "kv_cache.write")->ns == doctest::Approx(32 * 2 * copy_ns));
 }
 
 TEST_CASE("fidelity launch term: the per-kernel floor moves small-batch steps and not large ones") {
