@@ -585,6 +585,19 @@ struct CostModel::Impl {
       }
       emit(p, 1);
     }
+    // PyTorch: the attention output [B, heads, T, d] transposed back to [B, T, heads * d] and
+    // reshaped is a copy once T > 1 (a decode step's is a view); one kernel per layer over the
+    // batch's prefill tokens. vLLM's kernels write the output in place.
+    if (impl != Implementation::Fused) {
+      double tokens = 0;
+      for (const SeqWork& s : batch)
+        if (s.new_tokens > 1) tokens += s.new_tokens;
+      if (tokens > 0) {
+        Part p = kernels_part(Op::AttnLayout, 1, 2 * tokens * H * hd * b);
+        p.ns *= L, p.bytes *= L, p.kernels *= L;
+        sink(p);
+      }
+    }
   }
 
   std::string op_name(Op op) const {
