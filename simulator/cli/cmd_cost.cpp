@@ -1,17 +1,20 @@
 // `sluice cost`: the predicted time of one iteration (a decode step or a prefill) of a model on
 // a device, broken down by operation and by source, so anyone can check the cost model against
 // a measurement of their own; `--leave-one-out` prints the tables' interpolation error.
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <map>
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "config/error.h"
 #include "hardware/cost_model.h"
+#include "hardware/dit.h"
 #include "hardware/tables.h"
 
 namespace sluice::cli {
@@ -19,16 +22,23 @@ namespace sluice::cli {
 namespace {
 
 struct CostArgs {
-  std::string hardware = "h200", model = "llama2-7b", tables, lengths;
-  int batch = 1, tp = 1, pp = 1;
-  long context = -1, prefill = 0;
+  std::string hardware = "h200", model = "llama2-7b", tables, lengths, implementation = "pytorch-lean";
+  int batch = 1, tp = 1, pp = 1, slices = 0;
+  long context = -1, prefill = 0, tokens = 0;
   bool json = false, loo = false, fused = false;
 };
 
 const Origin kCommandLine{"command line", 0, 0};
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::string resolve_tables(const CostArgs& a, const HardwareSpec& hw) {
   if (a.tables == "none") return "";
+  if (a.tables == "derived") {
+    if (hw.derive_tables_from.empty())
+      throw ConfigError(kCommandLine, "--tables", a.tables, fmt::format("{} names no device to derive tables from", hw.name),
+                        "a device whose catalog file sets derive_tables_from (h100-sxm, a100-80gb)");
+    return default_tables_dir(load_hardware(hw.derive_tables_from, kCommandLine));
+  }
   if (a.tables.empty()) return default_tables_dir(hw);
   return a.tables;
 }
@@ -87,15 +97,90 @@ std::vector<SeqWork> build_batch(const CostArgs& a) {
   return batch;
 }
 
+// One DiT denoising step over `tokens` patch tokens (per image, --batch images).
+int run_dit(const CostArgs& a, const HardwareSpec& hw, const CostOptions& opt) {
+  const DitSpec d = load_dit(a.model, kCommandLine);
+  if (a.tokens <= 0)
+    throw ConfigError(kCommandLine, "--tokens", "0", fmt::format("{} is a diffusion transformer: a step needs its patch tokens", d.name),
+                      "--tokens P, e.g. 1024 (512 px for DiT-XL/2) or 4096 (1024 px for Flux.1)");
+  const CostModel cm(hw, d.as_model(), opt);
+  const IterationCost it = dit_step(cm, d, a.tokens, a.batch);
+  const double launch_ns = it.kernels * cm.kernel_ns();
+  if (a.json) {
+    nlohmann::ordered_json ops = nlohmann::ordered_json::array();
+    for (const auto& o : it.ops)
+      ops.push_back({{"op", o.op}, {"ns", o.ns}, {"kernels", o.kernels}, {"source", o.source}, {"flops", o.flops},
+                     {"bytes", o.bytes}});
+    std::cout << nlohmann::ordered_json{{"hardware", hw.name},
+                                        {"model", d.name},
+                                        {"mode", "dit_step"},
+                                        {"implementation", implementation_name(cm.implementation())},
+                                        {"patch_tokens", a.tokens},
+                                        {"text_tokens", d.text_tokens},
+                                        {"batch", a.batch},
+                                        {"tables_dir", opt.tables_dir},
+                                        {"total_ns", it.total_ns},
+                                        {"kernels", it.kernels},
+                                        {"launch_floor_share", it.total_ns > 0 ? launch_ns / it.total_ns : 0.0},
+                                        {"parameters", d.parameters()},
+                                        {"ops", ops}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("{} on {}: one denoising step of {} x {} patch tokens{}; {} blocks{}\n", d.name, hw.name, a.batch,
+                           a.tokens, d.text_tokens ? fmt::format(" and {} text tokens", d.text_tokens) : "", d.layers,
+                           d.single_layers ? fmt::format(" double-stream + {} single-stream", d.single_layers) : "");
+  std::cout << fmt::format("tables: {}{}\n", opt.tables_dir.empty() ? "none (roofline only)" : opt.tables_dir,
+                           opt.tables_device ? fmt::format(" (derived from {}'s, scaled by the ratio of ceilings)",
+                                                           opt.tables_device->name)
+                                             : "");
+  std::cout << fmt::format("implementation: {}; {:.0f} kernels, {:.1f}% of the step at the {:.2f} us launch floor\n",
+                           implementation_name(cm.implementation()), it.kernels, 100 * launch_ns / it.total_ns,
+                           cm.kernel_ns() / 1e3);
+  std::cout << fmt::format("step: {:.4f} ms  ({:.2f} B parameters)\n\n", it.total_ns / 1e6, d.parameters() / 1e9);
+  std::cout << fmt::format("{:<34} {:>11} {:>7} {:>8}  {:<36} {:>10}\n", "operation", "time (us)", "share", "kernels",
+                           "source", "GFLOP");
+  for (const auto& o : it.ops)
+    std::cout << fmt::format("{:<34} {:>11.2f} {:>6.1f}% {:>8.0f}  {:<36} {:>10.3f}\n", o.op, o.ns / 1e3,
+                             100 * o.ns / it.total_ns, o.kernels, o.source, o.flops / 1e9);
+  std::cout << fmt::format("{:<34} {:>11.2f} {:>6.1f}% {:>8.0f}\n", "total", it.total_ns / 1e3, 100.0, it.kernels);
+  return 0;
+}
+
 int run_cost(const CostArgs& a) {
   if (a.loo) return run_loo(a);
+  if (is_dit(a.model)) {
+    const HardwareSpec hw = load_hardware(a.hardware, kCommandLine);
+    CostOptions opt;
+    opt.tables_dir = resolve_tables(a, hw);
+    if (a.tables == "derived") opt.tables_device = std::make_shared<HardwareSpec>(load_hardware(hw.derive_tables_from, kCommandLine));
+    opt.fused_elementwise = a.fused;
+    opt.implementation = implementation_from_name(a.implementation);
+    return run_dit(a, hw, opt);
+  }
+  if (a.tokens > 0)
+    throw ConfigError(kCommandLine, "--tokens", std::to_string(a.tokens), fmt::format("{} is not a diffusion transformer", a.model),
+                      fmt::format("a model from models/dit/ ({})", fmt::join(catalog_names("models/dit"), ", ")));
   const HardwareSpec hw = load_hardware(a.hardware, kCommandLine);
   const ModelSpec m = load_model(a.model, kCommandLine);
   CostOptions opt;
   opt.tensor_parallel = a.tp;
   opt.pipeline_parallel = a.pp;
   opt.tables_dir = resolve_tables(a, hw);
+  if (a.tables == "derived") opt.tables_device = std::make_shared<HardwareSpec>(load_hardware(hw.derive_tables_from, kCommandLine));
   opt.fused_elementwise = a.fused;
+  try {
+    opt.implementation = implementation_from_name(a.implementation);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(kCommandLine, "--implementation", a.implementation, e.what(), "pytorch-lean, pytorch-naive or fused");
+  }
+  if (a.slices > 0 && a.prefill <= 0)
+    throw ConfigError(kCommandLine, "--slices", std::to_string(a.slices), "slices cut a prefill", "--prefill T --slices K");
+  if (a.slices > 0 && a.prefill % a.slices != 0)
+    throw ConfigError(kCommandLine, "--slices", std::to_string(a.slices),
+                      fmt::format("{} tokens do not cut into {} equal slices", a.prefill, a.slices),
+                      "a divisor of the --prefill tokens");
   std::optional<CostModel> cm;
   try {
     cm.emplace(hw, m, opt);
@@ -103,8 +188,15 @@ int run_cost(const CostArgs& a) {
     throw ConfigError(kCommandLine, "cost", fmt::format("--tp {} --pp {} --tables {}", a.tp, a.pp, opt.tables_dir),
                       e.what(), "tp dividing the heads, pp <= layers, an existing tables folder or 'none'");
   }
-  const auto batch = build_batch(a);
-  const IterationCost it = cm->iteration(batch);
+  auto batch = build_batch(a);
+  IterationCost it;
+  if (a.slices > 0) {
+    it = cm->sliced_prefill(a.batch, a.prefill, a.slices);
+    for (auto& q : batch) q.produces_token = false;
+  } else {
+    it = cm->iteration(batch);
+  }
+  const double launch_ns = it.kernels * cm->kernel_ns();
   long tokens = 0, rows = 0;
   for (const auto& s : batch) {
     tokens += s.new_tokens;
@@ -124,27 +216,37 @@ int run_cost(const CostArgs& a) {
   if (a.json) {
     nlohmann::ordered_json ops = nlohmann::ordered_json::array();
     for (const auto& o : it.ops)
-      ops.push_back({{"op", o.op}, {"ns", o.ns}, {"source", o.source}, {"flops", o.flops}, {"bytes", o.bytes}});
+      ops.push_back({{"op", o.op}, {"ns", o.ns}, {"kernels", o.kernels}, {"source", o.source}, {"flops", o.flops},
+                     {"bytes", o.bytes}});
     nlohmann::ordered_json src = nlohmann::ordered_json::object();
     for (const auto& [s, ns] : by_source) src[s] = ns;
     nlohmann::ordered_json seqs = nlohmann::ordered_json::array();
     for (const auto& s : batch) seqs.push_back({{"new_tokens", s.new_tokens}, {"context", s.context}});
     nlohmann::ordered_json j{{"hardware", hw.name},
                              {"model", m.name},
-                             {"mode", is_prefill ? "prefill" : "decode"},
+                             {"mode", a.slices > 0 ? "sliced_prefill" : is_prefill ? "prefill" : "decode"},
+                             {"implementation", implementation_name(cm->implementation())},
+                             {"slices", a.slices},
                              {"tp", a.tp},
                              {"pp", a.pp},
                              {"stage_layers", cm->stage_layers()},
                              {"tables_dir", opt.tables_dir},
+                             {"tables_derived_from", opt.tables_device ? opt.tables_device->name : ""},
                              {"new_tokens", tokens},
                              {"sampled_rows", rows},
                              {"total_ns", it.total_ns},
+                             {"kernels", it.kernels},
+                             {"kernel_launch_ns", cm->kernel_ns()},
+                             {"launch_floor_share", it.total_ns > 0 ? launch_ns / it.total_ns : 0.0},
                              {"tokens_per_s", it.total_ns > 0 ? 1e9 * static_cast<double>(rows) / it.total_ns : 0.0},
                              {"ops", ops},
                              {"by_source", src},
+                             {"gemm_shapes", opt.tables_dir.empty() ? std::vector<std::string>{} : cm->gemm_sources()},
                              {"memory_per_gpu", {{"weights_bytes", mem_weights}, {"kv_bytes", mem_kv},
                                                  {"activation_bytes", mem_act}, {"total_bytes", mem_total},
-                                                 {"hbm_bytes", hw.hbm_bytes}}},
+                                                 {"hbm_bytes", hw.hbm_bytes}, {"hbm_gib", hw.hbm_bytes / kGiB},
+                                                 {"hbm_physical_bytes", hw.hbm_physical_bytes}}},
+                             {"roofline_only", opt.tables_dir.empty()},
                              {"batch", seqs}};
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -152,25 +254,51 @@ int run_cost(const CostArgs& a) {
 
   std::string what;
   if (!a.lengths.empty()) what = fmt::format("decode of {} sequences with KV lengths {}", batch.size(), a.lengths);
+  else if (a.slices > 0)
+    what = fmt::format("prefill of {} x {} tokens as {} slices of {} one after another (decoder layers only)", a.batch,
+                       a.prefill, a.slices, a.prefill / a.slices);
   else if (is_prefill)
     what = fmt::format("prefill of {} x {} tokens after {} cached", a.batch, a.prefill, batch.front().context);
   else what = fmt::format("decode, batch {} at context {}", a.batch, batch.front().context);
   std::cout << fmt::format("{} on {}: {}; tp {}, pp {} ({} of {} layers on the costed last stage)\n", m.name, hw.name,
                            what, a.tp, a.pp, cm->stage_layers(), m.layers);
-  std::cout << fmt::format("tables: {}\n", opt.tables_dir.empty() ? "none (roofline only)" : opt.tables_dir);
+  std::cout << fmt::format("tables: {}{}\n", opt.tables_dir.empty() ? "none (roofline only)" : opt.tables_dir,
+                           opt.tables_device ? fmt::format(" (derived: {}'s tables scaled to {} by the ratio of their "
+                                                           "ceilings, launch floors swapped; not measured on {})",
+                                                           opt.tables_device->name, hw.name, hw.name)
+                                             : "");
+  if (opt.tables_dir.empty())
+    std::cout << fmt::format("note: no measured kernel tables: every kernel is a roofline over {} ceilings ({:.0f} TFLOP/s, "
+                             "{:.2f} TB/s{}), prefill attention at {:.0f}% of the FLOP ceiling at 2048 tokens\n",
+                             hw.measured_gemm_flops > 0 ? "measured" : "derated datasheet", hw.effective_flops() / 1e12,
+                             hw.effective_bandwidth_Bps() / 1e12,
+                             hw.measured_gemm_flops > 0 ? ""
+                                                        : fmt::format(": x{:.3f} and x{:.3f} of the datasheet", hw.flops_derate,
+                                                                      hw.bandwidth_derate),
+                             100 * hw.attention_efficiency(2048));
+  std::cout << fmt::format("implementation: {}; {:.0f} kernels, {:.2f} us each at least (launch + gap): {:.1f}% of the "
+                           "iteration if every kernel sat at that floor\n",
+                           implementation_name(cm->implementation()), it.kernels, cm->kernel_ns() / 1e3,
+                           it.total_ns > 0 ? 100 * launch_ns / it.total_ns : 0.0);
   std::cout << fmt::format("iteration: {:.4f} ms  ({} new tokens, {} sampled: {:.0f} tokens/s)\n\n", it.total_ns / 1e6,
                            tokens, rows, it.total_ns > 0 ? 1e9 * static_cast<double>(rows) / it.total_ns : 0.0);
-  std::cout << fmt::format("{:<26} {:>11} {:>7}  {:<32} {:>10} {:>10}\n", "operation", "time (us)", "share", "source",
-                           "GFLOP", "MB");
+  std::cout << fmt::format("{:<26} {:>11} {:>7} {:>8}  {:<32} {:>10} {:>10}\n", "operation", "time (us)", "share",
+                           "kernels", "source", "GFLOP", "MB");
   for (const auto& o : it.ops)
-    std::cout << fmt::format("{:<26} {:>11.2f} {:>6.1f}%  {:<32} {:>10.3f} {:>10.2f}\n", o.op, o.ns / 1e3,
-                             100 * o.ns / it.total_ns, o.source, o.flops / 1e9, o.bytes / 1e6);
-  std::cout << fmt::format("{:<26} {:>11.2f} {:>6.1f}%\n\nby source:\n", "total", it.total_ns / 1e3, 100.0);
+    std::cout << fmt::format("{:<26} {:>11.2f} {:>6.1f}% {:>8.0f}  {:<32} {:>10.3f} {:>10.2f}\n", o.op, o.ns / 1e3,
+                             100 * o.ns / it.total_ns, o.kernels, o.source, o.flops / 1e9, o.bytes / 1e6);
+  std::cout << fmt::format("{:<26} {:>11.2f} {:>6.1f}% {:>8.0f}\n\nby source:\n", "total", it.total_ns / 1e3, 100.0,
+                           it.kernels);
   for (const auto& [s, ns] : by_source)
     std::cout << fmt::format("  {:<32} {:>11.2f} us {:>6.1f}%\n", s, ns / 1e3, 100 * ns / it.total_ns);
+  if (!opt.tables_dir.empty()) {
+    std::cout << "\nGEMM shapes:\n";
+    for (const auto& line : cm->gemm_sources()) std::cout << "  " << line << "\n";
+  }
   std::cout << fmt::format("\nmemory per GPU: weights {:.3f} GB + KV cache {:.3f} GB ({:.0f} tokens) + activations {:.3f} GB "
-                           "= {:.3f} GB of {:.1f} GB\n",
-                           mem_weights / 1e9, mem_kv / 1e9, kv_tokens, mem_act / 1e9, mem_total / 1e9, hw.hbm_bytes / 1e9);
+                           "= {:.3f} GB ({:.2f} GiB) of {:.2f} GiB the runtime reports ({:.0f} MiB on the device)\n",
+                           mem_weights / 1e9, mem_kv / 1e9, kv_tokens, mem_act / 1e9, mem_total / 1e9, mem_total / kGiB,
+                           hw.hbm_bytes / kGiB, hw.hbm_physical_bytes / (1024.0 * 1024.0));
   return 0;
 }
 
@@ -180,7 +308,9 @@ void add_cost(CLI::App& app, CliContext& ctx) {
   auto* cmd = app.add_subcommand("cost", "Predicted time of one iteration (decode or prefill), by operation and source");
   auto a = std::make_shared<CostArgs>();
   cmd->add_option("--hardware", a->hardware, "device from models/hardware/ (default h200)");
-  cmd->add_option("--model", a->model, "model from models/llm/ (default llama2-7b)");
+  cmd->add_option("--model", a->model, "model from models/llm/ or models/dit/ (default llama2-7b)");
+  cmd->add_option("--tokens", a->tokens, "a DiT model (models/dit/): one denoising step over this many patch tokens per image")
+      ->check(CLI::Range(1L, 100'000'000L));
   cmd->add_option("--batch", a->batch, "sequences in the batch (default 1)")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--context", a->context,
                   "cached tokens per sequence: the KV length of a decode step (default 2048), or the prefix before "
@@ -193,12 +323,18 @@ void add_cost(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--pp", a->pp, "pipeline-parallel degree; the last stage is costed (default 1)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--tables", a->tables,
-                  "folder of measured CSV tables, or 'none' for the roofline alone (default "
-                  "results/calibration/<hardware calibration>)");
+                  "folder of measured CSV tables, 'none' for the roofline alone, or 'derived' for another device's "
+                  "tables scaled to this one (its derive_tables_from) (default results/calibration/<hardware calibration>)");
   cmd->add_flag("--json", a->json, "machine-readable output");
-  cmd->add_flag("--fused-elementwise", a->fused,
-                "cost norms, rotary, SiLU·mul and residual adds as fused roofline kernels (as vLLM runs them) instead of "
-                "the measured PyTorch kernels");
+  cmd->add_option("--implementation", a->implementation,
+                  "how the model is executed: pytorch-lean (default: the kernels the h200-torch tables measure), "
+                  "pytorch-naive (fp32 RMSNorm by hand, rotary rebuilding its angles per call) or fused (vLLM-style "
+                  "fused norm, rotary, activation and cache-write kernels)");
+  cmd->add_option("--slices", a->slices,
+                  "with --prefill T: T tokens as this many equal slices one after another, each after the previous "
+                  "slices' cache (decoder layers only)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_flag("--fused-elementwise", a->fused, "the same as --implementation fused (kept for old scripts)");
   cmd->add_flag("--leave-one-out", a->loo,
                 "instead: the tables' interpolation error, each measured row predicted from the others");
   cmd->callback([a, &ctx] { ctx.action = [a]() -> int { return run_cost(*a); }; });

@@ -3,23 +3,30 @@
 // What an iteration is made of, per layer of the stage (ceil(layers / pp) layers: the costed
 // stage is the last one, which also carries the LM head, so it is the pipeline's slowest):
 //   gemm.qkv, gemm.o, gemm.gate_up (gemm.up), gemm.down   M = all new tokens of the batch
-//   attention.prefill   per prefill chunk: causal over its l tokens after c cached ones
+//   attention.prefill   fresh prompts as one batched call; chunks after a prefix one each
 //   attention.decode    the decode sequences together, each over its own KV length
-//   elementwise         rmsnorm x2, rope (q and k), silu_mul (gelu), residual_add x2
+//   the implementation's memory-bound kernels (layer_elementwise): norms, rotary, cache
+//   writes, activation, residual adds, each with its kernel count
 //   allreduce           tensor parallel: 2 ring all-reduces of tokens x hidden
-// and once per iteration: the final norm, lm_head (only rows that sample a token: decode
-// sequences and the chunk that finishes a prompt, SeqWork::produces_token), sampling, the
+// and once per iteration: the embedding gather (first stage), the final norm (pytorch: of the
+// sampled rows only), lm_head (only rows that sample a token: decode sequences and the chunk
+// that finishes a prompt, SeqWork::produces_token), argmax (pytorch) or sampling (fused), the
 // logits all-gather (tp > 1) and the send of activations to the next stage (pp > 1).
-// Embedding lookups (first stage) are not costed: a gather of tokens x hidden bytes.
 //
 // Tensor parallel splits column-parallel GEMMs (qkv, gate_up, LM head) along N and
 // row-parallel ones (o, down) along K; each device keeps heads / tp query heads and
 // max(1, kv_heads / tp) KV heads (KV heads are replicated when tp exceeds them).
 //
 // Sources, in order: measured tables (interpolated, or scaled from the nearest measured point
-// or shape: see hardware/tables.h), then a roofline max(FLOPs / F, bytes / B, kernel floor)
-// over the device's effective ceilings. Collectives are analytic (ring formulas over the
+// or shape: see hardware/tables.h), then physics: a kernel no table measures moves its least
+// traffic at the copy ceiling (its FLOPs at the GEMM ceiling) and never costs less than the
+// device's per-kernel launch floor (kernel_launch). A whole step differs from its kernels
+// timed alone in two measured ways (model_steps.csv, Llama-2-7B): untabled kernels and their
+// floors, and the sustained clock of a long compute-bound step (compute-bound kernel time
+// stretches by 1 / sustained_clock). Collectives are analytic (ring formulas over the
 // device's scale-up links). Tables are measured in bf16; another dtype uses the roofline.
+// Derived tables (CostOptions::tables_device) cost every part on the tables' device and move
+// it to this one by the ratio of rooflines, with this device's launch floors.
 //
 // The serving hot path (iteration_ns) sums three precomputed parts: everything that depends
 // only on the batch's total new tokens M (cached per M), everything that depends only on the
@@ -49,8 +56,8 @@ using costtab::Ceilings;
 using costtab::Estimate;
 
 enum class Op : uint8_t {
-  Qkv, O, GateUp, Down, AttnPrefill, AttnDecode, Norm, Rope, Act, Residual, LmHead, Sampling, AllReduce, AllGather,
-  PpSend, Count
+  Embed, Qkv, O, GateUp, Down, AttnPrefill, AttnDecode, AttnLayout, KvWrite, Norm, Rope, RopeAngles, Act, Residual,
+  FinalNorm, LmHead, Argmax, Sampling, AllReduce, AllGather, PpSend, Count
 };
 enum class Src : uint8_t { Table, Scaled, Roofline, Analytic, Network };
 enum class File : uint8_t { None, Gemm, Decode, Prefill, Slice, Elementwise };
@@ -73,6 +80,7 @@ struct Part {
   Src src;
   File file;
   double ns, flops, bytes;
+  double kernels = 1;
 };
 
 // Sums parts (the hot path).
@@ -90,6 +98,7 @@ struct ListSink {
         q.ns += p.ns;
         q.flops += p.flops;
         q.bytes += p.bytes;
+        q.kernels += p.kernels;
         return;
       }
     parts.push_back(p);
@@ -109,7 +118,14 @@ struct CostModel::Impl {
   HardwareSpec hw;
   ModelSpec m;
   CostOptions opt;
+  Implementation impl = Implementation::PytorchLean;
+  double knl = 0;  // per-kernel floor (launch + gap) of kernels no table measures
   Ceilings ceil;
+  // Derived tables: the ceilings and launch floor of this device (ceil and knl then hold the
+  // tables device's, which cost every kernel before derive() moves it here).
+  bool derived = false;
+  Ceilings target;
+  double knl_target = 0;
   int tp = 1, pp = 1, layers_stage = 0;
   double H = 0, KV = 0, hd = 0, hidden = 0, ffn = 0, vocab = 0, b = 2;
 
@@ -159,6 +175,16 @@ struct CostModel::Impl {
     vocab = std::ceil(static_cast<double>(m.vocab) / tp);
     b = m.dtype_bytes;
     ceil = Ceilings{hw.effective_flops(), hw.effective_bandwidth_Bps()};
+    impl = opt.fused_elementwise ? Implementation::Fused : opt.implementation;
+    knl = hw.kernel_launch_ns > 0 ? hw.kernel_launch_ns : opt.kernel_floor_ns;
+    knl_target = knl;
+    if (opt.tables_device && !opt.tables_dir.empty()) {
+      const HardwareSpec& src = *opt.tables_device;
+      derived = true;
+      target = ceil;
+      ceil = Ceilings{src.effective_flops(), src.effective_bandwidth_Bps()};
+      knl = src.kernel_launch_ns > 0 ? src.kernel_launch_ns : opt.kernel_floor_ns;
+    }
 
     qkv = {hidden, (H + 2 * KV) * hd};
     o = {H * hd, hidden};
@@ -214,28 +240,88 @@ struct CostModel::Impl {
     }
   }
 
-  double roof(double flops, double bytes) const { return std::max(costtab::roof_ns(flops, bytes, ceil), opt.kernel_floor_ns); }
+  double roof(double flops, double bytes) const { return std::max(costtab::roof_ns(flops, bytes, ceil), knl); }
+
+  // How compute-bound a kernel of these FLOPs and bytes is: its FLOP time over its roofline time.
+  double compute_share(double flops, double bytes) const {
+    const double r = costtab::roof_ns(flops, bytes, ceil);
+    return r > 0 ? costtab::roof_ns(flops, 0, ceil) / r : 0;
+  }
+
+  // A kernel's time inside a whole step: its tensor-core share runs at the sustained clock.
+  double in_step(double ns, double flops, double bytes) const {
+    return ns * (1 + (1 / hw.sustained_clock - 1) * compute_share(flops, bytes));
+  }
+
+  // Derived tables: a part costed on the tables device, moved to this one. Its launch floors
+  // become this device's; the rest scales by the ratio of the two rooflines of its FLOPs and
+  // bytes (a memory-bound kernel by bandwidth, a compute-bound one by FLOP/s).
+  void derive(Part& p) const {
+    if (!derived || p.op == Op::AllReduce || p.op == Op::AllGather || p.op == Op::PpSend) return;
+    const double rs = costtab::roof_ns(p.flops, p.bytes, ceil), rt = costtab::roof_ns(p.flops, p.bytes, target);
+    const double ratio = rs > 0 ? rt / rs : 1, floors = p.kernels * knl;
+    p.ns = p.kernels * knl_target + std::max(0.0, p.ns - floors) * ratio;
+  }
+
+  // A sink that moves each part to this device (derived tables) before passing it on.
+  template <class S>
+  struct Moved {
+    const Impl& im;
+    S& s;
+    void operator()(Part p) const {
+      im.derive(p);
+      s(p);
+    }
+  };
 
   Part gemm_part(Op id, const GemmPlan& g, double M) const {
     const double flops = 2 * M * g.K * g.N, bytes = b * (M * g.K + g.K * g.N + M * g.N);
     if (gemm && g.shape >= 0) {
-      const Estimate e = gemm->estimate(g.shape, M, g.K, g.N, b, ceil);
-      return {id, e.scaled ? Src::Scaled : Src::Table, File::Gemm, e.ns, flops, bytes};
+      Estimate e = gemm->estimate(g.shape, M, g.K, g.N, b, ceil);
+      // Rows are computed in tiles of 64 (cuBLAS's smaller Hopper tiles): where the GEMM is
+      // compute-bound, a row count between multiples costs the next multiple's FLOPs. The
+      // table's rows are all multiples of 64, so this only moves unmeasured M.
+      const double Mq = std::ceil(M / 64) * 64;
+      e.ns *= costtab::roof_ns(2 * Mq * g.K * g.N, bytes, ceil) / costtab::roof_ns(flops, bytes, ceil);
+      return {id, e.scaled ? Src::Scaled : Src::Table, File::Gemm, in_step(e.ns, flops, bytes), flops, bytes};
     }
-    return {id, Src::Roofline, File::None, roof(flops, bytes), flops, bytes};
+    return {id, Src::Roofline, File::None, in_step(roof(flops, bytes), flops, bytes), flops, bytes};
   }
 
-  // `calls` kernels of an elementwise op over `tokens` rows moving `bpt` bytes per row.
-  Part elem_part(Op id, const costtab::ElementwiseTable::Op* t, double tokens, double bpt, double calls,
+  // `calls` calls of a measured elementwise op over `tokens` rows moving `bpt` bytes per row;
+  // `kpc` kernels per call (the table's time per call already holds their floors and gaps).
+  Part elem_part(Op id, const costtab::ElementwiseTable::Op* t, double tokens, double bpt, double calls, double kpc,
                  bool other_op = false) const {
     const double bytes = tokens * bpt, flops = tokens * bpt / b * 4;
-    if (opt.fused_elementwise) return {id, Src::Roofline, File::None, roof(flops, bytes) * calls, flops * calls, bytes * calls};
     if (t) {
       const Estimate e = elem->estimate(*t, tokens, bpt);
       return {id, (e.scaled || other_op) ? Src::Scaled : Src::Table, File::Elementwise, e.ns * calls, flops * calls,
-              bytes * calls};
+              bytes * calls, kpc * calls};
     }
-    return {id, Src::Roofline, File::None, roof(flops, bytes) * calls, flops * calls, bytes * calls};
+    return {id, Src::Analytic, File::None, calls * kpc * kernel(bytes / kpc, flops / kpc), flops * calls, bytes * calls,
+            kpc * calls};
+  }
+
+  // One kernel that no table measures: its traffic at the copy ceiling (FLOPs at the GEMM
+  // ceiling), never under the device's per-kernel floor.
+  double kernel(double bytes, double flops = 0) const { return std::max(costtab::roof_ns(flops, bytes, ceil), knl); }
+
+  // `n` kernels of `bytes` each, from physics (Src::Analytic).
+  Part kernels_part(Op id, double n, double bytes, double flops = 0) const {
+    return {id, Src::Analytic, File::None, n * kernel(bytes, flops), n * flops, n * bytes, n};
+  }
+
+  // RMSNorm upcast to fp32 by hand over `rows` rows (pytorch-naive): x.float(), pow(2), mean,
+  // + eps, rsqrt, x * r, .to(bf16), * weight: eight kernels, each at its own traffic.
+  Part naive_norm_part(Op id, double rows) const {
+    const double h = hidden, f = 4;  // fp32 bytes
+    const double per_row[8] = {h * (b + f), 2 * h * f, h * f + f, 2 * f, 2 * f, h * f + f + h * f, h * (f + b), 2 * h * b};
+    Part p{id, Src::Analytic, File::None, 0, rows * h * 6, 0, 8};
+    for (double bpr : per_row) {
+      p.ns += kernel(rows * bpr);
+      p.bytes += rows * bpr;
+    }
+    return p;
   }
 
   // Ring collective over tp devices: all-reduce moves 2(n-1)/n of the data in 2(n-1) steps,
@@ -243,6 +329,49 @@ struct CostModel::Impl {
   double ring_ns(double bytes, double steps_factor) const {
     const double n = tp;
     return steps_factor * ((n - 1) / n * bytes / hw.interconnect_Bps * 1e9 + (n - 1) * hw.interconnect_latency_ns);
+  }
+
+  // A fused kernel (vLLM): `calls` kernels of `bpt` bytes per token each, at the least traffic.
+  Part fused_part(Op id, double M, double bpt, double calls) const {
+    const double bytes = M * bpt, flops = M * bpt / b * 4;
+    return {id, Src::Roofline, File::None, calls * kernel(bytes, flops), calls * flops, calls * bytes, calls};
+  }
+
+  // The per-layer memory-bound kernels of the implementation, over M new tokens.
+  //   pytorch-lean: F.rms_norm x2 (1 kernel each, table), rotary on q and on k (7 kernels each:
+  //     4 multiplies, 2 adds, a concat; table), k and v copied into the dense cache (2 copy
+  //     kernels, physics), F.silu(g) * u (2 kernels, table), residual adds x2 (table).
+  //   pytorch-naive: the norms as 8 kernels each in fp32 (physics), and each rotary call first
+  //     rebuilds its angle table (12 small kernels: arange, pow, outer product, cat, cos, sin and
+  //     casts; physics) before the same 7 kernels.
+  //   fused: fused add+RMSNorm x2, one rotary kernel over q and k, one SiLU*mul, one cache write.
+  template <class Layer>
+  void layer_elementwise(double M, Layer& layer) const {
+    const double kv_row = KV * hd * b;  // one token's k (or v) on this device
+    if (impl == Implementation::Fused) {
+      layer(fused_part(Op::Norm, M, 4 * hidden * b, 2));  // reads x and residual, writes both
+      if (!m.learned_positions) layer(fused_part(Op::Rope, M, 2 * (H + KV) * hd * b, 1));
+      layer(fused_part(Op::Act, M, (m.gated_ffn ? 3 : 2) * ffn * b, 1));
+      layer(fused_part(Op::KvWrite, M, 4 * kv_row, 1));
+      return;
+    }
+    if (impl == Implementation::PytorchNaive && !m.layernorm) {
+      Part p = naive_norm_part(Op::Norm, M);
+      p.ns *= 2, p.flops *= 2, p.bytes *= 2, p.kernels *= 2;
+      layer(p);
+    } else {
+      layer(elem_part(Op::Norm, e_norm, M, 2 * hidden * b, 2, 1, m.layernorm));
+    }
+    if (!m.learned_positions) {
+      if (impl == Implementation::PytorchNaive)  // per call: 12 kernels over the step's positions x hd/2 angles
+        layer(kernels_part(Op::RopeAngles, 2 * 12, M * hd / 2 * 4 * 2));
+      layer(elem_part(Op::Rope, e_rope, M, 2 * H * hd * b, 1, 7));
+      layer(elem_part(Op::Rope, e_rope, M, 2 * KV * hd * b, 1, 7));
+    }
+    layer(kernels_part(Op::KvWrite, 2, 2 * M * kv_row));  // cache[:, :, pos:pos+T] = k (and v)
+    if (m.gated_ffn) layer(elem_part(Op::Act, e_act, M, 3 * ffn * b, 1, 2));
+    else layer(elem_part(Op::Act, e_act, M, 2 * ffn * b, 1, 1, true));
+    layer(elem_part(Op::Residual, e_res, M, 3 * hidden * b, 2, 1));
   }
 
   // Every part that depends only on the total new tokens M of the batch.
@@ -254,35 +383,32 @@ struct CostModel::Impl {
       p.ns *= L;
       p.flops *= L;
       p.bytes *= L;
+      p.kernels *= L;
       sink(p);
     };
     layer(gemm_part(Op::Qkv, qkv, M));
     layer(gemm_part(Op::O, o, M));
     layer(gemm_part(Op::GateUp, up, M));
     layer(gemm_part(Op::Down, down, M));
-    layer(elem_part(Op::Norm, e_norm, M, 2 * hidden * b, 2, m.layernorm));
-    if (!m.learned_positions) {
-      layer(elem_part(Op::Rope, e_rope, M, 2 * H * hd * b, 1));
-      layer(elem_part(Op::Rope, e_rope, M, 2 * KV * hd * b, 1));
-    }
-    if (m.gated_ffn) layer(elem_part(Op::Act, e_act, M, 3 * ffn * b, 1));
-    else layer(elem_part(Op::Act, e_act, M, 2 * ffn * b, 1, true));
-    layer(elem_part(Op::Residual, e_res, M, 3 * hidden * b, 2));
+    layer_elementwise(M, layer);
     if (tp > 1) {
       const double bytes = M * hidden * b;
       if (opt.comm_on_fabric)
-        layer(Part{Op::AllReduce, Src::Network, File::None, 0, 2 * M * hidden, 2 * bytes});
+        layer(Part{Op::AllReduce, Src::Network, File::None, 0, 2 * M * hidden, 2 * bytes, 2});
       else if (opt.allreduce_ns)
-        layer(Part{Op::AllReduce, Src::Network, File::None, 2 * opt.allreduce_ns(bytes), 2 * M * hidden, 2 * bytes});
+        layer(Part{Op::AllReduce, Src::Network, File::None, 2 * opt.allreduce_ns(bytes), 2 * M * hidden, 2 * bytes, 2});
       else
-        layer(Part{Op::AllReduce, Src::Analytic, File::None, 2 * ring_ns(bytes, 2), 2 * M * hidden, 2 * bytes});
+        layer(Part{Op::AllReduce, Src::Analytic, File::None, 2 * ring_ns(bytes, 2), 2 * M * hidden, 2 * bytes, 2});
     }
-    sink(elem_part(Op::Norm, e_norm, M, 2 * hidden * b, 1, m.layernorm));  // final norm
+    if (pp == 1)  // the embedding gather (first stage): a row of the table read and written per token
+      sink(kernels_part(Op::Embed, 1, 2 * M * hidden * b));
+    if (impl == Implementation::Fused)  // vLLM normalises every token, then selects the sampled rows
+      sink(fused_part(Op::FinalNorm, M, 2 * hidden * b, 1));
     if (pp > 1 && !opt.comm_on_fabric) {
       const double bytes = M * hidden * b;
       const bool nvlink = hw.interconnect_Bps > 0;
       const double bw = nvlink ? hw.interconnect_Bps : hw.pcie_Bps;
-      sink(Part{Op::PpSend, Src::Analytic, File::None, bytes / bw * 1e9 + (nvlink ? hw.interconnect_latency_ns : 0), 0, bytes});
+      sink(Part{Op::PpSend, Src::Analytic, File::None, bytes / bw * 1e9 + (nvlink ? hw.interconnect_latency_ns : 0), 0, bytes, 1});
     }
   }
 
@@ -290,21 +416,32 @@ struct CostModel::Impl {
   template <class Sink>
   void row_parts(double R, Sink& sink) const {
     if (R <= 0) return;
-    sink(gemm_part(Op::LmHead, lm, R));
-    // Sampling over the full vocabulary: fp32 logits written, read by softmax, read by the sampler.
-    const double v = m.vocab, bytes = R * v * 4 * 3, flops = R * v * 5;
-    sink(Part{Op::Sampling, Src::Roofline, File::None, roof(flops, bytes), flops, bytes});
+    const double v = m.vocab;
+    if (impl != Implementation::Fused) {
+      // The norm of each sequence's last token only, then the LM head and a greedy argmax
+      // over the bf16 logits (one reduction kernel reading them all).
+      if (impl == Implementation::PytorchNaive && !m.layernorm) sink(naive_norm_part(Op::FinalNorm, R));
+      else sink(elem_part(Op::FinalNorm, e_norm, R, 2 * hidden * b, 1, 1, m.layernorm));
+      sink(gemm_part(Op::LmHead, lm, R));
+      sink(kernels_part(Op::Argmax, 1, R * v * b + R * 8, R * v));
+    } else {
+      sink(gemm_part(Op::LmHead, lm, R));
+      // Sampling over the full vocabulary: fp32 logits written, read by softmax, read by the sampler.
+      const double bytes = R * v * 4 * 3, flops = R * v * 5;
+      sink(Part{Op::Sampling, Src::Roofline, File::None, roof(flops, bytes), flops, bytes});
+    }
     if (tp > 1) {
       const double g = R * static_cast<double>(m.vocab) * b;
-      sink(Part{Op::AllGather, Src::Analytic, File::None, ring_ns(g, 1), 0, g});
+      sink(Part{Op::AllGather, Src::Analytic, File::None, ring_ns(g, 1), 0, g, 1});
     }
   }
 
   double cached(std::atomic<double>* cache, long n, bool dense) const {
     auto compute = [&] {
       SumSink s;
-      if (dense) dense_parts(static_cast<double>(n), s);
-      else row_parts(static_cast<double>(n), s);
+      Moved<SumSink> ms{*this, s};
+      if (dense) dense_parts(static_cast<double>(n), ms);
+      else row_parts(static_cast<double>(n), ms);
       return s.total;
     };
     if (n <= 0) return 0;
@@ -318,6 +455,12 @@ struct CostModel::Impl {
   }
 
   // One prefill chunk's attention per layer.
+  // FLOPs and bytes of one chunk's attention (no time).
+  Part prefill_part_work(double l, double c) const {
+    const double pairs = l * c + l * (l + 1) / 2;
+    return {Op::AttnPrefill, Src::Analytic, File::None, 0, 4 * hd * H * pairs, b * hd * (2 * l * H + 2 * (c + l) * KV)};
+  }
+
   Part prefill_part(double l, double c) const {
     const double pairs = l * c + l * (l + 1) / 2;
     const double flops = 4 * hd * H * pairs, bytes = b * hd * (2 * l * H + 2 * (c + l) * KV);
@@ -348,7 +491,9 @@ struct CostModel::Impl {
       }
       return {Op::AttnPrefill, e.scaled ? Src::Scaled : Src::Table, File::Slice, e.ns, flops, bytes};
     }
-    return {Op::AttnPrefill, Src::Roofline, File::None, roof(flops, bytes), flops, bytes};
+    // No table: the FLOP ceiling at the device's attention efficiency for a chunk this long
+    // (short prompts fill few tiles), not the GEMM ceiling.
+    return {Op::AttnPrefill, Src::Roofline, File::None, roof(flops / hw.attention_efficiency(l), bytes), flops, bytes};
   }
 
   // Attention of a whole batch; sums into `sink` per layer x layers_stage. `nd` decode sequences.
@@ -398,21 +543,68 @@ struct CostModel::Impl {
         bytes = b * hd * (2 * KV * lsum + 2 * H * static_cast<double>(nd));
         t = roof(flops, bytes);
       }
-      sink(Part{Op::AttnDecode, src, file, t * L, flops * L, bytes * L});
+      sink(Part{Op::AttnDecode, src, file, t * L, flops * L, bytes * L, L});
     }
     if (static_cast<size_t>(nd) == batch.size()) return;
-    for (const SeqWork& s : batch) {
-      if (s.new_tokens <= 1) continue;
-      Part p = prefill_part(s.new_tokens, s.context);
-      p.ns *= L;
+    // Chunks after a cached prefix: one attention call each. Fresh prompts (no prefix) are one
+    // batched call: it costs as a single prompt of the same causal FLOPs, sqrt(sum of l^2)
+    // tokens (a batch fills the device as a longer prompt does), never less than its longest
+    // prompt alone.
+    double sq = 0, lmax = 0, n_fresh = 0;
+    auto emit = [&](Part p, double kernels) {
+      p.ns = in_step(p.ns, p.flops, p.bytes) * L;
       p.flops *= L;
       p.bytes *= L;
+      p.kernels = kernels * L;
       sink(p);
+    };
+    for (const SeqWork& s : batch) {
+      if (s.new_tokens <= 1) continue;
+      if (s.context > 0 || !prefill || pgroup < 0) {
+        emit(prefill_part(s.new_tokens, s.context), 1);
+        continue;
+      }
+      const double l = s.new_tokens;
+      sq += l * l;
+      lmax = l > lmax ? l : lmax;
+      n_fresh += 1;
+    }
+    if (n_fresh > 0) {
+      Part p = prefill_part(n_fresh > 1 ? std::sqrt(sq) : lmax, 0);
+      if (n_fresh > 1) {
+        // FLOPs and bytes of the batch itself, not of the equivalent prompt.
+        double flops = 0, bytes = 0;
+        for (const SeqWork& s : batch)
+          if (s.new_tokens > 1 && s.context == 0) {
+            const Part q = prefill_part_work(s.new_tokens, 0);
+            flops += q.flops;
+            bytes += q.bytes;
+          }
+        p.ns = std::max(p.ns, prefill_part(lmax, 0).ns);
+        p.flops = flops;
+        p.bytes = bytes;
+        p.src = Src::Scaled;
+      }
+      emit(p, 1);
+    }
+    // PyTorch: the attention output [B, heads, T, d] transposed back to [B, T, heads * d] and
+    // reshaped is a copy once T > 1 (a decode step's is a view); one kernel per layer over the
+    // batch's prefill tokens. vLLM's kernels write the output in place.
+    if (impl != Implementation::Fused) {
+      double tokens = 0;
+      for (const SeqWork& s : batch)
+        if (s.new_tokens > 1) tokens += s.new_tokens;
+      if (tokens > 0) {
+        Part p = kernels_part(Op::AttnLayout, 1, 2 * tokens * H * hd * b);
+        p.ns *= L, p.bytes *= L, p.kernels *= L;
+        sink(p);
+      }
     }
   }
 
   std::string op_name(Op op) const {
     switch (op) {
+      case Op::Embed: return "embedding";
       case Op::Qkv: return "gemm.qkv";
       case Op::O: return "gemm.o";
       case Op::GateUp: return m.gated_ffn ? "gemm.gate_up" : "gemm.up";
@@ -421,6 +613,11 @@ struct CostModel::Impl {
       case Op::AttnDecode: return "attention.decode";
       case Op::Norm: return m.layernorm ? "elementwise.layernorm" : "elementwise.rmsnorm";
       case Op::Rope: return "elementwise.rope";
+      case Op::RopeAngles: return "elementwise.rope_angles";
+      case Op::KvWrite: return "kv_cache.write";
+      case Op::AttnLayout: return "attention.layout_copy";
+      case Op::FinalNorm: return m.layernorm ? "final_norm.layernorm" : "final_norm.rmsnorm";
+      case Op::Argmax: return "argmax";
       case Op::Act: return m.gated_ffn ? "elementwise.silu_mul" : "elementwise.gelu";
       case Op::Residual: return "elementwise.residual_add";
       case Op::LmHead: return "lm_head";
@@ -454,6 +651,62 @@ const HardwareSpec& CostModel::hardware() const { return impl_->hw; }
 const ModelSpec& CostModel::model() const { return impl_->m; }
 const CostOptions& CostModel::options() const { return impl_->opt; }
 int CostModel::stage_layers() const { return impl_->layers_stage; }
+Implementation CostModel::implementation() const { return impl_->impl; }
+double CostModel::kernel_ns() const { return impl_->knl_target; }
+
+std::vector<std::pair<std::string, int>> CostModel::layer_kernels(bool prefill) const {
+  const Impl& im = *impl_;
+  ListSink sink;
+  auto layer = [&](Part p) { sink(p); };
+  im.layer_elementwise(prefill ? 512.0 : 1.0, layer);
+  const std::vector<SeqWork> one{SeqWork{prefill ? 512 : 1, prefill ? 0 : 512, true}};
+  ListSink attn;
+  im.attention_parts<ListSink, false>(one, prefill ? 0 : 1, attn);
+  std::vector<std::pair<std::string, int>> out;
+  for (Op g : {Op::Qkv, Op::O, Op::GateUp, Op::Down}) out.emplace_back(im.op_name(g), 1);
+  for (const Part& p : attn.parts)
+    out.emplace_back(im.op_name(p.op), static_cast<int>(std::lround(p.kernels / im.layers_stage)));
+  for (const Part& p : sink.parts) out.emplace_back(im.op_name(p.op), static_cast<int>(std::lround(p.kernels)));
+  return out;
+}
+
+std::vector<std::string> CostModel::gemm_sources() const {
+  const Impl& im = *impl_;
+  std::vector<std::string> out;
+  const std::pair<Op, const Impl::GemmPlan*> plans[] = {
+      {Op::Qkv, &im.qkv}, {Op::O, &im.o}, {Op::GateUp, &im.up}, {Op::Down, &im.down}, {Op::LmHead, &im.lm}};
+  for (const auto& [op, g] : plans) {
+    std::string line = fmt::format("{} (K {:.0f}, N {:.0f}): ", im.op_name(op), g->K, g->N);
+    if (!im.gemm || g->shape < 0) {
+      line += "roofline (no measured shape within the weight-size ratio)";
+    } else {
+      const auto& s = im.gemm->shapes()[static_cast<size_t>(g->shape)];
+      if (im.gemm->exact(g->shape, g->K, g->N))
+        line += fmt::format("measured as {}", s.op);
+      else
+        line += fmt::format("scaled from {} (K {:.0f}, N {:.0f}): its time at the same M x the ratio of the two rooflines "
+                            "(a memory-bound M by weight bytes, a compute-bound one by FLOPs)",
+                            s.op, s.K, s.N);
+    }
+    out.push_back(std::move(line));
+  }
+  return out;
+}
+
+const char* implementation_name(Implementation i) {
+  switch (i) {
+    case Implementation::PytorchLean: return "pytorch-lean";
+    case Implementation::PytorchNaive: return "pytorch-naive";
+    case Implementation::Fused: return "fused";
+  }
+  return "?";
+}
+
+Implementation implementation_from_name(const std::string& name) {
+  for (Implementation i : {Implementation::PytorchLean, Implementation::PytorchNaive, Implementation::Fused})
+    if (name == implementation_name(i)) return i;
+  throw std::invalid_argument(fmt::format("unknown implementation '{}' (pytorch-lean, pytorch-naive, fused)", name));
+}
 
 double CostModel::tp_allreduce_bytes(double tokens) const {
   // Two all-reduces per layer (after attention and after the MLP) of tokens x hidden.
@@ -485,24 +738,111 @@ IterationCost CostModel::iteration(std::span<const SeqWork> batch) const {
   const Impl& im = *impl_;
   const auto [M, R, nd] = batch_totals(batch);
   ListSink sink;
-  im.dense_parts(static_cast<double>(M), sink);
-  im.attention_parts<ListSink, true>(batch, nd, sink);
-  im.row_parts(static_cast<double>(R), sink);
+  Impl::Moved<ListSink> moved{im, sink};
+  im.dense_parts(static_cast<double>(M), moved);
+  im.attention_parts<Impl::Moved<ListSink>, true>(batch, nd, moved);
+  im.row_parts(static_cast<double>(R), moved);
   std::stable_sort(sink.parts.begin(), sink.parts.end(),
                    [](const Part& a, const Part& b) { return static_cast<int>(a.op) < static_cast<int>(b.op); });
   IterationCost out;
   for (const Part& p : sink.parts) {
-    out.ops.push_back(OpCost{im.op_name(p.op), p.ns, Impl::source_name(p.src, p.file), p.flops, p.bytes});
+    std::string src = Impl::source_name(p.src, p.file);
+    if (im.derived && p.file != File::None) src = "derived(" + im.opt.tables_device->name + "):" + src;
+    out.ops.push_back(OpCost{im.op_name(p.op), p.ns, std::move(src), p.flops, p.bytes, p.kernels});
     out.total_ns += p.ns;
+    out.kernels += p.kernels;
   }
   return out;
 }
+
+namespace {
+OpCost named(const CostModel::Impl* im, const std::string& name, Part p);
+}  // namespace
+
+OpCost CostModel::gemm(const std::string& name, double M, double K, double N) const {
+  const Impl& im = *impl_;
+  Impl::GemmPlan g{K, N, im.gemm ? im.gemm->nearest(K, N, im.opt.max_shape_ratio) : -1};
+  Part p = im.gemm_part(Op::Qkv, g, M);
+  im.derive(p);
+  return named(impl_.get(), name, p);
+}
+
+OpCost CostModel::attention(const std::string& name, double q, double kv, int heads, int head_dim, bool causal) const {
+  const Impl& im = *impl_;
+  const double pairs = causal ? q * (kv - q) + q * (q + 1) / 2 : q * kv;
+  const double flops = 4.0 * head_dim * heads * pairs, bytes = im.b * head_dim * heads * (2 * q + 2 * kv);
+  Part p{Op::AttnPrefill, Src::Roofline, File::None, 0, flops, bytes, 1};
+  const int group = im.prefill ? im.prefill->plan(1.0, causal) : -1;
+  if (group >= 0) {
+    // The measured group at the length of equal work (sqrt(q kv) queries over as many keys),
+    // scaled by the width of the heads; a head dim that is not a multiple of 32 is padded to
+    // one, as the flash kernels tile it (DiT-XL's 72 runs as 96).
+    const auto& gr = im.prefill->groups()[static_cast<size_t>(group)];
+    const double l = causal ? q : std::sqrt(q * kv), padded = std::ceil(head_dim / 32.0) * 32;
+    Estimate e = im.prefill->estimate(group, l, im.ceil);
+    const double scale = heads * padded / (gr.heads * gr.head_dim);
+    e.ns = std::max(e.ns * scale, im.prefill->min_ns());
+    const bool exact = scale == 1 && q == kv && !e.scaled;
+    p = Part{Op::AttnPrefill, exact ? Src::Table : Src::Scaled, File::Prefill, e.ns, flops, bytes, 1};
+  } else {
+    p.ns = im.roof(flops / im.hw.attention_efficiency(q), bytes);
+  }
+  p.ns = im.in_step(p.ns, flops, bytes);
+  im.derive(p);
+  return named(impl_.get(), name, p);
+}
+
+OpCost CostModel::elementwise(const std::string& name, const std::string& table_op, double tokens, double bytes_per_token,
+                              double kernels) const {
+  const Impl& im = *impl_;
+  const costtab::ElementwiseTable::Op* t = im.elem && !table_op.empty() ? im.elem->find(table_op) : nullptr;
+  // With a table: `kernels` calls of the measured op, each moving its share of the traffic.
+  Part p = t ? im.elem_part(Op::Act, t, tokens, bytes_per_token / kernels, kernels, 1, true)
+             : im.kernels_part(Op::Act, kernels, tokens * bytes_per_token / kernels);
+  if (t) p.src = Src::Scaled;
+  im.derive(p);
+  return named(impl_.get(), name, p);
+}
+
+IterationCost CostModel::sliced_prefill(int batch, long tokens, int slices) const {
+  if (batch < 1 || slices < 1 || tokens < slices || tokens % slices != 0)
+    throw std::invalid_argument(fmt::format("{} tokens do not cut into {} equal slices", tokens, slices));
+  const long s = tokens / slices;
+  IterationCost it;
+  for (int k = 0; k < slices; ++k) {
+    const std::vector<SeqWork> step(static_cast<size_t>(batch), SeqWork{static_cast<int>(s), static_cast<int>(k * s), false});
+    const IterationCost one = iteration(step);
+    for (const auto& o : one.ops) {
+      auto at = std::find_if(it.ops.begin(), it.ops.end(), [&](const OpCost& q) { return q.op == o.op && q.source == o.source; });
+      if (at == it.ops.end()) {
+        it.ops.push_back(o);
+      } else {
+        at->ns += o.ns;
+        at->flops += o.flops;
+        at->bytes += o.bytes;
+        at->kernels += o.kernels;
+      }
+    }
+    it.total_ns += one.total_ns;
+    it.kernels += one.kernels;
+  }
+  return it;
+}
+
+namespace {
+OpCost named(const CostModel::Impl* im, const std::string& name, Part p) {
+  std::string src = CostModel::Impl::source_name(p.src, p.file);
+  if (im->derived && p.file != File::None) src = "derived(" + im->opt.tables_device->name + "):" + src;
+  return OpCost{name, p.ns, std::move(src), p.flops, p.bytes, p.kernels};
+}
+}  // namespace
 
 double CostModel::iteration_ns(std::span<const SeqWork> batch) const {
   const Impl& im = *impl_;
   const auto [M, R, nd] = batch_totals(batch);
   SumSink sink;
-  im.attention_parts<SumSink, false>(batch, nd, sink);
+  Impl::Moved<SumSink> moved{im, sink};
+  im.attention_parts<Impl::Moved<SumSink>, false>(batch, nd, moved);
   return im.cached(im.dense_cache.get(), M, true) + im.cached(im.rows_cache.get(), R, false) + sink.total;
 }
 

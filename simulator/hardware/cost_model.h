@@ -33,12 +33,26 @@ struct OpCost {
   std::string source;  // "table:<file>" or "roofline" or "analytic"
   double flops = 0;
   double bytes = 0;
+  double kernels = 0;  // kernel launches of this op in the iteration (all layers of the stage)
 };
 
 struct IterationCost {
   double total_ns = 0;
+  double kernels = 0;  // kernel launches of the iteration
   std::vector<OpCost> ops;
 };
+
+// How a deployment executes its model: which kernels one layer launches (see cost_model.cpp).
+//   pytorch-lean   plain PyTorch decoder, F.rms_norm, rotary from precomputed cos/sin tables
+//                  (what the h200-torch tables measure kernel by kernel)
+//   pytorch-naive  the same, with RMSNorm upcast to fp32 by hand and rotary recomputing its
+//                  angle table on every call
+//   fused          vLLM-style fused add+norm, rotary, SiLU·mul and cache-write kernels: one
+//                  kernel per op at its least traffic
+enum class Implementation { PytorchLean, PytorchNaive, Fused };
+const char* implementation_name(Implementation i);
+// Parses "pytorch-lean" | "pytorch-naive" | "fused"; throws std::invalid_argument otherwise.
+Implementation implementation_from_name(const std::string& name);
 
 struct CostOptions {
   int tensor_parallel = 1;
@@ -53,7 +67,12 @@ struct CostOptions {
   // Model the memory-bound layer work as an engine with fused kernels would run it (vLLM's
   // fused add+RMSNorm, rotary and SiLU·mul kernels): one roofline kernel per op at its least
   // traffic, instead of the measured PyTorch kernels (rope alone is several kernels there).
-  bool fused_elementwise = false;
+  // Set with tables_dir naming another device's tables: that device, whose ceilings read its
+  // tables; each table time is then moved to this device by the ratio of the two rooflines
+  // (its launch floors swapped for this device's), and labelled derived.
+  std::shared_ptr<const HardwareSpec> tables_device;
+  bool fused_elementwise = false;  // alias of implementation = fused (kept for old scenarios)
+  Implementation implementation = Implementation::PytorchLean;
   // The world's fabric times every transfer (tensor-parallel all-reduces, pipeline hand-offs)
   // as flows: those operations cost no time here, and their bytes come from the functions below.
   bool comm_on_fabric = false;
@@ -73,6 +92,21 @@ class CostModel {
   // Full breakdown of one iteration of one pipeline stage's share of layers (plus the LM head
   // on the last stage), summed over operations, for `sluice cost` and tests.
   IterationCost iteration(std::span<const SeqWork> batch) const;
+  // `tokens` new tokens per sequence for `batch` sequences, prefilled as `slices` equal slices
+  // one after another, each after the previous slices' cache, through the decoder layers only
+  // (no LM head): the parts of all slices merged, as model_steps.csv times a sliced prefill.
+  IterationCost sliced_prefill(int batch, long tokens, int slices) const;
+  // Single kernels by shape, for workloads that are not decoder LLMs (a DiT step): each costed
+  // as the iteration costs its parts (tables first, scaled, then physics), moved to this
+  // device when its tables are derived, with the sustained clock applied.
+  //   gemm: y[M,N] = x[M,K] W[N,K]^T.
+  OpCost gemm(const std::string& name, double M, double K, double N) const;
+  //   attention of `q` query tokens over `kv` keys, `heads` heads of `head_dim` (no KV sharing).
+  OpCost attention(const std::string& name, double q, double kv, int heads, int head_dim, bool causal) const;
+  //   `kernels` memory-bound kernels over `tokens` rows of `bytes_per_token` in all: read from
+  //   elementwise.csv's `table_op` at the same traffic, or ("" or absent) at the copy ceiling.
+  OpCost elementwise(const std::string& name, const std::string& table_op, double tokens, double bytes_per_token,
+                     double kernels) const;
   // The same total, without building strings: the serving simulator's hot path (~0.5 us + ~4 ns
   // per sequence; per-token-count parts are cached lazily in relaxed atomics, so concurrent
   // calls from several threads are safe).
@@ -89,9 +123,22 @@ class CostModel {
   double lm_head_ns(double rows) const;
   // Bytes of activations one stage hands to the next for `tokens` new tokens.
   double activation_bytes(double tokens) const;
+  // The implementation in force (fused_elementwise folded in).
+  Implementation implementation() const;
+  // The per-kernel floor (launch + gap under CUDA-graph replay) charged to every kernel that no
+  // table measures: the device's kernel_launch term, or kernel_floor_ns when it has none.
+  double kernel_ns() const;
+  // How each GEMM of the model is read from gemm.csv: the measured shape it uses and the rule
+  // when that shape is not its own (one line per GEMM).
+  std::vector<std::string> gemm_sources() const;
+  // Kernels one decoder layer launches, by op, for a step of `tokens` new tokens (for
+  // `sluice cost` and tests; the same counts the iteration charges).
+  std::vector<std::pair<std::string, int>> layer_kernels(bool prefill) const;
+
+ public:
+  struct Impl;  // public name only so the implementation file's helpers can reach it
 
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

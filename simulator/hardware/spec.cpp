@@ -8,20 +8,19 @@
 
 namespace sluice {
 
-namespace {
 // Datasheet ceilings are never reached. Where a device has no measured ceiling the roofline
-// derates its datasheet: the H200 measured 767 of 989 TFLOP/s (0.78) on an 8192^3 bf16 GEMM
-// and 4.23 of 4.8 TB/s (0.88) on a device copy (results/calibration/h200-torch/ceilings.csv).
-constexpr double kFlopsDerate = 0.75;
-constexpr double kBandwidthDerate = 0.85;
-}  // namespace
-
+// derates its datasheet by the device's own figures (flops_derate, bandwidth_derate in its
+// catalog file, each with its source); 0.75 and 0.85 where the file gives none.
 double HardwareSpec::effective_flops() const {
-  return measured_gemm_flops > 0 ? measured_gemm_flops : kFlopsDerate * peak_bf16_flops;
+  return measured_gemm_flops > 0 ? measured_gemm_flops : flops_derate * peak_bf16_flops;
 }
 
 double HardwareSpec::effective_bandwidth_Bps() const {
-  return measured_copy_Bps > 0 ? measured_copy_Bps : kBandwidthDerate * hbm_bandwidth_Bps;
+  return measured_copy_Bps > 0 ? measured_copy_Bps : bandwidth_derate * hbm_bandwidth_Bps;
+}
+
+double HardwareSpec::attention_efficiency(double tokens) const {
+  return tokens <= 0 ? attention_peak : attention_peak * tokens / (tokens + attention_half_tokens);
 }
 
 std::shared_ptr<Schema> hardware_schema() {
@@ -30,7 +29,15 @@ std::shared_ptr<Schema> hardware_schema() {
     h->add("name", ParamType::String, "device name as reports print it").def("");
     h->enumeration("kind", {"gpu", "tpu", "cpu"}, "what the device is");
     h->quantity("peak_bf16", UnitKind::FlopRate, "datasheet dense bf16 rate, e.g. 989TFLOP/s").positive();
-    h->quantity("hbm_capacity", UnitKind::Bytes, "device memory (host DRAM for a cpu), e.g. 141GB").positive();
+    h->quantity("hbm_capacity", UnitKind::Bytes,
+                "device memory as nvidia-smi shows it, in exact binary units (a datasheet's \"80 GB\" is 80GiB); host "
+                "DRAM for a cpu")
+        .positive();
+    h->quantity("runtime_capacity", UnitKind::Bytes,
+                "the total the CUDA runtime reports (torch.cuda.get_device_properties().total_memory), which "
+                "frameworks plan with; 0 = hbm_capacity")
+        .def("0B")
+        .nonneg();
     h->quantity("hbm_bandwidth", UnitKind::Bandwidth, "datasheet memory bandwidth, e.g. 4.8TB/s").positive();
     h->quantity("measured_copy", UnitKind::Bandwidth,
                 "measured device-copy ceiling, bytes read + written per second; 0 = unknown (datasheet x 0.85)")
@@ -40,6 +47,27 @@ std::shared_ptr<Schema> hardware_schema() {
                 "measured large bf16 GEMM ceiling; 0 = unknown (datasheet x 0.75)")
         .def("0FLOP/s")
         .nonneg();
+    h->quantity("kernel_launch", UnitKind::Time,
+                "per-kernel floor and gap under CUDA-graph replay (a kernel no table measures costs at least this); "
+                "0 = unknown (the cost source's kernel_floor)")
+        .def("0ns")
+        .nonneg();
+    h->add("sustained_clock", ParamType::Real,
+           "clock a long compute-bound step sustains over the clock of the 2 ms bursts its tables were timed in; "
+           "compute-bound kernel time stretches by its inverse (1 = no difference)")
+        .def("1")
+        .range(0.1, 1);
+    h->add("flops_derate", ParamType::Real, "achieved over datasheet FLOP/s where measured_gemm is 0").def("0.75").range(0.01, 1);
+    h->add("bandwidth_derate", ParamType::Real, "achieved over datasheet bandwidth where measured_copy is 0")
+        .def("0.85")
+        .range(0.01, 1);
+    h->add("attention_peak", ParamType::Real,
+           "fraction of the FLOP ceiling long causal prefill attention reaches (roofline where no table covers it)")
+        .def("0.9")
+        .range(0.01, 1);
+    h->add("attention_half_tokens", ParamType::Real, "prompt length at which prefill attention reaches half its peak fraction")
+        .def("1430")
+        .range(0, 1e9);
     h->add("interconnect_links", ParamType::Int, "scale-up links per device (NVLink, ICI); 0 = none").def("0").range(0, 1024);
     h->quantity("interconnect_link_bandwidth", UnitKind::Bandwidth, "one scale-up link, one direction")
         .def("0B/s")
@@ -48,6 +76,10 @@ std::shared_ptr<Schema> hardware_schema() {
     h->quantity("pcie_bandwidth", UnitKind::Bandwidth, "host link, one direction").def("0B/s").nonneg();
     h->quantity("price_usd", UnitKind::Money, "unit price (an estimate unless the file cites a quote)").def("0").nonneg();
     h->add("calibration", ParamType::String, "folder under results/calibration/ with measured cost tables; \"\" = none")
+        .def("");
+    h->add("derive_tables_from", ParamType::String,
+           "a catalog device with measured tables that `--tables derived` scales to this one by the ratio of their "
+           "ceilings; \"\" = none")
         .def("");
     return h;
   }();
@@ -59,10 +91,19 @@ HardwareSpec hardware_from_params(const Params& p) {
   h.name = p.str("name");
   h.kind = p.str("kind");
   h.peak_bf16_flops = p.real("peak_bf16");
-  h.hbm_bytes = p.real("hbm_capacity");
+  h.hbm_physical_bytes = p.real("hbm_capacity");
+  h.hbm_bytes = p.real("runtime_capacity") > 0 ? p.real("runtime_capacity") : h.hbm_physical_bytes;
+  if (h.hbm_bytes > h.hbm_physical_bytes)
+    p.fail("runtime_capacity", "exceeds hbm_capacity", "at most the device memory nvidia-smi shows");
+  h.flops_derate = p.real("flops_derate");
+  h.bandwidth_derate = p.real("bandwidth_derate");
+  h.attention_peak = p.real("attention_peak");
+  h.attention_half_tokens = p.real("attention_half_tokens");
   h.hbm_bandwidth_Bps = p.real("hbm_bandwidth");
   h.measured_copy_Bps = p.real("measured_copy");
   h.measured_gemm_flops = p.real("measured_gemm");
+  h.kernel_launch_ns = p.real("kernel_launch");
+  h.sustained_clock = p.real("sustained_clock");
   h.interconnect_links = static_cast<int>(p.integer("interconnect_links"));
   h.interconnect_link_Bps = p.real("interconnect_link_bandwidth");
   h.interconnect_Bps = h.interconnect_links * h.interconnect_link_Bps;
@@ -70,6 +111,7 @@ HardwareSpec hardware_from_params(const Params& p) {
   h.pcie_Bps = p.real("pcie_bandwidth");
   h.price_usd = p.real("price_usd");
   h.calibration = p.str("calibration");
+  h.derive_tables_from = p.str("derive_tables_from");
   if (h.interconnect_links > 0 && h.interconnect_link_Bps <= 0)
     p.fail("interconnect_link_bandwidth", "a device with interconnect links needs their bandwidth",
            "a bandwidth > 0, e.g. 25GB/s");

@@ -13,20 +13,34 @@ struct HardwareSpec {
   std::string name;
   std::string kind;                   // gpu | tpu | cpu
   double peak_bf16_flops = 0;         // FLOP/s, datasheet dense bf16
-  double hbm_bytes = 0;               // device memory capacity
+  double hbm_bytes = 0;               // device memory the runtime reports as its total (what frameworks plan with)
+  double hbm_physical_bytes = 0;      // device memory as nvidia-smi shows it (vendors' "GB" are GiB)
   double hbm_bandwidth_Bps = 0;       // datasheet memory bandwidth
   double measured_copy_Bps = 0;       // measured device copy ceiling (read+write bytes/s); 0 if unknown
   double measured_gemm_flops = 0;     // measured large-GEMM ceiling; 0 if unknown
+  double flops_derate = 0.75;         // achieved / datasheet FLOP/s where nothing is measured
+  double bandwidth_derate = 0.85;     // achieved / datasheet bandwidth where nothing is measured
+  // Causal prefill attention (roofline, where no table covers it) reaches a fraction of the
+  // FLOP ceiling that grows with the prompt: peak * l / (l + half_length).
+  double attention_peak = 0.9;
+  double attention_half_tokens = 1430;
   double interconnect_Bps = 0;        // scale-up link bandwidth per device per direction (NVLink / ICI)
   double interconnect_latency_ns = 0; // per hop
   double pcie_Bps = 0;                // host link per direction
   double price_usd = 0;
   std::string calibration;            // folder under results/calibration/ with measured tables, or ""
+  std::string derive_tables_from;     // a catalog device whose tables can be scaled to this one, or ""
+  // Clock a long compute-bound step sustains, as a fraction of the clock of the short bursts the
+  // kernel tables were timed in; 1 = the same. Tensor-core time stretches by its inverse.
+  double sustained_clock = 1;
+  double kernel_launch_ns = 0;        // per-kernel floor + gap under CUDA-graph replay; 0 if unknown
   int interconnect_links = 0;         // scale-up links per device (interconnect_Bps = links x per-link rate)
   double interconnect_link_Bps = 0;   // one link, one direction
   // Ceilings the roofline uses: measured where known, else the datasheet derated.
   double effective_flops() const;
   double effective_bandwidth_Bps() const;
+  // Fraction of the effective FLOP ceiling causal attention over `tokens` queries reaches.
+  double attention_efficiency(double tokens) const;
 };
 
 // An LLM's shape (models/llm/<name>.yaml). Llama-style decoder: attention + gated FFN.

@@ -636,6 +636,45 @@ LooStats loo(const Csv& csv, const std::string& file, const std::string& measure
 }
 }  // namespace
 
+LooStats gemm_leave_shape_out(const Csv& csv, const Ceilings& c, double max_ratio) {
+  LooStats s;
+  s.file = "gemm.csv by shape";
+  const int ck = csv.col("K"), cn = csv.col("N"), cm = csv.col("M"), ms = csv.col("ms"), co = csv.col("op");
+  std::vector<double> errs;
+  double worst = -1;
+  for (size_t r = 0; r < csv.rows.size(); ++r) {
+    const double K = csv.num(r, ck), N = csv.num(r, cn), M = csv.num(r, cm);
+    Csv others = csv;
+    others.rows.clear();
+    others.lines.clear();
+    for (size_t q = 0; q < csv.rows.size(); ++q)
+      if (!(same(csv.num(q, ck), K) && same(csv.num(q, cn), N))) {
+        others.rows.push_back(csv.rows[q]);
+        others.lines.push_back(csv.lines[q]);
+      }
+    const GemmTable t = GemmTable::from_csv(others);
+    const int shape = t.nearest(K, N, max_ratio);
+    if (shape < 0) continue;  // no measured shape near enough: the roofline would answer
+    const double pred = t.estimate(shape, M, K, N, 2, c).ns, meas = csv.num(r, ms) * kMsToNs;
+    const double err = std::fabs(pred - meas) / meas;
+    errs.push_back(err);
+    if (err > worst) {
+      worst = err;
+      s.worst = fmt::format("op={} M={} K={} N={} ms={} (predicted {:.6g} from {})", csv.text(r, co), csv.text(r, cm),
+                            csv.text(r, ck), csv.text(r, cn), csv.text(r, ms), pred / kMsToNs,
+                            t.shapes()[static_cast<size_t>(shape)].op);
+    }
+  }
+  s.rows = static_cast<long>(errs.size());
+  if (errs.empty()) return s;
+  std::sort(errs.begin(), errs.end());
+  const size_t n = errs.size();
+  s.median = n % 2 ? errs[n / 2] : 0.5 * (errs[n / 2 - 1] + errs[n / 2]);
+  s.p90 = errs[static_cast<size_t>(std::ceil(0.9 * static_cast<double>(n))) - 1];
+  s.max = errs.back();
+  return s;
+}
+
 std::vector<LooStats> leave_one_out(const std::string& dir, const Ceilings& c) {
   namespace fs = std::filesystem;
   std::vector<LooStats> out;
@@ -645,6 +684,7 @@ std::vector<LooStats> leave_one_out(const std::string& dir, const Ceilings& c) {
     const Csv csv = read_csv(path("gemm.csv"));
     out.push_back(loo(csv, "gemm.csv", "ms", kMsToNs, [&](long r) { return GemmTable::from_csv(csv, r); },
                       [&](const GemmTable& t, size_t r) { return t.predict_row(csv, r, c); }));
+    out.push_back(gemm_leave_shape_out(csv, c, 16));
   }
   if (have("attention_decode.csv")) {
     const Csv csv = read_csv(path("attention_decode.csv"));

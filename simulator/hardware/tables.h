@@ -226,7 +226,12 @@ struct LooStats {
   double median = 0, p90 = 0, max = 0;  // relative errors |pred - meas| / meas
   std::string worst;                    // the row with the largest error, as text
 };
-// For every known CSV present in `dir`, in a fixed order. Ceilings scale beyond the axes.
+// Leave one shape out of gemm.csv: every row of a (K, N) shape predicted from the other shapes
+// alone (the nearest within `max_ratio` of its weight size, scaled by the roofline), as a
+// model whose GEMM shapes are not measured is costed. Rows with no shape near enough are skipped.
+LooStats gemm_leave_shape_out(const Csv& csv, const Ceilings& c, double max_ratio);
+// For every known CSV present in `dir`, in a fixed order (gemm.csv also by shape). Ceilings
+// scale beyond the axes.
 std::vector<LooStats> leave_one_out(const std::string& dir, const Ceilings& c);
 
 }  // namespace sluice::costtab

@@ -5,6 +5,7 @@
 #include "config/schema.h"
 #include "config/units.h"
 #include "workloads/serving/serving_sim.h"
+#include "workloads/serving/workload.h"
 
 namespace sluice {
 
@@ -22,11 +23,19 @@ static std::string relative_to_root(const std::string& p) {
   return p;
 }
 
+int64_t llmperf_counted_tokens(int64_t model_tokens, double model_per_llama) {
+  return model_per_llama > 0 ? std::llround(static_cast<double>(model_tokens) / model_per_llama) : model_tokens;
+}
+
 void report_serving(const serving::ServingSim& sim, const std::string& workload_description, Recorder& rec,
                     bool requests_csv, bool timeseries_csv, const std::string& scope) {
   const std::string file_prefix = scope.empty() ? "" : scope + ".";
   auto summary = [&](std::string line) { rec.summary(scope.empty() ? std::move(line) : fmt::format("[{}] {}", scope, line)); };
   const auto& cfg = sim.config();
+  // llmperf's counting: its Llama tokenizer over the returned text (tokenizers.yaml ratios).
+  const double per_llama = serving::TokenizerTable::ratio("llama", cfg.model.tokenizer, Origin{"model", 0, 0}, "tokenizer");
+  std::vector<double> itl_lc, tpot_lc;
+  int64_t out_tokens_lc = 0, cached_in = 0;
   const auto& reqs = sim.requests();
   std::vector<double> ttft, e2e, tpot, itl, queue, max_gap;
   int64_t out_tokens = 0, in_tokens = 0, preemptions = 0;
@@ -50,6 +59,11 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
     max_gap.push_back(q.max_gap_ns / 1e6);
     out_tokens += q.output_tokens;
     in_tokens += q.prompt_len();
+    cached_in += q.cached_tokens;
+    const int64_t lc = llmperf_counted_tokens(q.output_tokens, per_llama);
+    out_tokens_lc += lc;
+    itl_lc.push_back(e / static_cast<double>(std::max<int64_t>(1, lc)));
+    if (lc > 1) tpot_lc.push_back((q.last_token_ns - q.first_token_ns) / 1e6 / static_cast<double>(lc - 1));
     preemptions += q.preemptions;
     if (q.turn > 0) {
       ++later_turns;
@@ -118,13 +132,18 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   lat["e2e"] = summarize(e2e);
   lat["tpot"] = summarize(tpot);
   lat["itl_llmperf"] = summarize(itl);
+  lat["itl_llmperf_counted_tokens"] = summarize(itl_lc);  // per output token as llmperf counts them (Llama tokenizer)
+  lat["tpot_llmperf_counted_tokens"] = summarize(tpot_lc);
   lat["queueing_delay"] = summarize(queue);
   lat["inter_token_gap"] = gap;
   lat["max_gap_per_request"] = summarize(max_gap);
   m["latency_ms"] = lat;
   m["throughput"] = Json{{"output_tokens_per_s", out_tokens / span_s}, {"input_tokens_per_s", in_tokens / span_s},
                          {"requests_per_s", (sim.completed() - sim.rejected()) / span_s}, {"span_s", span_s},
-                         {"output_tokens", out_tokens}, {"input_tokens", in_tokens}};
+                         {"output_tokens", out_tokens}, {"input_tokens", in_tokens},
+                         {"output_tokens_llmperf_counted", out_tokens_lc},
+                         {"output_tokens_per_s_llmperf_counted", out_tokens_lc / span_s},
+                         {"llmperf_tokens_per_model_token", 1 / per_llama}};
   m["memory_per_gpu"] = Json{{"capacity_bytes", mem.capacity_per_gpu}, {"weights_bytes", mem.weights_per_gpu},
                              {"activation_bytes", mem.activation_per_gpu}, {"kv_cache_bytes", mem.kv_per_gpu}};
   m["kv_cache"] = Json{{"block_size", cfg.block_size}, {"blocks_per_replica", mem.blocks_per_replica},
@@ -139,6 +158,17 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   m["batching"] = Json{{"iterations", iters}, {"prefill_iterations", pre_it}, {"decode_iterations", dec_it},
                        {"mixed_iterations", mix_it}, {"mean_batch", busy > 0 ? batch_int / busy : 0.0},
                        {"max_batch", max_batch}, {"utilization", busy / end / nrep}};
+  // Beside the busy fraction, what the iterations achieve while busy: model FLOPs utilisation
+  // (2 FLOPs per non-embedding parameter per computed token, attention left out, over the
+  // datasheet peak of the replica's GPUs) and the HBM bandwidth of the weight reads (each
+  // iteration reads its GPU's weights once; KV-cache reads not counted, so a lower bound).
+  const double gpus_per_replica = cfg.tensor_parallel * cfg.pipeline_parallel;
+  const double nonembed = cfg.model.parameters() - static_cast<double>(cfg.model.vocab) * cfg.model.hidden;
+  const double model_flops = 2 * nonembed * static_cast<double>(in_tokens - cached_in + out_tokens);
+  const double mfu = busy > 0 ? model_flops / (busy / 1e9 * gpus_per_replica * cfg.hardware.peak_bf16_flops) : 0.0;
+  const double weight_Bps = busy > 0 ? static_cast<double>(iters) * mem.weights_per_gpu / (busy / 1e9) : 0.0;
+  m["batching"]["mfu"] = mfu;
+  m["batching"]["hbm_weight_read_Bps_per_gpu"] = weight_Bps;
   if (!per_replica.empty()) m["replicas"] = per_replica;
   m["simulated_s"] = sim.end_ns() / 1e9;
   m["events"] = sim.events();
@@ -169,6 +199,15 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   summary(fmt::format("throughput {:.1f} output tok/s, {:.2f} req/s; mean batch {:.1f}, utilization {:.0f}%",
                           out_tokens / span_s, (sim.completed() - sim.rejected()) / span_s, busy > 0 ? batch_int / busy : 0.0,
                           100 * busy / end / nrep));
+  summary(fmt::format("  as llmperf counts (Llama tokenizer): {:.1f} output tok/s, ITL mean {:.2f} ms; busy {:.0f}% "
+                          "is not MFU: the iterations ran at MFU {:.1f}%, weight reads {} per GPU",
+                          out_tokens_lc / span_s, itl_lc.empty() ? 0.0 : pct(lat["itl_llmperf_counted_tokens"], "mean"),
+                          100 * busy / end / nrep, 100 * mfu, format_bandwidth(weight_Bps)));
+  if (cfg.tables_dir.empty())
+    summary(fmt::format("costs: roofline only ({} has no measured kernel tables here; ceilings {:.0f} TFLOP/s, {}; "
+                            "d2h {})",
+                            cfg.hardware.name, cfg.hardware.effective_flops() / 1e12,
+                            format_bandwidth(cfg.hardware.effective_bandwidth_Bps()), cfg.last_mile.d2h_source));
   summary(fmt::format("memory/GPU: weights {}, KV {} ({} tokens/replica); KV occupancy mean {:.1f}% max {:.1f}%; "
                           "preemptions {}{}",
                           format_bytes(mem.weights_per_gpu), format_bytes(mem.kv_per_gpu), mem.kv_tokens_per_replica,

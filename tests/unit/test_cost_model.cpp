@@ -136,7 +136,8 @@ TEST_CASE("cost roofline: Llama-2-7B batch-1 decode on H200 reads its weights at
   CHECK(expect_ns == doctest::Approx(3.12e6).epsilon(0.01));
   CHECK(op_ns(it, "gemm.") + op_ns(it, "lm_head") == doctest::Approx(expect_ns).epsilon(0.01));
   CHECK(it.total_ns > 3.1e6);
-  CHECK(it.total_ns < 4.0e6);
+  // + the memory-bound layer work and ~28 kernels a layer at the 1.67 us launch floor (pytorch-lean).
+  CHECK(it.total_ns < 4.6e6);
   for (const auto& o : it.ops) CHECK((o.source == "roofline" || o.source == "analytic"));
 }
 
@@ -151,7 +152,8 @@ TEST_CASE("cost tables: Llama-2-7B decode and prefill land near the roofline, wi
   CHECK(source_of(d1, "attention.decode") == "table:attention_decode.csv");
   CHECK(source_of(d1, "elementwise.rmsnorm") == "table:elementwise.csv");
   CHECK(source_of(d1, "lm_head") == "table:gemm.csv");
-  CHECK(source_of(d1, "sampling") == "roofline");
+  CHECK(source_of(d1, "argmax") == "analytic");
+  CHECK(source_of(d1, "kv_cache.write") == "analytic");
   // The two sources agree to within the kernels' distance from their ceilings.
   for (const auto& batch : {decode(8, 2048), decode(64, 512), std::vector<SeqWork>{SeqWork{2048, 0, true}}}) {
     const double a = t.iteration_ns(batch), b = r.iteration_ns(batch);
@@ -261,7 +263,7 @@ TEST_CASE("cost hot path: iteration_ns equals the breakdown's total") {
 
 TEST_CASE("cost tables: leave-one-out error of every table") {
   const auto stats = costtab::leave_one_out(tables(), kH200);
-  REQUIRE(stats.size() == 6);
+  REQUIRE(stats.size() == 7);
   for (const auto& s : stats) {
     CAPTURE(s.file);
     CHECK(s.rows > 0);
@@ -271,8 +273,14 @@ TEST_CASE("cost tables: leave-one-out error of every table") {
   }
   CHECK(stats[0].file == "gemm.csv");
   CHECK(stats[0].median < 0.10);
-  CHECK(stats[1].file == "attention_decode.csv");
-  CHECK(stats[1].median < 0.15);
+  // By shape: every row of a GEMM shape predicted from the other shapes alone, as an unmeasured
+  // model's shapes are (measured: median 4.3%, p90 21.8%, worst 53% at dit_xl.mlp1 M=8, floor noise).
+  CHECK(stats[1].file == "gemm.csv by shape");
+  CHECK(stats[1].rows == 56);
+  CHECK(stats[1].median < 0.06);
+  CHECK(stats[1].p90 < 0.25);
+  CHECK(stats[2].file == "attention_decode.csv");
+  CHECK(stats[2].median < 0.15);
 }
 
 // PUBLISHED.md (ChatGLM2-6B): the README reports +42% generation speed at batch 1 on an
@@ -328,7 +336,10 @@ TEST_CASE("cost: fused elementwise kernels replace the measured PyTorch ones and
   CHECK(eb < 0.6 * ea);
   CHECK(b.iteration_ns(batch) < a.iteration_ns(batch));
   // GEMMs and attention are untouched.
-  CHECK(a.iteration_ns(batch) - b.iteration_ns(batch) == doctest::Approx(ea - eb).epsilon(1e-9));
+  for (const char* op : {"gemm.", "attention.", "lm_head"}) {
+    CAPTURE(op);
+    CHECK(op_ns(a.iteration(batch), op) == doctest::Approx(op_ns(b.iteration(batch), op)).epsilon(1e-12));
+  }
 }
 
 TEST_CASE("cost tables: a zero or negative measurement is refused with its file and line") {

@@ -11,6 +11,7 @@
 using namespace sluice;
 
 namespace {
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0, kMiB = 1024.0 * 1024.0;
 ModelSpec model_yaml(const std::string& text) {
   Node n = load_yaml_string(text, "inline.yaml");
   return model_from_params(parse_params(n, *model_schema(), "model"));
@@ -31,7 +32,7 @@ TEST_CASE("hardware catalog: every entry loads, with units resolved") {
   const HardwareSpec h200 = load_hardware("h200");
   CHECK(h200.kind == "gpu");
   CHECK(h200.peak_bf16_flops == doctest::Approx(989e12));
-  CHECK(h200.hbm_bytes == doctest::Approx(141e9));
+  CHECK(h200.hbm_bytes == doctest::Approx(139.8 * kGiB));
   CHECK(h200.hbm_bandwidth_Bps == doctest::Approx(4.8e12));
   CHECK(h200.measured_copy_Bps == doctest::Approx(4.2293e12));
   CHECK(h200.measured_gemm_flops == doctest::Approx(767.32e12));
@@ -49,6 +50,37 @@ TEST_CASE("hardware catalog: every entry loads, with units resolved") {
   CHECK(h100.effective_flops() < h100.peak_bf16_flops);
   CHECK(h100.effective_bandwidth_Bps() < h100.hbm_bandwidth_Bps);
   CHECK(load_hardware("host-cpu").kind == "cpu");
+}
+
+TEST_CASE("hardware memory: each device's capacity in exact binary bytes, and what the runtime reports") {
+  // nvidia-smi's MiB, and the total PyTorch reports (what frameworks plan with).
+  struct Want {
+    const char* name;
+    double physical_mib, runtime_gib;
+  };
+  for (const Want& w : {Want{"h200", 143771, 139.8}, Want{"h100-sxm", 81559, 79.11}, Want{"a100-80gb", 81920, 79.15},
+                        Want{"tpu-v4", 32768, 32}, Want{"host-cpu", 2097152, 2048}}) {
+    CAPTURE(w.name);
+    const HardwareSpec h = load_hardware(w.name);
+    CHECK(h.hbm_physical_bytes == doctest::Approx(w.physical_mib * kMiB).epsilon(1e-12));
+    CHECK(h.hbm_bytes == doctest::Approx(w.runtime_gib * kGiB).epsilon(1e-12));
+    CHECK(h.hbm_bytes <= h.hbm_physical_bytes);
+  }
+  // An "A100 80GB" holds 80 GiB, 85.9e9 bytes, not 80e9: about 7% more than a decimal reading.
+  const HardwareSpec a100 = load_hardware("a100-80gb");
+  CHECK(a100.hbm_physical_bytes == doctest::Approx(85899345920.0));
+  CHECK(a100.hbm_physical_bytes / 80e9 == doctest::Approx(1.0737).epsilon(1e-4));
+}
+
+TEST_CASE("hardware derates: each device its own, with A100 from Vidur's measured rows") {
+  const HardwareSpec a100 = load_hardware("a100-80gb"), h100 = load_hardware("h100-sxm"), h200 = load_hardware("h200");
+  CHECK(a100.effective_flops() == doctest::Approx(210e12).epsilon(0.002));
+  CHECK(a100.effective_bandwidth_Bps() == doctest::Approx(1.49e12).epsilon(0.002));
+  CHECK(h100.effective_flops() == doctest::Approx(767.3e12).epsilon(0.002));  // the H200's measured ratio
+  // Prefill attention efficiency: the A100 at 550 tokens runs 8.6x under its FLOP ceiling.
+  CHECK(1 / a100.attention_efficiency(550) == doctest::Approx(8.6).epsilon(0.01));
+  CHECK(h200.attention_efficiency(2048) == doctest::Approx(0.53).epsilon(0.01));
+  CHECK(h200.attention_efficiency(16384) > h200.attention_efficiency(512));
 }
 
 TEST_CASE("hardware catalog: a bad name lists the valid ones") {

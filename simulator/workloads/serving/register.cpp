@@ -58,6 +58,7 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
     d.fail("pipeline_parallel", fmt::format("{} has {} layers, not divisible into {} stages", c.model.name, c.model.layers, c.pipeline_parallel),
            "a divisor of the layer count");
   c.fused_elementwise = d.flag("fused_elementwise");
+  c.implementation = implementation_from_name(d.str("implementation"));
   const std::string& tables = d.str("cost_tables");
   if (tables == "auto") {
     if (!c.hardware.calibration.empty())
@@ -117,9 +118,9 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
   dep->quantity("swap_space", UnitKind::Bytes, "host memory per replica for swapped KV").def("16GiB").nonneg();
   dep->add("prefix_reuse", ParamType::Bool, "keep a finished turn's KV resident for the conversation's next turn").def("true");
   dep->add("cost_tables", ParamType::String, "auto (the hardware's calibration), none (roofline only), or a directory").def("auto");
-  dep->add("fused_elementwise", ParamType::Bool,
-           "cost norms, rotary, SiLU·mul and residual adds as fused kernels (as vLLM runs them), not the measured PyTorch ones")
-      .def("false");
+  dep->enumeration("implementation", {"pytorch-lean", "pytorch-naive", "fused"},
+                   "how the model is executed: its kernels per layer (sluice cost --implementation)").def("pytorch-lean");
+  dep->add("fused_elementwise", ParamType::Bool, "the same as implementation: fused (kept for old scenarios)").def("false");
   s.section("deployment", dep, "replicas × tensor × pipeline parallelism, KV cache settings");
   s.component("scheduler", &reg, "scheduler", "vllm", "batching scheduler");
   s.component("router", &reg, "router", "round_robin", "router across replicas");

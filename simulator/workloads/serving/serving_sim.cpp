@@ -17,6 +17,7 @@ CostOptions cost_options(const ServingConfig& cfg) {
   o.tables_dir = cfg.tables_dir;
   o.allreduce_ns = cfg.allreduce_ns;
   o.fused_elementwise = cfg.fused_elementwise;
+  o.implementation = cfg.implementation;
   return o;
 }
 

@@ -61,6 +61,7 @@ struct ServingConfig {
   bool prefix_reuse = true;
   std::string tables_dir;
   bool fused_elementwise = false;
+  Implementation implementation = Implementation::PytorchLean;
   std::string topology_name;                        // "" when none was named
   std::function<double(double bytes)> allreduce_ns;  // TP all-reduce over the topology, if named
   std::function<std::unique_ptr<Scheduler>()> make_scheduler;
