@@ -10,33 +10,6 @@
 
 namespace sluice::net {
 
-// One topology's mean tensor+data-parallel iteration (tp-dp-training).
-struct TpDpRow {
-  std::string topology;
-  std::string family;
-  long devices = 0;
-  double iteration_ms = 0;
-  double tp_comm_ms = 0;
-  double dp_comm_ms = 0;
-  double comm_fraction = 0;  // (TP + DP communication) / iteration
-  double capex_usd = 0;
-  double bisection_Bps = 0;
-  int diameter_hops = 0;
-  uint64_t flows = 0;  // flows started over the whole run
-};
-
-// The job tp-dp-training ran, and one row per topology in the scenario's order.
-struct TpDpResults {
-  long tp = 0;
-  long devices = 0;  // 0: all of each topology's devices
-  double compute_ms = 0;
-  int tp_allreduces = 0;
-  double tp_allreduce_bytes = 0;
-  double dp_allreduce_bytes = 0;
-  std::string dp_algorithm;
-  std::vector<TpDpRow> rows;
-};
-
 // One fabric/policy variant of pod-scheduling, run over the shared job stream.
 struct PodVariantResult {
   bool ocs = true;

@@ -6,39 +6,6 @@
 
 namespace sluice {
 
-void report_tp_dp_training(const net::TpDpResults& results, Recorder& rec) {
-  Json rows = Json::array();
-  std::string csv = "topology,family,devices,iteration_ms,compute_ms,tp_comm_ms,dp_comm_ms,comm_fraction,capex_usd,usd_per_iteration_per_s,bisection_GBps,diameter_hops,flows\n";
-  double first_iter = 0, first_capex = 0;
-  for (size_t k = 0; k < results.rows.size(); ++k) {
-    const net::TpDpRow& r = results.rows[k];
-    if (k == 0) {
-      first_iter = r.iteration_ms;
-      first_capex = r.capex_usd;
-    }
-    const double usd_per_ips = r.capex_usd * r.iteration_ms / 1e3;
-    Json j = {{"topology", r.topology}, {"family", r.family}, {"devices", r.devices},
-              {"iteration_ms", r.iteration_ms}, {"compute_ms", results.compute_ms}, {"tp_comm_ms", r.tp_comm_ms}, {"dp_comm_ms", r.dp_comm_ms},
-              {"comm_fraction", r.comm_fraction},
-              {"capex_usd", r.capex_usd}, {"usd_per_iteration_per_s", usd_per_ips},
-              {"bisection_GBps", r.bisection_Bps / 1e9}, {"diameter_hops", r.diameter_hops}, {"flows", r.flows},
-              {"iteration_vs_first", r.iteration_ms / first_iter},
-              {"capex_vs_first", first_capex > 0 ? r.capex_usd / first_capex : 0.0}};
-    rows.push_back(j);
-    csv += fmt::format("{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.0f},{:.0f},{:.1f},{},{}\n", r.topology, r.family, r.devices, r.iteration_ms,
-                       results.compute_ms, r.tp_comm_ms, r.dp_comm_ms, r.comm_fraction, r.capex_usd, usd_per_ips, r.bisection_Bps / 1e9,
-                       r.diameter_hops, r.flows);
-    rec.summary(fmt::format("{:<24} iteration {:8.3f} ms (TP {:7.3f} ms, DP {:7.3f} ms)  x{:.3f} vs first  capex ${:.1f}M", r.topology,
-                            r.iteration_ms, r.tp_comm_ms, r.dp_comm_ms, r.iteration_ms / first_iter, r.capex_usd / 1e6));
-  }
-  auto& m = rec.metrics();
-  m["job"] = {{"tp", results.tp}, {"devices", results.devices}, {"compute_ms", results.compute_ms}, {"tp_allreduces", results.tp_allreduces},
-              {"tp_allreduce_bytes", results.tp_allreduce_bytes}, {"dp_allreduce_bytes", results.dp_allreduce_bytes},
-              {"dp_algorithm", results.dp_algorithm}};
-  m["topologies"] = rows;
-  rec.file("topologies.csv", csv);
-}
-
 void report_pod_scheduling(const net::PodResults& results, Recorder& rec) {
   Json rows = Json::array();
   std::string csv = "variant,utilization,healthy_fraction,fragmentation,stranded_fraction,queue_p50_h,queue_p90_h,queue_p99_h,jobs,started,completed,never_ran,rejected,interruptions";

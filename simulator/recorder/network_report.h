@@ -6,8 +6,6 @@
 
 namespace sluice {
 
-// tp-dp-training: metrics "job" and "topologies", topologies.csv, a line per topology.
-void report_tp_dp_training(const net::TpDpResults& results, Recorder& rec);
 
 // pod-scheduling: metrics "pod", availability, "jobs" and "variants", variants.csv, a line per variant.
 void report_pod_scheduling(const net::PodResults& results, Recorder& rec);

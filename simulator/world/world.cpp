@@ -172,6 +172,7 @@ void World::report(Recorder& rec) const {
   Json& m = rec.metrics()["world"];
   m["topology"] = topology().name();
   m["devices"] = device_count();
+  m["capex_usd"] = net::capex(topology()).total_usd();
   m["workloads"] = workloads_.size();
   m["simulated_s"] = ran_until_.to_seconds();
   m["events"] = engine_.events_processed();
