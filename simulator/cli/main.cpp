@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   cli::add_compare(app, ctx);
   cli::add_topo(app, ctx);
   cli::add_calibrate(app, ctx);
+  cli::add_sweep(app, ctx);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

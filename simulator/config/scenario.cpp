@@ -14,6 +14,7 @@ Schema common_study_schema() {
   s.add("description", ParamType::String, "what the scenario studies").def("");
   s.add("source", ParamType::String, "where its figures come from (paper, README line)").def("");
   s.add("seed", ParamType::Int, "run seed; every random stream derives from (seed, component)").def("1").range(0, 9e15);
+  s.add("sweep", ParamType::Any, "axes for `sluice sweep` ({grid: {key: [values]}, zip, replications, seeds, metrics, objective, where}); `run` ignores it").optional();
   return s;
 }
 
@@ -108,6 +109,10 @@ static Scenario build_scenario(Node root, const std::string& file, const std::ve
 
 Scenario load_scenario(const std::string& file, const std::vector<std::string>& overrides, const Registry& reg) {
   return build_scenario(load_yaml_file(file), file, overrides, reg);
+}
+
+Scenario load_scenario_tree(Node root, const std::string& file, const std::vector<std::string>& overrides, const Registry& reg) {
+  return build_scenario(std::move(root), file, overrides, reg);
 }
 
 Scenario load_scenario_text(const std::string& text, const std::string& label, const std::vector<std::string>& overrides,
