@@ -308,7 +308,19 @@ std::string resolve_metric(const std::string& name, const std::vector<std::strin
   if (hits.size() == 1) return hits.front();
   const Origin o{flag, 0, 0};
   if (hits.empty()) {
-    const std::string hint = closest(name, paths);
+    // Suggest among the paths' endings with as many segments as the name has.
+    const size_t segs = static_cast<size_t>(std::count(name.begin(), name.end(), '.')) + 1;
+    std::vector<std::string> endings;
+    for (const auto& p : paths) {
+      size_t cut = p.size(), n = 0;
+      while (n < segs && cut != std::string::npos && cut > 0) {
+        cut = p.rfind('.', cut - 1);
+        ++n;
+      }
+      endings.push_back(cut == std::string::npos || n < segs ? p : p.substr(cut + 1));
+    }
+    std::string hint = closest(name, endings);
+    if (hint.empty()) hint = closest(name, paths);
     throw ConfigError(o, "metric", name, hint.empty() ? "no such metric" : fmt::format("no such metric (did you mean '{}'?)", hint),
                       "a metric path of the points' metrics.json, or a unique ending of one, e.g. ttft.p99");
   }
