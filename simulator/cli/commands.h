@@ -25,6 +25,7 @@ void add_compare(CLI::App& app, CliContext& ctx);
 void add_topo(CLI::App& app, CliContext& ctx);
 void add_calibrate(CLI::App& app, CliContext& ctx);
 void add_sweep(CLI::App& app, CliContext& ctx);
+void add_check(CLI::App& app, CliContext& ctx);
 
 // Prints a ConfigError (or any error) the same way for every subcommand; returns the exit code.
 int report_error(const std::exception& e);

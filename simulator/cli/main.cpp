@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   cli::add_topo(app, ctx);
   cli::add_calibrate(app, ctx);
   cli::add_sweep(app, ctx);
+  cli::add_check(app, ctx);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
