@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   cli::add_calibrate(app, ctx);
   cli::add_sweep(app, ctx);
   cli::add_check(app, ctx);
+  cli::add_schema(app, ctx);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
