@@ -525,6 +525,31 @@ SweepTable combine_sweep(const std::string& scenario_name, const SweepSpec& spec
   for (const auto& w : where) cond += (cond.empty() ? "" : " and ") + w.text;
   t.summary.push_back(fmt::format("sweep {}: {} points ({} configurations × {} replications){}", scenario_name, points.size(), nconfig,
                                   spec.replications, where.empty() ? "" : fmt::format("; {} of {} meet {}", feasible.size(), nconfig, cond)));
+  // A small sweep shows every configuration's objective metrics (mean of its replications).
+  if (!objectives.empty() && nconfig <= 40) {
+    auto last = [](const std::string& k, bool stat) {
+      // The last segment, or the last two when it is a statistic (ttft.p99).
+      const size_t a = k.rfind('.');
+      if (a == std::string::npos) return k;
+      const std::string seg = k.substr(a + 1);
+      const bool is_stat = stat && (seg == "mean" || seg == "max" || seg == "min" || (seg.size() > 1 && seg[0] == 'p' && std::isdigit(static_cast<unsigned char>(seg[1]))));
+      const size_t b = is_stat && a > 0 ? k.rfind('.', a - 1) : a;
+      return k.substr(b == std::string::npos ? 0 : b + 1);
+    };
+    std::string head = fmt::format("  {:<40}", "configuration");
+    for (const auto& [_, m] : objectives) head += fmt::format(" {:>20}", last(m, true).substr(0, 20));
+    t.summary.push_back(head + (where.empty() ? "" : "  meets"));
+    for (size_t c = 0; c < nconfig; ++c) {
+      std::string d;
+      for (const auto& [k, v] : points[first_point[c]].values)
+        if (k != "seed" || spec.replications == 1) d += (d.empty() ? "" : " ") + last(k, false) + "=" + v;
+      std::string line = fmt::format("  {:<40}", d.size() > 40 ? d.substr(0, 39) + "…" : d);
+      for (const auto& [_, m] : objectives) line += fmt::format(" {:>20.6g}", mval(c, m));
+      if (!where.empty()) line += std::find(feasible.begin(), feasible.end(), c) != feasible.end() ? "  yes" : "  no";
+      t.summary.push_back(line);
+    }
+    t.summary.push_back("best:");
+  }
   Json best = Json::array();
   for (const auto& [minimize, m] : objectives) {
     std::optional<size_t> b;
