@@ -122,6 +122,22 @@ void compare_variants(const std::vector<Variant>& variants, std::vector<std::str
     std::vector<std::pair<std::string, double>> leaves;
     numeric_leaves(results.front(), "", leaves);
     for (auto& [k, _] : leaves) metrics.push_back(k);
+  } else {
+    // A metric named by a unique ending of a path (ttft.p99) means that path.
+    std::vector<std::pair<std::string, double>> leaves;
+    for (const auto& r : results) numeric_leaves(r, "", leaves);
+    for (auto& m : metrics) {
+      std::string hit;
+      bool exact = false, unique = true;
+      for (const auto& [k, _] : leaves) {
+        if (k == m) exact = true;
+        else if (k.size() > m.size() && k.compare(k.size() - m.size(), m.size(), m) == 0 && k[k.size() - m.size() - 1] == '.') {
+          if (!hit.empty() && hit != k) unique = false;
+          hit = k;
+        }
+      }
+      if (!exact && unique && !hit.empty()) m = hit;
+    }
   }
   Json table = Json::array();
   std::string csv = "metric";

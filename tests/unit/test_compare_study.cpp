@@ -70,9 +70,11 @@ TEST_CASE("compare says when the variants run unlike studies, and wraps its tabl
   const fs::path cwd = fs::current_path();
   fs::current_path(kRoot);
   Recorder unlike;
-  compare_variants({{"q", q, {"workload.requests=20"}, "q"}, {"t", t, {}, "t"}}, {"serving.latency_ms.ttft.p99"}, sluice::testing::registry(),
-                   unlike, {});
+  compare_variants({{"q", q, {"workload.requests=20"}, "q"}, {"t", t, {}, "t"}}, {"ttft.p99"}, sluice::testing::registry(), unlike, {});
   CHECK(joined(unlike.summary_lines()).find("unlike studies (q: serving, t: twisted-torus)") != std::string::npos);
+  // A unique ending of a metric path names that metric.
+  CHECK(unlike.metrics()["compare"]["table"][0]["metric"] == "serving.latency_ms.ttft.p99");
+  CHECK(unlike.metrics()["compare"]["table"][0]["values"][0].is_number());
 
   auto variants = expand_variants({q}, {"workload.requests=20"}, {"scheduler.max_num_seqs=1,2,4,8,16,32"});
   ::setenv("COLUMNS", "80", 1);
