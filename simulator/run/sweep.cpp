@@ -232,7 +232,28 @@ uint64_t derive_seed(uint64_t base_seed, const std::vector<std::pair<std::string
   return x % 9000000000000000ULL;  // the scenario's seed range
 }
 
+namespace {
+uint64_t seed_value(const std::string& v, const Origin& at) {
+  try {
+    size_t used = 0;
+    const unsigned long long x = std::stoull(v, &used);
+    if (used == v.size() && v.find('-') == std::string::npos && x < 9000000000000000ULL) return x;
+  } catch (const std::exception&) {
+  }
+  throw ConfigError(at, "seed", v, "a swept seed must be a whole number", "an integer in [0, 9e15)");
+}
+}  // namespace
+
 std::vector<SweepPoint> expand_sweep(const SweepSpec& spec, uint64_t base_seed, const std::vector<std::string>& base_sets) {
+  Origin seed_at;
+  for (const auto* axes : {&spec.grid, &spec.zip})
+    for (const auto& a : *axes) {
+      if (a.key == "seed") seed_at = a.origin;
+      for (const auto* other : {&spec.grid, &spec.zip})
+        for (const auto& b : *other)
+          if (&a != &b && a.key == b.key)
+            throw ConfigError(b.origin, a.key, "", "this key is swept twice (in grid and zip, or twice in one)", "each key on one axis");
+    }
   // Configurations: the product of the grid axes and the zip (as one axis).
   std::vector<std::vector<std::pair<std::string, std::string>>> configs{{}};
   for (const auto& a : spec.grid) {
@@ -267,11 +288,11 @@ std::vector<SweepPoint> expand_sweep(const SweepSpec& spec, uint64_t base_seed, 
       p.sets = base_sets;
       for (const auto& [k, v] : p.values) p.sets.push_back(k + "=" + v);
       if (seed_varied && spec.replications == 1) {
-        p.seed = std::stoull(std::find_if(p.values.begin(), p.values.end(), [](const auto& kv) { return kv.first == "seed"; })->second);
+        p.seed = seed_value(std::find_if(p.values.begin(), p.values.end(), [](const auto& kv) { return kv.first == "seed"; })->second, seed_at);
       } else {
         uint64_t base = base_seed;
         for (const auto& [k, v] : p.values)
-          if (k == "seed") base = std::stoull(v);
+          if (k == "seed") base = seed_value(v, seed_at);
         auto vals = p.values;
         std::erase_if(vals, [](const auto& kv) { return kv.first == "seed"; });
         p.seed = derive_seed(base, vals, r, spec.seeds);

@@ -79,6 +79,8 @@ TEST_CASE("sweep seeds derive from the base seed, the point and the replication"
   // A swept seed is used as given.
   auto given = expand_sweep(spec_of("{grid: {seed: [3, 4]}}"), 11, {});
   CHECK(given[1].seed == 4);
+  CHECK_THROWS_AS(expand_sweep(spec_of("{grid: {seed: [3, x]}}"), 11, {}), ConfigError);
+  CHECK_THROWS_AS(expand_sweep(spec_of("{grid: {a: [1]}, zip: {a: [2]}}"), 11, {}), ConfigError);
   for (const auto& p : pts) CHECK(p.seed < 9000000000000000ULL);
 }
 
