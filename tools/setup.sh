@@ -3,7 +3,11 @@
 # when every package is already installed it does nothing.
 set -euo pipefail
 PACKAGES=(build-essential cmake ninja-build libboost-graph-dev nlohmann-json3-dev libyaml-cpp-dev
-          libcli11-dev libfmt-dev doctest-dev)
+          libcli11-dev libfmt-dev doctest-dev
+          # sluice sweep over MPI ranks; sluice report (plots, topology drawings); schema tests
+          libopenmpi-dev openmpi-bin python3-matplotlib graphviz python3-jsonschema)
+# Optional, for looking at the report page headless: SLUICE_SETUP_BROWSER=1 adds chromium.
+[ "${SLUICE_SETUP_BROWSER:-0}" = 1 ] && PACKAGES+=(chromium)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,6 +1,8 @@
 // `sluice compare A.yaml B.yaml ... [--vary key=v1,v2]`: run scenario variants and print a
 // side-by-side table of their metrics with ratios to the first; write it as CSV and JSON.
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -8,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "run/runner.h"
+#include "engine/rng.h"
 
 namespace sluice::cli {
 
@@ -33,11 +36,37 @@ void add_compare(CLI::App& app, CliContext& ctx) {
         std::cerr << "sluice: compare needs at least two variants (two files, or --vary with two values)\n";
         return 2;
       }
+      // The default directory is named by what is compared (files, overrides and the scenarios'
+      // hashes), and an existing directory holding another comparison is never replaced.
+      Json want = Json::array();
+      std::string key;
+      for (const auto& v : variants) {
+        const std::string h = load_scenario(v.file, v.sets, ctx.registry).hash;
+        want.push_back(Json{{"name", v.name}, {"file", v.shown.empty() ? v.file : v.shown}, {"set", v.sets}, {"scenario_hash", h}});
+        key += h + ";";
+      }
+      const std::string dir = o->out.empty() ? fmt::format("results/compare/{}-{}-variants-{:08x}", std::filesystem::path(o->files[0]).stem().string(),
+                                                           variants.size(), fnv1a(key) & 0xffffffffULL)
+                                             : o->out;
+      if (std::filesystem::exists(dir)) {
+        const Json* had = nullptr;
+        Json old;
+        try {
+          std::ifstream in(dir + "/metrics.json");
+          old = Json::parse(in);
+          had = json_path(old, "metrics.compare.variants");
+        } catch (const std::exception&) {
+        }
+        if (!had || *had != want) {
+          std::cerr << fmt::format("sluice: {} already holds other results (another comparison, or not a comparison); "
+                                   "choose another --out or remove it\n", dir);
+          return 2;
+        }
+      }
       Recorder rec;
       ProgressBar bar(true);
       compare_variants(variants, o->metrics, ctx.registry, rec, [&](double f) { bar.update(f); });
       bar.finish();
-      const std::string dir = o->out.empty() ? fmt::format("results/compare/{}-{}-variants", variants[0].name.substr(0, variants[0].name.find(',')), variants.size()) : o->out;
       Json header = Json{{"schema_version", Recorder::kSchemaVersion}, {"sluice_version", SLUICE_VERSION}};
       rec.write_atomically(dir, header);
       for (const auto& l : rec.summary_lines()) std::cout << l << "\n";

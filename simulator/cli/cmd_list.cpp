@@ -1,4 +1,5 @@
 // `sluice list [KIND]`: every registered component, or one kind's components and parameters.
+#include <algorithm>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -66,11 +67,18 @@ void add_list(CLI::App& app, CliContext& ctx) {
         std::cout << "\n`sluice list KIND` shows each component's parameters (name, type/unit, default, meaning).\n";
         return 0;
       }
+      // Catalogs (hardware, model, topology entries); a topology generator's name falls through.
+      if (*kind != "topology" || name->empty() || !reg.find("topology", *name))
+        if (auto rc = list_catalog(*kind, *name, reg)) return *rc;
       auto items = reg.in(*kind);
       if (items.empty()) {
+        std::vector<std::string> all = reg.categories();
+        for (const char* c : {"hardware", "model", "topology"})
+          if (std::find(all.begin(), all.end(), c) == all.end()) all.push_back(c);
         std::string cats;
-        for (const auto& c : reg.categories()) cats += (cats.empty() ? "" : ", ") + c;
-        std::cerr << fmt::format("sluice: unknown kind '{}' (valid: {})\n", *kind, cats);
+        for (const auto& c : all) cats += (cats.empty() ? "" : ", ") + c;
+        const std::string hint = closest(*kind, all);
+        std::cerr << fmt::format("sluice: unknown kind '{}'{} (valid: {})\n", *kind, hint.empty() ? "" : " (did you mean '" + hint + "'?)", cats);
         return 2;
       }
       bool found = false;
@@ -82,7 +90,11 @@ void add_list(CLI::App& app, CliContext& ctx) {
         std::cout << "\n";
       }
       if (!found) {
-        std::cerr << fmt::format("sluice: no {} named '{}' (valid: {})\n", *kind, *name, reg.names(*kind));
+        std::vector<std::string> all;
+        for (const auto* i : items) all.push_back(i->name);
+        const std::string hint = closest(*name, all);
+        std::cerr << fmt::format("sluice: no {} named '{}'{} (valid: {})\n", *kind, *name, hint.empty() ? "" : " (did you mean '" + hint + "'?)",
+                                 reg.names(*kind));
         return 2;
       }
       return 0;

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -10,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "run/runner.h"
+#include "engine/rng.h"
 
 #ifndef SLUICE_VERSION
 #define SLUICE_VERSION "dev"
@@ -27,11 +29,25 @@ static void run_scenario(const std::string& file, const std::vector<std::string>
   Json header = run_into(sc, rec, [&](double f) { bar.update(f); });
   bar.finish();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const std::string dir = out_dir_opt.empty() ? default_run_dir(sc) : out_dir_opt;
+  std::string dir = out_dir_opt.empty() ? default_run_dir(sc) : out_dir_opt;
+  // A comparison's run id covers the study file, not the variant files it names: when those
+  // changed, the earlier results stay where they are and these go beside them.
+  std::string kept;
+  if (out_dir_opt.empty() && rec.metrics().contains("compare")) {
+    std::ifstream in(dir + "/metrics.json");
+    Json old = in ? Json::parse(in, nullptr, false) : Json();
+    const Json* had = old.is_discarded() ? nullptr : json_path(old, "metrics.compare.variants");
+    const Json& now = rec.metrics()["compare"]["variants"];
+    if (had && *had != now) {
+      kept = dir;
+      dir += fmt::format("-{:08x}", fnv1a(now.dump()) & 0xffffffffULL);
+    }
+  }
   rec.write_atomically(dir, header);
   std::cout << fmt::format("sluice {} · {} ({} study, seed {})\n", SLUICE_VERSION, sc.name, sc.study->name, sc.seed);
   for (const auto& l : rec.summary_lines()) std::cout << "  " << l << "\n";
   std::cout << fmt::format("  simulated in {:.2f} s wall; results in {}/\n", wall, dir);
+  if (!kept.empty()) std::cout << fmt::format("  (an earlier run of other variant scenarios stays in {}/)\n", kept);
 }
 
 void add_run(CLI::App& app, CliContext& ctx) {

@@ -2,6 +2,8 @@
 // app and, when chosen, stores the action to run after parsing.
 #pragma once
 #include <functional>
+#include <optional>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -24,6 +26,13 @@ void add_cost(CLI::App& app, CliContext& ctx);
 void add_compare(CLI::App& app, CliContext& ctx);
 void add_topo(CLI::App& app, CliContext& ctx);
 void add_calibrate(CLI::App& app, CliContext& ctx);
+void add_sweep(CLI::App& app, CliContext& ctx);
+void add_check(CLI::App& app, CliContext& ctx);
+void add_schema(CLI::App& app, CliContext& ctx);
+void add_report(CLI::App& app, CliContext& ctx);
+
+// `sluice list hardware|model|topology [NAME]`: the catalogs; nullopt when KIND is no catalog.
+std::optional<int> list_catalog(const std::string& kind, const std::string& name, const Registry& reg);
 
 // Prints a ConfigError (or any error) the same way for every subcommand; returns the exit code.
 int report_error(const std::exception& e);

@@ -38,6 +38,10 @@ int main(int argc, char** argv) {
   cli::add_compare(app, ctx);
   cli::add_topo(app, ctx);
   cli::add_calibrate(app, ctx);
+  cli::add_sweep(app, ctx);
+  cli::add_check(app, ctx);
+  cli::add_schema(app, ctx);
+  cli::add_report(app, ctx);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

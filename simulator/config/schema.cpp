@@ -166,6 +166,18 @@ static size_t edit_distance(const std::string& a, const std::string& b) {
 
 std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
   std::string best;
+  // A word that exactly one candidate extends (h100 -> h100-sxm) is what was meant, even
+  // when another candidate is one edit away (h200).
+  if (word.size() >= 2) {
+    int extending = 0;
+    for (const auto& c : candidates)
+      if (c.size() > word.size() && c.compare(0, word.size(), word) == 0) {
+        ++extending;
+        best = c;
+      }
+    if (extending == 1) return best;
+    best.clear();
+  }
   size_t best_d = 3;  // only suggest close matches
   for (const auto& c : candidates) {
     size_t d = edit_distance(word, c);

@@ -1,9 +1,11 @@
 // The compare study: a scenario that runs other scenarios (files, overrides, varied keys)
 // and tabulates their metrics side by side, so a comparison ships as one runnable file.
+#include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
 
+#include "config/paths.h"
 #include "run/runner.h"
 #include "registry/registry.h"
 
@@ -23,9 +25,16 @@ class CompareStudy final : public Study {
   const Registry& reg_;
 };
 
+// A path the study names: relative to the study file first (so a study runs from any
+// directory), then the working directory and the sluice root (the older convention).
 std::string resolve_file(const Params& at, const std::string& key, const std::string& file) {
+  const std::string& from = at.value(key).origin.file;
+  if (!from.empty() && from != "--set" && std::filesystem::path(file).is_relative()) {
+    const auto beside = std::filesystem::path(from).parent_path() / file;
+    if (path_is_regular_file(beside)) return beside.lexically_normal().string();
+  }
   if (auto found = find_input_path(file)) return *found;
-  at.fail(key, fmt::format("scenario file '{}' not found (relative to the working directory or the sluice root)", file),
+  at.fail(key, fmt::format("scenario file '{}' not found (relative to the study file, the working directory or the sluice root)", file),
           "an existing scenario file, e.g. scenarios/quickstart.yaml");
 }
 
@@ -42,7 +51,7 @@ std::vector<std::string> string_list(const Node& n, const std::string& path) {
 
 void register_compare_study(Registry& reg) {
   Schema s = common_study_schema();
-  s.add("base", ParamType::String, "scenario file that `vary` varies").optional();
+  s.add("base", ParamType::String, "scenario file that `vary` varies, and the file of `variants` that name none").optional();
   s.add("variants", ParamType::List, "list of {name, file, set: [key=value, ...]} to compare").optional();
   s.add("vary", ParamType::List, "list of {key, values: [...]} axes applied to `base` (cartesian product)").optional();
   s.add("set", ParamType::List, "overrides applied to every variant, e.g. [seed=7]").optional();
@@ -56,13 +65,17 @@ void register_compare_study(Registry& reg) {
             if (p.has("variants")) {
               Schema vs;
               vs.add("name", ParamType::String, "column name");
-              vs.add("file", ParamType::String, "scenario file");
+              vs.add("file", ParamType::String, "scenario file (default: the study's base)").optional();
               vs.add("set", ParamType::List, "overrides").optional();
               const Node& list = p.node("variants");
               for (size_t i = 0; i < list.seq.size(); ++i) {
                 const std::string path = fmt::format("variants.{}", i);
                 Params v = parse_params(list.seq[i], vs, path);
-                Variant var{v.str("name"), resolve_file(v, "file", v.str("file")), sets, v.str("file")};
+                if (!v.has("file") && !p.has("base"))
+                  throw ConfigError(list.seq[i].origin, path + ".file", "", "a variant needs a file, or the study a base",
+                                    "file: scenarios/x.yaml here, or base: at the top of the study");
+                Variant var = v.has("file") ? Variant{v.str("name"), resolve_file(v, "file", v.str("file")), sets, v.str("file")}
+                                            : Variant{v.str("name"), resolve_file(p, "base", p.str("base")), sets, p.str("base")};
                 if (v.has("set"))
                   for (auto& x : string_list(v.node("set"), path + ".set")) var.sets.push_back(x);
                 variants.push_back(std::move(var));
@@ -86,7 +99,10 @@ void register_compare_study(Registry& reg) {
               }
               for (auto& v : expand_variants({resolve_file(p, "base", p.str("base"))}, sets, axes)) {
                 v.shown = p.str("base");
-                variants.push_back(std::move(v));
+                // The base itself, when a listed variant already is it, is shown once.
+                const bool listed = std::any_of(variants.begin(), variants.end(),
+                                                [&](const Variant& w) { return w.file == v.file && w.sets == v.sets; });
+                if (!listed) variants.push_back(std::move(v));
               }
             }
             if (variants.size() < 2)

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -99,8 +103,12 @@ void compare_variants(const std::vector<Variant>& variants, std::vector<std::str
                       Recorder& rec, const std::function<void(double)>& progress) {
   // Validate every variant before simulating any; then build, run and drop one at a time,
   // so memory does not grow with the number of variants.
-  std::vector<std::string> hashes;
-  for (const auto& v : variants) hashes.push_back(load_scenario(v.file, v.sets, reg).hash);
+  std::vector<std::string> hashes, studies;
+  for (const auto& v : variants) {
+    const Scenario sc = load_scenario(v.file, v.sets, reg);
+    hashes.push_back(sc.hash);
+    studies.push_back(sc.study->name);
+  }
   std::vector<Json> results;
   for (size_t i = 0; i < variants.size(); ++i) {
     Scenario sc = load_scenario(variants[i].file, variants[i].sets, reg);
@@ -114,29 +122,68 @@ void compare_variants(const std::vector<Variant>& variants, std::vector<std::str
     std::vector<std::pair<std::string, double>> leaves;
     numeric_leaves(results.front(), "", leaves);
     for (auto& [k, _] : leaves) metrics.push_back(k);
+  } else {
+    // A metric named by a unique ending of a path (ttft.p99) means that path.
+    std::vector<std::pair<std::string, double>> leaves;
+    for (const auto& r : results) numeric_leaves(r, "", leaves);
+    for (auto& m : metrics) {
+      std::string hit;
+      bool exact = false, unique = true;
+      for (const auto& [k, _] : leaves) {
+        if (k == m) exact = true;
+        else if (k.size() > m.size() && k.compare(k.size() - m.size(), m.size(), m) == 0 && k[k.size() - m.size() - 1] == '.') {
+          if (!hit.empty() && hit != k) unique = false;
+          hit = k;
+        }
+      }
+      if (!exact && unique && !hit.empty()) m = hit;
+    }
   }
   Json table = Json::array();
   std::string csv = "metric";
   for (const auto& v : variants) csv += "," + v.name;
   for (size_t i = 1; i < variants.size(); ++i) csv += fmt::format(",ratio {}/{}", variants[i].name, variants[0].name);
   csv += "\n";
+  // Variants of one file show it once, as the base, and then only what each one sets.
+  auto shown = [](const Variant& v) { return v.shown.empty() ? v.file : v.shown; };
+  const bool one_file = std::all_of(variants.begin(), variants.end(), [&](const Variant& v) { return shown(v) == shown(variants[0]); });
+  if (one_file) rec.summary(fmt::format("base    {}", shown(variants[0])));
   for (const auto& v : variants) {
     std::string sets;
     for (const auto& x : v.sets) sets += (sets.empty() ? "" : " ") + x;
-    rec.summary(fmt::format("variant {:<24} {}{}", v.name, v.shown.empty() ? v.file : v.shown, sets.empty() ? "" : " --set " + sets));
+    std::string line = fmt::format("variant {:<24} {}{}", v.name, one_file ? "" : shown(v), sets.empty() ? "" : (one_file ? "--set " : " --set ") + sets);
+    while (line.back() == ' ') line.pop_back();
+    rec.summary(line);
+  }
+  if (std::any_of(studies.begin(), studies.end(), [&](const std::string& x) { return x != studies[0]; })) {
+    std::string which;
+    for (size_t i = 0; i < variants.size(); ++i) which += (i ? ", " : "") + variants[i].name + ": " + studies[i];
+    rec.summary(fmt::format("note: these variants run unlike studies ({}); only the metrics they share compare, the rest show '-'", which));
   }
   size_t width = 10;
   for (const auto& v : variants) width = std::max(width, std::min<size_t>(v.name.size(), 24));
   const bool show_ratios = variants.size() <= 4;
-  std::string header = fmt::format("{:<44}", "metric");
-  for (const auto& v : variants) header += fmt::format(" {:>{}}", v.name.size() > width ? v.name.substr(0, width) : v.name, width);
-  rec.summary(header + (show_ratios ? "   ratio to the first" : "   (ratios in compare.csv)"));
+  // The on-screen table wraps its variant columns to the terminal's width (COLUMNS, else the
+  // tty's); compare.csv and metrics.json always hold every column.
+  size_t term = 0;
+  if (const char* c = std::getenv("COLUMNS")) term = static_cast<size_t>(std::max(0, std::atoi(c)));
+  winsize ws{};
+  if (term == 0 && ::isatty(STDOUT_FILENO) && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0) term = ws.ws_col;
+  size_t name_w = 6;
+  for (const auto& m : metrics) name_w = std::max(name_w, std::min<size_t>(m.size(), 44));
+  const size_t fixed = name_w + (show_ratios ? std::max<size_t>(21, 9 * (variants.size() - 1)) : 26);  // the ratios or the trailer
+  const size_t per_block = term == 0 ? variants.size() : std::max<size_t>(1, (term > fixed ? term - fixed : 0) / (width + 1));
+  std::vector<std::string> names;
+  std::vector<std::vector<std::string>> cells;
+  std::vector<std::string> ratio_text;
   for (const auto& m : metrics) {
     Json row = Json::object();
     row["metric"] = m;
     Json vals = Json::array();
     std::vector<double> nums;
-    std::string line = fmt::format("{:<44}", m.size() > 44 ? "…" + m.substr(m.size() - 43) : m);
+    std::string line;
+    names.push_back(m.size() > 44 ? "…" + m.substr(m.size() - 43) : m);
+    cells.emplace_back();
     csv += m;
     for (const auto& r : results) {
       const Json* x = json_path(r, m);
@@ -144,12 +191,12 @@ void compare_variants(const std::vector<Variant>& variants, std::vector<std::str
         nums.push_back(x->get<double>());
         vals.push_back(*x);
         csv += fmt::format(",{}", x->get<double>());
-        line += fmt::format(" {:>{}.6g}", x->get<double>(), width);
+        cells.back().push_back(fmt::format(" {:>{}.6g}", x->get<double>(), width));
       } else {
         nums.push_back(std::nan(""));
         vals.push_back(nullptr);
         csv += ",";
-        line += fmt::format(" {:>{}}", "-", width);
+        cells.back().push_back(fmt::format(" {:>{}}", "-", width));
       }
     }
     Json ratios = Json::array();
@@ -164,7 +211,23 @@ void compare_variants(const std::vector<Variant>& variants, std::vector<std::str
     row["values"] = vals;
     row["ratios_to_first"] = ratios;
     table.push_back(row);
-    rec.summary(line);
+    ratio_text.push_back(line);
+  }
+  for (size_t from = 0; from < variants.size(); from += per_block) {
+    const size_t to = std::min(variants.size(), from + per_block);
+    const bool last = to == variants.size();
+    if (from > 0) rec.summary("");
+    std::string header = fmt::format("{:<{}}", "metric", name_w);
+    for (size_t i = from; i < to; ++i)
+      header += fmt::format(" {:>{}}", variants[i].name.size() > width ? variants[i].name.substr(0, width) : variants[i].name, width);
+    if (last) header += show_ratios ? "   ratio to the first" : "   (ratios in compare.csv)";
+    else header += fmt::format("   ({}-{} of {})", from + 1, to, variants.size());
+    rec.summary(header);
+    for (size_t r = 0; r < names.size(); ++r) {
+      std::string line = fmt::format("{:<{}}", names[r], name_w);
+      for (size_t i = from; i < to; ++i) line += cells[r][i];
+      rec.summary(line + (last ? ratio_text[r] : ""));
+    }
   }
   Json vs = Json::array();
   for (size_t i = 0; i < variants.size(); ++i)

@@ -15,6 +15,10 @@ Scenario load_scenario(const std::string& file, const std::vector<std::string>& 
   return build_scenario(load_yaml_file(file), file, overrides, reg);
 }
 
+Scenario load_scenario_tree(Node root, const std::string& file, const std::vector<std::string>& overrides, const Registry& reg) {
+  return build_scenario(std::move(root), file, overrides, reg);
+}
+
 Scenario load_scenario_text(const std::string& text, const std::string& label, const std::vector<std::string>& overrides,
                             const Registry& reg) {
   return build_scenario(load_yaml_string(text, label), label, overrides, reg);

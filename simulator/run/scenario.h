@@ -25,6 +25,8 @@ struct Scenario {
 
 // Loads, overrides, validates and builds. Throws ConfigError on any bad input.
 Scenario load_scenario(const std::string& file, const std::vector<std::string>& overrides, const Registry& reg);
+// The same from a parsed tree (a sweep point: the file's tree without its `sweep:` block).
+Scenario load_scenario_tree(Node root, const std::string& file, const std::vector<std::string>& overrides, const Registry& reg);
 // The same from YAML text; `label` names it in errors (used by the fuzz target and tests).
 Scenario load_scenario_text(const std::string& text, const std::string& label, const std::vector<std::string>& overrides,
                             const Registry& reg);

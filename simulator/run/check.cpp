@@ -1,0 +1,425 @@
+#include "run/check.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "config/paths.h"
+#include "run/runner.h"
+#include "run/scenario.h"
+
+#ifndef SLUICE_VERSION
+#define SLUICE_VERSION "dev"
+#endif
+
+namespace sluice {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> string_list(const Node& n, const std::string& path) {
+  if (!n.is_seq()) throw ConfigError(n.origin, path, n.brief(), "expected a list of strings", "e.g. [scheduler.kind=vllm]");
+  std::vector<std::string> out;
+  for (const auto& e : n.seq) {
+    if (!e.is_scalar()) throw ConfigError(e.origin, path, e.brief(), "expected a string", "a list of strings");
+    out.push_back(e.scalar);
+  }
+  return out;
+}
+
+double parse_fraction(const Node& v, const std::string& path) {
+  std::string s = v.is_scalar() ? v.scalar : "";
+  double scale = 1;
+  if (!s.empty() && s.back() == '%') {
+    s.pop_back();
+    scale = 0.01;
+  }
+  try {
+    size_t used = 0;
+    const double x = std::stod(s, &used) * scale;
+    if (used == s.size() && x >= 0 && std::isfinite(x)) return x;
+  } catch (const std::exception&) {
+  }
+  throw ConfigError(v.origin, path, v.brief(), "expected a non-negative number", "e.g. 0.05 or 5% (relative), 2 (absolute)");
+}
+
+std::vector<Tolerance> parse_tolerances(const Node& list, const std::string& path) {
+  if (!list.is_seq())
+    throw ConfigError(list.origin, path, list.brief(), "expected a list of tolerances",
+                      "e.g. [{metric: '*.ttft.p99', relative: 5%, worse: higher}]");
+  std::vector<Tolerance> out;
+  for (size_t i = 0; i < list.seq.size(); ++i) {
+    const Node& t = list.seq[i];
+    const std::string at = fmt::format("{}.{}", path, i);
+    if (!t.is_map()) throw ConfigError(t.origin, at, t.brief(), "expected a mapping", "{metric, relative and/or absolute, worse}");
+    Tolerance tol;
+    bool has_metric = false, has_tol = false;
+    for (size_t k = 0; k < t.map.size(); ++k) {
+      const auto& [key, v] = t.map[k];
+      if (key == "metric") {
+        if (!v.is_scalar() || v.scalar.empty()) throw ConfigError(v.origin, at + ".metric", v.brief(), "expected a metric path or glob", "e.g. '*.latency_ms.ttft.p99'");
+        tol.pattern = v.scalar;
+        has_metric = true;
+      } else if (key == "relative") {
+        tol.relative = parse_fraction(v, at + ".relative");
+        has_tol = true;
+      } else if (key == "absolute") {
+        tol.absolute = parse_fraction(v, at + ".absolute");
+        has_tol = true;
+      } else if (key == "worse") {
+        if (!v.is_scalar() || (v.scalar != "higher" && v.scalar != "lower" && v.scalar != "either"))
+          throw ConfigError(v.origin, at + ".worse", v.brief(), "which direction is a regression", "one of: higher, lower, either");
+        tol.worse = v.scalar == "higher" ? Worse::Higher : v.scalar == "lower" ? Worse::Lower : Worse::Either;
+      } else {
+        const std::string hint = closest(key, {"metric", "relative", "absolute", "worse"});
+        throw ConfigError(t.key_origins[k], at + "." + key, key, hint.empty() ? "unknown key" : fmt::format("unknown key (did you mean '{}'?)", hint),
+                          "one of: metric, relative, absolute, worse");
+      }
+    }
+    if (!has_metric) throw ConfigError(t.origin, at + ".metric", "", "a tolerance needs the metric it applies to", "e.g. metric: '*.ttft.p99'");
+    if (!has_tol) throw ConfigError(t.origin, at, "", "a tolerance needs relative and/or absolute", "e.g. relative: 5%");
+    out.push_back(tol);
+  }
+  return out;
+}
+
+const Tolerance* tolerance_for(const std::string& metric, const CheckEntry& e, const Suite& s) {
+  for (const auto& t : e.tolerances)
+    if (glob_match(t.pattern, metric)) return &t;
+  for (const auto& t : s.tolerances)
+    if (glob_match(t.pattern, metric)) return &t;
+  return nullptr;
+}
+
+std::string describe(const Tolerance& t) {
+  std::string s;
+  if (t.relative > 0) s += fmt::format("{:g}%", t.relative * 100);
+  if (t.absolute > 0) s += (s.empty() ? "" : " or ") + fmt::format("{:g}", t.absolute);
+  if (s.empty()) s = "0";
+  return s + (t.worse == Worse::Higher ? ", higher worse" : t.worse == Worse::Lower ? ", lower worse" : ", any change");
+}
+
+std::string xml_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      case '\'': o += "&apos;"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') o += ' ';
+        else o += c;
+    }
+  }
+  return o;
+}
+
+std::string safe_name(const std::string& n) {
+  std::string s;
+  for (char c : n) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  return s;
+}
+
+}  // namespace
+
+bool glob_match(const std::string& pattern, const std::string& path) {
+  // Iterative '*' matching with backtracking to the last star.
+  size_t p = 0, s = 0, star = std::string::npos, mark = 0;
+  while (s < path.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = s;
+    } else if (p < pattern.size() && pattern[p] == path[s]) {
+      ++p;
+      ++s;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      s = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+Suite load_suite(const std::string& file, const Registry& reg, const std::vector<std::string>& extra_sets) {
+  Node root = load_yaml_file(file);
+  if (!root.is_map()) throw ConfigError(root.origin, "", root.brief(), "a suite must be a YAML mapping", "keys: suite, description, baselines, tolerances, scenarios");
+  Suite s;
+  s.file = file;
+  s.name = fs::path(file).stem().string();
+  const fs::path dir = fs::path(file).parent_path();
+  const Node* scenarios = nullptr;
+  std::string baselines;
+  for (size_t k = 0; k < root.map.size(); ++k) {
+    const auto& [key, v] = root.map[k];
+    if (key == "suite" || key == "description" || key == "baselines") {
+      if (!v.is_scalar()) throw ConfigError(v.origin, key, v.brief(), "expected a string", "a name or a path");
+      (key == "suite" ? s.name : key == "description" ? s.description : baselines) = v.scalar;
+    } else if (key == "tolerances") {
+      s.tolerances = parse_tolerances(v, key);
+    } else if (key == "scenarios") {
+      scenarios = &v;
+    } else {
+      const std::string hint = closest(key, {"suite", "description", "baselines", "tolerances", "scenarios"});
+      throw ConfigError(root.key_origins[k], key, key, hint.empty() ? "unknown key" : fmt::format("unknown key (did you mean '{}'?)", hint),
+                        "one of: suite, description, baselines, tolerances, scenarios");
+    }
+  }
+  for (char c : s.name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
+      throw ConfigError(root.origin, "suite", s.name, "a suite name names a folder of baselines", "letters, digits, '-', '_' and '.'");
+  s.baselines = baselines.empty() ? (fs::path(catalog_root()) / "results" / "baselines" / s.name).string() : (dir / baselines).string();
+  if (!scenarios || !scenarios->is_seq() || scenarios->seq.empty())
+    throw ConfigError(scenarios ? scenarios->origin : root.origin, "scenarios", scenarios ? scenarios->brief() : "", "a suite needs a list of scenarios",
+                      "e.g. scenarios: [{file: ../quickstart.yaml}]");
+  for (size_t i = 0; i < scenarios->seq.size(); ++i) {
+    const Node& e = scenarios->seq[i];
+    const std::string at = fmt::format("scenarios.{}", i);
+    if (!e.is_map()) throw ConfigError(e.origin, at, e.brief(), "expected a mapping", "{name, file, set, tolerances}");
+    CheckEntry entry;
+    const Node* file_node = nullptr;
+    for (size_t k = 0; k < e.map.size(); ++k) {
+      const auto& [key, v] = e.map[k];
+      if (key == "name" || key == "file") {
+        if (!v.is_scalar()) throw ConfigError(v.origin, at + "." + key, v.brief(), "expected a string", key == "file" ? "a scenario file" : "a name");
+        if (key == "name") entry.name = v.scalar;
+        else file_node = &v;
+      } else if (key == "set") {
+        entry.sets = string_list(v, at + ".set");
+      } else if (key == "tolerances") {
+        entry.tolerances = parse_tolerances(v, at + ".tolerances");
+      } else {
+        const std::string hint = closest(key, {"name", "file", "set", "tolerances"});
+        throw ConfigError(e.key_origins[k], at + "." + key, key, hint.empty() ? "unknown key" : fmt::format("unknown key (did you mean '{}'?)", hint),
+                          "one of: name, file, set, tolerances");
+      }
+    }
+    if (!file_node) throw ConfigError(e.origin, at + ".file", "", "every suite entry names a scenario file", "e.g. file: ../quickstart.yaml");
+    // Relative to the suite file first, then the working directory and the sluice root.
+    entry.shown = file_node->scalar;
+    const fs::path beside = dir / file_node->scalar;
+    if (fs::path(file_node->scalar).is_relative() && path_is_regular_file(beside)) entry.file = beside.lexically_normal().string();
+    else if (auto found = find_input_path(file_node->scalar)) entry.file = *found;
+    else
+      throw ConfigError(file_node->origin, at + ".file", file_node->scalar, "scenario file not found (relative to the suite file, the working directory or the sluice root)",
+                        "an existing scenario file");
+    if (entry.name.empty()) entry.name = fs::path(entry.file).stem().string();
+    entry.name = safe_name(entry.name);
+    for (const auto& other : s.entries)
+      if (other.name == entry.name)
+        throw ConfigError(e.origin, at + ".name", entry.name, "two entries share this name (it names the baseline file)", "distinct names");
+    for (const auto& x : extra_sets) entry.sets.push_back(x);
+    try {
+      load_scenario(entry.file, entry.sets, reg);
+    } catch (const ConfigError& err) {
+      throw ConfigError(e.origin, at, entry.name, fmt::format("this scenario is invalid: {}", err.what()), "a scenario that validates on its own");
+    }
+    s.entries.push_back(std::move(entry));
+  }
+  return s;
+}
+
+int CheckReport::regressions() const {
+  int n = static_cast<int>(failed_entries.size());
+  for (const auto& c : checks) n += c.failed();
+  return n;
+}
+
+std::string CheckReport::table() const {
+  std::vector<const MetricCheck*> moved;
+  for (const auto& c : checks)
+    if (c.verdict != "ok" || c.now != c.baseline) moved.push_back(&c);
+  std::string out;
+  if (moved.empty()) {
+    out += fmt::format("nothing moved: {} metrics equal their baselines\n", checks.size());
+  } else {
+    size_t we = 8, wm = 6;
+    for (const auto* c : moved) {
+      we = std::max(we, std::min<size_t>(c->entry.size(), 24));
+      wm = std::max(wm, std::min<size_t>(c->metric.size(), 44));
+    }
+    auto clip = [](const std::string& s, size_t w) { return s.size() > w ? "…" + s.substr(s.size() - w + 1) : s; };
+    out += fmt::format("{:<{}}  {:<{}}  {:>12}  {:>12}  {:>9}  {:<22}  {}\n", "scenario", we, "metric", wm, "baseline", "now", "change",
+                       "tolerance", "verdict");
+    for (const auto* c : moved) {
+      const bool has = c->verdict != "missing" && c->verdict != "new";
+      std::string change = "-";
+      if (has && c->baseline != 0) change = fmt::format("{:+.2f}%", 100 * (c->now - c->baseline) / std::fabs(c->baseline));
+      else if (has) change = fmt::format("{:+.3g}", c->now - c->baseline);
+      const std::string verdict = c->failed() ? "REGRESSION" + std::string(c->verdict == "missing" ? " (missing)" : "") : c->verdict;
+      out += fmt::format("{:<{}}  {:<{}}  {:>12}  {:>12}  {:>9}  {:<22}  {}\n", clip(c->entry, we), we, clip(c->metric, wm), wm,
+                         c->verdict == "new" ? "-" : fmt::format("{:.6g}", c->baseline), c->verdict == "missing" ? "-" : fmt::format("{:.6g}", c->now),
+                         change, c->tolerance, verdict);
+    }
+    out += fmt::format("{} of {} checked metrics moved\n", moved.size(), checks.size());
+  }
+  for (const auto& n : notes) out += "note: " + n + "\n";
+  return out;
+}
+
+std::string CheckReport::junit(const Suite& s) const {
+  // One <testsuite> per scenario, one <testcase> per checked metric.
+  std::string body;
+  size_t total = 0;
+  int failures = 0;
+  std::vector<std::string> names;
+  for (const auto& e : s.entries) names.push_back(e.name);
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::string cases;
+    size_t n = 0;
+    int f = 0;
+    const bool no_baseline = std::find(failed_entries.begin(), failed_entries.end(), names[i]) != failed_entries.end();
+    if (no_baseline) {
+      cases += fmt::format("    <testcase classname=\"{0}.{1}\" name=\"baseline\" time=\"0\">\n      <failure type=\"missing\" message=\"no baseline for {1}: run sluice check --update\"/>\n    </testcase>\n",
+                           xml_escape(s.name), xml_escape(names[i]));
+      ++n;
+      ++f;
+    }
+    for (const auto& c : checks) {
+      if (c.entry != names[i]) continue;
+      ++n;
+      cases += fmt::format("    <testcase classname=\"{}.{}\" name=\"{}\" time=\"0\"", xml_escape(s.name), xml_escape(c.entry), xml_escape(c.metric));
+      if (c.failed()) {
+        ++f;
+        const std::string msg = c.verdict == "missing" ? fmt::format("{} is missing (baseline {:.6g})", c.metric, c.baseline)
+                                                       : fmt::format("{}: baseline {:.6g}, now {:.6g}, tolerance {}", c.metric, c.baseline, c.now, c.tolerance);
+        cases += fmt::format(">\n      <failure type=\"regression\" message=\"{}\"/>\n    </testcase>\n", xml_escape(msg));
+      } else {
+        cases += fmt::format(">\n      <system-out>{}: baseline {:.6g}, now {:.6g}</system-out>\n    </testcase>\n", xml_escape(c.verdict), c.baseline, c.now);
+      }
+    }
+    const double secs = i < entry_seconds.size() ? entry_seconds[i] : 0;
+    body += fmt::format("  <testsuite name=\"{}.{}\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"0\" time=\"{:.3f}\">\n{}  </testsuite>\n",
+                        xml_escape(s.name), xml_escape(names[i]), n, f, secs, cases);
+    total += n;
+    failures += f;
+  }
+  return fmt::format("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"sluice check {}\" tests=\"{}\" failures=\"{}\" errors=\"0\" time=\"{:.3f}\">\n{}</testsuites>\n",
+                     xml_escape(s.name), total, failures, seconds, body);
+}
+
+CheckReport run_check(const Suite& suite, const Registry& reg, int threads, bool update) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t n = suite.entries.size();
+  std::vector<Json> metrics(n), hashes(n);
+  std::vector<double> secs(n, 0);
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (;;) {
+      const size_t i = next.fetch_add(1);
+      if (i >= n) return;
+      const auto s0 = std::chrono::steady_clock::now();
+      try {
+        Scenario sc = load_scenario(suite.entries[i].file, suite.entries[i].sets, reg);
+        Recorder rec;
+        run_into(sc, rec, {});
+        metrics[i] = Json::parse(rec.metrics().dump());
+        hashes[i] = sc.hash;
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+      secs[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+    }
+  };
+  std::vector<std::thread> pool;
+  const int nt = std::max(1, std::min<int>(threads, static_cast<int>(n)));
+  for (int t = 1; t < nt; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+
+  CheckReport rep;
+  rep.entry_seconds = secs;
+  for (size_t i = 0; i < n; ++i) {
+    const CheckEntry& e = suite.entries[i];
+    std::vector<std::pair<std::string, double>> leaves;
+    numeric_leaves(metrics[i], "", leaves);
+    const fs::path file = fs::path(suite.baselines) / (e.name + ".json");
+    if (update) {
+      Json m = Json::object();
+      for (const auto& [k, v] : leaves)
+        if (tolerance_for(k, e, suite)) m[k] = v;
+      Json doc{{"suite", suite.name},
+               {"entry", e.name},
+               {"scenario", Json{{"file", e.shown}, {"set", e.sets}, {"hash", hashes[i]}}},
+               {"sluice_version", SLUICE_VERSION},
+               {"metrics", m}};
+      write_file_atomically(file.string(), doc.dump(1) + "\n");
+      rep.notes.push_back(fmt::format("{}: baseline written to {} ({} metrics)", e.name, file.string(), m.size()));
+      continue;
+    }
+    if (!path_exists(file)) {
+      rep.failed_entries.push_back(e.name);
+      rep.notes.push_back(fmt::format("{}: no baseline ({}); run `sluice check {} --update` to create it", e.name, file.string(), suite.file));
+      continue;
+    }
+    Json base;
+    try {
+      base = Json::parse(slurp(file));
+    } catch (const std::exception& ex) {
+      throw ConfigError(Origin{file.string(), 0, 0}, "", "", fmt::format("baseline is not valid JSON: {}", ex.what()), "a file written by sluice check --update");
+    }
+    const Json* bh = json_path(base, "scenario.hash");
+    if (bh && bh->is_string() && bh->get<std::string>() != hashes[i].get<std::string>())
+      rep.notes.push_back(fmt::format("{}: the scenario differs from the baseline's (hash {} then, {} now): its inputs changed, not only the code",
+                                      e.name, bh->get<std::string>().substr(0, 8), hashes[i].get<std::string>().substr(0, 8)));
+    const Json& bm = base.contains("metrics") ? base["metrics"] : Json::object();
+    std::map<std::string, double> now(leaves.begin(), leaves.end());
+    for (auto it = bm.begin(); it != bm.end(); ++it) {
+      const Tolerance* t = tolerance_for(it.key(), e, suite);
+      if (!t || !it.value().is_number()) continue;
+      MetricCheck c;
+      c.entry = e.name;
+      c.metric = it.key();
+      c.baseline = it.value().get<double>();
+      c.tolerance = describe(*t);
+      auto found = now.find(it.key());
+      if (found == now.end() || !std::isfinite(found->second)) {
+        c.verdict = "missing";
+      } else {
+        c.now = found->second;
+        const double d = c.now - c.baseline, tol = std::max(t->absolute, t->relative * std::fabs(c.baseline));
+        const bool up = d > tol, down = -d > tol;
+        const bool bad = t->worse == Worse::Higher ? up : t->worse == Worse::Lower ? down : (up || down);
+        c.verdict = bad ? "regression" : (up || down) ? "improved" : "ok";
+      }
+      rep.checks.push_back(c);
+    }
+    for (const auto& [k, v] : leaves)
+      if (!bm.contains(k) && tolerance_for(k, e, suite)) {
+        MetricCheck c;
+        c.entry = e.name;
+        c.metric = k;
+        c.now = v;
+        c.verdict = "new";
+        c.tolerance = describe(*tolerance_for(k, e, suite));
+        rep.checks.push_back(c);
+      }
+  }
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rep;
+}
+
+}  // namespace sluice

@@ -1,0 +1,68 @@
+// `sluice check`: CI regression mode. A suite lists scenarios and, per metric (glob
+// patterns), a tolerance and which direction is a regression; a check runs them, compares
+// with stored baselines, tabulates what moved and writes JUnit XML.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "recorder/recorder.h"
+#include "registry/registry.h"
+
+namespace sluice {
+
+// Which direction of change is a regression.
+enum class Worse { Higher, Lower, Either };
+
+// A tolerance for every metric whose path matches `pattern` ('*' matches any run of characters).
+struct Tolerance {
+  std::string pattern;
+  double relative = 0;  // of |baseline|
+  double absolute = 0;
+  Worse worse = Worse::Either;
+};
+
+// One scenario of a suite: a file (resolved relative to the suite file), overrides, tolerances
+// tried before the suite's.
+struct CheckEntry {
+  std::string name, file, shown;
+  std::vector<std::string> sets;
+  std::vector<Tolerance> tolerances;
+};
+
+struct Suite {
+  std::string file, name, description;
+  std::string baselines;  // directory of <entry>.json files
+  std::vector<Tolerance> tolerances;
+  std::vector<CheckEntry> entries;
+};
+
+// Loads and validates a suite file; errors name file:line:col. Every scenario is validated too.
+Suite load_suite(const std::string& file, const Registry& reg, const std::vector<std::string>& extra_sets = {});
+
+// The verdict on one metric.
+struct MetricCheck {
+  std::string entry, metric, verdict;  // verdict: ok, improved, regression, missing, new
+  double baseline = 0, now = 0;
+  std::string tolerance;               // "5% or 0.1, higher is worse"
+  bool failed() const { return verdict == "regression" || verdict == "missing"; }
+};
+
+struct CheckReport {
+  std::vector<MetricCheck> checks;   // every checked metric, in entry then metric order
+  std::vector<std::string> notes;    // per entry: baseline missing, scenario changed since baseline ...
+  std::vector<std::string> failed_entries;  // entries without a baseline
+  std::vector<double> entry_seconds;
+  double seconds = 0;
+  int regressions() const;
+  std::string table() const;        // what moved, readable
+  std::string junit(const Suite& s) const;
+};
+
+// Runs every entry (on `threads` threads) and compares with the baselines; with `update`,
+// writes the baselines instead (atomically, one file per entry) and reports nothing failed.
+CheckReport run_check(const Suite& suite, const Registry& reg, int threads, bool update);
+
+// Does `path` match the glob `pattern` ('*' any run of characters)?
+bool glob_match(const std::string& pattern, const std::string& path);
+
+}  // namespace sluice

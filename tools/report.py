@@ -1,0 +1,345 @@
+#!/usr/bin/python3
+"""Pictures of a sluice run or sweep directory, and one self-contained HTML page.
+
+usage: report.py DIR OUT [--sluice PATH]
+
+Reads what the run wrote (metrics.json, requests.csv, timeseries.csv, trace.json; a
+sweep's sweep.json; a study's variants) and draws, with matplotlib (Debian's
+python3-matplotlib) and Graphviz (dot/neato), whichever of these the data allows:
+latency CDFs, inter-token gap histograms, KV occupancy / queue length / batch size over
+time, an iteration timeline per replica, throughput-latency curves over a sweep,
+availability curves, and the topology. Each picture is written as PNG and SVG; index.html
+embeds the PNGs and the summary tables, so it stands alone. `sluice report` runs this.
+"""
+import base64
+import csv
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 110, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3,
+                     "svg.hashsalt": "sluice", "svg.fonttype": "none"})
+
+
+class Report:
+    def __init__(self, src, out):
+        self.src, self.out = src, out
+        self.figures = []  # (name, title, caption)
+        self.tables = []   # (title, header, rows)
+        os.makedirs(out, exist_ok=True)
+
+    def save(self, fig, name, title, caption):
+        fig.tight_layout()
+        for ext in ("png", "svg"):
+            fig.savefig(os.path.join(self.out, f"{name}.{ext}"), metadata={"Date": None} if ext == "svg" else None)
+        plt.close(fig)
+        self.figures.append((name, title, caption))
+
+    # ---------------------------------------------------------------- one run
+    def run(self, d, label=""):
+        metrics = load_json(os.path.join(d, "metrics.json"))
+        m = (metrics or {}).get("metrics", {})
+        reqs = load_csv(os.path.join(d, "requests.csv"))
+        if reqs:
+            self.latency_cdfs(reqs, label)
+            self.gap_histograms(reqs, m, label)
+        ts = load_csv(os.path.join(d, "timeseries.csv"))
+        if ts:
+            self.timeseries(ts, label)
+        trace = load_json(os.path.join(d, "trace.json"))
+        if trace:
+            self.timeline(trace, label)
+        if "variants" in m and any("slice_availability" in v for v in m["variants"]):
+            self.availability(m["variants"])
+        if "serving" in m:
+            self.serving_table(m["serving"], label)
+        if metrics and "scenario" in metrics:
+            self.topologies(metrics["scenario"].get("resolved", {}))
+
+    def latency_cdfs(self, reqs, label):
+        fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+        for ax, col, name in zip(axes, ("ttft_ms", "tpot_ms", "e2e_ms"), ("TTFT", "TPOT (mean gap after the first token)", "E2E")):
+            xs = sorted(float(r[col]) for r in reqs if r.get(col) not in (None, "", "nan"))
+            if not xs:
+                continue
+            ys = [(i + 1) / len(xs) for i in range(len(xs))]
+            ax.step(xs, ys, where="post", color="#1f77b4")
+            for q, ls in ((0.5, ":"), (0.99, "--")):
+                v = xs[min(len(xs) - 1, int(q * len(xs)))]
+                ax.axvline(v, ls=ls, color="#d62728", lw=0.8)
+                ax.annotate(f"p{int(q * 100)} {v:.3g}", (v, q), fontsize=7, color="#d62728", xytext=(3, -10), textcoords="offset points")
+            ax.set_xlabel(f"{name} (ms)")
+            ax.set_ylabel("fraction of requests")
+            ax.set_ylim(0, 1.02)
+        fig.suptitle(f"Latency CDFs{label} ({len(reqs)} requests)")
+        self.save(fig, "latency_cdf" + slug(label), "Latency CDFs" + label,
+                  "Per-request TTFT (arrival to first token delivered), TPOT and E2E from requests.csv; dotted p50, dashed p99.")
+
+    def gap_histograms(self, reqs, m, label):
+        tpot = [float(r["tpot_ms"]) for r in reqs if r.get("tpot_ms") not in (None, "", "nan")]
+        gap = [float(r["max_gap_ms"]) for r in reqs if r.get("max_gap_ms") not in (None, "", "nan")]
+        if not tpot and not gap:
+            return
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
+        axes[0].hist(tpot, bins=50, color="#2ca02c")
+        axes[0].set_xlabel("mean inter-token gap per request (ms)")
+        axes[1].hist(gap, bins=50, color="#ff7f0e")
+        axes[1].set_xlabel("longest inter-token gap per request (ms)")
+        for ax in axes:
+            ax.set_ylabel("requests")
+        itg = m.get("serving", {}).get("latency_ms", {}).get("inter_token_gap", {})
+        if itg:
+            axes[1].axvline(itg.get("p99", 0), ls="--", color="#d62728", lw=0.8, label=f"p99 over every gap {itg.get('p99', 0):.3g} ms")
+            axes[1].legend(fontsize=7)
+        fig.suptitle(f"Inter-token gaps{label}")
+        self.save(fig, "gap_hist" + slug(label), "Inter-token gap histograms" + label,
+                  "Per request: the mean gap between delivered tokens (TPOT) and the longest one (a decode stall); the dashed line is the p99 over every gap of the run.")
+
+    def timeseries(self, ts, label):
+        t = [float(r["t_s"]) for r in ts]
+        cols = [("kv_occupancy", "KV occupancy (fraction)", "#9467bd"), ("waiting", "queue length (waiting)", "#d62728"),
+                ("running", "batch size (running)", "#1f77b4")]
+        cols = [c for c in cols if c[0] in ts[0]]
+        if not cols:
+            return
+        fig, axes = plt.subplots(len(cols), 1, figsize=(10, 1.9 * len(cols)), sharex=True)
+        axes = axes if len(cols) > 1 else [axes]
+        for ax, (col, name, color) in zip(axes, cols):
+            ax.plot(t, [float(r[col]) for r in ts], color=color, lw=1)
+            ax.set_ylabel(name, fontsize=8)
+        axes[-1].set_xlabel("simulated time (s)")
+        fig.suptitle(f"KV occupancy, queue length and batch size over time{label}")
+        self.save(fig, "timeseries" + slug(label), "KV occupancy, queue and batch over time" + label,
+                  "From timeseries.csv, summed over replicas at each sample.")
+
+    def timeline(self, trace, label):
+        events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
+        names = {}
+        for e in events:
+            if e.get("ph") == "M" and e.get("name") == "thread_name":
+                names[(e["pid"], e["tid"])] = e["args"]["name"]
+            if e.get("ph") == "M" and e.get("name") == "process_name":
+                names[(e["pid"], None)] = e["args"]["name"]
+        xs = [e for e in events if e.get("ph") == "X"]
+        if not xs:
+            return
+        # The first process (replicas, pipeline stages, links): its tracks, at most 16.
+        pid = min(e["pid"] for e in xs)
+        tracks = sorted({e["tid"] for e in xs if e["pid"] == pid})[:16]
+        evs = [e for e in xs if e["pid"] == pid and e["tid"] in tracks]
+        t_end = min(max(e["ts"] + e["dur"] for e in evs), min(e["ts"] for e in evs) + 2e6)  # first 2 s at most
+        cats = sorted({e.get("name", "").split(" ")[0] for e in evs})
+        palette = plt.get_cmap("tab10")
+        color = {c: palette(i % 10) for i, c in enumerate(cats)}
+        fig, ax = plt.subplots(figsize=(11, 0.45 * len(tracks) + 1.3))
+        for row, tid in enumerate(tracks):
+            bars = [(e["ts"] / 1e3, e["dur"] / 1e3, color[e.get("name", "").split(" ")[0]]) for e in evs if e["tid"] == tid and e["ts"] <= t_end]
+            ax.broken_barh([(s, d) for s, d, _ in bars], (row - 0.4, 0.8), facecolors=[c for _, _, c in bars], linewidth=0)
+        ax.set_yticks(range(len(tracks)))
+        ax.set_yticklabels([names.get((pid, t), f"track {t}") for t in tracks], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("simulated time (ms)")
+        handles = [plt.Rectangle((0, 0), 1, 1, color=color[c]) for c in cats[:10]]
+        ax.legend(handles, cats[:10], fontsize=7, loc="upper right", ncol=min(5, len(cats)))
+        fig.suptitle(f"Timeline of {names.get((pid, None), 'tracks')}{label} (trace.json)")
+        self.save(fig, "timeline" + slug(label), "Iteration timeline" + label,
+                  "Each bar is one iteration (prefill, decode or mixed) or pipeline step from trace.json, per track; open trace.json in ui.perfetto.dev for all of it.")
+
+    def availability(self, variants):
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        for v in variants:
+            sa = v.get("slice_availability", {})
+            pts = sorted((eval_shape(k), a) for k, a in sa.items())
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=v.get("variant", "?"))
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("slice size (chips)")
+        ax.set_ylabel("probability a slice can be placed")
+        ax.set_ylim(-0.02, 1.05)
+        ax.legend(fontsize=8)
+        fig.suptitle("Availability of a slice vs its size")
+        self.save(fig, "availability", "Availability curves", "Per placement variant: the fraction of time a healthy slice of that size can be formed.")
+
+    def serving_table(self, s, label):
+        lat = s.get("latency_ms", {})
+        rows = []
+        for k in ("ttft", "tpot", "itl_llmperf", "e2e", "inter_token_gap", "queueing_delay"):
+            if k in lat:
+                rows.append([k] + [fmt(lat[k].get(q)) for q in ("p50", "p90", "p99", "mean", "max")])
+        if rows:
+            self.tables.append((f"Latency (ms){label}", ["metric", "p50", "p90", "p99", "mean", "max"], rows))
+        thr = s.get("throughput", {})
+        if thr:
+            self.tables.append((f"Throughput{label}", list(thr.keys()), [[fmt(v) for v in thr.values()]]))
+
+    def topologies(self, resolved):
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        catalog = {f[:-5] for f in os.listdir(os.path.join(root, "topologies")) if f.endswith(".yaml")}
+        found = []
+
+        def walk(x):
+            if isinstance(x, dict):
+                for v in x.values():
+                    walk(v)
+            elif isinstance(x, list):
+                for v in x:
+                    walk(v)
+            elif isinstance(x, str) and x in catalog and x not in found:
+                found.append(x)
+        walk(resolved)
+        for name in found[:3]:
+            self.topology(name)
+
+    def topology(self, name):
+        if not self.sluice or not shutil.which("dot"):
+            return
+        dot = os.path.join(self.out, f"topology-{name}.dot")
+        subprocess.run([self.sluice, "topo", name, "--dot", dot], check=True, stdout=subprocess.DEVNULL)
+        text = open(dot).read()
+        if text.count(" -- ") + text.count(" -> ") > 3000:
+            self.tables.append((f"Topology {name}", ["note"], [[f"{text.count(' -- ')} links: too many to draw; see {os.path.basename(dot)}"]]))
+            return
+        links = text.count(" -- ") + text.count(" -> ")
+        draw = dot
+        if links > 150:
+            # Past a few hundred links, per-link labels only hide the shape: drop them.
+            draw = dot[:-4] + ".unlabelled.dot"
+            with open(draw, "w") as f:
+                f.write(re.sub(r'^(\s*\S+ --? \S+) \[label="[^"]*"\];$', r"\1;", text, flags=re.M))
+        engine = "neato" if "layout=neato" in text or "torus" in name or "tpu" in name else "dot"
+        for ext in ("png", "svg"):
+            subprocess.run([engine, f"-T{ext}", "-Gdpi=80", "-Gsize=12,9", draw, "-o", os.path.join(self.out, f"topology-{name}.{ext}")], check=True, timeout=120)
+        self.figures.append((f"topology-{name}", f"Topology {name}",
+                             f"`sluice topo {name}` ({links} links{', labels dropped' if draw != dot else ''}) drawn by Graphviz {engine}."))
+
+    # ---------------------------------------------------------------- a sweep
+    def sweep(self, d):
+        s = load_json(os.path.join(d, "sweep.json"))
+        keys, rows = s["keys"], s["rows"]
+        metrics = s["metrics"]
+        thr = pick(metrics, "throughput.output_tokens_per_s")
+        lats = [m for m in (pick(metrics, "ttft.p99"), pick(metrics, "e2e.p99"), pick(metrics, "tpot.p99")) if m]
+        if thr and lats:
+            rate = next((k for k in keys if "rate" in k or "clients" in k), keys[-1] if keys else None)
+            others = [k for k in keys if k != rate and k != "seed"]
+            fig, axes = plt.subplots(1, len(lats), figsize=(4.2 * len(lats), 3.4))
+            axes = axes if len(lats) > 1 else [axes]
+            for ax, lat in zip(axes, lats):
+                groups = {}
+                for r in rows:
+                    g = ", ".join(f"{k.split('.')[-1]}={r['keys'][k]}" for k in others) or "all"
+                    x, y = r["metrics"].get(thr), r["metrics"].get(lat)
+                    if x is not None and y is not None:
+                        groups.setdefault(g, {}).setdefault(r["keys"].get(rate, ""), []).append((x, y))
+                for g, by_rate in groups.items():
+                    pts = sorted((sum(p[0] for p in v) / len(v), sum(p[1] for p in v) / len(v)) for v in by_rate.values())
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=g)
+                ax.set_xlabel("throughput (output tok/s)")
+                ax.set_ylabel(lat.split("latency_ms.")[-1] + " (ms)")
+                ax.set_yscale("log")
+                ax.legend(fontsize=7)
+            fig.suptitle(f"Throughput vs latency over the sweep ({rate} rising along each curve; mean of replications)")
+            self.save(fig, "throughput_latency", "Throughput-latency curves",
+                      f"One curve per configuration of {', '.join(others) or 'the sweep'}; each point a value of {rate}.")
+        cols = metrics[:8]
+        self.tables.append((f"Sweep {s['scenario']}: {len(rows)} points", ["point", "rep"] + keys + [c.split(".", 1)[-1] for c in cols],
+                            [[r["point"], r["replication"]] + [r["keys"][k] for k in keys] + [fmt(r["metrics"].get(c)) for c in cols] for r in rows]))
+        if "best" in s:
+            self.tables.append(("Best point per objective (where " + " and ".join(s["best"]["where"]) + ")" if s["best"]["where"] else "Best point per objective",
+                                ["objective", "value", "point", "configuration"],
+                                [[b["objective"], fmt(b.get("value")), b.get("point"), b.get("configuration", "none meets the constraints")]
+                                 for b in s["best"]["objectives"]]))
+        # The first point's own pictures, as an example of one run.
+        first = os.path.join(d, "points", "p0000")
+        if os.path.isdir(first):
+            self.run(first, " (point 0)")
+
+    # ---------------------------------------------------------------- the page
+    def page(self, title):
+        parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>"
+                 "body{font-family:sans-serif;max-width:1200px;margin:1em auto;color:#222}"
+                 "table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+                 "th{background:#f0f0f0}figure{margin:1em 0 2em}img{max-width:100%;border:1px solid #eee}figcaption{font-size:12px;color:#555}"
+                 "</style></head><body>", f"<h1>{html.escape(title)}</h1>", f"<p>source: <code>{html.escape(self.src)}</code></p>"]
+        for t, head, rows in self.tables:
+            parts.append(f"<h2>{html.escape(t)}</h2><div style='overflow-x:auto'><table><tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in head) + "</tr>")
+            for r in rows[:200]:
+                parts.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>")
+            parts.append("</table></div>")
+        for name, t, cap in self.figures:
+            data = base64.b64encode(open(os.path.join(self.out, name + ".png"), "rb").read()).decode()
+            parts.append(f"<figure><h2>{html.escape(t)}</h2><img alt='{html.escape(t)}' src='data:image/png;base64,{data}'>"
+                         f"<figcaption>{html.escape(cap)} (files: {name}.png, {name}.svg)</figcaption></figure>")
+        parts.append("</body></html>\n")
+        with open(os.path.join(self.out, "index.html"), "w") as f:
+            f.write("\n".join(parts))
+
+
+def load_json(p):
+    try:
+        with open(p) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def load_csv(p):
+    try:
+        with open(p, newline="") as f:
+            return list(csv.DictReader(f))
+    except OSError:
+        return None
+
+
+def pick(metrics, suffix):
+    return next((m for m in metrics if m.endswith(suffix)), None)
+
+
+def fmt(v):
+    return "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+
+
+def slug(label):
+    return "".join(c for c in label if c.isalnum()).lower() and "-" + "".join(c for c in label if c.isalnum()).lower()
+
+
+def eval_shape(s):
+    n = 1
+    for p in s.split("x"):
+        n *= int(p)
+    return n
+
+
+def main(argv):
+    if len(argv) < 3:
+        print(__doc__)
+        return 2
+    src, out = argv[1], argv[2]
+    r = Report(src, out)
+    r.sluice = argv[argv.index("--sluice") + 1] if "--sluice" in argv else shutil.which("sluice")
+    if os.path.exists(os.path.join(src, "sweep.json")):
+        r.sweep(src)
+        title = "sluice sweep report"
+    elif os.path.exists(os.path.join(src, "metrics.json")):
+        r.run(src)
+        title = "sluice run report"
+    else:
+        print(f"report: {src} holds neither metrics.json (a run) nor sweep.json (a sweep)", file=sys.stderr)
+        return 2
+    r.page(f"{title}: {os.path.basename(os.path.normpath(src))}")
+    for name, t, _ in r.figures:
+        print(f"  {name}.png / .svg  {t}")
+    print(f"  index.html ({len(r.figures)} pictures, {len(r.tables)} tables)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
