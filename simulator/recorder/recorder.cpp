@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -16,31 +17,92 @@ namespace fs = std::filesystem;
 
 namespace sluice {
 
-void TraceWriter::name_process(int pid, const std::string& name) {
-  if (!enabled_) return;
-  events_.push_back(Json{{"ph", "M"}, {"pid", pid}, {"tid", 0}, {"name", "process_name"}, {"args", {{"name", name}}}});
+uint32_t TraceWriter::intern(std::string_view s) {
+  auto it = index_.find(std::string(s));
+  if (it != index_.end()) return it->second;
+  const uint32_t id = static_cast<uint32_t>(names_.size());
+  names_.emplace_back(s);
+  index_.emplace(names_.back(), id);
+  return id;
 }
-void TraceWriter::name_thread(int pid, int tid, const std::string& name) {
+
+void TraceWriter::name_process(int pid, std::string_view name) {
   if (!enabled_) return;
-  events_.push_back(Json{{"ph", "M"}, {"pid", pid}, {"tid", tid}, {"name", "thread_name"}, {"args", {{"name", name}}}});
+  events_.push_back(Event{'P', pid, 0, intern(name), "", 0, 0, 0, 0});
 }
-void TraceWriter::complete(int pid, int tid, const std::string& name, const char* category, int64_t start_ns,
-                           int64_t dur_ns, Json args) {
+void TraceWriter::name_thread(int pid, int tid, std::string_view name) {
   if (!enabled_) return;
-  Json e{{"ph", "X"}, {"pid", pid}, {"tid", tid}, {"name", name}, {"cat", category},
-         {"ts", static_cast<double>(start_ns) / 1e3}, {"dur", static_cast<double>(dur_ns) / 1e3}};
-  if (!args.is_null()) e["args"] = std::move(args);
-  events_.push_back(std::move(e));
+  events_.push_back(Event{'T', pid, tid, intern(name), "", 0, 0, 0, 0});
 }
-void TraceWriter::counter(int pid, const std::string& name, int64_t t_ns, const std::string& series, double value) {
+void TraceWriter::complete(int pid, int tid, std::string_view name, const char* category, int64_t start_ns, int64_t dur_ns,
+                           std::initializer_list<TraceArg> args) {
   if (!enabled_) return;
-  events_.push_back(Json{{"ph", "C"}, {"pid", pid}, {"name", name}, {"ts", static_cast<double>(t_ns) / 1e3},
-                         {"args", {{series, value}}}});
+  events_.push_back(Event{'X', pid, tid, intern(name), category, start_ns, dur_ns, static_cast<uint32_t>(args_.size()),
+                          static_cast<uint32_t>(args.size())});
+  args_.insert(args_.end(), args.begin(), args.end());
 }
+void TraceWriter::counter(int pid, std::string_view name, int64_t t_ns, const char* series, double value) {
+  if (!enabled_) return;
+  events_.push_back(Event{'C', pid, 0, intern(name), series, t_ns, 0, static_cast<uint32_t>(args_.size()), 1});
+  args_.push_back(TraceArg{series, value});
+}
+
+namespace {
+// A JSON string literal: quotes, backslashes and control characters escaped.
+void json_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (const char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(c));
+        else out += c;
+    }
+  }
+  out += '"';
+}
+}  // namespace
+
 std::string TraceWriter::dump() const {
   std::string s = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
+  s.reserve(s.size() + events_.size() * 120);
+  auto out = std::back_inserter(s);
   for (size_t i = 0; i < events_.size(); ++i) {
-    s += events_[i].dump();
+    const Event& e = events_[i];
+    switch (e.ph) {
+      case 'P':
+      case 'T':
+        fmt::format_to(out, "{{\"ph\":\"M\",\"pid\":{},\"tid\":{},\"name\":\"{}\",\"args\":{{\"name\":", e.pid, e.tid,
+                       e.ph == 'P' ? "process_name" : "thread_name");
+        json_string(s, names_[e.name]);
+        s += "}}";
+        break;
+      case 'X':
+        fmt::format_to(out, "{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"name\":", e.pid, e.tid);
+        json_string(s, names_[e.name]);
+        fmt::format_to(out, ",\"cat\":\"{}\",\"ts\":{},\"dur\":{}", e.category, static_cast<double>(e.ts_ns) / 1e3,
+                       static_cast<double>(e.dur_ns) / 1e3);
+        break;
+      case 'C':
+        fmt::format_to(out, "{{\"ph\":\"C\",\"pid\":{},\"name\":", e.pid);
+        json_string(s, names_[e.name]);
+        fmt::format_to(out, ",\"ts\":{}", static_cast<double>(e.ts_ns) / 1e3);
+        break;
+    }
+    if (e.ph == 'X' || e.ph == 'C') {
+      if (e.args_count > 0) {
+        s += ",\"args\":{";
+        for (uint32_t a = 0; a < e.args_count; ++a) {
+          const TraceArg& arg = args_[e.args_begin + a];
+          fmt::format_to(out, "{}\"{}\":{}", a ? "," : "", arg.key, std::isfinite(arg.value) ? arg.value : 0.0);
+        }
+        s += '}';
+      }
+      s += '}';
+    }
     s += i + 1 < events_.size() ? ",\n" : "\n";
   }
   s += "]}\n";

@@ -2,7 +2,10 @@
 // (JSON), tables and trace events; it writes them all atomically into a run directory.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -11,23 +14,43 @@ namespace sluice {
 
 using Json = nlohmann::ordered_json;
 
-// Chrome/Perfetto trace-event collector ("X" complete events and "M" metadata), in microseconds.
+// One numeric argument of a trace event (shown in the viewer's details pane).
+struct TraceArg {
+  const char* key;  // a string literal
+  double value;
+};
+
+// Chrome/Perfetto trace-event collector ("X" complete events, "C" counters and "M" metadata),
+// in microseconds. Components hand it plain values; it keeps compact records (names interned)
+// and formats the JSON once, when the trace is written.
 class TraceWriter {
  public:
   void enable(bool on) { enabled_ = on; }
   bool enabled() const { return enabled_; }
   // Names a track (pid = group, tid = track) for the viewer.
-  void name_process(int pid, const std::string& name);
-  void name_thread(int pid, int tid, const std::string& name);
-  void complete(int pid, int tid, const std::string& name, const char* category, int64_t start_ns, int64_t dur_ns,
-                Json args = nullptr);
-  void counter(int pid, const std::string& name, int64_t t_ns, const std::string& series, double value);
+  void name_process(int pid, std::string_view name);
+  void name_thread(int pid, int tid, std::string_view name);
+  void complete(int pid, int tid, std::string_view name, const char* category, int64_t start_ns, int64_t dur_ns,
+                std::initializer_list<TraceArg> args = {});
+  void counter(int pid, std::string_view name, int64_t t_ns, const char* series, double value);
   size_t size() const { return events_.size(); }
   std::string dump() const;
 
  private:
+  struct Event {
+    char ph;
+    int pid, tid;
+    uint32_t name;          // index into names_
+    const char* category;   // a string literal, or the series of a counter
+    int64_t ts_ns, dur_ns;
+    uint32_t args_begin, args_count;
+  };
+  uint32_t intern(std::string_view s);
   bool enabled_ = false;
-  std::vector<Json> events_;
+  std::vector<Event> events_;
+  std::vector<TraceArg> args_;
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, uint32_t> index_;
 };
 
 class Recorder {

@@ -113,10 +113,10 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
   // vector may grow; reserve only a first slab.
   reqs_.reserve(static_cast<size_t>(std::min<int64_t>(total_, 1 << 20)));
   if (trace_ && trace_->enabled()) {
-    trace_->name_process(1, "replicas");
+    trace_->name_process(cfg_.trace_pid, "replicas");
     for (int i = 0; i < engines && i < 64; ++i)
-      trace_->name_thread(1, i, pp_ == 1 ? fmt::format("replica {}", i) : fmt::format("replica {} engine {}", i / pp_, i % pp_));
-    trace_->name_process(2, "requests");
+      trace_->name_thread(cfg_.trace_pid, i, pp_ == 1 ? fmt::format("replica {}", i) : fmt::format("replica {} engine {}", i / pp_, i % pp_));
+    trace_->name_process(cfg_.trace_pid + 1, "requests");
   }
 }
 
@@ -341,11 +341,12 @@ void ServingSim::try_start(int ri) {
     int64_t tokens = 0;
     for (const auto& en : b.entries) tokens += en.new_tokens;
     const char* what = b.prefill_entries && b.decode_entries ? "mixed" : b.prefill_entries ? "prefill" : "decode";
-    trace_->complete(1, ri, what, "iteration", now, dur_ns,
-                     Json{{"batch", b.entries.size()}, {"tokens", tokens}, {"prefill_seqs", b.prefill_entries},
-                          {"decode_seqs", b.decode_entries}, {"compute_us", compute_ns / 1e3}, {"extra_us", b.extra_ns / 1e3}});
-    trace_->counter(1, fmt::format("replica {} KV occupancy", ri), now, "occupancy", kv_last_occ_[ri]);
-    trace_->counter(1, fmt::format("replica {} batch", ri), now, "sequences", static_cast<double>(b.entries.size()));
+    trace_->complete(cfg_.trace_pid, ri, what, "iteration", now, dur_ns,
+                     {{"batch", static_cast<double>(b.entries.size())}, {"tokens", static_cast<double>(tokens)},
+                      {"prefill_seqs", static_cast<double>(b.prefill_entries)}, {"decode_seqs", static_cast<double>(b.decode_entries)},
+                      {"compute_us", compute_ns / 1e3}, {"extra_us", b.extra_ns / 1e3}});
+    trace_->counter(cfg_.trace_pid, fmt::format("replica {} KV occupancy", ri), now, "occupancy", kv_last_occ_[ri]);
+    trace_->counter(cfg_.trace_pid, fmt::format("replica {} batch", ri), now, "sequences", static_cast<double>(b.entries.size()));
   }
   engine_.schedule_at(SimTime::ns(now + dur_ns), Priority::Compute, this, kIterationEnd, static_cast<uint32_t>(ri));
   last_activity_ns_ = std::max(last_activity_ns_, now + dur_ns);
@@ -421,9 +422,10 @@ void ServingSim::stage_comm_done(int ri) {
     int64_t tokens = 0;
     for (const auto& en : b.entries) tokens += en.new_tokens;
     const char* what = b.prefill_entries && b.decode_entries ? "mixed" : b.prefill_entries ? "prefill" : "decode";
-    trace_->complete(1, ri, what, "iteration", f.started_ns, end - f.started_ns,
-                     Json{{"batch", b.entries.size()}, {"tokens", tokens}, {"prefill_seqs", b.prefill_entries},
-                          {"decode_seqs", b.decode_entries}, {"stage_compute_us", f.stage_ns / 1e3}, {"extra_us", f.extra_ns / 1e3}});
+    trace_->complete(cfg_.trace_pid, ri, what, "iteration", f.started_ns, end - f.started_ns,
+                     {{"batch", static_cast<double>(b.entries.size())}, {"tokens", static_cast<double>(tokens)},
+                      {"prefill_seqs", static_cast<double>(b.prefill_entries)}, {"decode_seqs", static_cast<double>(b.decode_entries)},
+                      {"stage_compute_us", f.stage_ns / 1e3}, {"extra_us", f.extra_ns / 1e3}});
   }
   engine_.schedule_at(SimTime::ns(end), Priority::Compute, this, kIterationEnd, static_cast<uint32_t>(ri));
   last_activity_ns_ = std::max(last_activity_ns_, end);
@@ -481,12 +483,13 @@ void ServingSim::finish(Request& q, int64_t delivered_ns) {
   last_activity_ns_ = std::max(last_activity_ns_, delivered_ns);
   if (trace_ && trace_->enabled() && static_cast<int>(q.id) < cfg_.trace_max_requests) {
     const int tid = static_cast<int>(q.id);
-    trace_->name_thread(2, tid, fmt::format("request {}", q.id));
-    trace_->complete(2, tid, "queued", "request", q.arrival_ns, q.first_scheduled_ns - q.arrival_ns);
-    trace_->complete(2, tid, "prefill", "request", q.first_scheduled_ns, q.first_token_ns - q.first_scheduled_ns,
-                     Json{{"input", q.input_tokens}, {"history", q.history_tokens}, {"cached", q.cached_tokens}});
-    trace_->complete(2, tid, "decode", "request", q.first_token_ns, q.last_token_ns - q.first_token_ns,
-                     Json{{"output", q.output_tokens}, {"preemptions", q.preemptions}});
+    trace_->name_thread(cfg_.trace_pid + 1, tid, fmt::format("request {}", q.id));
+    trace_->complete(cfg_.trace_pid + 1, tid, "queued", "request", q.arrival_ns, q.first_scheduled_ns - q.arrival_ns);
+    trace_->complete(cfg_.trace_pid + 1, tid, "prefill", "request", q.first_scheduled_ns, q.first_token_ns - q.first_scheduled_ns,
+                     {{"input", static_cast<double>(q.input_tokens)}, {"history", static_cast<double>(q.history_tokens)},
+                      {"cached", static_cast<double>(q.cached_tokens)}});
+    trace_->complete(cfg_.trace_pid + 1, tid, "decode", "request", q.first_token_ns, q.last_token_ns - q.first_token_ns,
+                     {{"output", static_cast<double>(q.output_tokens)}, {"preemptions", static_cast<double>(q.preemptions)}});
   }
   if (progress_ && (completed_ % 1024 == 0)) progress_(static_cast<double>(completed_) / static_cast<double>(total_));
   next_for_client(q, delivered_ns);

@@ -71,6 +71,7 @@ struct ServingConfig {
   int64_t sample_interval_ns = 0;  // 0: no time series
   int64_t max_sim_time_ns = 0;     // 0: unlimited
   int trace_max_requests = 0;
+  int trace_pid = 1;  // Perfetto process ids: replicas at trace_pid, requests at trace_pid + 1
   int trace_max_iterations = 0;
 };
 

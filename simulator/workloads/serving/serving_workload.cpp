@@ -46,6 +46,8 @@ class ServingWorkload final : public Workload {
       }
     }
     cfg.topology_name = world.topology().name();
+    cfg.trace_pid = world.trace_pid();
+    world.trace_pid();  // the requests' tracks
     world.trace().enable(outputs.flag("trace"));
     sim_ = std::make_unique<ServingSim>(std::move(cfg), world.engine(), &world.trace(), std::move(fabric));
   }
