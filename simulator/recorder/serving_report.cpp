@@ -170,6 +170,12 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   m["batching"]["mfu"] = mfu;
   m["batching"]["hbm_weight_read_Bps_per_gpu"] = weight_Bps;
   if (!per_replica.empty()) m["replicas"] = per_replica;
+  if (sim.trace_enabled()) {
+    const int64_t traced_requests = std::min<int64_t>(cfg.trace_max_requests, sim.completed() - sim.rejected());
+    m["trace"] = Json{{"iterations_traced", sim.traced_iterations()}, {"iterations", iters},
+                      {"requests_traced", traced_requests}, {"requests", sim.completed() - sim.rejected()},
+                      {"to_trace_all", "outputs.trace_max_iterations and outputs.trace_max_requests"}};
+  }
   m["simulated_s"] = sim.end_ns() / 1e9;
   m["events"] = sim.events();
   if (scope.empty()) rec.metrics()["serving"] = m;

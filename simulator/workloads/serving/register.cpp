@@ -134,8 +134,13 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
   s.section("last_mile", lm, "the GPU-to-client path of every token");
   auto out = std::make_shared<Schema>();
   out->add("trace", ParamType::Bool, "write trace.json (Perfetto)").def("true");
-  out->add("trace_max_requests", ParamType::Int, "request tracks in the trace").def("500").nonneg();
-  out->add("trace_max_iterations", ParamType::Int, "iteration slices in the trace").def("20000").nonneg();
+  out->add("trace_max_requests", ParamType::Int,
+           "request tracks in the trace: the first N requests by id (metrics.json says how many were cut; raise it to trace more)")
+      .def("200").range(0, 1e7);
+  out->add("trace_max_iterations", ParamType::Int,
+           "iteration slices (with KV and batch counters) in the trace: the first N iterations of replicas 0-63 "
+           "(metrics.json says how many were cut; raise it to trace more)")
+      .def("2000").range(0, 1e8);
   out->add("requests_csv", ParamType::Bool, "write requests.csv, a row per request").def("true");
   out->add("timeseries", ParamType::Bool, "write timeseries.csv (queues, KV occupancy, busy replicas)").def("true");
   out->quantity("sample_interval", UnitKind::Time, "time-series sampling interval").def("1s").positive();

@@ -132,6 +132,8 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   bool on_fabric() const { return fabric_.active(); }
   int64_t end_ns() const { return last_activity_ns_; }  // last iteration end or token delivery
   bool truncated() const { return truncated_; }
+  int64_t traced_iterations() const { return trace_iterations_; }
+  bool trace_enabled() const { return trace_ && trace_->enabled(); }
 
  private:
   enum Kind : uint32_t { kConversation = 1, kArrival, kIterationEnd, kWake, kDecide, kSample, kStageCompute };
