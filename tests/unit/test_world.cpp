@@ -174,3 +174,25 @@ TEST_CASE("TPU v4 chips serve and train on pod slices / OCS slices share no link
   CHECK_THROWS_WITH_AS(load_scenario_text(text, "t.yaml", {"workloads.1.place.slice=[16, 16, 16]"}, registry()),
                        doctest::Contains("no set of free cubes"), ConfigError);
 }
+
+TEST_CASE("KV swapped over PCIe is a flow on the host link where the topology has one") {
+  // A replica squeezed to a few hundred KV blocks preempts by swapping; on a DGX with PCIe
+  // host links every swap becomes flows device -> host CPU (and back), timed by the fabric.
+  const std::string base = R"(
+name: t
+model: llama2-7b
+topology: dgx-h200
+deployment: {replicas: 1, gpu_memory_utilization: 0.115, preemption: swap, cost_tables: none}
+scheduler: {kind: vllm}
+workload: {kind: llmperf, requests: 60, input_tokens: {mean: 1500, sd: 0}, output_tokens: {mean: 400, sd: 0},
+           arrival: {kind: closed_loop, clients: 24}}
+outputs: {trace: false, requests_csv: false, timeseries: false}
+)";
+  const Json m = run_text(base);
+  CHECK(m["serving"]["kv_cache"]["swap_bytes"].get<double>() > 0);
+  CHECK(m["world"]["flows"]["started"].get<double>() > 0);  // tp 1, pp 1: only the swaps are flows
+  CHECK(m["serving"]["requests"]["completed"] == 60);
+  // The same run with recompute preemption makes no transfer at all.
+  const Json rec = run_text(base, {"deployment.preemption=recompute"});
+  CHECK(rec["world"]["flows"]["started"].get<double>() == 0);
+}

@@ -56,12 +56,14 @@ struct BatchEntry {
 struct Batch {
   std::vector<BatchEntry> entries;
   double extra_ns = 0;        // swap traffic etc. on the iteration's critical path
+  double swap_bytes = 0;      // of which KV copied over the host link (a flow per device on a fabric)
   int prefill_entries = 0;
   int decode_entries = 0;
   bool empty() const { return entries.empty(); }
   void clear() {
     entries.clear();
     extra_ns = 0;
+    swap_bytes = 0;
     prefill_entries = decode_entries = 0;
   }
 };

@@ -19,6 +19,7 @@ void preempt(Replica& r, uint32_t victim, Batch& batch) {
   if (can_swap && q.computed > 0) {
     const double bytes = static_cast<double>(q.computed) * r.kv_bytes_per_token;
     batch.extra_ns += bytes / r.swap_Bps * 1e9;
+    batch.swap_bytes += bytes;
     r.swap_bytes += bytes;
     r.swapped_tokens += q.computed;
     r.kv.release(q);
@@ -57,6 +58,7 @@ void swap_in(Replica& r, Batch& batch, size_t max_running) {
     if (!r.kv.grow_to(q, q.computed + 1)) break;
     const double bytes = static_cast<double>(q.computed) * r.kv_bytes_per_token;
     batch.extra_ns += bytes / r.swap_Bps * 1e9;
+    batch.swap_bytes += bytes;
     r.swap_bytes += bytes;
     r.swapped_tokens -= q.computed;
     q.state = ReqState::Running;

@@ -288,7 +288,9 @@ void ServingSim::try_start(int ri) {
     throw std::runtime_error(fmt::format("the cost model returned {} ns for an iteration of {} sequences", stage_ns, work_.size()));
   const double compute_ns = stage_ns * pp_;
   int64_t dur_ns = 0, occupied_ns = 0;
-  if (fabric_.active() && (cfg_.tensor_parallel > 1 || pp_ > 1)) {
+  const bool swap_flows = fabric_.active() && b.swap_bytes > 0 && !fabric_.host_links.empty() &&
+                          !fabric_.host_links[static_cast<size_t>(ri / pp_)].empty();
+  if (fabric_.active() && (cfg_.tensor_parallel > 1 || pp_ > 1 || swap_flows)) {
     // Transfers are flows: the iteration's length is known only when its last stage is done.
     busy_[ri] = true;
     auto& st = rstats_[ri];
@@ -301,7 +303,17 @@ void ServingSim::try_start(int ri) {
     int64_t tokens = 0;
     for (const auto& en : b.entries) tokens += en.new_tokens;
     f.stage_ns = std::max<int64_t>(1, static_cast<int64_t>(std::llround(stage_ns)));
-    f.extra_ns = static_cast<int64_t>(std::llround(b.extra_ns));
+    // KV swapped over PCIe is a flow from each of the replica's devices to its host (or back):
+    // the copy's time comes from the fabric, not from a fixed bandwidth.
+    f.extra_ns = swap_flows ? 0 : static_cast<int64_t>(std::llround(b.extra_ns));
+    f.swaps_pending = 0;
+    if (swap_flows) {
+      const auto& hl = fabric_.host_links[static_cast<size_t>(ri / pp_)];
+      f.swaps_pending = static_cast<int>(hl.size());
+      for (size_t k = 0; k < hl.size(); ++k)
+        fabric_.flows->start(hl[k].first, hl[k].second, b.swap_bytes / static_cast<double>(hl.size()), this,
+                             (uint64_t{1} << 40) | static_cast<uint64_t>(ri), static_cast<uint64_t>(ri) * 131 + k);
+    }
     f.d2h_ns = static_cast<int64_t>(std::llround(cfg_.last_mile.d2h_ns(generating)));
     f.allreduce_bytes = cost_.tp_allreduce_bytes(static_cast<double>(tokens));
     f.activation_bytes = cost_.activation_bytes(static_cast<double>(tokens));
@@ -361,8 +373,15 @@ void ServingSim::begin_stage(int ri, int s) {
     return;
   }
   stage_busy_[slot] = 1;
+  f.stage_started_ns = engine_.now().count_ns();
+  f.waiting_swap = s == 0 && f.swaps_pending > 0;
+  if (f.waiting_swap) return;  // the first stage computes once the swap copies are done
+  start_compute(ri, s);
+}
+
+void ServingSim::start_compute(int ri, int s) {
+  InFlight& f = inflight_[static_cast<size_t>(ri)];
   const int64_t now = engine_.now().count_ns();
-  f.stage_started_ns = now;
   engine_.schedule_at(SimTime::ns(now + f.stage_ns + (s == 0 ? f.extra_ns : 0)), Priority::Compute, this, kStageCompute,
                       static_cast<uint32_t>(ri));
 }
@@ -432,8 +451,15 @@ void ServingSim::stage_comm_done(int ri) {
 }
 
 void ServingSim::on_flow_done(Engine&, uint64_t tag) {
-  const int ri = static_cast<int>(tag);
+  const int ri = static_cast<int>(tag & 0xFFFFFFFF);
   InFlight& f = inflight_[static_cast<size_t>(ri)];
+  if (tag >> 40) {  // a swap copy
+    if (--f.swaps_pending == 0 && f.waiting_swap) {
+      f.waiting_swap = false;
+      start_compute(ri, 0);
+    }
+    return;
+  }
   if (--f.sends_pending == 0) begin_stage(ri, f.stage + 1);
 }
 

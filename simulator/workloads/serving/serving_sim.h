@@ -92,6 +92,7 @@ struct ReplicaStats {
 struct ServingFabric {
   net::FlowSim* flows = nullptr;
   std::vector<std::vector<std::vector<int>>> stage_nodes;  // [replica][stage] -> tp node ids
+  std::vector<std::vector<std::pair<int, int>>> host_links;  // [replica] -> (device node, its host node); empty: no host link
   bool active() const { return flows != nullptr; }
 };
 
@@ -155,12 +156,15 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   void stage_compute_done(int engine);
   void stage_comm_done(int engine);
   void stage_release(int replica, int stage);
+  void start_compute(int engine, int stage);
   struct InFlight {
     int stage = 0;
     int64_t stage_ns = 0, extra_ns = 0, d2h_ns = 0;
     int64_t started_ns = 0, stage_started_ns = 0;
     double allreduce_bytes = 0, activation_bytes = 0;
     int sends_pending = 0;
+    int swaps_pending = 0;
+    bool waiting_swap = false;  // holds the first stage, computes once the swap copies land
     std::unique_ptr<net::Collective> collective;
   };
   std::vector<InFlight> inflight_;            // per engine

@@ -34,10 +34,26 @@ class ServingWorkload final : public Workload {
                                                "tensor parallelism stays inside a server",
                                                tp, world.group_of(devices[g]), world.group_of(devices[g + k]), devices[g], devices[g + k]));
     ServingFabric fabric;
-    if (tp > 1 || pp > 1) {
+    // Each device's host link (PCIe to a host CPU), where the topology has one: swaps are flows on it.
+    std::vector<std::pair<int, int>> host_of;
+    for (int d : devices) {
+      const int node = world.device_node(d);
+      for (int l : world.topology().out_links(node))
+        if (world.topology().node(world.topology().link(l).dst).kind == net::NodeKind::Host) {
+          host_of.emplace_back(node, world.topology().link(l).dst);
+          break;
+        }
+    }
+    const bool swaps = cfg.preemption == PreemptionMode::Swap && host_of.size() == devices.size();
+    if (tp > 1 || pp > 1 || swaps) {
       fabric.flows = &world.fabric();
+      if (swaps) {
+        const size_t per = static_cast<size_t>(tp * pp);
+        for (int r = 0; r < cfg.replicas; ++r)
+          fabric.host_links.emplace_back(host_of.begin() + static_cast<long>(r * per), host_of.begin() + static_cast<long>((r + 1) * per));
+      }
       size_t i = 0;
-      for (int r = 0; r < cfg.replicas; ++r) {
+      for (int r = 0; r < cfg.replicas && (tp > 1 || pp > 1 || swaps); ++r) {
         auto& stages = fabric.stage_nodes.emplace_back();
         for (int s = 0; s < pp; ++s) {
           auto& nodes = stages.emplace_back();
