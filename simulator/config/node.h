@@ -55,6 +55,9 @@ class Node {
   }
 };
 
+// The largest YAML file or text sluice reads (a scenario or catalog entry is a few KB).
+inline constexpr size_t kMaxYamlFileBytes = 4u << 20;
+
 // Parses a YAML file into a Node tree; syntax errors become ConfigErrors with the position.
 Node load_yaml_file(const std::string& path);
 // Parses YAML text (an override value, a test string) with a given origin label.

@@ -1,0 +1,159 @@
+// Hostile input: what a planner can type by mistake (or an attacker on purpose) must end in a
+// clear ConfigError before anything is simulated or much memory is allocated (issue 9).
+#include <doctest/doctest.h>
+
+#include "test_support.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config/node.h"
+#include "config/runner.h"
+#include "config/units.h"
+
+using namespace sluice;
+namespace fs = std::filesystem;
+
+namespace {
+
+using sluice::testing::registry;
+
+// A scratch file that disappears with the test.
+struct TempFile {
+  fs::path path;
+  TempFile(const std::string& name, const std::string& content) {
+    path = fs::temp_directory_path() / fmt_name(name);
+    std::ofstream(path, std::ios::binary) << content;
+  }
+  ~TempFile() {
+    std::error_code ec;
+    fs::remove(path, ec);
+  }
+  static std::string fmt_name(const std::string& name) { return "sluice-hostile-" + std::to_string(::getpid()) + "-" + name; }
+};
+
+// The message of the ConfigError that loading `text` as a scenario raises ("" if none).
+std::string scenario_error(const std::string& text, const std::vector<std::string>& sets = {}) {
+  try {
+    load_scenario_text(text, "hostile.yaml", sets, registry());
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string file_error(const std::string& file, const std::vector<std::string>& sets = {}) {
+  try {
+    load_scenario(file, sets, registry());
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The error of parsing `text` as YAML only (no schema), "" if none.
+std::string load_error_of_yaml(const std::string& text) {
+  try {
+    load_yaml_string(text, "hostile.yaml");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a YAML alias bomb is refused before its expansion is allocated") {
+  std::string bomb = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  const std::string names = "abcdefghi";
+  for (size_t i = 1; i < names.size(); ++i) {
+    const std::string x(1, names[i]), y(1, names[i - 1]);
+    bomb += x + ": &" + x + " [";
+    for (int k = 0; k < 9; ++k) bomb += (k ? ", *" : "*") + y;
+    bomb += "]\n";
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = scenario_error(bomb);
+  CAPTURE(msg);
+  CHECK(msg.find("hostile.yaml:") != std::string::npos);
+  CHECK(msg.find("expands to more than") != std::string::npos);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 5.0);
+}
+
+TEST_CASE("YAML nested far too deep is refused (100 and 100000 levels)") {
+  for (int depth : {100, 100000}) {
+    CAPTURE(depth);
+    const std::string msg = scenario_error("x: " + std::string(depth, '[') + std::string(depth, ']') + "\n");
+    CAPTURE(msg);
+    CHECK(msg.find("hostile.yaml:1:") != std::string::npos);
+  }
+  CHECK(scenario_error("x: " + std::string(100, '[') + std::string(100, ']') + "\n").find("nests more than") != std::string::npos);
+}
+
+TEST_CASE("a device, a FIFO, a directory or a huge file is not read as a scenario") {
+  for (const char* p : {"/dev/zero", "/dev/null", "/"}) {
+    CAPTURE(p);
+    const std::string msg = file_error(p);
+    CHECK(msg.find("not a regular file") != std::string::npos);
+  }
+  const fs::path fifo = fs::temp_directory_path() / TempFile::fmt_name("fifo.yaml");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(file_error(fifo.string()).find("not a regular file") != std::string::npos);  // and does not block
+  fs::remove(fifo);
+  TempFile big("big.yaml", "# " + std::string(kMaxYamlFileBytes, 'x') + "\n");
+  CHECK(file_error(big.path.string()).find("may be at most") != std::string::npos);
+}
+
+TEST_CASE("the duplicate-key check is not quadratic: 100000 keys validate in well under a second") {
+  std::string text = "model: llama3-8b\nzz: 1\n";
+  for (int i = 0; i < 100000; ++i) text += "k" + std::to_string(i) + ": 1\n";
+  text += "k5: 2\n";
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = load_error_of_yaml(text);
+  CAPTURE(msg);
+  CHECK(msg.find("appears twice") != std::string::npos);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 2.0);
+}
+
+TEST_CASE("a second YAML document is refused, not ignored") {
+  const std::string msg = scenario_error("model: llama3-8b\n---\nseed: 3\n");
+  CAPTURE(msg);
+  CHECK(msg.find("hostile.yaml:3:") != std::string::npos);
+  CHECK(msg.find("second YAML document") != std::string::npos);
+}
+
+TEST_CASE("numbers: '_' is not 0, '1e+3ms' is a time, an exponent typo is refused with its range") {
+  CHECK(!parse_int("_"));
+  CHECK(!parse_int("1__0"));
+  CHECK(!parse_int("_1"));
+  CHECK(parse_int("1_000") == 1000);
+  CHECK(scenario_error("model: llama3-8b\nseed: _\n").find("seed = '_': not an integer") != std::string::npos);
+  REQUIRE(parse_time("1e+3ms"));
+  CHECK(parse_time("1e+3ms")->count_ns() == 1'000'000'000);
+  std::string why;
+  CHECK(!parse_quantity("1e10GB/s", UnitKind::Bandwidth, &why));
+  CHECK(why.find("above the range") != std::string::npos);
+  CHECK(!parse_quantity("1e30TB", UnitKind::Bytes));
+  CHECK(!parse_quantity("1e30/s", UnitKind::Rate));
+  CHECK(!parse_quantity("1e-30/s", UnitKind::Rate));
+  CHECK(parse_quantity("0/s", UnitKind::Rate));  // zero is a parameter's range to refuse
+  const std::string msg = scenario_error("model: llama3-8b\nhardware: {catalog: h200, hbm_capacity: 1e30TB}\n");
+  CAPTURE(msg);
+  CHECK(msg.find("hostile.yaml:2:") != std::string::npos);
+  CHECK(msg.find("hbm_capacity") != std::string::npos);
+}
+
+TEST_CASE("a scenario name cannot write outside results/") {
+  for (const char* name : {"..", ".", ".hidden"}) {
+    CAPTURE(name);
+    const std::string msg = scenario_error(std::string("model: llama3-8b\nname: '") + name + "'\n");
+    CAPTURE(msg);
+    CHECK(msg.find("hostile.yaml:2:") != std::string::npos);
+    CHECK(msg.find("outside results/") != std::string::npos);
+  }
+}
