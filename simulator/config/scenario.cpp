@@ -21,7 +21,7 @@ void apply_override(Node& root, const std::string& assignment) {
   const Origin o{"--set", 0, 0};
   auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0)
-    throw ConfigError(o, assignment, "", "an override needs the form key.path=value", "e.g. --set workload.rate=20/s");
+    throw ConfigError(o, assignment, "", "an override needs the form key.path=value", "e.g. --set workload.arrival.clients=20");
   const std::string path = assignment.substr(0, eq), value = assignment.substr(eq + 1);
   Node v = load_yaml_string(value, "--set");
   v.origin = o;
@@ -42,6 +42,21 @@ void apply_override(Node& root, const std::string& assignment) {
       throw ConfigError(o, path, value, fmt::format("cannot set a key inside a {}", cur->kind_name()), "a path through mappings");
     }
     if (dot == std::string::npos) {
+      // Switching a component's kind (--set workload.arrival.kind=poisson) drops the keys the
+      // file gave the old kind (clients: ...), which the new one would refuse as unknown;
+      // keys set on the command line stay.
+      if (key == "kind" && cur->is_map()) {
+        const Node* old = cur->find("kind");
+        if (old && old->is_scalar() && v.is_scalar() && old->scalar != v.scalar) {
+          Node kept;
+          kept.kind = Node::Kind::Map;
+          kept.origin = cur->origin;
+          for (size_t i = 0; i < cur->map.size(); ++i)
+            if (cur->map[i].first == "kind" || cur->key_origins[i].file == "--set")
+              kept.set(cur->map[i].first, cur->map[i].second, cur->key_origins[i]);
+          *cur = std::move(kept);
+        }
+      }
       cur->set(key, v, o);
       return;
     }

@@ -265,6 +265,12 @@ void register_topology_generators(Registry& reg) {
             TopologyFactory([nd](const Params& p, const std::string& name) {
               TorusSpec s;
               s.dims = int_list(p, "dims", 1, 256, static_cast<size_t>(nd), static_cast<size_t>(nd), nd == 3 ? "[4, 4, 4]" : "[8, 8]");
+              // Each extent may be up to 256, but not all at once: bound the chip count before building.
+              long long chips = 1;
+              for (int d : s.dims) chips *= d;
+              if (chips > 65536)
+                p.fail("dims", fmt::format("a torus of {} chips; at most 65536 are built (a TPU v4 pod has 4096)", chips),
+                       "extents whose product is at most 65536, e.g. [16, 16, 16]");
               s.wrap = p.flag("wrap");
               s.twisted = p.flag("twisted");
               if (s.twisted && !twist_allowed(s.dims))

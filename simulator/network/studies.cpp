@@ -259,6 +259,12 @@ class PodStudy final : public Study {
     const double rate = j.real("rate");
     const double mean = j.time("duration_mean").to_seconds();
     const double sigma = j.real("duration_sigma");
+    // Every job is kept (and indexed by a 32-bit event argument): bound the stream before drawing it.
+    constexpr double kMaxJobs = 1e6;
+    if (rate * cfg_.horizon_s > kMaxJobs)
+      j.fail("rate", fmt::format("{:.3g} jobs/s over a horizon of {:.3g} s is {:.3g} jobs; at most {:.0f} are simulated", rate,
+                                 cfg_.horizon_s, rate * cfg_.horizon_s, kMaxJobs),
+             "a lower rate or a shorter horizon");
     for (double t = rng.exponential(1.0 / rate); t <= cfg_.horizon_s; t += rng.exponential(1.0 / rate)) {
       double u = rng.uniform() * wsum;
       size_t k = 0;

@@ -183,3 +183,96 @@ TEST_CASE("stale staging directories: only sluice's own, of dead processes, are 
   CHECK_FALSE(fs::exists(tmp / (".fresh.partial." + std::to_string(::getpid()))));
   fs::remove_all(tmp);
 }
+
+namespace {
+// A copy of the shipped h200 tables with one line of one file replaced; removed with the test.
+struct TableCopy {
+  fs::path dir;
+  TableCopy(const std::string& file, int line_no, const std::string& line) {
+    dir = fs::temp_directory_path() / TempFile::fmt_name("tables-" + file);
+    fs::remove_all(dir);
+    fs::copy(fs::path(SLUICE_TESTS_DIR).parent_path() / "results" / "calibration" / "h200-torch", dir);
+    std::ifstream in(dir / file);
+    std::string text, l;
+    for (int n = 1; std::getline(in, l); ++n) text += (n == line_no ? line : l) + "\n";
+    in.close();
+    std::ofstream(dir / file) << text;
+  }
+  ~TableCopy() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+}  // namespace
+
+TEST_CASE("cost tables: shapes cast to int, absurd times, hex floats and conflicting rows are refused at file:line") {
+  const std::string q = (fs::path(SLUICE_TESTS_DIR).parent_path() / "scenarios" / "quickstart.yaml").string();
+  struct Case { const char* file; int line; const char* text; const char* expect; };
+  const Case cases[] = {
+      {"attention_decode.csv", 2, "32,32,1e100,1,256,0.006288", "column 'head_dim' is 1e100, but must be a whole number"},
+      {"attention_decode.csv", 2, "32,32,128,1.5,256,0.006288", "column 'batch' is 1.5"},
+      {"attention_decode.csv", 2, "32,32,128,1,256,1e300", "more than an hour for one kernel"},
+      {"attention_decode.csv", 2, "32,32,128,1,256,0x1p-3", "not a number"},
+      {"gemm.csv", 3, "llama7b.qkv,1,4096,12288,0.5", "the same point as line 2 with a different timing"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.text);
+    TableCopy t(c.file, c.line, c.text);
+    const std::string msg = file_error(q, {"deployment.cost_tables=" + t.dir.string()});
+    CAPTURE(msg);
+    CHECK(msg.find("deployment.cost_tables") != std::string::npos);
+    CHECK(msg.find(std::string(c.file) + ":" + std::to_string(c.line)) != std::string::npos);
+    CHECK(msg.find(c.expect) != std::string::npos);
+  }
+}
+
+TEST_CASE("an out-of-memory deployment names the scenario file, not ': error:'") {
+  const std::string msg = scenario_error("model: llama2-70b\nhardware: {catalog: h200, hbm_capacity: 10GB}\n");
+  CAPTURE(msg);
+  CHECK(msg.rfind("hostile.yaml:1:1: error: deployment:", 0) == 0);
+  CHECK(msg.find("does not fit") != std::string::npos);
+}
+
+TEST_CASE("--set of a component's kind drops the old kind's keys from the file") {
+  const std::string q = (fs::path(SLUICE_TESTS_DIR).parent_path() / "scenarios" / "quickstart.yaml").string();
+  CHECK(file_error(q, {"workload.arrival.kind=poisson", "workload.arrival.rate=20/s"}).empty());
+  CHECK(file_error(q, {"workload.arrival.rate=20/s", "workload.arrival.kind=poisson"}).empty());
+  // Keys given on the command line are kept, so a wrong one is still refused.
+  CHECK(file_error(q, {"workload.arrival.rate=20/s", "workload.arrival.kind=closed_loop"}).find("unknown key") != std::string::npos);
+}
+
+TEST_CASE("requests longer than the context are truncated, counted, and the run warns (stderr and metrics.json)") {
+  const fs::path tmp = fs::temp_directory_path() / TempFile::fmt_name("warn");
+  fs::remove_all(tmp);
+  TempFile trace("long.csv", "arrival_s,input_tokens,output_tokens\n0,100000,10\n1,10,10\n2,20000,10\n");
+  Scenario sc = load_scenario((fs::path(SLUICE_TESTS_DIR).parent_path() / "scenarios" / "trace-replay.yaml").string(),
+                              {"workload.file=" + trace.path.string()}, registry());
+  Recorder rec;
+  const Json header = run_into(sc, rec, {});
+  REQUIRE(rec.warnings().size() == 1);
+  CHECK(rec.warnings()[0].find("2 of 3 trace requests were longer than the model's context") != std::string::npos);
+  rec.write_atomically((tmp / "run").string(), header);
+  std::ifstream in(tmp / "run" / "metrics.json");
+  const Json doc = Json::parse(in);
+  REQUIRE(doc.contains("warnings"));
+  CHECK(doc["warnings"][0].get<std::string>() == rec.warnings()[0]);
+  fs::remove_all(tmp);
+}
+
+TEST_CASE("a UTF-8 byte-order mark does not hide the CSV trace header") {
+  TempFile trace("bom.csv", "\xEF\xBB\xBF" "arrival_s,input_tokens,output_tokens\n0,100,10\n");
+  CHECK(file_error((fs::path(SLUICE_TESTS_DIR).parent_path() / "scenarios" / "trace-replay.yaml").string(),
+                   {"workload.file=" + trace.path.string()}) == "");
+}
+
+TEST_CASE("topologies and job streams are bounded before they are built") {
+  const std::string torus = scenario_error("model: llama3-8b\ntopology: {catalog: torus-3d, dims: [256, 256, 256]}\n");
+  CAPTURE(torus);
+  CHECK(torus.find("hostile.yaml:2:") != std::string::npos);
+  CHECK(torus.find("at most 65536") != std::string::npos);
+  const fs::path pod = fs::path(SLUICE_TESTS_DIR).parent_path() / "scenarios" / "tpu-v4-ocs-vs-static.yaml";
+  const std::string jobs = file_error(pod.string(), {"jobs.rate=1e6/s"});
+  CAPTURE(jobs);
+  CHECK(jobs.find("jobs.rate") != std::string::npos);
+  CHECK(jobs.find("at most 1000000 are simulated") != std::string::npos);
+}

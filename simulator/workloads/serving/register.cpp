@@ -38,6 +38,7 @@ class ServingStudy final : public Study {
   void run(RunEnv& env) override {
     env.recorder.trace().enable(trace_);
     sim_->run(env.progress);
+    for (const auto& w : sim_->config().workload->warnings()) env.recorder.warn(w);
     report_serving(*sim_, desc_, env.recorder, requests_csv_, timeseries_);
     // Trace events were collected while simulating; hand them to the run's recorder.
     env.recorder.trace() = std::move(probe_);
@@ -205,11 +206,20 @@ void register_serving_components(Registry& reg) {
           serving_schema(reg), StudyFactory([&reg](const StudyContext& ctx) -> std::unique_ptr<Study> {
             std::string desc;
             ServingConfig cfg = build_serving_config(ctx.params, reg, ctx.seed, &desc);
+            const std::string tables_dir = cfg.tables_dir;
             try {
               return std::make_unique<ServingStudy>(std::move(cfg), ctx.seed, desc, ctx.params.section("outputs"));
             } catch (const std::runtime_error& e) {
-              // Deployment problems (memory, GPU count) are configuration errors: point at the deployment.
-              throw ConfigError(ctx.params.section("deployment").origin(), "deployment", "", e.what(), "a deployment that fits");
+              // Deployment problems (memory, GPU count) are configuration errors: point at the
+              // deployment, or at the scenario when it has no deployment section; a malformed
+              // cost table (its message names the file and line) at cost_tables.
+              Origin at = ctx.params.section("deployment").origin();
+              if (at.file.empty()) at = ctx.params.origin();
+              const std::string what = e.what();
+              if (!tables_dir.empty() && what.find(tables_dir) != std::string::npos)
+                throw ConfigError(at, "deployment.cost_tables", "", what,
+                                  "a directory of well-formed calibration tables (see results/calibration/h200-torch/README.md)");
+              throw ConfigError(at, "deployment", "", what, "a deployment that fits");
             }
           }));
 }
