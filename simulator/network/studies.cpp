@@ -447,7 +447,7 @@ Schema twist_schema() {
   s.quantity("link_bandwidth", UnitKind::Bandwidth, "ICI link per direction").def("50GB/s").positive();
   s.quantity("link_latency", UnitKind::Time, "per hop").def("500ns").nonneg();
   s.quantity("flow_quantum", UnitKind::Time, "flow ends rounded up to this grid so near-simultaneous ends share one rate recomputation (0: exact)")
-      .def("0").nonneg();
+      .def("0").range(0, 1e9);  // at most 1 s: a larger grid would swamp any all-to-all (100000d made 0.2 ms into 274 years)
   return s;
 }
 

@@ -276,3 +276,32 @@ TEST_CASE("topologies and job streams are bounded before they are built") {
   CHECK(jobs.find("jobs.rate") != std::string::npos);
   CHECK(jobs.find("at most 1000000 are simulated") != std::string::npos);
 }
+
+TEST_CASE("sample_interval=1ns keeps memory bounded: the time series is thinned and the run says so") {
+  Scenario sc = load_scenario((fs::path(SLUICE_TESTS_DIR).parent_path() / "scenarios" / "quickstart.yaml").string(),
+                              {"outputs.sample_interval=1ns"}, registry());
+  Recorder rec;
+  run_into(sc, rec, {});
+  size_t rows = 0;
+  for (const auto& [name, content] : rec.files())
+    if (name == "timeseries.csv") rows = static_cast<size_t>(std::count(content.begin(), content.end(), '\n'));
+  CHECK(rows > 1000);
+  CHECK(rows <= 100'001);
+  REQUIRE(!rec.warnings().empty());
+  CHECK(rec.warnings()[0].find("thinned") != std::string::npos);
+}
+
+TEST_CASE("arrivals far beyond capacity warn that the run is overloaded") {
+  Scenario sc = load_scenario((fs::path(SLUICE_TESTS_DIR).parent_path() / "scenarios" / "quickstart.yaml").string(),
+                              {"workload.arrival={kind: poisson, rate: 200/s}", "workload.requests=1000"}, registry());
+  Recorder rec;
+  run_into(sc, rec, {});
+  bool overloaded = false;
+  for (const auto& w : rec.warnings()) overloaded |= w.find("overloaded") != std::string::npos;
+  CHECK(overloaded);
+  Scenario calm = load_scenario((fs::path(SLUICE_TESTS_DIR).parent_path() / "scenarios" / "quickstart.yaml").string(),
+                                {"workload.arrival={kind: poisson, rate: 1/s}", "workload.requests=200"}, registry());
+  Recorder rec2;
+  run_into(calm, rec2, {});
+  CHECK(rec2.warnings().empty());
+}

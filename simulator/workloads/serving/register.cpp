@@ -25,13 +25,30 @@ void register_serving_bench(Registry& reg);
 
 namespace {
 
+// What a planner should know about a finished run that the figures do not say.
+void warn_about_run(const ServingSim& sim, int64_t asked_interval_ns, Recorder& rec) {
+  const ServingConfig& c = sim.config();
+  if (c.sample_interval_ns > 0 && c.sample_interval_ns != asked_interval_ns)
+    rec.warn(fmt::format("outputs.sample_interval {} would keep too many samples; the time series was thinned to one "
+                         "sample every {}", SimTime::ns(asked_interval_ns).str(), SimTime::ns(c.sample_interval_ns).str()));
+  const ArrivalSpec& a = c.workload->arrival();
+  const double span_s = static_cast<double>(sim.last_delivery_ns() - sim.first_arrival_ns()) * 1e-9;
+  if ((a.kind == ArrivalSpec::Kind::Poisson || a.kind == ArrivalSpec::Kind::Gamma) && span_s > 0 && sim.completed() > 100) {
+    const double served = static_cast<double>(sim.completed()) / span_s;
+    if (a.rate_per_s > 1.5 * served)
+      rec.warn(fmt::format("overloaded: requests arrived at {:.3g}/s but were served at {:.3g}/s, so the queue grew for the "
+                           "whole run; latencies describe the backlog, not the deployment", a.rate_per_s, served));
+  }
+}
+
 class ServingStudy final : public Study {
  public:
   ServingStudy(ServingConfig cfg, uint64_t seed, std::string workload_desc, const Params& out)
       : desc_(std::move(workload_desc)),
         trace_(out.flag("trace")),
         requests_csv_(out.flag("requests_csv")),
-        timeseries_(out.flag("timeseries")) {
+        timeseries_(out.flag("timeseries")),
+        sample_interval_ns_(out.time("sample_interval").count_ns()) {
     probe_.enable(trace_);
     sim_ = std::make_unique<ServingSim>(std::move(cfg), seed, &probe_);
   }
@@ -39,6 +56,7 @@ class ServingStudy final : public Study {
     env.recorder.trace().enable(trace_);
     sim_->run(env.progress);
     for (const auto& w : sim_->config().workload->warnings()) env.recorder.warn(w);
+    warn_about_run(*sim_, sample_interval_ns_, env.recorder);
     report_serving(*sim_, desc_, env.recorder, requests_csv_, timeseries_);
     // Trace events were collected while simulating; hand them to the run's recorder.
     env.recorder.trace() = std::move(probe_);
@@ -47,6 +65,7 @@ class ServingStudy final : public Study {
  private:
   std::string desc_;
   bool trace_, requests_csv_, timeseries_;
+  int64_t sample_interval_ns_;
   TraceWriter probe_;
   std::unique_ptr<ServingSim> sim_;
 };
@@ -119,8 +138,20 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   } else if (tables != "none") {
     const auto found = find_input_path(tables, /*want_directory=*/true);
     if (!found) d.fail("cost_tables", "no such tables directory", "auto, none, or a directory of calibration CSVs");
+    bool has_csv = false;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(*found, ec), end; !ec && it != end && !has_csv; it.increment(ec))
+      has_csv = it->path().extension() == ".csv";
+    if (!has_csv)  // it used to mean the roofline, silently
+      d.fail("cost_tables", "the directory holds no .csv table", "auto, none (the roofline), or a directory of calibration CSVs");
     c.tables_dir = *found;
   }
+  if (const Params& sp = p.section("scheduler");
+      p.str("scheduler") == "vllm" && sp.given("max_num_batched_tokens") && sp.integer("max_num_batched_tokens") < c.model.max_context)
+    sp.fail("max_num_batched_tokens",
+            fmt::format("is below {}'s context of {} tokens; vLLM refuses this, since without chunked prefill a longer "
+                        "prompt could never be scheduled", c.model.name, c.model.max_context),
+            fmt::format("at least {} (or the sarathi scheduler, which chunks prefills)", c.model.max_context));
   auto sched_params = std::make_shared<Params>(p.section("scheduler"));
   const auto& sched_factory = reg.factory<SchedulerFactory>(*reg.find("scheduler", p.str("scheduler")));
   c.make_scheduler = [sched_params, sched_factory] { return sched_factory(*sched_params); };
