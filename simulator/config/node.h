@@ -27,6 +27,9 @@ class Node {
   Kind kind = Kind::Null;
   std::string scalar;                                // for Scalar
   bool quoted = false;                               // scalar was quoted in the source
+  // What a validated scalar is, for typed JSON (the resolved scenario in metrics.json);
+  // Unknown: inferred from the text unless quoted.
+  enum class Type { Unknown, Number, Bool, String } type = Type::Unknown;
   std::vector<std::pair<std::string, Node>> map;     // for Map, in source order
   std::vector<Origin> key_origins;                   // parallel to map
   std::vector<Node> seq;                             // for Seq

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "config/units.h"
 #include "engine/rng.h"
 
 namespace sluice {
@@ -93,6 +94,9 @@ Node resolved_tree(const Params& p) {
         break;
       default:
         n = Node::scalar_node(v.text, {});
+        n.type = v.type == ParamType::Int || v.type == ParamType::Real ? Node::Type::Number
+                 : v.type == ParamType::Bool                           ? Node::Type::Bool
+                                                                       : Node::Type::String;  // quantities keep their unit
     }
     out.map.emplace_back(k, std::move(n));
     out.key_origins.emplace_back();
@@ -103,7 +107,17 @@ Node resolved_tree(const Params& p) {
 Json node_to_json(const Node& n) {
   switch (n.kind) {
     case Node::Kind::Null: return nullptr;
-    case Node::Kind::Scalar: return n.scalar;
+    case Node::Kind::Scalar: {
+      // Numbers and booleans stay typed (they were all strings); text with a unit stays text.
+      const bool infer = n.type == Node::Type::Unknown && !n.quoted;
+      if (n.type == Node::Type::Bool || (infer && (n.scalar == "true" || n.scalar == "false")))
+        return n.scalar == "true" || n.scalar == "yes" || n.scalar == "on";
+      if (n.type == Node::Type::Number || infer) {
+        if (auto i = parse_int(n.scalar); i && n.scalar.find('_') == std::string::npos) return *i;
+        if (auto r = parse_real(n.scalar)) return *r;
+      }
+      return n.scalar;
+    }
     case Node::Kind::Seq: {
       Json a = Json::array();
       for (const auto& e : n.seq) a.push_back(node_to_json(e));

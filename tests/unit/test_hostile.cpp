@@ -305,3 +305,34 @@ TEST_CASE("arrivals far beyond capacity warn that the run is overloaded") {
   run_into(calm, rec2, {});
   CHECK(rec2.warnings().empty());
 }
+
+TEST_CASE("frictions: the summary says replicas and GPUs apart, defines utilization, and single-token TPOT is empty, not 0") {
+  Scenario sc = load_scenario((fs::path(SLUICE_TESTS_DIR).parent_path() / "scenarios" / "quickstart.yaml").string(),
+                              {"deployment.tensor_parallel=4", "workload.output_tokens={mean: 1, sd: 0}", "workload.requests=20"},
+                              registry());
+  Recorder rec;
+  const Json header = run_into(sc, rec, {});
+  std::string summary;
+  for (const auto& l : rec.summary_lines()) summary += l + "\n";
+  CAPTURE(summary);
+  CHECK(summary.find("on 1 replica × 4 h200 GPUs (tp 4, pp 1) = 4 GPUs") != std::string::npos);
+  CHECK(summary.find("(of the time replicas run an iteration)") != std::string::npos);
+  CHECK(summary.find("single output token") != std::string::npos);
+  std::string csv;
+  for (const auto& [name, content] : rec.files())
+    if (name == "requests.csv") csv = content;
+  const auto row = csv.substr(csv.find('\n') + 1, csv.find('\n', csv.find('\n') + 1) - csv.find('\n') - 1);
+  CAPTURE(row);
+  // tpot_ms is the 13th column: empty for a single-token request.
+  size_t pos = 0;
+  for (int i = 0; i < 12; ++i) pos = row.find(',', pos) + 1;
+  CHECK(row[pos] == ',');
+  // The resolved scenario keeps numbers and booleans typed.
+  const Json& resolved = header["scenario"]["resolved"];
+  CHECK(resolved["seed"].is_number_integer());
+  CHECK(resolved["deployment"]["tensor_parallel"] == 4);
+  CHECK(resolved["deployment"]["prefix_reuse"].is_boolean());
+  CHECK(resolved["deployment"]["gpu_memory_utilization"].is_number_float());
+  CHECK(resolved["name"].is_string());
+  CHECK(resolved["workload"]["arrival"]["kind"] == "closed_loop");
+}
