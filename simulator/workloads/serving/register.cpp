@@ -184,7 +184,7 @@ Schema serving_schema(const Registry& reg) {
         "tensor-parallel all-reduces become flows on its links")
       .optional();
   auto dep = std::make_shared<Schema>();
-  dep->add("replicas", ParamType::Int, "model replicas behind the router").def("1").range(1, 1e6);
+  dep->add("replicas", ParamType::Int, "model replicas behind the router").def("1").range(1, 1e5);  // 1e6 took 1.8 GB to build
   dep->add("tensor_parallel", ParamType::Int, "GPUs per pipeline stage (inside one node)").def("1").range(1, 64);
   dep->add("pipeline_parallel", ParamType::Int, "pipeline stages per replica").def("1").range(1, 256);
   dep->add("nodes", ParamType::Int, "nodes in the cluster").def("1").range(1, 1e6);
