@@ -336,3 +336,10 @@ TEST_CASE("frictions: the summary says replicas and GPUs apart, defines utilizat
   CHECK(resolved["name"].is_string());
   CHECK(resolved["workload"]["arrival"]["kind"] == "closed_loop");
 }
+
+TEST_CASE("a huge MTBF or repair time in the pod study is a failure that never comes, not a clock overflow") {
+  const fs::path pod = fs::path(SLUICE_TESTS_DIR).parent_path() / "scenarios" / "tpu-v4-ocs-vs-static.yaml";
+  Scenario sc = load_scenario(pod.string(), {"failures.host_mtbf=100000d", "failures.host_repair=100000d"}, registry());
+  Recorder rec;
+  CHECK_NOTHROW(run_into(sc, rec, {}));
+}

@@ -206,9 +206,9 @@ Schema serving_schema(const Registry& reg) {
   auto lm = std::make_shared<Schema>();
   lm->enumeration("d2h", {"table", "fixed"}, "device-to-host copy of sampled token ids: measured table or fixed").def("table");
   lm->enumeration("d2h_mode", {"pinned", "pageable", "item"}, "which d2h.csv rows to use").def("pinned");
-  lm->quantity("d2h_latency", UnitKind::Time, "copy time when no table is available").def("15us").nonneg();
-  lm->quantity("detokenize_per_token", UnitKind::Time, "host CPU time to detokenize one token (estimate)").def("10us").nonneg();
-  lm->quantity("stream_per_token", UnitKind::Time, "time to stream one token to the client").def("5us").nonneg();
+  lm->quantity("d2h_latency", UnitKind::Time, "copy time when no table is available").def("15us").range(0, 1e9);  // at most 1 s
+  lm->quantity("detokenize_per_token", UnitKind::Time, "host CPU time to detokenize one token (estimate)").def("10us").range(0, 1e9);  // at most 1 s: it is added per hop or token
+  lm->quantity("stream_per_token", UnitKind::Time, "time to stream one token to the client").def("5us").range(0, 1e9);  // at most 1 s: it is added per hop or token
   s.section("last_mile", lm, "the GPU-to-client path of every token");
   auto out = std::make_shared<Schema>();
   out->add("trace", ParamType::Bool, "write trace.json (Perfetto)").def("true");
