@@ -1,5 +1,6 @@
 #include "config/scenario.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -24,6 +25,8 @@ void apply_override(Node& root, const std::string& assignment) {
   if (eq == std::string::npos || eq == 0)
     throw ConfigError(o, assignment, "", "an override needs the form key.path=value", "e.g. --set workload.arrival.clients=20");
   const std::string path = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  if (std::count(path.begin(), path.end(), '.') >= 64)
+    throw ConfigError(o, path.substr(0, 60) + "...", "", "the key path is more than 64 keys deep", "a path such as workload.arrival.rate");
   Node v = load_yaml_string(value, "--set");
   v.origin = o;
   Node* cur = &root;

@@ -343,3 +343,10 @@ TEST_CASE("a huge MTBF or repair time in the pod study is a failure that never c
   Recorder rec;
   CHECK_NOTHROW(run_into(sc, rec, {}));
 }
+
+TEST_CASE("a --set key path thousands of keys deep is refused") {
+  std::string path = "a";
+  for (int i = 0; i < 100; ++i) path += ".a";
+  const std::string msg = scenario_error("model: llama3-8b\n", {path + "=1"});
+  CHECK(msg.find("more than 64 keys deep") != std::string::npos);
+}

@@ -226,6 +226,20 @@ class TraceSource final : public WorkloadSource {
         bad(fmt::format("the trace has more than {} requests, the most one run holds", kMaxRequests));
       Row r{0, 0, 0, "", ln};
       if (jsonl) {
+        // A trace row is flat: nesting deeper than a few levels is refused before parsing (a
+        // 100000-deep array crashed the recursive destructor and dump()).
+        int depth = 0, deepest = 0;
+        bool in_string = false;
+        for (size_t k = 0; k < line.size(); ++k) {
+          const char ch = line[k];
+          if (in_string) {
+            if (ch == '\\') ++k;
+            else if (ch == '"') in_string = false;
+          } else if (ch == '"') in_string = true;
+          else if (ch == '[' || ch == '{') deepest = std::max(deepest, ++depth);
+          else if (ch == ']' || ch == '}') --depth;
+        }
+        if (deepest > 8) bad("a JSONL row nested more than 8 levels deep");
         nlohmann::json j;
         try { j = nlohmann::json::parse(line); } catch (const std::exception& e) { bad(std::string("not JSON: ") + e.what()); }
         if (!j.is_object()) bad("a JSONL row must be a JSON object");
@@ -234,7 +248,11 @@ class TraceSource final : public WorkloadSource {
         r.t = j["arrival_s"].get<double>();
         r.in = json_count(j, "input_tokens");
         r.out = json_count(j, "output_tokens");
-        if (j.contains("conversation")) r.conv = j["conversation"].is_string() ? j["conversation"].get<std::string>() : j["conversation"].dump();
+        if (j.contains("conversation")) {
+          const auto& c = j["conversation"];
+          if (!c.is_string() && !c.is_number_integer()) bad("conversation must be a string or an integer");
+          r.conv = c.is_string() ? c.get<std::string>() : c.dump();
+        }
       } else {
         std::vector<std::string> cells;
         std::stringstream ss(line);
