@@ -2,8 +2,10 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -137,15 +139,25 @@ Node convert(const YAML::Node& y, const std::string& file, Budget& budget, int d
 
 static Node parse(const std::string& text, const std::string& label) {
   try {
-    const std::vector<YAML::Node> docs = YAML::LoadAll(text);
-    if (docs.size() > 1) {
-      const auto m = docs[1].Mark();
-      throw ConfigError(Origin{label, m.line >= 0 ? m.line + 1 : 0, m.column >= 0 ? m.column + 1 : 0}, "", "",
-                        "a second YAML document (after '---'); sluice reads one document per file",
-                        "one document: remove the '---' separator or split the file");
+    // A '---' line after content starts a second document, which YAML::Load would silently
+    // ignore. (Found by scanning lines: YAML::LoadAll loops without end on some malformed
+    // input, e.g. "  ,2T1,[]\n[,2T1,[]", found by fuzzing.)
+    bool content = false;
+    int line_no = 0;
+    for (size_t at = 0; at <= text.size();) {
+      const size_t nl = std::min(text.find('\n', at), text.size());
+      const std::string_view line(text.data() + at, nl - at);
+      ++line_no;
+      const bool marker = line.substr(0, 3) == "---" && (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r');
+      if (marker && content)
+        throw ConfigError(Origin{label, line_no, 1}, "", "", "a second YAML document (after '---'); sluice reads one document per file",
+                          "one document: remove the '---' separator or split the file");
+      const size_t first = line.find_first_not_of(" \t\r");
+      if (!marker && first != std::string_view::npos && line[first] != '#' && line[first] != '%') content = true;
+      at = nl + 1;
     }
     Budget budget;
-    return convert(docs.empty() ? YAML::Node() : docs.front(), label, budget, 0);
+    return convert(YAML::Load(text), label, budget, 0);
   } catch (const YAML::Exception& e) {
     throw ConfigError(Origin{label, e.mark.line + 1, e.mark.column + 1}, "", "", "YAML syntax error: " + e.msg,
                       "well-formed YAML");

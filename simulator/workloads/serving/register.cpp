@@ -165,8 +165,12 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   c.last_mile.stream_ns = static_cast<double>(lm.time("stream_per_token").count_ns());
   c.last_mile.d2h_fixed_ns = static_cast<double>(lm.time("d2h_latency").count_ns());
   c.last_mile.d2h_source = fmt::format("fixed {}", lm.time("d2h_latency").str());
-  if (lm.str("d2h") == "table" && !c.tables_dir.empty() && c.last_mile.d2h.load(c.tables_dir, lm.str("d2h_mode")))
-    c.last_mile.d2h_source = c.last_mile.d2h.source();
+  try {
+    if (lm.str("d2h") == "table" && !c.tables_dir.empty() && c.last_mile.d2h.load(c.tables_dir, lm.str("d2h_mode")))
+      c.last_mile.d2h_source = c.last_mile.d2h.source();
+  } catch (const std::runtime_error& e) {  // a malformed d2h.csv (found by fuzzing: it escaped as a raw error)
+    d.fail("cost_tables", e.what(), "a directory of well-formed calibration tables (see results/calibration/h200-torch/README.md)");
+  }
   const Params& o = p.section("outputs");
   c.sample_interval_ns = o.flag("timeseries") ? o.time("sample_interval").count_ns() : 0;
   c.trace_max_requests = static_cast<int>(o.integer("trace_max_requests"));
