@@ -46,8 +46,11 @@ std::string canonical(const std::string& cell) {
 double to_number(const std::string& cell, const std::string& where) {
   char* end = nullptr;
   const double v = std::strtod(cell.c_str(), &end);
-  if (cell.empty() || end != cell.c_str() + cell.size())
-    throw TableError(where + ": measured value '" + cell + "' is not a number");
+  // strtod also reads "nan", "inf" and hex floats; a measured time is a plain decimal >= 0.
+  if (cell.empty() || end != cell.c_str() + cell.size() || cell.find_first_not_of("0123456789.eE+-") != std::string::npos ||
+      !std::isfinite(v))
+    throw TableError(where + ": measured value '" + cell + "' is not a number (a finite decimal)");
+  if (v < 0) throw TableError(where + ": measured value '" + cell + "' is negative; a time or size is >= 0");
   return v;
 }
 
@@ -165,8 +168,11 @@ void print_comparison(std::ostream& os, const DirComparison& cmp) {
     for (const auto& k : fc.only_in_a) os << "  only in A: " << k << "\n";
     for (const auto& k : fc.only_in_b) os << "  only in B: " << k << "\n";
     for (size_t m = 0; m < fc.measured.size(); ++m) {
-      std::snprintf(buf, sizeof buf, "  geomean %s A/B = %.3f over %d points\n", fc.measured[m].c_str(),
-                    fc.geomean_ratio[m], fc.geomean_points[m]);
+      if (fc.geomean_points[m] == 0)
+        std::snprintf(buf, sizeof buf, "  geomean %s A/B: no point with both values > 0\n", fc.measured[m].c_str());
+      else
+        std::snprintf(buf, sizeof buf, "  geomean %s A/B = %.3f over %d points\n", fc.measured[m].c_str(),
+                      fc.geomean_ratio[m], fc.geomean_points[m]);
       os << buf;
     }
   }

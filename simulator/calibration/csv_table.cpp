@@ -56,6 +56,11 @@ CsvTable parse_csv(const std::string& text, const std::string& origin) {
 }
 
 CsvTable read_csv(const std::filesystem::path& file) {
+  // A device or FIFO would be read until memory runs out (or block); a table is a few MB.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec))
+    throw TableError(file.string() + ": not a regular file");
+  if (std::filesystem::file_size(file, ec) > (256u << 20)) throw TableError(file.string() + ": larger than 256 MiB");
   std::ifstream in(file, std::ios::binary);
   if (!in) throw TableError(file.string() + ": cannot open");
   std::ostringstream ss;

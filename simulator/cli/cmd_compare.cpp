@@ -21,6 +21,8 @@ void add_compare(CLI::App& app, CliContext& ctx) {
   struct Opts {
     std::vector<std::string> files, sets, vary, metrics;
     std::string out;
+    bool force = false;
+    RunLimitOptions limits;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("scenarios", o->files, "scenario YAML files (one or more)")->required();
@@ -28,7 +30,11 @@ void add_compare(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--set", o->sets, "override applied to every variant, e.g. --set seed=7")->take_all();
   cmd->add_option("--metric", o->metrics,
                   "metric paths to tabulate, e.g. serving.latency_ms.ttft.p99 (default: every numeric metric)")->take_all();
-  cmd->add_option("--out", o->out, "results directory (default results/compare/<first scenario>-<n>-variants)");
+  cmd->add_option("--out", o->out,
+                  "results directory (default results/compare/<first scenario>-<n>-variants); must be new, empty, or an "
+                  "earlier sluice result with --force");
+  cmd->add_flag("--force", o->force, "replace an earlier sluice result at --out (never anything else)");
+  o->limits.add_to(cmd);
   cmd->callback([o, &ctx] {
     ctx.action = [o, &ctx]() -> int {
       auto variants = expand_variants(o->files, o->sets, o->vary);
@@ -63,12 +69,17 @@ void add_compare(CLI::App& app, CliContext& ctx) {
           return 2;
         }
       }
+      // The output is checked and claimed before any variant is simulated; an earlier directory
+      // of this same comparison may be replaced.
+      OutputDir out(dir, o->force || std::filesystem::exists(dir));
       Recorder rec;
       ProgressBar bar(true);
+      o->limits.apply();
       compare_variants(variants, o->metrics, ctx.registry, rec, [&](double f) { bar.update(f); });
       bar.finish();
       Json header = Json{{"schema_version", Recorder::kSchemaVersion}, {"sluice_version", SLUICE_VERSION}};
-      rec.write_atomically(dir, header);
+      rec.write_into(out, header);
+      print_warnings(rec);
       for (const auto& l : rec.summary_lines()) std::cout << l << "\n";
       std::cout << fmt::format("results in {}/ (compare.csv, metrics.json)\n", dir);
       return 0;

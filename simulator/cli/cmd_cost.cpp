@@ -252,6 +252,18 @@ int run_cost(const CostArgs& a) {
     return 0;
   }
 
+  // A figure for a point the deployment cannot reach is still printed, but says so.
+  for (const auto& q : batch)
+    if (q.context + q.new_tokens > m.max_context) {
+      std::cerr << fmt::format("sluice: warning: a sequence of {} tokens is beyond {}'s context of {} tokens; the time is "
+                               "an extrapolation no deployment of this model reaches\n",
+                               q.context + q.new_tokens, m.name, m.max_context);
+      break;
+    }
+  if (mem_total > hw.hbm_bytes)
+    std::cerr << fmt::format("sluice: warning: this batch needs {:.1f} GB per GPU but {} has {:.1f} GB; it does not fit\n",
+                             mem_total / 1e9, hw.name, hw.hbm_bytes / 1e9);
+
   std::string what;
   if (!a.lengths.empty()) what = fmt::format("decode of {} sequences with KV lengths {}", batch.size(), a.lengths);
   else if (a.slices > 0)

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "recorder/recorder.h"
 #include "registry/registry.h"
 
 namespace sluice::cli {
@@ -34,7 +35,21 @@ void add_report(CLI::App& app, CliContext& ctx);
 // `sluice list hardware|model|topology [NAME]`: the catalogs; nullopt when KIND is no catalog.
 std::optional<int> list_catalog(const std::string& kind, const std::string& name, const Registry& reg);
 
-// Prints a ConfigError (or any error) the same way for every subcommand; returns the exit code.
+// Prints a ConfigError (or any error) the same way for every subcommand; returns the exit code:
+// 2 for bad input (scenario or output path), 3 for a run stopped on --max-wall/--max-events,
+// 128+N for a run stopped by signal N, 1 otherwise.
 int report_error(const std::exception& e);
+
+// --max-wall and --max-events, shared by the commands that simulate.
+struct RunLimitOptions {
+  std::string max_wall;      // a time ("30s", "5min") or plain seconds
+  uint64_t max_events = 0;   // 0: no limit
+  void add_to(CLI::App* cmd);
+  // Arms RunControl (the wall clock starts now); throws ConfigError on a bad --max-wall.
+  void apply() const;
+};
+
+// Prints the run's warnings on stderr ("sluice: warning: ...").
+void print_warnings(const Recorder& rec);
 
 }  // namespace sluice::cli

@@ -3,6 +3,9 @@
 
 #include "cli/commands.h"
 #include "config/error.h"
+#include "config/units.h"
+#include "engine/run_control.h"
+#include "recorder/output_dir.h"
 
 #ifndef SLUICE_VERSION
 #define SLUICE_VERSION "dev"
@@ -11,8 +14,33 @@
 namespace sluice::cli {
 
 int report_error(const std::exception& e) {
+  if (const auto* stop = dynamic_cast<const RunStopped*>(&e)) {
+    std::cerr << "sluice: " << e.what() << "; no results were written\n";
+    return stop->why() == RunStopped::Why::Interrupted ? 128 + stop->signal_number() : 3;
+  }
   std::cerr << "sluice: " << e.what() << "\n";
-  return dynamic_cast<const ConfigError*>(&e) ? 2 : 1;
+  return dynamic_cast<const ConfigError*>(&e) || dynamic_cast<const OutputError*>(&e) ? 2 : 1;
+}
+
+void RunLimitOptions::add_to(CLI::App* cmd) {
+  cmd->add_option("--max-wall", max_wall, "stop (exit 3, no results) after this much wall-clock time, e.g. 30s or 5min");
+  cmd->add_option("--max-events", max_events, "stop (exit 3, no results) after this many simulated events");
+}
+
+void RunLimitOptions::apply() const {
+  double wall_s = 0;
+  if (!max_wall.empty()) {
+    const Origin o{"--max-wall", 0, 0};
+    if (auto plain = parse_real(max_wall)) wall_s = *plain;
+    else if (auto t = parse_time(max_wall)) wall_s = t->to_seconds();
+    else throw ConfigError(o, "--max-wall", max_wall, "not a duration", "e.g. 30s, 5min, or plain seconds");
+    if (!(wall_s > 0)) throw ConfigError(o, "--max-wall", max_wall, "must be positive", "e.g. 30s");
+  }
+  RunControl::get().set_limits(max_events, wall_s);
+}
+
+void print_warnings(const Recorder& rec) {
+  for (const auto& w : rec.warnings()) std::cerr << "sluice: warning: " << w << "\n";
 }
 
 }  // namespace sluice::cli
@@ -47,6 +75,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  install_interrupt_handlers();
   try {
     return action ? action() : 0;
   } catch (const std::exception& e) {

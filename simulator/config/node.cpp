@@ -1,7 +1,12 @@
 #include "config/node.h"
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+#include <unordered_set>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -73,10 +78,30 @@ std::string Node::brief() const {
   return s;
 }
 
-static Node convert(const YAML::Node& y, const std::string& file) {
+namespace {
+// Bounds on what one YAML text may expand to. yaml-cpp shares an aliased node instead of
+// copying it, so a few hundred bytes of nested aliases (a "billion laughs") describe an
+// astronomically large tree; our own tree copies every alias, so its size is counted and
+// capped here, before it is allocated. No scenario or catalog entry comes near these.
+constexpr size_t kMaxYamlNodes = 200'000;
+constexpr int kMaxYamlDepth = 64;
+
+struct Budget {
+  size_t nodes = 0;
+};
+
+Node convert(const YAML::Node& y, const std::string& file, Budget& budget, int depth) {
   Node n;
   const auto m = y.Mark();
   n.origin = Origin{file, m.line >= 0 ? m.line + 1 : 0, m.column >= 0 ? m.column + 1 : 0};
+  if (++budget.nodes > kMaxYamlNodes)
+    throw ConfigError(n.origin, "", "",
+                      fmt::format("the YAML expands to more than {} values (aliases are copied wherever they are used)",
+                                  kMaxYamlNodes),
+                      "a scenario of ordinary size, without aliases nested inside aliases");
+  if (depth > kMaxYamlDepth)
+    throw ConfigError(n.origin, "", "", fmt::format("the YAML nests more than {} levels deep", kMaxYamlDepth),
+                      "mappings and lists nested at most a few levels");
   switch (y.Type()) {
     case YAML::NodeType::Undefined:
     case YAML::NodeType::Null:
@@ -89,28 +114,50 @@ static Node convert(const YAML::Node& y, const std::string& file) {
       break;
     case YAML::NodeType::Sequence:
       n.kind = Node::Kind::Seq;
-      for (const auto& e : y) n.seq.push_back(convert(e, file));
+      for (const auto& e : y) n.seq.push_back(convert(e, file, budget, depth + 1));
       break;
-    case YAML::NodeType::Map:
+    case YAML::NodeType::Map: {
       n.kind = Node::Kind::Map;
+      std::unordered_set<std::string> seen;  // a linear find per key made 100k keys quadratic
       for (const auto& kv : y) {
         const auto km = kv.first.Mark();
         Origin ko{file, km.line + 1, km.column + 1};
         if (!kv.first.IsScalar())
           throw ConfigError(ko, "", "", "mapping keys must be plain names", "a name such as 'seed'");
         const std::string key = kv.first.Scalar();
-        if (n.find(key)) throw ConfigError(ko, key, "", "this key appears twice in the same mapping", "each key once");
-        n.map.emplace_back(key, convert(kv.second, file));
+        if (!seen.insert(key).second)
+          throw ConfigError(ko, key, "", "this key appears twice in the same mapping", "each key once");
+        n.map.emplace_back(key, convert(kv.second, file, budget, depth + 1));
         n.key_origins.push_back(ko);
       }
       break;
+    }
   }
   return n;
 }
+}  // namespace
 
 static Node parse(const std::string& text, const std::string& label) {
   try {
-    return convert(YAML::Load(text), label);
+    // A '---' line after content starts a second document, which YAML::Load would silently
+    // ignore. (Found by scanning lines: YAML::LoadAll loops without end on some malformed
+    // input, e.g. "  ,2T1,[]\n[,2T1,[]", found by fuzzing.)
+    bool content = false;
+    int line_no = 0;
+    for (size_t at = 0; at <= text.size();) {
+      const size_t nl = std::min(text.find('\n', at), text.size());
+      const std::string_view line(text.data() + at, nl - at);
+      ++line_no;
+      const bool marker = line.substr(0, 3) == "---" && (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r');
+      if (marker && content)
+        throw ConfigError(Origin{label, line_no, 1}, "", "", "a second YAML document (after '---'); sluice reads one document per file",
+                          "one document: remove the '---' separator or split the file");
+      const size_t first = line.find_first_not_of(" \t\r");
+      if (!marker && first != std::string_view::npos && line[first] != '#' && line[first] != '%') content = true;
+      at = nl + 1;
+    }
+    Budget budget;
+    return convert(YAML::Load(text), label, budget, 0);
   } catch (const YAML::Exception& e) {
     throw ConfigError(Origin{label, e.mark.line + 1, e.mark.column + 1}, "", "", "YAML syntax error: " + e.msg,
                       "well-formed YAML");
@@ -118,14 +165,32 @@ static Node parse(const std::string& text, const std::string& label) {
 }
 
 Node load_yaml_file(const std::string& path) {
-  std::ifstream in(path);
+  // Only a regular file of bounded size is read: a device (/dev/zero), a FIFO or a directory
+  // would otherwise be read until memory runs out, or block forever.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw ConfigError(Origin{path, 0, 0}, "", "", "cannot open the file", "an existing, readable YAML file");
+  if (!S_ISREG(st.st_mode))
+    throw ConfigError(Origin{path, 0, 0}, "", "", "not a regular file (a directory, device or pipe)",
+                      "a YAML file");
+  if (st.st_size > static_cast<off_t>(kMaxYamlFileBytes))
+    throw ConfigError(Origin{path, 0, 0}, "", "",
+                      fmt::format("the file is {} bytes; a YAML input may be at most {} bytes", st.st_size, kMaxYamlFileBytes),
+                      "a scenario or catalog file of ordinary size");
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(Origin{path, 0, 0}, "", "", "cannot open the file", "an existing, readable YAML file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse(ss.str(), path);
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  return parse(text, path);
 }
 
-Node load_yaml_string(const std::string& text, const std::string& file_label) { return parse(text, file_label); }
+Node load_yaml_string(const std::string& text, const std::string& file_label) {
+  if (text.size() > kMaxYamlFileBytes)
+    throw ConfigError(Origin{file_label, 0, 0}, "", "", fmt::format("the YAML text is longer than {} bytes", kMaxYamlFileBytes),
+                      "a scenario of ordinary size");
+  return parse(text, file_label);
+}
 
 static void emit(YAML::Emitter& out, const Node& n) {
   switch (n.kind) {

@@ -27,6 +27,9 @@ class Node {
   Kind kind = Kind::Null;
   std::string scalar;                                // for Scalar
   bool quoted = false;                               // scalar was quoted in the source
+  // What a validated scalar is, for typed JSON (the resolved scenario in metrics.json);
+  // Unknown: inferred from the text unless quoted.
+  enum class Type { Unknown, Number, Bool, String } type = Type::Unknown;
   std::vector<std::pair<std::string, Node>> map;     // for Map, in source order
   std::vector<Origin> key_origins;                   // parallel to map
   std::vector<Node> seq;                             // for Seq
@@ -54,6 +57,9 @@ class Node {
     return n;
   }
 };
+
+// The largest YAML file or text sluice reads (a scenario or catalog entry is a few KB).
+inline constexpr size_t kMaxYamlFileBytes = 4u << 20;
 
 // Parses a YAML file into a Node tree; syntax errors become ConfigErrors with the position.
 Node load_yaml_file(const std::string& path);

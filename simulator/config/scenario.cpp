@@ -1,9 +1,11 @@
 #include "config/scenario.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
 
+#include "config/units.h"
 #include "engine/rng.h"
 
 namespace sluice {
@@ -22,8 +24,10 @@ void apply_override(Node& root, const std::string& assignment) {
   const Origin o{"--set", 0, 0};
   auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0)
-    throw ConfigError(o, assignment, "", "an override needs the form key.path=value", "e.g. --set workload.rate=20/s");
+    throw ConfigError(o, assignment, "", "an override needs the form key.path=value", "e.g. --set workload.arrival.clients=20");
   const std::string path = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  if (std::count(path.begin(), path.end(), '.') >= 64)
+    throw ConfigError(o, path.substr(0, 60) + "...", "", "the key path is more than 64 keys deep", "a path such as workload.arrival.rate");
   Node v = load_yaml_string(value, "--set");
   v.origin = o;
   Node* cur = &root;
@@ -57,6 +61,21 @@ void apply_override(Node& root, const std::string& assignment) {
       throw ConfigError(o, path, value, fmt::format("cannot set a key inside a {}", cur->kind_name()), "a path through mappings");
     }
     if (dot == std::string::npos) {
+      // Switching a component's kind (--set workload.arrival.kind=poisson) drops the keys the
+      // file gave the old kind (clients: ...), which the new one would refuse as unknown;
+      // keys set on the command line stay.
+      if (key == "kind" && cur->is_map()) {
+        const Node* old = cur->find("kind");
+        if (old && old->is_scalar() && v.is_scalar() && old->scalar != v.scalar) {
+          Node kept;
+          kept.kind = Node::Kind::Map;
+          kept.origin = cur->origin;
+          for (size_t i = 0; i < cur->map.size(); ++i)
+            if (cur->map[i].first == "kind" || cur->key_origins[i].file == "--set")
+              kept.set(cur->map[i].first, cur->map[i].second, cur->key_origins[i]);
+          *cur = std::move(kept);
+        }
+      }
       cur->set(key, v, o);
       return;
     }
@@ -97,6 +116,9 @@ Node resolved_tree(const Params& p) {
         break;
       default:
         n = Node::scalar_node(v.text, {});
+        n.type = v.type == ParamType::Int || v.type == ParamType::Real ? Node::Type::Number
+                 : v.type == ParamType::Bool                           ? Node::Type::Bool
+                                                                       : Node::Type::String;  // quantities keep their unit
     }
     out.map.emplace_back(k, std::move(n));
     out.key_origins.emplace_back();
@@ -107,7 +129,17 @@ Node resolved_tree(const Params& p) {
 Json node_to_json(const Node& n) {
   switch (n.kind) {
     case Node::Kind::Null: return nullptr;
-    case Node::Kind::Scalar: return n.scalar;
+    case Node::Kind::Scalar: {
+      // Numbers and booleans stay typed (they were all strings); text with a unit stays text.
+      const bool infer = n.type == Node::Type::Unknown && !n.quoted;
+      if (n.type == Node::Type::Bool || (infer && (n.scalar == "true" || n.scalar == "false")))
+        return n.scalar == "true" || n.scalar == "yes" || n.scalar == "on";
+      if (n.type == Node::Type::Number || infer) {
+        if (auto i = parse_int(n.scalar); i && n.scalar.find('_') == std::string::npos) return *i;
+        if (auto r = parse_real(n.scalar)) return *r;
+      }
+      return n.scalar;
+    }
     case Node::Kind::Seq: {
       Json a = Json::array();
       for (const auto& e : n.seq) a.push_back(node_to_json(e));

@@ -1,5 +1,6 @@
 #include "config/units.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -40,6 +41,30 @@ const std::vector<UnitDef>& table(UnitKind k) {
   return time;
 }
 }  // namespace
+
+std::pair<double, double> plausible_range(UnitKind k) {
+  switch (k) {
+    case UnitKind::Time: return {0, 1e300};              // bounded by int64 nanoseconds where it is used
+    case UnitKind::Bytes: return {0, 1e18};              // 1 EB
+    case UnitKind::Bandwidth: return {1e-3, 1e15};       // 1 PB/s
+    case UnitKind::FlopRate: return {1, 1e21};           // 1 ZFLOP/s
+    case UnitKind::Rate: return {1e-8, 1e9};             // one per three years to one per nanosecond
+    case UnitKind::Money: return {0, 1e15};
+  }
+  return {0, 1e300};
+}
+
+const char* base_unit(UnitKind k) {
+  switch (k) {
+    case UnitKind::Time: return "ns";
+    case UnitKind::Bytes: return "B";
+    case UnitKind::Bandwidth: return "B/s";
+    case UnitKind::FlopRate: return "FLOP/s";
+    case UnitKind::Rate: return "/s";
+    case UnitKind::Money: return "USD";
+  }
+  return "";
+}
 
 const char* unit_kind_name(UnitKind k) {
   switch (k) {
@@ -87,8 +112,18 @@ std::optional<double> parse_real(const std::string& text) {
 std::optional<long long> parse_int(const std::string& text) {
   if (text.empty()) return std::nullopt;
   std::string t;
-  for (char c : text)
-    if (c != '_') t += c;  // allow 1_000_000
+  for (size_t k = 0; k < text.size(); ++k) {
+    const char c = text[k];
+    if (c != '_') {
+      t += c;
+      continue;
+    }
+    // 1_000_000 groups digits; a '_' anywhere else (alone, leading, trailing, doubled) is not a number.
+    const bool between_digits = k > 0 && k + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[k - 1])) &&
+                                std::isdigit(static_cast<unsigned char>(text[k + 1]));
+    if (!between_digits) return std::nullopt;
+  }
+  if (t.empty() || !(std::isdigit(static_cast<unsigned char>(t[0])) || t[0] == '-' || t[0] == '+')) return std::nullopt;
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(t.c_str(), &end, 10);
@@ -104,7 +139,7 @@ std::optional<double> parse_quantity(const std::string& raw, UnitKind kind, std:
   size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.' || text[i] == '-' ||
                              text[i] == '+' || ((text[i] == 'e' || text[i] == 'E') && i > 0 && i + 1 < text.size() &&
-                                                (std::isdigit(static_cast<unsigned char>(text[i + 1])) || text[i + 1] == '-'))))
+                                                (std::isdigit(static_cast<unsigned char>(text[i + 1])) || text[i + 1] == '-' || text[i + 1] == '+'))))
     ++i;
   const std::string num = text.substr(0, i), suffix = text.substr(i);
   auto v = parse_real(num);
@@ -121,6 +156,15 @@ std::optional<double> parse_quantity(const std::string& raw, UnitKind kind, std:
       const double r = *v * u.factor;
       if (!std::isfinite(r)) {
         if (why) *why = "value out of range";
+        return std::nullopt;
+      }
+      // Beyond these no hardware or workload is meant: a typo of an exponent, refused here
+      // before it overflows a count or a time downstream (1e10GB/s, 1e30TB, 1e30/s).
+      const auto [lo, hi] = plausible_range(kind);
+      if (r != 0 && (std::fabs(r) > hi || std::fabs(r) < lo)) {
+        if (why)
+          *why = fmt::format("'{}' is {} the range sluice accepts for a {} ({} to {} {})", raw,
+                             std::fabs(r) > hi ? "above" : "below", unit_kind_name(kind), lo, hi, base_unit(kind));
         return std::nullopt;
       }
       return r;

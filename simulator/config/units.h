@@ -3,6 +3,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "engine/simtime.h"
 
@@ -20,6 +21,10 @@ enum class UnitKind {
 // The units accepted for a kind, for error messages and docs.
 std::string valid_units(UnitKind k);
 const char* unit_kind_name(UnitKind k);
+// The magnitudes accepted for a kind, in base units (ns, B, B/s, FLOP/s, /s, USD); zero is
+// always accepted (ranges of a parameter say whether it may be zero).
+std::pair<double, double> plausible_range(UnitKind k);
+const char* base_unit(UnitKind k);
 
 // Parses "<number><unit>" into base units (seconds are returned as nanoseconds for Time).
 // Returns nullopt and fills `why` when the text is not a valid quantity of that kind.

@@ -6,6 +6,7 @@
 
 #include "engine/event_queue.h"
 #include "engine/rng.h"
+#include "engine/run_control.h"
 #include "engine/simtime.h"
 
 namespace sluice {
@@ -46,9 +47,19 @@ class Engine {
     return true;
   }
   // Runs until the queue drains, stop() is called, or the next event is after `until`.
+  // Every 4096 events the run's budgets and interrupt are checked (RunStopped on either).
   void run(SimTime until = SimTime::max()) {
     stopped_ = false;
-    while (!stopped_ && !queue_.empty() && queue_.top().time_ns() <= until.count_ns()) step();
+    auto& control = RunControl::get();
+    uint64_t since = 0;
+    while (!stopped_ && !queue_.empty() && queue_.top().time_ns() <= until.count_ns()) {
+      step();
+      if (++since == 4096) {
+        control.check(since);
+        since = 0;
+      }
+    }
+    control.check(since);
   }
   void stop() { stopped_ = true; }
   size_t pending() const { return queue_.size(); }

@@ -72,7 +72,7 @@ std::shared_ptr<Schema> hardware_schema() {
     h->quantity("interconnect_link_bandwidth", UnitKind::Bandwidth, "one scale-up link, one direction")
         .def("0B/s")
         .nonneg();
-    h->quantity("interconnect_latency", UnitKind::Time, "latency of one hop over the scale-up links").def("0ns").nonneg();
+    h->quantity("interconnect_latency", UnitKind::Time, "latency of one hop over the scale-up links").def("0ns").range(0, 1e9);  // at most 1 s: it is added per hop or token
     h->quantity("pcie_bandwidth", UnitKind::Bandwidth, "host link, one direction").def("0B/s").nonneg();
     h->quantity("price_usd", UnitKind::Money, "unit price (an estimate unless the file cites a quote)").def("0").nonneg();
     h->add("calibration", ParamType::String, "folder under results/calibration/ with measured cost tables; \"\" = none")

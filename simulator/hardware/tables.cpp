@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <unordered_map>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -79,13 +80,34 @@ int Csv::col(const std::string& name) const {
 
 const std::string& Csv::text(size_t row, int c) const { return rows.at(row).at(static_cast<size_t>(c)); }
 
+// Columns the cost model narrows to int (shapes, counts), and the timing columns: a hostile
+// or corrupt table must fail here, naming its file and line, not as undefined behaviour in a
+// cast or an infinite kernel time mid-run.
+static bool is_count_column(const std::string& c) {
+  for (const char* n : {"heads", "kv_heads", "head_dim", "batch", "M", "K", "N", "seq", "kv_len", "slice", "prefix",
+                        "tokens", "hidden", "ffn"})
+    if (c == n) return true;
+  return false;
+}
+static bool is_time_column(const std::string& c) { return c == "ms" || c == "us_median" || c == "us_p99"; }
+
 double Csv::num(size_t row, int c) const {
   const std::string& t = text(row, c);
+  const std::string& name = header[static_cast<size_t>(c)];
   char* end = nullptr;
   const double v = std::strtod(t.c_str(), &end);
-  if (t.empty() || end != t.c_str() + t.size() || !std::isfinite(v))
-    throw std::runtime_error(fmt::format("{}:{}: column '{}' is '{}', not a number", path, lines[row],
-                                         header[static_cast<size_t>(c)], t));
+  // strtod also reads hex floats, "inf" and "nan"; a table holds plain decimals.
+  const bool decimal = !t.empty() && t.find_first_not_of("0123456789.eE+-") == std::string::npos;
+  if (!decimal || end != t.c_str() + t.size() || !std::isfinite(v))
+    throw std::runtime_error(fmt::format("{}:{}: column '{}' is '{}', not a number", path, lines[row], name, t));
+  constexpr double kMaxCount = 1 << 24;  // beyond any head count, head size, batch or token count measured
+  if (is_count_column(name) && (std::floor(v) != v || v > kMaxCount))
+    throw std::runtime_error(fmt::format("{}:{}: column '{}' is {}, but must be a whole number at most {:.0f}", path,
+                                         lines[row], name, t, kMaxCount));
+  const double max_time = name == "ms" ? 3.6e6 : 3.6e9;  // one hour, in ms or us
+  if (is_time_column(name) && v > max_time)
+    throw std::runtime_error(fmt::format("{}:{}: column '{}' is {}, more than an hour for one kernel", path, lines[row],
+                                         name, t));
   // Times and sizes are positive; only a cached prefix may be zero. A zero time would turn
   // into 0 or NaN in the log-space interpolation.
   const bool zero_ok = header[static_cast<size_t>(c)] == "prefix";
@@ -96,6 +118,9 @@ double Csv::num(size_t row, int c) const {
 }
 
 Csv read_csv(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec) || std::filesystem::file_size(path, ec) > (256u << 20))
+    throw std::runtime_error(fmt::format("cannot read cost table {}: not a regular file of at most 256 MiB", path));
   std::ifstream in(path);
   if (!in) throw std::runtime_error(fmt::format("cannot read cost table {}", path));
   Csv csv;
@@ -121,6 +146,18 @@ Csv read_csv(const std::string& path) {
     csv.lines.push_back(n);
   }
   if (csv.header.empty()) throw std::runtime_error(fmt::format("{}: empty cost table", path));
+  // Two rows of one point with different timings: which one the interpolation used would be
+  // an accident of order (identical repeats are harmless).
+  std::unordered_map<std::string, size_t> seen;
+  for (size_t r = 0; r < csv.rows.size(); ++r) {
+    std::string key, value;
+    for (size_t c = 0; c < csv.header.size(); ++c)
+      (is_time_column(csv.header[c]) || csv.header[c] == "min_bytes" || csv.header[c] == "value" ? value : key) += csv.rows[r][c] + ",";
+    const auto [it, fresh] = seen.emplace(key, r);
+    if (!fresh && csv.rows[it->second] != csv.rows[r])
+      throw std::runtime_error(fmt::format("{}:{}: the same point as line {} with a different timing", path, csv.lines[r],
+                                           csv.lines[it->second]));
+  }
   return csv;
 }
 

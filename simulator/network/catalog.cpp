@@ -21,10 +21,10 @@ void add_common(Schema& s) {
 void add_server_keys(Schema& s, const std::string& host_cpus_default) {
   s.add("gpus_per_server", ParamType::Int, "GPUs per NVSwitch server").def("8").range(1, 72);
   s.quantity("nvlink_bandwidth", UnitKind::Bandwidth, "NVLink bandwidth per GPU per direction (H100/H200: 450GB/s; NVIDIA's 900 GB/s counts both directions)").def("450GB/s").positive();
-  s.quantity("nvlink_latency", UnitKind::Time, "GPU to NVSwitch hop latency").def("250ns").nonneg();
+  s.quantity("nvlink_latency", UnitKind::Time, "GPU to NVSwitch hop latency").def("250ns").range(0, 1e9);  // at most 1 s: it is added per hop or token
   s.add("host_cpus", ParamType::Int, "host CPUs per server, each with PCIe to an equal share of the GPUs (0: no host nodes)").def(host_cpus_default).range(0, 8);
   s.quantity("pcie_bandwidth", UnitKind::Bandwidth, "PCIe bandwidth per GPU per direction (Gen5 x16: 64GB/s)").def("64GB/s").positive();
-  s.quantity("pcie_latency", UnitKind::Time, "GPU to host hop latency").def("600ns").nonneg();
+  s.quantity("pcie_latency", UnitKind::Time, "GPU to host hop latency").def("600ns").range(0, 1e9);  // at most 1 s: it is added per hop or token
   s.quantity("gpu_price", UnitKind::Money, "capex per GPU").def("0").nonneg();
   s.quantity("nvswitch_price", UnitKind::Money, "capex per NVSwitch chip").def("0").nonneg();
   s.add("nvswitch_chips", ParamType::Int, "NVSwitch chips per server (capex only; modelled as one crossbar)").def("4").range(0, 64);
@@ -72,13 +72,13 @@ std::vector<int> int_list(const Params& p, const std::string& key, int lo, int h
 Schema clos_schema(bool rail) {
   Schema s;
   add_common(s);
-  s.add("servers", ParamType::Int, "number of 8-GPU servers").def("32").range(1, 100000);
+  s.add("servers", ParamType::Int, "number of 8-GPU servers").def("32").range(1, 8192);  // 100000 hung topo for hours
   add_server_keys(s, "0");
   s.add("tiers", ParamType::Int, "switch tiers (2: leaf-spine, 3: leaf-aggregation-core)").def("2").range(2, 3);
   s.add("switch_radix", ParamType::Int, "ports per switch").def("64").range(4, 1024);
   s.add("oversubscription", ParamType::Real, "leaf down-ports per up-port (1: non-blocking)").def("1").range(1, 16);
   s.quantity("nic_bandwidth", UnitKind::Bandwidth, "NIC and switch-port bandwidth per direction").def("400Gb/s").positive();
-  s.quantity("link_latency", UnitKind::Time, "per NIC or switch hop").def("500ns").nonneg();
+  s.quantity("link_latency", UnitKind::Time, "per NIC or switch hop").def("500ns").range(0, 1e9);  // at most 1 s: it is added per hop or token
   s.quantity("switch_price", UnitKind::Money, "capex per switch").def("0").nonneg();
   s.quantity("nic_price", UnitKind::Money, "capex per NIC").def("0").nonneg();
   s.quantity("cable_price", UnitKind::Money, "capex per fabric link (cable + two transceivers)").def("0").nonneg();
@@ -94,7 +94,7 @@ Schema torus_schema(int ndims) {
   s.add("wrap", ParamType::Bool, "wrap-around links (false: a mesh)").def("true");
   s.add("twisted", ParamType::Bool, "twist the short dimensions' wrap-around links (shapes k×k×2k, k×2k×2k, k×2k)").def("false");
   s.quantity("link_bandwidth", UnitKind::Bandwidth, "per link per direction").def("50GB/s").positive();
-  s.quantity("link_latency", UnitKind::Time, "per hop").def("500ns").nonneg();
+  s.quantity("link_latency", UnitKind::Time, "per hop").def("500ns").range(0, 1e9);  // at most 1 s: it is added per hop or token
   s.add("chips_per_host", ParamType::Int, "chips per host (capex of hosts; 0: none)").def("4").range(0, 64);
   s.quantity("chip_price", UnitKind::Money, "capex per chip").def("0").nonneg();
   s.quantity("host_price", UnitKind::Money, "capex per host").def("0").nonneg();
@@ -110,7 +110,7 @@ Schema pod_schema() {
   s.add("cube_edge", ParamType::Int, "chips along each edge of a cube").def("4").range(1, 16);
   s.add("ocs_radix", ParamType::Int, "ports per OCS (Palomar: 136, 128 used)").def("136").range(2, 4096);
   s.quantity("link_bandwidth", UnitKind::Bandwidth, "ICI link per direction").def("50GB/s").positive();
-  s.quantity("link_latency", UnitKind::Time, "per ICI hop").def("500ns").nonneg();
+  s.quantity("link_latency", UnitKind::Time, "per ICI hop").def("500ns").range(0, 1e9);  // at most 1 s: it is added per hop or token
   s.add("chips_per_host", ParamType::Int, "chips per host").def("4").range(1, 64);
   s.quantity("chip_price", UnitKind::Money, "capex per chip").def("0").nonneg();
   s.quantity("host_price", UnitKind::Money, "capex per host").def("0").nonneg();
@@ -265,6 +265,12 @@ void register_topology_generators(Registry& reg) {
             TopologyFactory([nd](const Params& p, const std::string& name) {
               TorusSpec s;
               s.dims = int_list(p, "dims", 1, 256, static_cast<size_t>(nd), static_cast<size_t>(nd), nd == 3 ? "[4, 4, 4]" : "[8, 8]");
+              // Each extent may be up to 256, but not all at once: bound the chip count before building.
+              long long chips = 1;
+              for (int d : s.dims) chips *= d;
+              if (chips > 65536)
+                p.fail("dims", fmt::format("a torus of {} chips; at most 65536 are built (a TPU v4 pod has 4096)", chips),
+                       "extents whose product is at most 65536, e.g. [16, 16, 16]");
               s.wrap = p.flag("wrap");
               s.twisted = p.flag("twisted");
               if (s.twisted && !twist_allowed(s.dims))

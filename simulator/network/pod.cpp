@@ -116,6 +116,10 @@ class PodSim final : public EventHandler {
     probe_time_.assign(c.probes.size(), 0);
   }
 
+  // A failure or repair drawn past the horizon never happens in the run; capping the delay
+  // there keeps a huge MTBF (100000d) from overflowing the clock.
+  double beyond_horizon(double delay_s) const { return std::min(delay_s, cfg_.horizon_s + 1); }
+
   PodRunResult run() {
     const SimTime horizon = SimTime::seconds(cfg_.horizon_s);
     for (size_t j = 0; j < jobs_.size(); ++j)
@@ -126,7 +130,7 @@ class PodSim final : public EventHandler {
       host_rng_.reserve(static_cast<size_t>(hosts));
       for (int h = 0; h < hosts; ++h) {
         host_rng_.emplace_back(engine_.rng(fmt::format("pod.host.{}", h)));
-        engine_.schedule_at(SimTime::seconds(host_rng_.back().exponential(cfg_.host_mtbf_s)), Priority::Fault, this, kFail,
+        engine_.schedule_at(SimTime::seconds(beyond_horizon(host_rng_.back().exponential(cfg_.host_mtbf_s))), Priority::Fault, this, kFail,
                             static_cast<uint32_t>(h));
       }
     }
@@ -262,13 +266,13 @@ class PodSim final : public EventHandler {
       ++res_.interruptions;
       queue_.push_front(static_cast<uint32_t>(j));
     }
-    engine_.schedule_in(SimTime::seconds(host_rng_[static_cast<size_t>(h)].exponential(cfg_.host_repair_s)), Priority::Fault, this, kRepair,
+    engine_.schedule_in(SimTime::seconds(beyond_horizon(host_rng_[static_cast<size_t>(h)].exponential(cfg_.host_repair_s))), Priority::Fault, this, kRepair,
                         static_cast<uint32_t>(h));
   }
 
   void repair_host(int h) {
     --failed_hosts_[static_cast<size_t>(h / cfg_.hosts_per_cube)];
-    engine_.schedule_in(SimTime::seconds(host_rng_[static_cast<size_t>(h)].exponential(cfg_.host_mtbf_s)), Priority::Fault, this, kFail,
+    engine_.schedule_in(SimTime::seconds(beyond_horizon(host_rng_[static_cast<size_t>(h)].exponential(cfg_.host_mtbf_s))), Priority::Fault, this, kFail,
                         static_cast<uint32_t>(h));
   }
 

@@ -101,6 +101,12 @@ class PodStudy final : public Study {
     const double rate = j.real("rate");
     const double mean = j.time("duration_mean").to_seconds();
     const double sigma = j.real("duration_sigma");
+    // Every job is kept (and indexed by a 32-bit event argument): bound the stream before drawing it.
+    constexpr double kMaxJobs = 1e6;
+    if (rate * cfg_.horizon_s > kMaxJobs)
+      j.fail("rate", fmt::format("{:.3g} jobs/s over a horizon of {:.3g} s is {:.3g} jobs; at most {:.0f} are simulated", rate,
+                                 cfg_.horizon_s, rate * cfg_.horizon_s, kMaxJobs),
+             "a lower rate or a shorter horizon");
     for (double t = rng.exponential(1.0 / rate); t <= cfg_.horizon_s; t += rng.exponential(1.0 / rate)) {
       double u = rng.uniform() * wsum;
       size_t k = 0;
@@ -188,7 +194,7 @@ Schema pod_study_schema() {
   s.section("pod", pod, "the pod");
   auto jobs = std::make_shared<Schema>();
   jobs->quantity("rate", UnitKind::Rate, "job arrival rate (Poisson)").def("1/h").positive();
-  jobs->quantity("horizon", UnitKind::Time, "simulated time").def("720h").positive();
+  jobs->quantity("horizon", UnitKind::Time, "simulated time (at most 100 years)").def("720h").range(1, 3.15e18);
   jobs->add("shapes", ParamType::List, "slice shapes in chips with weights: [{shape: [4, 4, 8], weight: 2}, ...]");
   jobs->quantity("duration_mean", UnitKind::Time, "mean job duration").def("8h").positive();
   jobs->add("duration_sigma", ParamType::Real, "lognormal sigma of durations (0: exponential)").def("1").range(0, 5);
@@ -281,9 +287,9 @@ Schema twist_schema() {
   s.enumeration("regular_routing", {"shortest-path", "dimension-order"}, "routing on the regular torus (the twisted one uses shortest paths)")
       .def("shortest-path");
   s.quantity("link_bandwidth", UnitKind::Bandwidth, "ICI link per direction").def("50GB/s").positive();
-  s.quantity("link_latency", UnitKind::Time, "per hop").def("500ns").nonneg();
+  s.quantity("link_latency", UnitKind::Time, "per hop").def("500ns").range(0, 1e9);  // at most 1 s: it is added per hop or token
   s.quantity("flow_quantum", UnitKind::Time, "flow ends rounded up to this grid so near-simultaneous ends share one rate recomputation (0: exact)")
-      .def("0").nonneg();
+      .def("0").range(0, 1e9);  // at most 1 s: a larger grid would swamp any all-to-all (100000d made 0.2 ms into 274 years)
   return s;
 }
 

@@ -127,35 +127,43 @@ static void write_and_sync(const fs::path& p, const std::string& content) {
 
 void write_file_atomically(const std::string& path, const std::string& content) {
   fs::path p(path);
-  if (p.has_parent_path()) fs::create_directories(p.parent_path());
+  std::error_code ec;
+  const auto st = fs::symlink_status(p, ec);
+  if (!ec && fs::exists(st) && !fs::is_regular_file(st))
+    throw OutputError(fmt::format("'{}' exists and is not a regular file; sluice does not replace it", path));
+  if (p.has_parent_path()) {
+    fs::create_directories(p.parent_path(), ec);
+    if (ec) throw OutputError(fmt::format("cannot create the folder of '{}': {}", path, ec.message()));
+  }
   fs::path tmp = p;
   tmp += fmt::format(".tmp.{}", ::getpid());
-  write_and_sync(tmp, content);
-  fs::rename(tmp, p);
+  try {
+    write_and_sync(tmp, content);
+    fs::rename(tmp, p);
+  } catch (...) {
+    fs::remove(tmp, ec);
+    throw;
+  }
+}
+
+void Recorder::warn(std::string message) {
+  if (std::find(warnings_.begin(), warnings_.end(), message) == warnings_.end()) warnings_.push_back(std::move(message));
 }
 
 void Recorder::write_atomically(const std::string& dir, const Json& header) const {
-  fs::path final_dir(dir);
-  fs::path parent = final_dir.has_parent_path() ? final_dir.parent_path() : fs::path(".");
-  fs::create_directories(parent);
-  fs::path tmp = parent / fmt::format(".{}.partial.{}", final_dir.filename().string(), ::getpid());
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  try {
-    for (const auto& [name, content] : files_) write_and_sync(tmp / name, content);
-    if (trace_.enabled()) write_and_sync(tmp / "trace.json", trace_.dump());
-    Json doc = header;
-    doc["metrics"] = metrics_;
-    write_and_sync(tmp / "metrics.json", doc.dump(2) + "\n");  // last: its presence marks completion
-    fs::path old = parent / fmt::format(".{}.old.{}", final_dir.filename().string(), ::getpid());
-    if (fs::exists(final_dir)) fs::rename(final_dir, old);
-    fs::rename(tmp, final_dir);
-    fs::remove_all(old);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-    throw;
-  }
+  OutputDir out(dir, /*replace_result=*/true);
+  write_into(out, header);
+}
+
+void Recorder::write_into(OutputDir& out, const Json& header) const {
+  const fs::path& tmp = out.staging();
+  for (const auto& [name, content] : files_) write_and_sync(tmp / name, content);
+  if (trace_.enabled()) write_and_sync(tmp / "trace.json", trace_.dump());
+  Json doc = header;
+  if (!warnings_.empty()) doc["warnings"] = warnings_;
+  doc["metrics"] = metrics_;
+  write_and_sync(tmp / "metrics.json", doc.dump(2) + "\n");
+  out.commit();  // the result marker is written last, then the directory moves into place
 }
 
 Json summarize(std::vector<double> v) {

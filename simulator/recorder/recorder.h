@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "recorder/output_dir.h"
+
 namespace sluice {
 
 using Json = nlohmann::ordered_json;
@@ -69,16 +71,27 @@ class Recorder {
   // Writes metrics.json (with the header), the extra files and trace.json into `dir`:
   // everything goes to a hidden sibling directory first, which is renamed into place at
   // the end, so an interrupted run never leaves a directory that looks complete.
+  // Refuses (OutputError) a path that holds anything but an empty directory or an earlier
+  // sluice result (see OutputDir).
   void write_atomically(const std::string& dir, const Json& header) const;
+  // Writes everything into `out`'s staging directory and commits it.
+  void write_into(OutputDir& out, const Json& header) const;
+  // Run warnings (clipped lengths, overload, ignored settings): printed on stderr by the CLI
+  // and kept in metrics.json as `warnings`.
+  void warn(std::string message);
+  const std::vector<std::string>& warnings() const { return warnings_; }
 
  private:
   Json metrics_ = Json::object();
   TraceWriter trace_;
   std::vector<std::string> summary_;
   std::vector<std::pair<std::string, std::string>> files_;
+  std::vector<std::string> warnings_;
 };
 
-// Writes one file atomically (temp file in the same directory, fsync, rename).
+// Writes one file atomically (temp file in the same directory, fsync, rename); the temp file
+// is removed if anything fails. Refuses (OutputError) a path that exists and is not a
+// regular file: a rename would replace a directory entry or a device.
 void write_file_atomically(const std::string& path, const std::string& content);
 
 // Percentile summary used by every report: p25 p50 p75 p90 p95 p99 mean min max stddev count.

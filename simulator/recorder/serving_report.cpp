@@ -71,10 +71,13 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
       reused += q.cached_tokens;
       later_hits += q.cached_tokens > 0;
     }
+    // A single-token request has no gap between tokens: its TPOT is undefined, so it is left
+    // out of the TPOT percentiles and its tpot_ms cell is empty (not 0).
     if (requests_csv)
-      csv += fmt::format("{},{},{},{},{:.9f},{},{},{},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{}\n", q.id,
+      csv += fmt::format("{},{},{},{},{:.9f},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{:.6f},{:.6f},{}\n", q.id,
                          q.conversation, q.turn, q.replica, q.arrival_ns / 1e9, q.input_tokens, q.history_tokens,
-                         q.cached_tokens, q.output_tokens, qd, t, e, tp, il, q.max_gap_ns / 1e6, q.preemptions);
+                         q.cached_tokens, q.output_tokens, qd, t, e, q.output_tokens > 1 ? fmt::format("{:.6f}", tp) : std::string(), il,
+                         q.max_gap_ns / 1e6, q.preemptions);
   }
   const double span_s = std::max<int64_t>(1, sim.last_delivery_ns() - std::max<int64_t>(0, sim.first_arrival_ns())) / 1e9;
   const auto& gaps = sim.gaps();
@@ -191,18 +194,28 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   }
 
   auto pct = [](const Json& s, const char* k) { return s.contains(k) ? s[k].get<double>() : 0.0; };
-  summary(fmt::format("{} on {} × {} (tp {}, pp {}); {}", cfg.model.name, cfg.replicas, cfg.hardware.name,
-                          cfg.tensor_parallel, cfg.pipeline_parallel, workload_description));
+  // "1 × h100 (tp 4)" read as one GPU: say replicas and GPUs apart.
+  const int gpus_per_rep = cfg.tensor_parallel * cfg.pipeline_parallel;
+  summary(fmt::format("{} on {} replica{} × {} {} GPU{} (tp {}, pp {}) = {} GPU{}; {}", cfg.model.name, cfg.replicas,
+                          cfg.replicas == 1 ? "" : "s", gpus_per_rep, cfg.hardware.name, gpus_per_rep == 1 ? "" : "s",
+                          cfg.tensor_parallel, cfg.pipeline_parallel, cfg.replicas * gpus_per_rep,
+                          cfg.replicas * gpus_per_rep == 1 ? "" : "s", workload_description));
   summary(fmt::format("requests {} completed{}{}; {:.1f} s simulated", sim.completed() - sim.rejected(),
                           sim.rejected() ? fmt::format(", {} rejected as longer than a replica's KV cache", sim.rejected()) : "",
                           sim.truncated() ? " (stopped at max_sim_time)" : "", sim.end_ns() / 1e9));
   summary(fmt::format("TTFT  ms  p50 {:8.2f}  p90 {:8.2f}  p99 {:8.2f}  mean {:8.2f}", pct(lat["ttft"], "p50"),
                           pct(lat["ttft"], "p90"), pct(lat["ttft"], "p99"), pct(lat["ttft"], "mean")));
-  summary(fmt::format("TPOT  ms  p50 {:8.2f}  p90 {:8.2f}  p99 {:8.2f}  mean {:8.2f}", pct(lat["tpot"], "p50"),
-                          pct(lat["tpot"], "p90"), pct(lat["tpot"], "p99"), pct(lat["tpot"], "mean")));
+  const size_t single_token = ttft.size() - tpot.size();
+  if (tpot.empty())
+    summary(fmt::format("TPOT  ms  none: all {} requests had a single output token, so no gap between tokens", single_token));
+  else
+  summary(fmt::format("TPOT  ms  p50 {:8.2f}  p90 {:8.2f}  p99 {:8.2f}  mean {:8.2f}{}", pct(lat["tpot"], "p50"),
+                          pct(lat["tpot"], "p90"), pct(lat["tpot"], "p99"), pct(lat["tpot"], "mean"),
+                          single_token ? fmt::format("  ({} single-token requests have no TPOT: left out)", single_token) : ""));
   summary(fmt::format("E2E   ms  p50 {:8.1f}  p90 {:8.1f}  p99 {:8.1f}  mean {:8.1f}", pct(lat["e2e"], "p50"),
                           pct(lat["e2e"], "p90"), pct(lat["e2e"], "p99"), pct(lat["e2e"], "mean")));
-  summary(fmt::format("throughput {:.1f} output tok/s, {:.2f} req/s; mean batch {:.1f}, utilization {:.0f}%",
+  summary(fmt::format("throughput {:.1f} output tok/s, {:.2f} req/s; mean batch {:.1f}, utilization {:.0f}% (of the time "
+                          "replicas run an iteration)",
                           out_tokens / span_s, (sim.completed() - sim.rejected()) / span_s, busy > 0 ? batch_int / busy : 0.0,
                           100 * busy / end / nrep));
   summary(fmt::format("  as llmperf counts (Llama tokenizer): {:.1f} output tok/s, ITL mean {:.2f} ms; busy {:.0f}% "

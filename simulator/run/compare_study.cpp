@@ -18,6 +18,8 @@ class CompareStudy final : public Study {
   CompareStudy(std::vector<Variant> v, std::vector<std::string> m, const Registry& reg)
       : variants_(std::move(v)), metrics_(std::move(m)), reg_(reg) {}
   void run(RunEnv& env) override { compare_variants(variants_, metrics_, reg_, env.recorder, env.progress); }
+  std::string identity() const override { return identity_; }
+  std::string identity_;
 
  private:
   std::vector<Variant> variants_;
@@ -62,6 +64,7 @@ void register_compare_study(Registry& reg) {
             std::vector<std::string> sets;
             if (p.has("set")) sets = string_list(p.node("set"), "set");
             std::vector<Variant> variants;
+            std::string identity;  // the variants' scenario hashes, in order
             if (p.has("variants")) {
               Schema vs;
               vs.add("name", ParamType::String, "column name");
@@ -118,7 +121,7 @@ void register_compare_study(Registry& reg) {
             try {
               for (size_t i = 0; i < variants.size(); ++i) {
                 try {
-                  load_scenario(variants[i].file, variants[i].sets, reg);
+                  identity += load_scenario(variants[i].file, variants[i].sets, reg).hash + ";";
                 } catch (const ConfigError& e) {
                   const Origin at = p.has("variants") && i < p.node("variants").seq.size() ? p.node("variants").seq[i].origin : p.origin();
                   throw ConfigError(at, fmt::format("variants.{}", i), variants[i].name,
@@ -132,7 +135,9 @@ void register_compare_study(Registry& reg) {
             --depth;
             std::vector<std::string> metrics;
             if (p.has("metrics")) metrics = string_list(p.node("metrics"), "metrics");
-            return std::make_unique<CompareStudy>(std::move(variants), std::move(metrics), reg);
+            auto study = std::make_unique<CompareStudy>(std::move(variants), std::move(metrics), reg);
+            study->identity_ = identity;
+            return study;
           }));
 }
 

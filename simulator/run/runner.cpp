@@ -139,6 +139,21 @@ void compare_variants(const std::vector<Variant>& variants, std::vector<std::str
       if (!exact && unique && !hit.empty()) m = hit;
     }
   }
+  // A metric no variant has (a typo) was an empty column and exit 0.
+  for (const auto& m : metrics) {
+    bool found = false;
+    for (const auto& r : results) found |= json_path(r, m) != nullptr && json_path(r, m)->is_number();
+    if (!found) {
+      std::vector<std::pair<std::string, double>> leaves;
+      numeric_leaves(results.front(), "", leaves);
+      std::vector<std::string> names;
+      for (auto& [k, _] : leaves) names.push_back(k);
+      const std::string hint = closest(m, names);
+      throw ConfigError(Origin{"--metric", 0, 0}, "--metric", m,
+                        hint.empty() ? "no variant has this numeric metric" : fmt::format("no variant has this numeric metric (did you mean '{}'?)", hint),
+                        "a dotted path into metrics.json, e.g. serving.latency_ms.ttft.p99");
+    }
+  }
   Json table = Json::array();
   std::string csv = "metric";
   for (const auto& v : variants) csv += "," + v.name;

@@ -63,6 +63,9 @@ static Scenario build_scenario(Node root, const std::string& file, const std::ve
   for (char c : sc.name)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
       sc.params->fail("name", "a scenario name names a folder: letters, digits, '-', '_' and '.' only", "e.g. quickstart");
+  if (sc.name.empty() || sc.name[0] == '.' || sc.name.size() > 128)
+    sc.params->fail("name", "a scenario name names a folder under results/: it may not be empty, start with '.' ('..' would "
+                            "write outside results/) or be longer than 128 characters", "e.g. quickstart");
   sc.resolved = resolved_tree(*sc.params);
   // The study key is spelled 'study' in the file.
   for (auto& [k, v] : sc.resolved.map)
@@ -70,6 +73,7 @@ static Scenario build_scenario(Node root, const std::string& file, const std::ve
   sc.hash = fmt::format("{:016x}", fnv1a(to_yaml(sc.resolved)));
   const auto& factory = reg.factory<StudyFactory>(*sc.study);
   sc.world = factory(StudyContext{*sc.params, reg, sc.seed, sc.name});
+  if (const std::string id = sc.world->identity(); !id.empty()) sc.hash = fmt::format("{:016x}", fnv1a(to_yaml(sc.resolved) + id));
   return sc;
 }
 

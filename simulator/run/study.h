@@ -25,6 +25,10 @@ class Study {
  public:
   virtual ~Study() = default;
   virtual void run(RunEnv& env) = 0;
+  // What besides the scenario's own resolved text names this run (a comparison: the hashes
+  // of the scenarios it runs), folded into the run id so that changed inputs never replace
+  // an earlier run's results. Empty for a study that is all in its own file.
+  virtual std::string identity() const { return ""; }
 };
 
 struct StudyContext {

@@ -1,9 +1,6 @@
 // libFuzzer target: arbitrary bytes as a scenario. Every input must either validate and build
 // or fail with a ConfigError; any other exception, a crash or undefined behaviour is a bug.
-// Build: CC=clang CXX=clang++ cmake -S . -B build-fuzz -DSLUICE_FUZZ=ON -DSLUICE_SANITIZE=ON \
-//          -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link -DSLUICE_CALIBRATE=OFF && ninja -C build-fuzz fuzz_scenario
-// Run from the repo root, seeded with the shipped and malformed scenarios:
-//   mkdir -p /tmp/corpus && build-fuzz/tests/fuzz_scenario -max_total_time=300 /tmp/corpus scenarios tests/malformed
+// Build and run: see tests/fuzz/README.md.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>

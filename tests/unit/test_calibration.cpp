@@ -108,6 +108,14 @@ TEST_CASE("calibration: compare fails clearly on a missing directory, mismatched
   CHECK_THROWS_WITH_AS(compare_dirs(a.path, b.path), doctest::Contains("appears twice"), TableError);
   b.write("gemm.csv", "op,M,K,N,ms\nx,1,2,3,fast\n");
   CHECK_THROWS_WITH_AS(compare_dirs(a.path, b.path), doctest::Contains("not a number"), TableError);
+  // strtod reads these; a measured time is none of them (they printed nan geomeans).
+  for (const char* v : {"nan", "inf", "0x1p-3"}) {
+    CAPTURE(v);
+    b.write("gemm.csv", std::string("op,M,K,N,ms\nx,1,2,3,") + v + "\n");
+    CHECK_THROWS_WITH_AS(compare_dirs(a.path, b.path), doctest::Contains("not a number"), TableError);
+  }
+  b.write("gemm.csv", "op,M,K,N,ms\nx,1,2,3,-0.1\n");
+  CHECK_THROWS_WITH_AS(compare_dirs(a.path, b.path), doctest::Contains("negative"), TableError);
   b.write("other.csv", "op,ms\nx,1\n");
   fs::remove(b.path / "gemm.csv");
   CHECK_THROWS_WITH_AS(compare_dirs(a.path, b.path), doctest::Contains("no table file in common"), TableError);

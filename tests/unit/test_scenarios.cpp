@@ -137,7 +137,7 @@ TEST_CASE("the same scenario and seed give byte-identical output files / another
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(tmp / "a")) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
-  CHECK(names == std::vector<std::string>{"metrics.json", "requests.csv", "timeseries.csv", "trace.json"});
+  CHECK(names == std::vector<std::string>{".sluice-result", "metrics.json", "requests.csv", "timeseries.csv", "trace.json"});
   for (const auto& n : names) {
     CAPTURE(n);
     CHECK(slurp(tmp / "a" / n) == slurp(tmp / "b" / n));

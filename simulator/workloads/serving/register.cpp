@@ -26,6 +26,22 @@ void register_serving_bench(Registry& reg);
 void register_serving_workload(Registry& reg);
 std::unique_ptr<Study> make_serving_short_form(const StudyContext& ctx, const Registry& reg);
 
+// What a planner should know about a finished run that the figures do not say.
+void warn_about_run(const ServingSim& sim, int64_t asked_interval_ns, Recorder& rec) {
+  const ServingConfig& c = sim.config();
+  if (c.sample_interval_ns > 0 && c.sample_interval_ns != asked_interval_ns)
+    rec.warn(fmt::format("outputs.sample_interval {} would keep too many samples; the time series was thinned to one "
+                         "sample every {}", SimTime::ns(asked_interval_ns).str(), SimTime::ns(c.sample_interval_ns).str()));
+  const ArrivalSpec& a = c.workload->arrival();
+  const double span_s = static_cast<double>(sim.last_delivery_ns() - sim.first_arrival_ns()) * 1e-9;
+  if ((a.kind == ArrivalSpec::Kind::Poisson || a.kind == ArrivalSpec::Kind::Gamma) && span_s > 0 && sim.completed() > 100) {
+    const double served = static_cast<double>(sim.completed()) / span_s;
+    if (a.rate_per_s > 1.5 * served)
+      rec.warn(fmt::format("overloaded: requests arrived at {:.3g}/s but were served at {:.3g}/s, so the queue grew for the "
+                           "whole run; latencies describe the backlog, not the deployment", a.rate_per_s, served));
+  }
+}
+
 
 // Builds a ServingConfig from a validated `serving` study (also used by benchmarks and tests).
 ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_t seed, std::string* workload_desc,
@@ -66,8 +82,20 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   } else if (tables != "none") {
     const auto found = find_input_path(tables, /*want_directory=*/true);
     if (!found) d.fail("cost_tables", "no such tables directory", "auto, none, or a directory of calibration CSVs");
+    bool has_csv = false;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(*found, ec), end; !ec && it != end && !has_csv; it.increment(ec))
+      has_csv = it->path().extension() == ".csv";
+    if (!has_csv)  // it used to mean the roofline, silently
+      d.fail("cost_tables", "the directory holds no .csv table", "auto, none (the roofline), or a directory of calibration CSVs");
     c.tables_dir = *found;
   }
+  if (const Params& sp = p.section("scheduler");
+      p.str("scheduler") == "vllm" && sp.given("max_num_batched_tokens") && sp.integer("max_num_batched_tokens") < c.model.max_context)
+    sp.fail("max_num_batched_tokens",
+            fmt::format("is below {}'s context of {} tokens; vLLM refuses this, since without chunked prefill a longer "
+                        "prompt could never be scheduled", c.model.name, c.model.max_context),
+            fmt::format("at least {} (or the sarathi scheduler, which chunks prefills)", c.model.max_context));
   auto sched_params = std::make_shared<Params>(p.section("scheduler"));
   const auto& sched_factory = reg.factory<SchedulerFactory>(*reg.find("scheduler", p.str("scheduler")));
   c.make_scheduler = [sched_params, sched_factory] { return sched_factory(*sched_params); };
@@ -81,8 +109,12 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   c.last_mile.stream_ns = static_cast<double>(lm.time("stream_per_token").count_ns());
   c.last_mile.d2h_fixed_ns = static_cast<double>(lm.time("d2h_latency").count_ns());
   c.last_mile.d2h_source = fmt::format("fixed {}", lm.time("d2h_latency").str());
-  if (lm.str("d2h") == "table" && !c.tables_dir.empty() && c.last_mile.d2h.load(c.tables_dir, lm.str("d2h_mode")))
-    c.last_mile.d2h_source = c.last_mile.d2h.source();
+  try {
+    if (lm.str("d2h") == "table" && !c.tables_dir.empty() && c.last_mile.d2h.load(c.tables_dir, lm.str("d2h_mode")))
+      c.last_mile.d2h_source = c.last_mile.d2h.source();
+  } catch (const std::runtime_error& e) {  // a malformed d2h.csv (found by fuzzing: it escaped as a raw error)
+    d.fail("cost_tables", e.what(), "a directory of well-formed calibration tables (see results/calibration/h200-torch/README.md)");
+  }
   const Params& o = p.section("outputs");
   c.sample_interval_ns = o.flag("timeseries") ? o.time("sample_interval").count_ns() : 0;
   c.trace_max_requests = static_cast<int>(o.integer("trace_max_requests"));
@@ -104,7 +136,7 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
           "tensor-parallel all-reduces and pipeline hand-offs become flows on its links")
         .optional();
   auto dep = std::make_shared<Schema>();
-  dep->add("replicas", ParamType::Int, "model replicas behind the router").def("1").range(1, 1e6);
+  dep->add("replicas", ParamType::Int, "model replicas behind the router").def("1").range(1, 1e5);  // 1e6 took 1.8 GB to build
   dep->add("tensor_parallel", ParamType::Int, "GPUs per pipeline stage (inside one node)").def("1").range(1, 64);
   dep->add("pipeline_parallel", ParamType::Int, "pipeline stages per replica").def("1").range(1, 256);
   if (short_form) {
@@ -128,9 +160,9 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
   auto lm = std::make_shared<Schema>();
   lm->enumeration("d2h", {"table", "fixed"}, "device-to-host copy of sampled token ids: measured table or fixed").def("table");
   lm->enumeration("d2h_mode", {"pinned", "pageable", "item"}, "which d2h.csv rows to use").def("pinned");
-  lm->quantity("d2h_latency", UnitKind::Time, "copy time when no table is available").def("15us").nonneg();
-  lm->quantity("detokenize_per_token", UnitKind::Time, "host CPU time to detokenize one token (estimate)").def("10us").nonneg();
-  lm->quantity("stream_per_token", UnitKind::Time, "time to stream one token to the client").def("5us").nonneg();
+  lm->quantity("d2h_latency", UnitKind::Time, "copy time when no table is available").def("15us").range(0, 1e9);  // at most 1 s
+  lm->quantity("detokenize_per_token", UnitKind::Time, "host CPU time to detokenize one token (estimate)").def("10us").range(0, 1e9);  // at most 1 s: it is added per hop or token
+  lm->quantity("stream_per_token", UnitKind::Time, "time to stream one token to the client").def("5us").range(0, 1e9);  // at most 1 s: it is added per hop or token
   s.section("last_mile", lm, "the GPU-to-client path of every token");
   auto out = std::make_shared<Schema>();
   out->add("trace", ParamType::Bool, "write trace.json (Perfetto)").def("true");

@@ -62,7 +62,7 @@ class StaticScheduler final : public Scheduler {
 void register_static_scheduler(Registry& reg) {
   Schema s;
   s.add("batch_size", ParamType::Int, "requests per batch").def("8").range(1, 65536);
-  s.quantity("max_wait", UnitKind::Time, "start a partial batch once its oldest request waited this long").def("50ms").nonneg();
+  s.quantity("max_wait", UnitKind::Time, "start a partial batch once its oldest request waited this long").def("50ms").range(0, 3.6e12);  // at most 1 h
   reg.add("scheduler", "static", "static batching baseline: whole batches, padded to the longest member", s,
           SchedulerFactory([](const Params& p) { return std::make_unique<StaticScheduler>(p); }));
 }

@@ -14,6 +14,7 @@ namespace sluice {
 namespace serving {
 
 void add_serving_keys(Schema& s, const Registry& reg, bool short_form);
+void warn_about_run(const ServingSim& sim, int64_t asked_interval_ns, Recorder& rec);
 
 namespace {
 
@@ -24,7 +25,8 @@ class ServingWorkload final : public Workload {
       : Workload(std::move(name)),
         desc_(std::move(desc)),
         requests_csv_(outputs.flag("requests_csv")),
-        timeseries_(outputs.flag("timeseries")) {
+        timeseries_(outputs.flag("timeseries")),
+        sample_interval_ns_(outputs.time("sample_interval").count_ns()) {
     const int tp = cfg.tensor_parallel, pp = cfg.pipeline_parallel;
     // Tensor parallelism stays inside a server: its all-reduces run on the scale-up links.
     for (size_t g = 0; g + static_cast<size_t>(tp) <= devices.size(); g += static_cast<size_t>(tp))
@@ -77,26 +79,39 @@ class ServingWorkload final : public Workload {
   bool holds_world() const override { return !done_; }
   void finish(World&) override { sim_->finish(); }
   void report(Recorder& rec, bool scoped) const override {
+    const std::string tag = scoped ? fmt::format("{}: ", name()) : "";
+    Recorder notes;
+    for (const auto& w : sim_->config().workload->warnings()) notes.warn(w);
+    warn_about_run(*sim_, sample_interval_ns_, notes);
+    for (const auto& w : notes.warnings()) rec.warn(tag + w);
     report_serving(*sim_, desc_, rec, requests_csv_, timeseries_, scoped ? name() : std::string());
   }
 
  private:
   std::string desc_;
   bool requests_csv_, timeseries_;
+  int64_t sample_interval_ns_;
   bool done_ = false;
   std::unique_ptr<ServingSim> sim_;
 };
 
 // Deployment problems (memory, GPU count, placement) are configuration errors: point at the deployment.
+// A malformed cost table (its message names the file and line) is reported at cost_tables.
 template <class F>
-auto at_deployment(const Params& p, F&& f) {
+auto at_deployment(const Params& p, const std::string& tables_dir, F&& f) {
   try {
     return f();
   } catch (const ConfigError&) {
     throw;
   } catch (const std::runtime_error& e) {
-    throw ConfigError(p.section("deployment").origin(), p.path().empty() ? "deployment" : p.path() + ".deployment", "", e.what(),
-                      "a deployment that fits");
+    Origin at = p.section("deployment").origin();
+    if (at.file.empty()) at = p.origin();
+    const std::string where = p.path().empty() ? "deployment" : p.path() + ".deployment";
+    const std::string what = e.what();
+    if (!tables_dir.empty() && what.find(tables_dir) != std::string::npos)
+      throw ConfigError(at, where + ".cost_tables", "", what,
+                        "a directory of well-formed calibration tables (see results/calibration/h200-torch/README.md)");
+    throw ConfigError(at, where, "", what, "a deployment that fits");
   }
 }
 
@@ -128,7 +143,8 @@ std::unique_ptr<Study> make_serving_short_form(const StudyContext& ctx, const Re
   cfg.nodes = static_cast<int>(per_group.size());
   cfg.gpus_per_node = 0;
   for (const auto& [_, n] : per_group) cfg.gpus_per_node = std::max(cfg.gpus_per_node, n);
-  at_deployment(p, [&] {
+  const std::string tables_dir = cfg.tables_dir;
+  at_deployment(p, tables_dir, [&] {
     const int need = devices_needed(p);
     if (need > world->device_count())
       throw std::runtime_error(fmt::format("{} replicas × tp {} × pp {} = {} GPUs, but the cluster has {}", cfg.replicas,
@@ -155,7 +171,8 @@ void register_serving_workload(Registry& reg) {
           std::move(s), WorkloadKindFactory([&reg](const Params& p, World& world, const WorkloadContext& ctx) -> std::unique_ptr<Workload> {
             std::string desc;
             ServingConfig cfg = build_serving_config(p, reg, ctx.seed, &desc, &world.hardware());
-            return at_deployment(p, [&]() -> std::unique_ptr<Workload> {
+            const std::string tables_dir = cfg.tables_dir;
+            return at_deployment(p, tables_dir, [&]() -> std::unique_ptr<Workload> {
               const auto devices = place_devices(world, p.section("place"), devices_needed(p), ctx.name, reg);
               cfg.nodes = 1;  // placement decides; the workload checks its tensor-parallel groups on the devices themselves
               cfg.gpus_per_node = static_cast<int>(devices.size());

@@ -68,7 +68,24 @@ int64_t next_gap_ns(const ArrivalSpec& a, RngStream& rng) {
     const double shape = 1.0 / (a.cv * a.cv);  // gamma with mean mean_s and the given CV
     gap_s = rng.gamma(shape, mean_s / shape);
   }
-  return static_cast<int64_t>(std::llround(gap_s * 1e9));
+  // Gaps are bounded at build time (requests / rate); a draw beyond int64 is an error, never a wrap.
+  const double ns = gap_s * 1e9;
+  if (!(ns < 9e18)) throw std::runtime_error(fmt::format("an arrival gap of {:.3g} s exceeds the simulated time range", gap_s));
+  return static_cast<int64_t>(std::llround(ns));
+}
+
+// Refuses an open-loop arrival process whose last arrival would lie beyond what int64
+// nanoseconds hold (with room for the tail of the gap distribution).
+void check_arrival_horizon(const Params& wp, const ArrivalSpec& a, int64_t requests) {
+  if (a.kind == ArrivalSpec::Kind::ClosedLoop || a.kind == ArrivalSpec::Kind::Trace) return;
+  const double horizon_s = static_cast<double>(requests) / a.rate_per_s;
+  constexpr double kMaxHorizonS = 1e9;  // about 31.7 years; int64 ns hold 292
+  if (horizon_s > kMaxHorizonS)
+    wp.section("arrival").fail("rate",
+                               fmt::format("{} requests at this rate arrive over {:.3g} s ({:.3g} years), beyond the "
+                                           "{:.0f} years sluice simulates",
+                                           requests, horizon_s, horizon_s / 3.15576e7, kMaxHorizonS / 3.15576e7),
+                               fmt::format("a rate of at least {:.3g}/s for {} requests", static_cast<double>(requests) / kMaxHorizonS, requests));
 }
 
 class LlmperfSource final : public WorkloadSource {
@@ -90,6 +107,7 @@ class LlmperfSource final : public WorkloadSource {
     if (in_mean_ + out_mean_ > max_context_)
       p.fail("input_tokens", fmt::format("mean input plus output tokens exceed the model's context of {}", max_context_),
              "shorter lengths or a model with a longer context");
+    check_arrival_horizon(p, arrival_, requests_);
   }
 
   std::optional<ConversationSpec> next(int64_t now_ns) override {
@@ -106,9 +124,12 @@ class LlmperfSource final : public WorkloadSource {
       TurnSpec t;
       t.input_tokens = convert(llmperf_length(rng_, in_mean_, in_sd_));
       t.output_tokens = convert(llmperf_length(rng_, out_mean_, out_sd_));
-      // A request longer than the model's context is clipped to it (llmperf would get an error).
+      // A request longer than the model's context is truncated to it (llmperf would get an
+      // error), and counted: the run warns how many were.
+      const TurnSpec drawn = t;
       t.input_tokens = std::min(t.input_tokens, max_context_ - 1);
       t.output_tokens = std::max(1, std::min(t.output_tokens, max_context_ - t.input_tokens));
+      if (t.input_tokens != drawn.input_tokens || t.output_tokens != drawn.output_tokens) ++truncated_;
       c.turns.push_back(t);
     }
     issued_ += turns;
@@ -117,10 +138,19 @@ class LlmperfSource final : public WorkloadSource {
   const ArrivalSpec& arrival() const override { return arrival_; }
   int64_t total_requests() const override { return requests_; }
   int64_t think_time_ns() override {
-    return think_mean_ns_ == 0 ? 0 : static_cast<int64_t>(std::llround(think_rng_.exponential(static_cast<double>(think_mean_ns_))));
+    if (think_mean_ns_ == 0) return 0;
+    // think_time is at most a year (schema); a draw from the far tail is capped at 40 years so
+    // that adding it to the clock cannot leave the int64 range.
+    return static_cast<int64_t>(std::llround(std::min(think_rng_.exponential(static_cast<double>(think_mean_ns_)), 1.26e18)));
+  }
+  std::vector<std::string> warnings() const override {
+    if (truncated_ == 0) return {};
+    return {fmt::format("{} of {} requests drawn were longer than the model's context of {} tokens and were truncated "
+                        "to it (they are served, not rejected)", truncated_, issued_, max_context_)};
   }
 
  private:
+  int64_t truncated_ = 0;
   int32_t convert(int32_t tokens) const {
     return ratio_ == 1.0 ? tokens : std::max<int32_t>(1, static_cast<int32_t>(std::llround(tokens * ratio_)));
   }
@@ -148,31 +178,81 @@ class TraceSource final : public WorkloadSource {
              "an existing .csv or .jsonl file");
     const std::string file = *found;
     const double scale = p.real("time_scale");
-    struct Row { double t; int32_t in, out; std::string conv; size_t line; };
+    struct Row { double t; int64_t in, out; std::string conv; size_t line; };
     std::vector<Row> rows;
-    std::ifstream in(file);
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(file, ec);
+    constexpr std::uintmax_t kMaxTraceBytes = 2ull << 30;
+    if (!ec && bytes > kMaxTraceBytes)
+      p.fail("file", fmt::format("the trace is {} bytes; at most {} are read", bytes, kMaxTraceBytes), "a smaller trace");
+    std::ifstream in(file, std::ios::binary);
+    if (!in) p.fail("file", "the trace file cannot be opened", "a readable .csv or .jsonl file");
     std::string line;
     size_t ln = 0;
     const bool jsonl = file.size() > 6 && file.substr(file.size() - 6) == ".jsonl";
     std::vector<std::string> header;
     auto bad = [&](const std::string& what) {
       throw ConfigError(Origin{file, static_cast<int>(ln), 1}, join_path(p.path(), "file"), line.substr(0, 60), what,
-                        "rows with arrival_s, input_tokens, output_tokens and optional conversation");
+                        fmt::format("rows with arrival_s (seconds >= 0), input_tokens and output_tokens (integers in "
+                                    "[1, {}]) and an optional conversation", kMaxTraceTokens));
+    };
+    // Token counts are whole numbers of tokens, checked in 64 bits before they are narrowed.
+    auto count = [&](const char* what, std::optional<long long> v) -> int64_t {
+      if (!v) bad(fmt::format("{} is not a whole number of tokens", what));
+      if (*v <= 0 || *v > kMaxTraceTokens) bad(fmt::format("{} = {} is outside [1, {}]", what, *v, kMaxTraceTokens));
+      return *v;
+    };
+    auto json_count = [&](const nlohmann::json& j, const char* what) -> int64_t {
+      const auto& v = j[what];
+      if (v.is_number_integer()) {
+        if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(kMaxTraceTokens)) return count(what, kMaxTraceTokens + 1);
+        return count(what, v.get<long long>());
+      }
+      if (v.is_number_float()) {
+        const double d = v.get<double>();
+        if (std::floor(d) != d || std::fabs(d) > 9e15) bad(fmt::format("{} = {} is not a whole number of tokens", what, v.dump()));
+        return count(what, static_cast<long long>(d));
+      }
+      bad(fmt::format("{} is a JSON {}, not a number", what, v.type_name()));
+      return 0;
     };
     while (std::getline(in, line)) {
       ++ln;
+      if (ln == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 byte-order mark
       // Tolerate CRLF files and padded cells.
       while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
       if (line.empty() || line[0] == '#') continue;
+      if (rows.size() >= static_cast<size_t>(kMaxRequests))
+        bad(fmt::format("the trace has more than {} requests, the most one run holds", kMaxRequests));
       Row r{0, 0, 0, "", ln};
       if (jsonl) {
+        // A trace row is flat: nesting deeper than a few levels is refused before parsing (a
+        // 100000-deep array crashed the recursive destructor and dump()).
+        int depth = 0, deepest = 0;
+        bool in_string = false;
+        for (size_t k = 0; k < line.size(); ++k) {
+          const char ch = line[k];
+          if (in_string) {
+            if (ch == '\\') ++k;
+            else if (ch == '"') in_string = false;
+          } else if (ch == '"') in_string = true;
+          else if (ch == '[' || ch == '{') deepest = std::max(deepest, ++depth);
+          else if (ch == ']' || ch == '}') --depth;
+        }
+        if (deepest > 8) bad("a JSONL row nested more than 8 levels deep");
         nlohmann::json j;
         try { j = nlohmann::json::parse(line); } catch (const std::exception& e) { bad(std::string("not JSON: ") + e.what()); }
+        if (!j.is_object()) bad("a JSONL row must be a JSON object");
         if (!j.contains("arrival_s") || !j.contains("input_tokens") || !j.contains("output_tokens")) bad("missing a field");
+        if (!j["arrival_s"].is_number()) bad(fmt::format("arrival_s is a JSON {}, not a number", j["arrival_s"].type_name()));
         r.t = j["arrival_s"].get<double>();
-        r.in = j["input_tokens"].get<int32_t>();
-        r.out = j["output_tokens"].get<int32_t>();
-        if (j.contains("conversation")) r.conv = j["conversation"].is_string() ? j["conversation"].get<std::string>() : j["conversation"].dump();
+        r.in = json_count(j, "input_tokens");
+        r.out = json_count(j, "output_tokens");
+        if (j.contains("conversation")) {
+          const auto& c = j["conversation"];
+          if (!c.is_string() && !c.is_number_integer()) bad("conversation must be a string or an integer");
+          r.conv = c.is_string() ? c.get<std::string>() : c.dump();
+        }
       } else {
         std::vector<std::string> cells;
         std::stringstream ss(line);
@@ -193,15 +273,15 @@ class TraceSource final : public WorkloadSource {
         if (ct < 0 || ci < 0 || co < 0) { ln = 1; bad("the CSV header lacks arrival_s, input_tokens or output_tokens"); }
         if (cells.size() < header.size()) bad("too few columns");
         auto t = parse_real(cells[ct]);
-        auto i = parse_int(cells[ci]);
-        auto o = parse_int(cells[co]);
-        if (!t || !i || !o) bad("not a number");
+        if (!t) bad("arrival_s is not a number");
         r.t = *t;
-        r.in = static_cast<int32_t>(*i);
-        r.out = static_cast<int32_t>(*o);
+        r.in = count("input_tokens", parse_int(cells[ci]));
+        r.out = count("output_tokens", parse_int(cells[co]));
         if (cc >= 0) r.conv = cells[cc];
       }
-      if (r.t < 0 || r.in <= 0 || r.out <= 0) bad("arrival must be >= 0 and token counts > 0");
+      if (!std::isfinite(r.t) || r.t < 0) bad("arrival_s must be a time in seconds >= 0");
+      if (!(r.t * scale * 1e9 < 9e18))
+        bad(fmt::format("arrival_s = {} (x time_scale {}) lies beyond the 292 years int64 nanoseconds hold", r.t, scale));
       rows.push_back(r);
     }
     if (rows.empty()) p.fail("file", "the trace has no requests", "a file with at least one row");
@@ -218,12 +298,17 @@ class TraceSource final : public WorkloadSource {
       } else {
         ci = index[r.conv];
       }
+      // Longer than the model's context: truncated to it, and counted (a warning says how many).
+      const int64_t in_tok = std::max<int64_t>(1, std::llround(static_cast<double>(r.in) * ratio));
+      const int64_t out_tok = std::max<int64_t>(1, std::llround(static_cast<double>(r.out) * ratio));
       TurnSpec ts;
-      ts.input_tokens = std::min<int32_t>(std::max<int32_t>(1, static_cast<int32_t>(std::llround(r.in * ratio))), max_context - 1);
-      ts.output_tokens = std::max<int32_t>(1, std::min<int32_t>(static_cast<int32_t>(std::llround(r.out * ratio)), max_context - ts.input_tokens));
+      ts.input_tokens = static_cast<int32_t>(std::min<int64_t>(in_tok, max_context - 1));
+      ts.output_tokens = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(out_tok, max_context - ts.input_tokens)));
+      if (ts.input_tokens != in_tok || ts.output_tokens != out_tok) ++truncated_;
       convs_[ci].turns.push_back(ts);
       convs_[ci].turn_arrivals_ns.push_back(static_cast<int64_t>(std::llround(r.t * scale * 1e9)));
     }
+    max_context_ = max_context;
     total_ = static_cast<int64_t>(rows.size());
   }
   std::optional<ConversationSpec> next(int64_t) override {
@@ -233,8 +318,15 @@ class TraceSource final : public WorkloadSource {
   const ArrivalSpec& arrival() const override { return arrival_; }
   int64_t total_requests() const override { return total_; }
   int64_t think_time_ns() override { return 0; }
+  std::vector<std::string> warnings() const override {
+    if (truncated_ == 0) return {};
+    return {fmt::format("{} of {} trace requests were longer than the model's context of {} tokens and were truncated "
+                        "to it (they are served, not rejected)", truncated_, total_, max_context_)};
+  }
 
  private:
+  int64_t truncated_ = 0;
+  int max_context_ = 0;
   ArrivalSpec arrival_;
   std::vector<ConversationSpec> convs_;
   size_t pos_ = 0;
@@ -252,11 +344,11 @@ void register_workloads(Registry& reg) {
   };
   auto conv = std::make_shared<Schema>();
   conv->add("turns", ParamType::Int, "turns per conversation; each resends the history").def("1").range(1, 1000);
-  conv->quantity("think_time", UnitKind::Time, "mean (exponential) gap between an answer and the next turn").def("0s").nonneg();
+  conv->quantity("think_time", UnitKind::Time, "mean (exponential) gap between an answer and the next turn").def("0s").range(0, 365 * 86400e9);
   Schema s;
   s.section("input_tokens", lengths("550", "150"), "prompt length, drawn as int(gauss(mean, sd)) redrawn until positive");
   s.section("output_tokens", lengths("150", "80"), "output length, drawn the same way");
-  s.add("requests", ParamType::Int, "requests (turns) to complete").def("150").range(1, 1e9);
+  s.add("requests", ParamType::Int, "requests (turns) to complete (each is kept in memory)").def("150").range(1, static_cast<double>(kMaxRequests));
   s.component("arrival", &reg, "arrival", "closed_loop", "arrival process: {kind: closed_loop|poisson|gamma, ...}");
   s.section("conversation", conv, "multi-turn conversations");
   s.add("tokenizer", ParamType::String, "tokenizer the lengths are counted in (llmperf: llama); converted to the model's").def("llama");

@@ -44,7 +44,16 @@ class WorkloadSource {
   virtual const ArrivalSpec& arrival() const = 0;
   virtual int64_t total_requests() const = 0;  // requests (turns) to complete; the run ends there
   virtual int64_t think_time_ns() = 0;  // gap between a turn's last token and the next turn (own stream)
+  // What the run should be told about the requests issued so far (lengths truncated to the
+  // context, ...); the study hands these to the recorder's warnings.
+  virtual std::vector<std::string> warnings() const { return {}; }
 };
+
+// The most requests (turns) one run may hold: every request is kept for requests.csv and
+// the percentiles, so this bounds memory (about 2 GB) before anything is allocated.
+inline constexpr int64_t kMaxRequests = 10'000'000;
+// The longest request a trace may name, in tokens (any model's context is far below it).
+inline constexpr int64_t kMaxTraceTokens = 100'000'000;
 
 // Token-count conversion between tokenizers, from models/tokenizers.yaml.
 struct TokenizerTable {
