@@ -59,15 +59,15 @@ MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_
 }
 
 ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, ServingFabric fabric)
-    : cfg_(std::move(cfg)),
+    : fabric_(std::move(fabric)),
+      cfg_(std::move(cfg)),
       engine_(engine),
       cost_(cfg_.hardware, cfg_.model, [&] {
         CostOptions o = cost_options(cfg_);
-        o.comm_on_fabric = fabric.active();  // the fabric times every transfer; the cost model only computes
+        o.comm_on_fabric = fabric_.active();  // the fabric times every transfer; the cost model only computes
         return o;
       }()),
-      trace_(trace),
-      fabric_(std::move(fabric)) {
+      trace_(trace) {
   const int gpus = cfg_.replicas * cfg_.tensor_parallel * cfg_.pipeline_parallel;
   if (cfg_.tensor_parallel > cfg_.gpus_per_node)
     throw std::runtime_error(fmt::format("tensor_parallel {} exceeds the {} GPUs of a node: tensor parallelism stays inside a node",
@@ -293,12 +293,7 @@ void ServingSim::try_start(int ri) {
   if (fabric_.active() && (cfg_.tensor_parallel > 1 || pp_ > 1 || swap_flows)) {
     // Transfers are flows: the iteration's length is known only when its last stage is done.
     busy_[ri] = true;
-    auto& st = rstats_[ri];
-    ++st.iterations;
-    if (b.prefill_entries && b.decode_entries) ++st.mixed_iterations;
-    else if (b.prefill_entries) ++st.prefill_iterations;
-    else ++st.decode_iterations;
-    st.max_batch = std::max<int64_t>(st.max_batch, static_cast<int64_t>(b.entries.size()));
+    count_iteration(ri, b);
     InFlight& f = inflight_[static_cast<size_t>(ri)];
     int64_t tokens = 0;
     for (const auto& en : b.entries) tokens += en.new_tokens;
@@ -340,14 +335,10 @@ void ServingSim::try_start(int ri) {
     occupied_ns = first;  // the first stage's busy time: the replica's utilization
   }
   busy_[ri] = true;
+  count_iteration(ri, b);
   auto& st = rstats_[ri];
-  ++st.iterations;
-  if (b.prefill_entries && b.decode_entries) ++st.mixed_iterations;
-  else if (b.prefill_entries) ++st.prefill_iterations;
-  else ++st.decode_iterations;
   st.busy_ns += occupied_ns;
   st.batch_time_integral += static_cast<double>(b.entries.size()) * static_cast<double>(occupied_ns);
-  st.max_batch = std::max<int64_t>(st.max_batch, static_cast<int64_t>(b.entries.size()));
   if (trace_ && trace_->enabled() && trace_iterations_ < cfg_.trace_max_iterations && ri < 64) {
     ++trace_iterations_;
     int64_t tokens = 0;
@@ -362,6 +353,15 @@ void ServingSim::try_start(int ri) {
   }
   engine_.schedule_at(SimTime::ns(now + dur_ns), Priority::Compute, this, kIterationEnd, static_cast<uint32_t>(ri));
   last_activity_ns_ = std::max(last_activity_ns_, now + dur_ns);
+}
+
+void ServingSim::count_iteration(int ri, const Batch& b) {
+  auto& st = rstats_[ri];
+  ++st.iterations;
+  if (b.prefill_entries && b.decode_entries) ++st.mixed_iterations;
+  else if (b.prefill_entries) ++st.prefill_iterations;
+  else ++st.decode_iterations;
+  st.max_batch = std::max<int64_t>(st.max_batch, static_cast<int64_t>(b.entries.size()));
 }
 
 void ServingSim::begin_stage(int ri, int s) {

@@ -150,6 +150,8 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   void next_for_client(const Request& q, int64_t at_ns);
   void sample();
   void account_kv(int replica, int64_t now_ns);
+  // The per-replica counters of an iteration that starts (kind, batch size).
+  void count_iteration(int engine, const Batch& b);
   // The fabric path of one iteration: each stage computes, all-reduces over its tp devices
   // (flows), then hands its activations to the next stage (flows); stages take one batch at a time.
   void begin_stage(int engine, int stage);
