@@ -111,7 +111,7 @@ TEST_CASE("a device, a FIFO, a directory or a huge file is not read as a scenari
 
 TEST_CASE("the duplicate-key check is not quadratic: 100000 keys parse in seconds, not the 32 s they took") {
   std::string text = "model: llama3-8b\nzz: 1\n";
-  for (int i = 0; i < 100000; ++i) text += "k" + std::to_string(i) + ": 1\n";
+  for (int i = 0; i < 100000; ++i) text.append("k").append(std::to_string(i)).append(": 1\n");
   text += "k5: 2\n";
   const auto t0 = std::chrono::steady_clock::now();
   const std::string msg = load_error_of_yaml(text);
@@ -173,7 +173,7 @@ TEST_CASE("stale staging directories: only sluice's own, of dead processes, are 
   CHECK(OutputDir::remove_stale(tmp) == 1);
   CHECK_FALSE(fs::exists(tmp / ".run.partial.999999999"));
   CHECK(fs::exists(tmp / ".run.partial.999999998"));
-  CHECK(fs::exists(tmp / ("run.partial." + std::to_string(::getpid())).insert(0, ".")));
+  CHECK(fs::exists(tmp / std::string(".run.partial.").append(std::to_string(::getpid()))));
   CHECK_THROWS_AS(OutputDir((tmp / "run").string(), true), OutputError);  // a user's directory
   {
     OutputDir out((tmp / "fresh").string(), false);
