@@ -639,6 +639,17 @@ double D2hTable::predict_row(const Csv& csv, size_t row) const {
 // ---------------------------------------------------------------- leave-one-out
 
 namespace {
+// Fills a leave-one-out summary's row count, median, p90 and max from its relative errors.
+LooStats with_errors(LooStats s, std::vector<double> errs) {
+  s.rows = static_cast<long>(errs.size());
+  if (errs.empty()) return s;
+  std::sort(errs.begin(), errs.end());
+  const size_t n = errs.size();
+  s.median = n % 2 ? errs[n / 2] : 0.5 * (errs[n / 2 - 1] + errs[n / 2]);
+  s.p90 = errs[static_cast<size_t>(std::ceil(0.9 * static_cast<double>(n))) - 1];
+  s.max = errs.back();
+  return s;
+}
 template <class Build, class Predict>
 LooStats loo(const Csv& csv, const std::string& file, const std::string& measured_col, double to_pred_unit, Build build,
              Predict predict) {
@@ -662,14 +673,7 @@ LooStats loo(const Csv& csv, const std::string& file, const std::string& measure
       s.worst = fmt::format("{} (predicted {:.6g})", row, pred / to_pred_unit);
     }
   }
-  s.rows = static_cast<long>(errs.size());
-  if (errs.empty()) return s;
-  std::sort(errs.begin(), errs.end());
-  const size_t n = errs.size();
-  s.median = n % 2 ? errs[n / 2] : 0.5 * (errs[n / 2 - 1] + errs[n / 2]);
-  s.p90 = errs[static_cast<size_t>(std::ceil(0.9 * static_cast<double>(n))) - 1];
-  s.max = errs.back();
-  return s;
+  return with_errors(std::move(s), std::move(errs));
 }
 }  // namespace
 
@@ -702,14 +706,7 @@ LooStats gemm_leave_shape_out(const Csv& csv, const Ceilings& c, double max_rati
                             t.shapes()[static_cast<size_t>(shape)].op);
     }
   }
-  s.rows = static_cast<long>(errs.size());
-  if (errs.empty()) return s;
-  std::sort(errs.begin(), errs.end());
-  const size_t n = errs.size();
-  s.median = n % 2 ? errs[n / 2] : 0.5 * (errs[n / 2 - 1] + errs[n / 2]);
-  s.p90 = errs[static_cast<size_t>(std::ceil(0.9 * static_cast<double>(n))) - 1];
-  s.max = errs.back();
-  return s;
+  return with_errors(std::move(s), std::move(errs));
 }
 
 std::vector<LooStats> leave_one_out(const std::string& dir, const Ceilings& c) {
