@@ -25,4 +25,13 @@ void register_builtin_components(Registry& reg) {
   register_world_bench(reg);
 }
 
+const Registry& builtin_registry() {
+  static const Registry reg = [] {
+    Registry r;
+    register_builtin_components(r);
+    return r;
+  }();
+  return reg;
+}
+
 }  // namespace sluice

@@ -59,6 +59,8 @@ class Registry final : public ComponentCatalog {
 
 // Registers every built-in component; each module contributes a register_* function.
 void register_builtin_components(Registry& reg);
+// A registry of every built-in component, built once per process (tests, fuzz targets, benchmarks).
+const Registry& builtin_registry();
 
 }  // namespace sluice
 

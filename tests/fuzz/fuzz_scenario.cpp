@@ -11,14 +11,7 @@
 #include "registry/registry.h"
 
 namespace {
-const sluice::Registry& registry() {
-  static const sluice::Registry reg = [] {
-    sluice::Registry r;
-    sluice::register_builtin_components(r);
-    return r;
-  }();
-  return reg;
-}
+const sluice::Registry& registry() { return sluice::builtin_registry(); }
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

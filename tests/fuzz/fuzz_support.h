@@ -15,14 +15,7 @@
 
 namespace sluice::fuzz {
 
-inline const Registry& registry() {
-  static const Registry reg = [] {
-    Registry r;
-    register_builtin_components(r);
-    return r;
-  }();
-  return reg;
-}
+inline const Registry& registry() { return builtin_registry(); }
 
 // A folder of this process's own under the temp directory (removed at exit).
 inline const std::filesystem::path& scratch() {

@@ -5,13 +5,6 @@
 namespace sluice::testing {
 
 // Every built-in component, registered once for the whole test run.
-inline const Registry& registry() {
-  static const Registry reg = [] {
-    Registry r;
-    register_builtin_components(r);
-    return r;
-  }();
-  return reg;
-}
+inline const Registry& registry() { return builtin_registry(); }
 
 }  // namespace sluice::testing
