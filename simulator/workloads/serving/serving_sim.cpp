@@ -68,14 +68,6 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
         return o;
       }()),
       trace_(trace) {
-  const int gpus = cfg_.replicas * cfg_.tensor_parallel * cfg_.pipeline_parallel;
-  if (cfg_.tensor_parallel > cfg_.gpus_per_node)
-    throw std::runtime_error(fmt::format("tensor_parallel {} exceeds the {} GPUs of a node: tensor parallelism stays inside a node",
-                                         cfg_.tensor_parallel, cfg_.gpus_per_node));
-  if (gpus > cfg_.nodes * cfg_.gpus_per_node)
-    throw std::runtime_error(fmt::format("{} replicas × tp {} × pp {} = {} GPUs, but the cluster has {} nodes × {} GPUs = {}",
-                                         cfg_.replicas, cfg_.tensor_parallel, cfg_.pipeline_parallel, gpus, cfg_.nodes,
-                                         cfg_.gpus_per_node, cfg_.nodes * cfg_.gpus_per_node));
   auto probe = cfg_.make_scheduler();
   mem_ = plan_memory(cfg_, probe->max_tokens_per_iteration());
   const int shards = cfg_.tensor_parallel * cfg_.pipeline_parallel;

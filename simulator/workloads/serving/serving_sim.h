@@ -52,7 +52,7 @@ struct ServingConfig {
   HardwareSpec hardware;
   ModelSpec model;
   int replicas = 1, tensor_parallel = 1, pipeline_parallel = 1;
-  int nodes = 1, gpus_per_node = 8;
+  int nodes = 1, gpus_per_node = 8;  // the short form's implicit cluster (a named topology or placement decides otherwise)
   double gpu_memory_utilization = 0.9;
   int block_size = 16;
   double watermark = 0.01;

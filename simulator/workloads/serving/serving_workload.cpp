@@ -174,8 +174,6 @@ void register_serving_workload(Registry& reg) {
             const std::string tables_dir = cfg.tables_dir;
             return at_deployment(p, tables_dir, [&]() -> std::unique_ptr<Workload> {
               const auto devices = place_devices(world, p.section("place"), devices_needed(p), ctx.name, reg);
-              cfg.nodes = 1;  // placement decides; the workload checks its tensor-parallel groups on the devices themselves
-              cfg.gpus_per_node = static_cast<int>(devices.size());
               return std::make_unique<ServingWorkload>(ctx.name, std::move(cfg), world, devices, desc, p.section("outputs"));
             });
           }));
