@@ -81,8 +81,6 @@ struct CostOptions {
 // <catalog_root()>/results/calibration/<hw.calibration>, or "" when the device has none.
 std::string default_tables_dir(const HardwareSpec& hw);
 
-// A registered cost source (`sluice list cost_source`): applies its parameters to the options.
-using CostSourceFn = std::function<void(const Params&, const HardwareSpec&, CostOptions&)>;
 
 class CostModel {
  public:

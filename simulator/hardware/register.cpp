@@ -1,5 +1,5 @@
-// Hardware components: the cost sources (`sluice list cost_source`) and the cost-model
-// benchmark (`sluice bench cost`).
+// Hardware components: the cost-model benchmark (`sluice bench cost`). Cost sources are chosen
+// per deployment (`deployment.cost_tables`: a tables directory, auto, or none for the roofline).
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -52,39 +52,6 @@ int bench_cost(bool quick) {
 }  // namespace
 
 void register_hardware_components(Registry& reg) {
-  Schema table;
-  table.add("dir", ParamType::String,
-            "folder of measured CSV tables; \"\" = results/calibration/<hardware.calibration>")
-      .def("");
-  table.add("max_shape_ratio", ParamType::Real,
-            "a GEMM shape absent from gemm.csv is scaled from the nearest measured shape whose weight size is "
-            "within this factor; beyond it, the roofline")
-      .def("16")
-      .range(1, 1e6);
-  table.quantity("kernel_floor", UnitKind::Time, "shortest kernel of the roofline fallback (launch + tail)")
-      .def("2us")
-      .nonneg();
-  reg.add("cost_source", "table",
-          "measured kernel tables, interpolated (roofline-normalised in size, linear in KV length) and scaled by roofline "
-          "ratios beyond them; roofline where no table applies",
-          std::move(table), CostSourceFn([](const Params& p, const HardwareSpec& hw, CostOptions& o) {
-            o.tables_dir = p.str("dir").empty() ? default_tables_dir(hw) : p.str("dir");
-            o.max_shape_ratio = p.real("max_shape_ratio");
-            o.kernel_floor_ns = p.real("kernel_floor");
-          }));
-
-  Schema roofline;
-  roofline.quantity("kernel_floor", UnitKind::Time, "shortest kernel: launch + tail, about the shortest measured on an H200")
-      .def("2us")
-      .nonneg();
-  reg.add("cost_source", "roofline",
-          "max(FLOPs / effective FLOP/s, bytes / effective bandwidth, kernel floor) per operation, over the "
-          "device's measured (or derated datasheet) ceilings",
-          std::move(roofline), CostSourceFn([](const Params& p, const HardwareSpec&, CostOptions& o) {
-            o.tables_dir.clear();
-            o.kernel_floor_ns = p.real("kernel_floor");
-          }));
-
   reg.add("bench", "cost", "iteration_ns of the cost model on serving-like batches (ns per call and per sequence)",
           Schema{}, BenchFn(bench_cost));
 }

@@ -323,8 +323,11 @@ void register_training(Registry& reg) {
   s.add("sequence", ParamType::Int, "tokens per sequence").def("2048").range(1, 1 << 20);
   s.add("iterations", ParamType::Int, "iterations to run (0: as long as the other workloads run)").def("2").range(0, 1e6);
   s.add("recompute", ParamType::Bool, "full activation recomputation: activations kept per layer input only, one more forward in the backward").def("false");
-  s.enumeration("dp_algorithm", {"allreduce-ring", "allreduce-tree", "allreduce-hierarchical"},
-                "data-parallel gradient all-reduce, one per stage and tensor-parallel rank").def("allreduce-ring");
+  std::vector<std::string> allreduces;  // the registered all-reduce collectives (`sluice list collective`)
+  for (const auto* c : reg.in("collective"))
+    if (c->name.rfind("allreduce-", 0) == 0) allreduces.push_back(c->name);
+  s.enumeration("dp_algorithm", allreduces, "data-parallel gradient all-reduce, one per stage and tensor-parallel rank")
+      .def("allreduce-ring");
   s.add("cost_tables", ParamType::String, "auto (the hardware's calibration), none (roofline only), or a directory").def("auto");
   s.section("place", placement_schema(reg), "the devices it runs on: tp x pp x dp of them (tensor parallel fastest, then data parallel)");
   reg.add("workload", "training",
