@@ -123,6 +123,55 @@ void FlowSim::set_link_capacity(int link, double Bps) {
   request_recompute();
 }
 
+std::pair<int, int> FlowSim::reroute(const std::vector<int>& links, int64_t penalty_ns) {
+  if (static_cast<size_t>(topo_.link_count()) > cap_.size()) sync_links();
+  std::vector<uint32_t> hit;
+  for (int l : links)
+    for (const LinkFlow& e : link_flows_[static_cast<size_t>(l)]) hit.push_back(e.flow);
+  std::sort(hit.begin(), hit.end());
+  hit.erase(std::unique(hit.begin(), hit.end()), hit.end());
+  const int64_t now = engine_.now().count_ns();
+  int moved = 0, stalled = 0;
+  std::vector<int> np;
+  for (uint32_t f : hit) {
+    Flow& fl = flows_[f];
+    if (fl.state != State::Sending || fl.path.empty()) continue;
+    const int src = topo_.link(fl.path.front()).src, dst = topo_.link(fl.path.back()).dst;
+    np.clear();
+    router_.route(src, dst, fl.tag * 0x9E3779B97F4A7C15ull + f, np);
+    bool ok = !np.empty();
+    for (int e : np)
+      if (!topo_.link(e).up || cap_[static_cast<size_t>(e)] <= 0) ok = false;
+    if (!ok) {
+      ++stalled;
+      continue;
+    }
+    settle(fl, now);
+    detach(f);
+    fl.path = np;
+    fl.latency_ns = router_.latency_ns(fl.path) + penalty_ns;
+    fl.rate_Bps = 0;
+    fl.keyed = false;
+    fl.gen = (fl.gen + 1) & kGenMask;  // its pending completion is void
+    fl.pos.resize(fl.path.size());
+    for (size_t h = 0; h < fl.path.size(); ++h) {
+      const int l = fl.path[h];
+      auto& lf = link_flows_[static_cast<size_t>(l)];
+      lf.push_back(LinkFlow{kInf, f, static_cast<uint32_t>(h)});
+      heap_fix(l, lf.size() - 1);
+      mark_dirty(l);
+      grown_.push_back(l);
+    }
+    ++moved;
+  }
+  stats_.rerouted += static_cast<uint64_t>(moved);
+  if (moved > 0) {
+    level_bound_ = 0;
+    request_recompute();
+  }
+  return {moved, stalled};
+}
+
 void FlowSim::set_link_capacity_at(SimTime at, int link, double Bps) {
   cap_changes_.push_back(CapChange{link, Bps});
   engine_.schedule_at(at, Priority::Network, this, kCapacity, static_cast<uint32_t>(cap_changes_.size() - 1));

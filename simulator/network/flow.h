@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -34,6 +35,7 @@ struct FlowStats {
   uint64_t max_component_flows = 0;
   uint64_t max_active = 0;
   uint64_t reschedules = 0;   // completion events (re)scheduled after a rate change
+  uint64_t rerouted = 0;      // flows moved off failed links
 };
 
 class FlowSim final : public EventHandler {
@@ -50,6 +52,11 @@ class FlowSim final : public EventHandler {
   // The same at a later time `at` (an OCS circuit coming up after its reconfiguration).
   void set_link_capacity_at(SimTime at, int link, double Bps);
   double link_capacity(int link) const { return cap_[static_cast<size_t>(link)]; }
+  // After links failed (their capacity set to 0 and marked down in the topology): every flow
+  // still sending over one of `links` moves to a route that avoids failed links when one
+  // exists, its last byte `penalty_ns` later; the others stay and stall at rate 0 until their
+  // link returns. Returns {moved, stalled}.
+  std::pair<int, int> reroute(const std::vector<int>& links, int64_t penalty_ns);
   // Current rate of an active flow (bytes/s); 0 before the first recomputation.
   double rate_Bps(uint32_t flow) const { return flows_[flow].rate_Bps; }
   bool flow_active(uint32_t flow) const { return flows_[flow].state == State::Sending; }

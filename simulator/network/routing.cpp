@@ -93,8 +93,12 @@ void Router::route_dor(int src, int dst, uint64_t salt, std::vector<int>& out) c
 void Router::route(int src, int dst, uint64_t salt, std::vector<int>& out) {
   if (src == dst) return;
   if (dor_) {
+    const size_t at = out.size();
     route_dor(src, dst, salt, out);
-    return;
+    bool down = false;
+    for (size_t i = at; i < out.size(); ++i) down |= !t_.link(out[i]).up;
+    if (!down) return;
+    out.resize(at);  // a failed link on the dimension-order route: the shortest healthy path instead
   }
   const auto& dist = dist_to(dst);
   if (dist[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max())

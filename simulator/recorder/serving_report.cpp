@@ -44,7 +44,7 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
       "id,conversation,turn,replica,arrival_s,input_tokens,history_tokens,cached_tokens,output_tokens,"
       "queue_ms,ttft_ms,e2e_ms,tpot_ms,itl_ms,max_gap_ms,preemptions\n";
   for (const Request& q : reqs) {
-    if (q.state != serving::ReqState::Done || q.rejected) continue;
+    if (q.state != serving::ReqState::Done || q.rejected || q.failed) continue;
     const double t = (q.first_token_ns - q.arrival_ns) / 1e6;
     const double e = (q.last_token_ns - q.arrival_ns) / 1e6;
     // TPOT: mean gap between tokens after the first. ITL (llmperf): e2e / output tokens, TTFT included.
@@ -119,6 +119,7 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   const double nrep = static_cast<double>(cfg.replicas);
   const auto& mem = sim.memory();
 
+  const int64_t served = sim.completed() - sim.rejected() - sim.failed();  // completed with an answer
   Json m = Json::object();
   m["workload"] = workload_description;
   m["deployment"] = Json{{"hardware", cfg.hardware.name}, {"model", cfg.model.name}, {"replicas", cfg.replicas},
@@ -127,9 +128,26 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
                          {"tp_allreduce", sim.on_fabric() ? "flows on the topology, every iteration" : cfg.tensor_parallel > 1 || cfg.pipeline_parallel > 1 ? "analytic ring over the interconnect" : "none (tp 1)"},
                          {"cost_tables", cfg.tables_dir.empty() ? std::string("none (roofline)") : relative_to_root(cfg.tables_dir)},
                          {"d2h", cfg.last_mile.d2h_source}};
-  m["requests"] = Json{{"completed", sim.completed() - sim.rejected()}, {"rejected_too_long", sim.rejected()},
+  m["requests"] = Json{{"completed", served}, {"rejected_too_long", sim.rejected()},
                        {"announced", cfg.workload->total_requests()},
                        {"truncated_by_max_sim_time", sim.truncated()}};
+  if (sim.faults_enabled()) {
+    // Under failures: what the failures cost the requests, and how long replicas were out.
+    int64_t in_flight = cfg.workload->total_requests() - sim.completed();
+    double out_mean = 0;
+    for (int64_t o : sim.outages_ns()) out_mean += static_cast<double>(o);
+    if (!sim.outages_ns().empty()) out_mean /= static_cast<double>(sim.outages_ns().size());
+    const double rep_time = static_cast<double>(sim.end_ns()) * cfg.replicas;
+    m["requests"]["failed"] = sim.failed();
+    m["requests"]["failed_reason"] = sim.failed() ? "no healthy replica within the failover timeout" : "";
+    m["requests"]["in_flight_at_end"] = in_flight;
+    m["requests"]["retried"] = sim.retried();
+    m["requests"]["re_prefilled"] = sim.reprefilled();
+    m["faults"] = Json{{"replica_failures", sim.replica_failures()},
+                       {"availability", rep_time > 0 ? 1 - static_cast<double>(sim.replica_down_ns()) / rep_time : 1.0},
+                       {"time_to_recover_s_mean", out_mean / 1e9},
+                       {"outages_completed", sim.outages_ns().size()}};
+  }
   Json lat = Json::object();
   lat["ttft"] = summarize(ttft);
   lat["e2e"] = summarize(e2e);
@@ -142,7 +160,7 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   lat["max_gap_per_request"] = summarize(max_gap);
   m["latency_ms"] = lat;
   m["throughput"] = Json{{"output_tokens_per_s", out_tokens / span_s}, {"input_tokens_per_s", in_tokens / span_s},
-                         {"requests_per_s", (sim.completed() - sim.rejected()) / span_s}, {"span_s", span_s},
+                         {"requests_per_s", (served) / span_s}, {"span_s", span_s},
                          {"output_tokens", out_tokens}, {"input_tokens", in_tokens},
                          {"output_tokens_llmperf_counted", out_tokens_lc},
                          {"output_tokens_per_s_llmperf_counted", out_tokens_lc / span_s},
@@ -174,9 +192,9 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   m["batching"]["hbm_weight_read_Bps_per_gpu"] = weight_Bps;
   if (!per_replica.empty()) m["replicas"] = per_replica;
   if (sim.trace_enabled()) {
-    const int64_t traced_requests = std::min<int64_t>(cfg.trace_max_requests, sim.completed() - sim.rejected());
+    const int64_t traced_requests = std::min<int64_t>(cfg.trace_max_requests, served);
     m["trace"] = Json{{"iterations_traced", sim.traced_iterations()}, {"iterations", iters},
-                      {"requests_traced", traced_requests}, {"requests", sim.completed() - sim.rejected()},
+                      {"requests_traced", traced_requests}, {"requests", served},
                       {"to_trace_all", "outputs.trace_max_iterations and outputs.trace_max_requests"}};
   }
   m["simulated_s"] = sim.end_ns() / 1e9;
@@ -200,9 +218,13 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
                           cfg.replicas == 1 ? "" : "s", gpus_per_rep, cfg.hardware.name, gpus_per_rep == 1 ? "" : "s",
                           cfg.tensor_parallel, cfg.pipeline_parallel, cfg.replicas * gpus_per_rep,
                           cfg.replicas * gpus_per_rep == 1 ? "" : "s", workload_description));
-  summary(fmt::format("requests {} completed{}{}; {:.1f} s simulated", sim.completed() - sim.rejected(),
+  summary(fmt::format("requests {} completed{}{}; {:.1f} s simulated", served,
                           sim.rejected() ? fmt::format(", {} rejected as longer than a replica's KV cache", sim.rejected()) : "",
                           sim.truncated() ? " (stopped at max_sim_time)" : "", sim.end_ns() / 1e9));
+  if (sim.faults_enabled())
+    summary(fmt::format("faults: {} replica failures; {} requests failed, {} retried ({} prefilled again); replicas available {:.2f}%",
+                        sim.replica_failures(), sim.failed(), sim.retried(), sim.reprefilled(),
+                        100 * m["faults"]["availability"].get<double>()));
   summary(fmt::format("TTFT  ms  p50 {:8.2f}  p90 {:8.2f}  p99 {:8.2f}  mean {:8.2f}", pct(lat["ttft"], "p50"),
                           pct(lat["ttft"], "p90"), pct(lat["ttft"], "p99"), pct(lat["ttft"], "mean")));
   const size_t single_token = ttft.size() - tpot.size();
@@ -216,7 +238,7 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
                           pct(lat["e2e"], "p90"), pct(lat["e2e"], "p99"), pct(lat["e2e"], "mean")));
   summary(fmt::format("throughput {:.1f} output tok/s, {:.2f} req/s; mean batch {:.1f}, utilization {:.0f}% (of the time "
                           "replicas run an iteration)",
-                          out_tokens / span_s, (sim.completed() - sim.rejected()) / span_s, busy > 0 ? batch_int / busy : 0.0,
+                          out_tokens / span_s, (served) / span_s, busy > 0 ? batch_int / busy : 0.0,
                           100 * busy / end / nrep));
   summary(fmt::format("  as llmperf counts (Llama tokenizer): {:.1f} output tok/s, ITL mean {:.2f} ms; busy {:.0f}% "
                           "is not MFU: the iterations ran at MFU {:.1f}%, weight reads {} per GPU",

@@ -46,6 +46,32 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                                 {"optimizer_bytes", r.memory.optimizer}, {"activations_bytes", r.memory.activations},
                                 {"total_bytes", r.memory.total()}, {"capacity_bytes", c.hardware.hbm_bytes}};
   m["flows"] = r.flows;
+  if (r.faults) {
+    // Goodput: the work kept over the wall time; lost work, checkpoints and recovery are what it is not.
+    double rec_mean = 0;
+    for (double x : r.recover_s) rec_mean += x;
+    if (!r.recover_s.empty()) rec_mean /= static_cast<double>(r.recover_s.size());
+    const double goodput = r.wall_s > 0 ? r.useful_s / r.wall_s : 0;
+    const double availability = r.wall_s > 0 ? 1 - r.recovering_s / r.wall_s : 1;
+    m["faults"] = Json{{"failures", r.failures},
+                       {"restarts", r.restarts},
+                       {"slices_reformed", r.reformed},
+                       {"checkpoints", r.checkpoints},
+                       {"useful_s", r.useful_s},
+                       {"lost_s", r.lost_s},
+                       {"checkpoint_s", r.checkpoint_s},
+                       {"recovering_s", r.recovering_s},
+                       {"wall_s", r.wall_s},
+                       {"goodput", goodput},
+                       {"availability", availability},
+                       {"time_to_recover_s_mean", rec_mean},
+                       {"failed", r.failed},
+                       {"failure_reason", r.failure_reason}};
+    summary(fmt::format("faults: {} failures, {} restarts ({} re-formed slices), {} checkpoints; goodput {:.1f}% (lost {:.1f} s, "
+                        "checkpoints {:.1f} s, recovering {:.1f} s of {:.1f} s){}",
+                        r.failures, r.restarts, r.reformed, r.checkpoints, 100 * goodput, r.lost_s, r.checkpoint_s, r.recovering_s,
+                        r.wall_s, r.failed ? "; FAILED: " + r.failure_reason : std::string()));
+  }
   if (scope.empty()) rec.metrics()["training"] = m;
   else rec.metrics()["workloads"][scope] = m;
   summary(fmt::format("{} training on {} × {} (tp {} × pp {} × dp {}, {} over {} micro-batches of {} × {} tokens)", c.model.name,

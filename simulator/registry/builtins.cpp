@@ -12,6 +12,10 @@ void register_world_study(Registry& reg);
 void register_placement_policies(Registry& reg);
 void register_training_workload(Registry& reg);
 void register_world_bench(Registry& reg);
+namespace faults {
+void register_random_faults(Registry& reg);
+void register_trace_faults(Registry& reg);
+}  // namespace faults
 
 void register_builtin_components(Registry& reg) {
   register_engine_benchmarks(reg);
@@ -20,6 +24,8 @@ void register_builtin_components(Registry& reg) {
   register_network_components(reg);
   register_hardware_components(reg);
   register_compare_study(reg);
+  faults::register_random_faults(reg);  // before the world study, whose `faults` lists them
+  faults::register_trace_faults(reg);
   register_world_study(reg);
   register_training_workload(reg);
   register_world_bench(reg);

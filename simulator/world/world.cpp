@@ -159,6 +159,7 @@ void World::run(SimTime until) {
   holding_ = 0;
   for (const auto& w : workloads_) w->start(*this);
   for (const auto& w : workloads_) holding_ += w->holds_world() ? 1 : 0;
+  for (const auto& f : faults_) f->start(*this);
   if (holding_ > 0) engine_.run(until);
   ran_until_ = engine_.now();
   for (const auto& w : workloads_) w->finish(*this);
@@ -178,6 +179,35 @@ void World::report(Recorder& rec) const {
   m["events"] = engine_.events_processed();
   m["flows"] = Json{{"started", fs.started}, {"completed", fs.completed}, {"rate_recomputations", fs.recomputes},
                     {"max_concurrent", fs.max_active}};
+  if (!faults_.empty()) {
+    // Availability per component class: 1 − (time components were down) / (components × run time).
+    Json& f = m["faults"];
+    Json procs = Json::array();
+    for (const auto& p : faults_) procs.push_back(p->describe());
+    f["processes"] = procs;
+    f["failures"] = fstats_.failures;
+    f["repairs"] = fstats_.repairs;
+    f["flows_rerouted"] = fstats_.flows_rerouted;
+    f["flows_stalled"] = fstats_.flows_stalled;
+    const int64_t T = ran_until_.count_ns();
+    for (int c = 0; c < kFaultClasses; ++c) {
+      if (!built_[static_cast<size_t>(c)]) continue;
+      const auto& v = comps_[static_cast<size_t>(c)];
+      if (v.empty()) continue;
+      double down = 0;
+      long failures = 0;
+      for (const auto& comp : v) {
+        down += static_cast<double>(comp.down_ns + (comp.down > 0 ? T - comp.down_since_ns : 0));
+        failures += comp.failures;
+      }
+      Json& k = f["classes"][fault_class_name(static_cast<FaultClass>(c))];
+      k["components"] = v.size();
+      k["failures"] = failures;
+      k["availability"] = T > 0 ? 1.0 - down / (static_cast<double>(v.size()) * static_cast<double>(T)) : 1.0;
+    }
+    rec.summary(fmt::format("faults: {} failures, {} repairs; {} flows re-routed, {} stalled", fstats_.failures, fstats_.repairs,
+                            fstats_.flows_rerouted, fstats_.flows_stalled));
+  }
 }
 
 }  // namespace sluice

@@ -6,6 +6,7 @@
 #include <array>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,11 @@ class Workload {
   virtual bool holds_world() const = 0;
   // After the engine stopped: end-of-run accounting (stalls, truncation).
   virtual void finish(World& world) = 0;
+  // Some of its devices failed (`up` false) or came back (true): a chip, a host, a node or a
+  // rack that holds them changed state. Called at the instant of the change.
+  virtual void on_devices_changed(World& world, const std::vector<int>& devices, bool up) {
+    (void)world, (void)devices, (void)up;
+  }
   // Hands its results to the recorder; `scoped` is true when the world has several workloads
   // (metrics go under workloads.<name>, files are prefixed with the name).
   virtual void report(Recorder& rec, bool scoped) const = 0;
@@ -47,7 +53,43 @@ class Workload {
 struct Cluster {
   std::shared_ptr<net::Topology> topology;
   HardwareSpec hardware;
+  int rack_nodes = 4;            // servers per rack (a TPU pod's rack is its cube: one power domain)
+  int chips_per_host = 4;        // TPU pods: chips per host (a GPU server is one host)
+  int64_t reroute_penalty_ns = 0;  // what a flow pays to move off a failed link (path recomputation, transport restart)
 };
+
+// What can fail, by class. Correlated failures follow the cluster's structure: a rack takes
+// its nodes, a node (server or TPU cube) its hosts, a host its chips, a chip its links; a
+// switch takes its links, an OCS the circuits through it.
+enum class FaultClass : uint8_t { Chip, Host, Node, Rack, Link, Switch, Ocs };
+constexpr int kFaultClasses = 7;
+const char* fault_class_name(FaultClass c);
+// nullopt when `name` is not one of chip, host, node, rack, link, switch, ocs.
+std::optional<FaultClass> parse_fault_class(const std::string& name);
+std::string fault_class_list();
+
+// One component that can fail: the devices and directed links it takes down with it.
+struct FaultComponent {
+  FaultClass cls = FaultClass::Chip;
+  std::string name;          // chip: the device's node name; host3, node2, rack0; a switch's or OCS's node name; link a~b
+  std::vector<int> devices;  // device indices
+  std::vector<int> links;    // directed link ids (both directions)
+  int node = -1;             // switch or OCS: its topology node
+  int down = 0;              // fault processes holding it down (two may overlap)
+  int64_t down_since_ns = 0, down_ns = 0;
+  long failures = 0;
+};
+
+class World;
+// A fault process (category "fault"): schedules failures and repairs of components on the
+// world's engine, each process with its own random streams.
+class FaultProcess {
+ public:
+  virtual ~FaultProcess() = default;
+  virtual void start(World& world) = 0;
+  virtual std::string describe() const = 0;
+};
+using FaultProcessFactory = std::function<std::unique_ptr<FaultProcess>(const Params& p, World& world, const std::string& name)>;
 
 class World {
  public:
@@ -81,6 +123,33 @@ class World {
   // its own: the circuits between its cubes' faces are programmed (the pod starts with none).
   std::vector<int> form_slice(const std::vector<int>& cubes, std::array<int, 3> shape);
 
+  // --- Faults ------------------------------------------------------------------------------
+  // The components of a class (built on first use from the topology).
+  const std::vector<FaultComponent>& components(FaultClass c);
+  // Index of a component by name, -1 when absent.
+  int find_component(FaultClass c, const std::string& name);
+  // A fault process takes a component down (`down` true) or releases it. Devices and links
+  // change state when the first holder takes them down or the last one releases them: failed
+  // links carry nothing, the flows that crossed them move to another route when one exists
+  // (paying the re-route penalty) or stall until repair; workloads hear of their devices.
+  void set_component(FaultClass c, int index, bool down);
+  bool device_up(int device) const { return dev_down_.empty() || dev_down_[static_cast<size_t>(device)] == 0; }
+  bool link_failed(int link) const { return !link_down_.empty() && link_down_[static_cast<size_t>(link)] > 0; }
+  void add_fault(std::unique_ptr<FaultProcess> f) { faults_.push_back(std::move(f)); }
+  const std::vector<std::unique_ptr<FaultProcess>>& faults() const { return faults_; }
+  // Called after every fault event, for the run-time invariants (set by the monkey and tests).
+  std::function<void(World&)> after_fault;
+  // Releases devices a workload held (to move elsewhere after a failure).
+  void release(const std::vector<int>& devices);
+  // OCS pods: removes the circuits a slice of these devices had programmed (it re-forms elsewhere).
+  void tear_down_slice(const std::vector<int>& devices);
+  // Counters of the fault layer, for the report.
+  struct FaultStats {
+    long failures = 0, repairs = 0, flows_rerouted = 0, flows_stalled = 0;
+  };
+  const FaultStats& fault_stats() const { return fstats_; }
+  int rack_nodes() const { return cluster_.rack_nodes; }
+
   void add(std::unique_ptr<Workload> w) { workloads_.push_back(std::move(w)); }
   const std::vector<std::unique_ptr<Workload>>& workloads() const { return workloads_; }
 
@@ -113,6 +182,14 @@ class World {
   bool pod_ocs_ = false;
   std::array<int, 3> pod_grid_{0, 0, 0};
   std::vector<int> cube_at_;  // pod: device index by physical chip linear coordinate
+  // Faults.
+  void build_components(FaultClass c);
+  std::array<std::vector<FaultComponent>, kFaultClasses> comps_;
+  std::array<bool, kFaultClasses> built_{};
+  std::vector<int> dev_down_, link_down_;
+  std::vector<char> link_was_up_;
+  std::vector<std::unique_ptr<FaultProcess>> faults_;
+  FaultStats fstats_;
 };
 
 // What a workload factory gets besides its own parameters.

@@ -41,8 +41,12 @@ Schema world_schema(const Registry& reg) {
   auto cluster = std::make_shared<Schema>();
   cluster->add("topology", ParamType::Any, "the fabric: a name in topologies/, {catalog: NAME, ...overrides} or {kind: GENERATOR, ...}");
   cluster->ref("hardware", {"models/hardware"}, hardware_schema(), "the devices' hardware: a catalog name or {catalog: NAME, ...}").def("h200");
+  cluster->add("rack_nodes", ParamType::Int, "servers per rack, for rack faults (a TPU pod's rack is its cube)").def("4").range(1, 4096);
+  cluster->add("chips_per_host", ParamType::Int, "TPU pods: chips per host, for host faults (a GPU server is one host)").def("4").range(1, 64);
+  cluster->quantity("reroute_penalty", UnitKind::Time, "what a flow pays to move off a failed link onto another route").def("1ms").nonneg();
   s.section("cluster", cluster, "the cluster every workload is placed on");
   s.component_list("workloads", &reg, "workload", "what runs on the cluster: serving deployments, training jobs (see `sluice list workload`)");
+  s.component_list("faults", &reg, "fault", "fault processes: random failures by class, or a trace (see `sluice list fault`)").optional();
   s.quantity("max_sim_time", UnitKind::Time, "stop simulating at this time (0s: when every workload is done)").def("0s").nonneg();
   return s;
 }
@@ -58,6 +62,9 @@ void register_world_study(Registry& reg) {
             Cluster cl;
             cl.topology = std::make_shared<net::Topology>(net::load_topology(c.node("topology"), reg, "cluster.topology"));
             cl.hardware = hardware_from_params(c.section("hardware"));
+            cl.rack_nodes = static_cast<int>(c.integer("rack_nodes"));
+            cl.chips_per_host = static_cast<int>(c.integer("chips_per_host"));
+            cl.reroute_penalty_ns = c.time("reroute_penalty").count_ns();
             auto world = std::make_unique<World>(ctx.seed, std::move(cl));
             const auto& items = p.items("workloads");
             if (items.empty()) p.fail("workloads", "no workloads", "a list of {kind: serving|training, name: ..., ...}");
@@ -70,6 +77,12 @@ void register_world_study(Registry& reg) {
               names.push_back(name);
               const auto& make = reg.factory<WorkloadKindFactory>(*reg.find("workload", kind));
               world->add(make(*item, *world, WorkloadContext{reg, ctx.seed, name}));
+            }
+            int k = 0;
+            if (p.has("faults"))
+            for (const auto& item : p.items("faults")) {
+              const auto& make = reg.factory<FaultProcessFactory>(*reg.find("fault", item->str("kind")));
+              world->add_fault(make(*item, *world, fmt::format("faults{}", k++)));
             }
             return std::make_unique<WorldStudy>(std::move(world), p.time("max_sim_time"));
           }));

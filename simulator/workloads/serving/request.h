@@ -30,6 +30,11 @@ struct Request {
   int32_t preemptions = 0;
   bool history_truncated = false;  // oldest history dropped to fit the context: no cached prefix applies
   bool rejected = false;           // can never fit the replica's KV cache (vLLM ignores such requests)
+  bool failed = false;             // given up: no healthy replica took it within the failover timeout
+  bool parked = false;             // waiting for a healthy replica
+  int32_t retries = 0;             // times a failure sent it back to the router
+  int32_t reprefills = 0;          // times it lost computed KV to a failure and prefilled again
+  int64_t park_deadline_ns = 0;
   ReqState state = ReqState::Pending;
   // Timestamps (ns); -1 until known.
   int64_t first_scheduled_ns = -1;

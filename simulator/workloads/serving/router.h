@@ -12,6 +12,7 @@ namespace sluice::serving {
 class Router {
  public:
   virtual ~Router() = default;
+  // The replica for `q` among the healthy ones; -1 when none is healthy.
   virtual int route(const Request& q, const std::vector<std::unique_ptr<Replica>>& replicas) = 0;
 };
 

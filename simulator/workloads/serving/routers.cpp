@@ -6,19 +6,24 @@ namespace sluice::serving {
 
 namespace {
 
+// Every router sends only to healthy replicas; -1 when none is.
 int least_outstanding(const std::vector<std::unique_ptr<Replica>>& rs) {
-  int best = 0;
-  for (int i = 1; i < static_cast<int>(rs.size()); ++i)
-    if (rs[i]->outstanding() < rs[best]->outstanding()) best = i;  // ties: lowest index
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(rs.size()); ++i)
+    if (rs[i]->healthy && (best < 0 || rs[i]->outstanding() < rs[best]->outstanding())) best = i;  // ties: lowest index
   return best;
 }
 
 class RoundRobin final : public Router {
  public:
   int route(const Request&, const std::vector<std::unique_ptr<Replica>>& rs) override {
-    const int r = next_;
-    next_ = (next_ + 1) % static_cast<int>(rs.size());
-    return r;
+    const int n = static_cast<int>(rs.size());
+    for (int k = 0; k < n; ++k) {
+      const int r = next_;
+      next_ = (next_ + 1) % n;
+      if (rs[r]->healthy) return r;
+    }
+    return -1;
   }
 
  private:
@@ -37,9 +42,10 @@ class KvAffinity final : public Router {
   explicit KvAffinity(const Params& p) : max_imbalance_(static_cast<size_t>(p.integer("max_imbalance"))) {}
   int route(const Request& q, const std::vector<std::unique_ptr<Replica>>& rs) override {
     const int least = least_outstanding(rs);
+    if (least < 0) return -1;
     if (q.turn > 0) {
       for (int i = 0; i < static_cast<int>(rs.size()); ++i)
-        if (rs[i]->kv.resident(q.conversation) && rs[i]->outstanding() <= rs[least]->outstanding() + max_imbalance_)
+        if (rs[i]->healthy && rs[i]->kv.resident(q.conversation) && rs[i]->outstanding() <= rs[least]->outstanding() + max_imbalance_)
           return i;
     }
     return least;

@@ -28,6 +28,7 @@ struct Replica {
   int64_t swap_capacity_tokens = 0;
   int64_t swapped_tokens = 0;
   bool reuse = false;
+  bool healthy = true;  // false from a failure of one of its devices until repaired and reloaded: routers skip it
   // Counters.
   int64_t preemptions = 0;
   double swap_bytes = 0;

@@ -101,6 +101,8 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
     stage_queue_.resize(static_cast<size_t>(engines));
   }
   total_ = cfg_.workload->total_requests();
+  epoch_.assign(static_cast<size_t>(engines), 0);
+  down_since_ns_.assign(static_cast<size_t>(cfg_.replicas), -1);
   // Requests are addressed by index, never by a pointer kept across a push_back, so the
   // vector may grow; reserve only a first slab.
   reqs_.reserve(static_cast<size_t>(std::min<int64_t>(total_, 1 << 20)));
@@ -131,7 +133,11 @@ void ServingSim::start(const std::function<void(double)>& progress, std::functio
 }
 
 void ServingSim::finish() {
+  check_conservation();
   truncated_ = completed_ < total_ && engine_.pending() > 0;
+  if (completed_ < total_ && !truncated_ && !parked_.empty())
+    throw std::runtime_error(fmt::format("{} requests wait at {} for a healthy replica that never returns (no repair, and no "
+                                         "failover timeout to fail them)", parked_.size(), engine_.now().str()));
   if (completed_ < total_ && !truncated_) {
     int64_t waiting = 0, running = 0;
     for (const auto& r : replicas_) { waiting += static_cast<int64_t>(r->waiting.size() + r->swapped.size()); running += static_cast<int64_t>(r->running.size()); }
@@ -178,6 +184,9 @@ uint32_t ServingSim::make_request(uint32_t conv, int turn, int64_t arrival_ns, i
 
 void ServingSim::on_event(Engine& e, uint32_t kind, uint32_t arg) {
   const int64_t now = e.now().count_ns();
+  const uint32_t ep = kind >> 8;
+  kind &= 0xFF;
+  if ((kind == kIterationEnd || kind == kStageCompute) && ep != (epoch_[arg] & 0xFFFFFFu)) return;  // an iteration a failure voided
   switch (kind) {
     case kConversation: {
       const auto& c = convs_[arg];
@@ -203,6 +212,38 @@ void ServingSim::on_event(Engine& e, uint32_t kind, uint32_t arg) {
     case kStageCompute:
       stage_compute_done(static_cast<int>(arg));
       break;
+    case kReplicaUp: {
+      const int r = static_cast<int>(arg);
+      if (down_since_ns_[static_cast<size_t>(r)] < 0 || ep != (epoch_[static_cast<size_t>(r * pp_)] & 0xFFFFFFu)) break;
+      // Repaired and reloaded: empty cache, healthy; parked requests go to the router again.
+      const int64_t out = now - down_since_ns_[static_cast<size_t>(r)];
+      outages_ns_.push_back(out);
+      down_ns_ += out;
+      down_since_ns_[static_cast<size_t>(r)] = -1;
+      for (int k = 0; k < pp_; ++k) {
+        Replica& rep = *replicas_[static_cast<size_t>(r * pp_ + k)];
+        rep.healthy = true;
+        rep.kv = BlockManager(rep.kv.total_blocks(), rep.kv.block_size(), cfg_.watermark, rep.reuse);
+        kv_last_ns_[static_cast<size_t>(r * pp_ + k)] = now;
+      }
+      if (trace_ && trace_->enabled() && r < 64) trace_->complete(cfg_.trace_pid, r * pp_, "down", "fault", now - out, out);
+      std::deque<uint32_t> again;
+      again.swap(parked_);
+      for (uint32_t id : again) {
+        reqs_[id].parked = false;
+        dispatch(id);
+      }
+      break;
+    }
+    case kParkTimeout: {
+      Request& q = reqs_[arg];
+      if (q.parked && now >= q.park_deadline_ns) {
+        parked_.erase(std::find(parked_.begin(), parked_.end(), arg));
+        q.parked = false;
+        fail_request(q, now);
+      }
+      break;
+    }
     case kSample:
       sample();
       // Sampling alone must not keep a finished (or stuck) simulation alive.
@@ -214,7 +255,25 @@ void ServingSim::on_event(Engine& e, uint32_t kind, uint32_t arg) {
 void ServingSim::on_arrival(uint32_t id) {
   Request& q = reqs_[id];
   if (first_arrival_ns_ < 0) first_arrival_ns_ = q.arrival_ns;
-  q.replica = cfg_.router->route(q, replicas_);
+  dispatch(id);
+}
+
+void ServingSim::dispatch(uint32_t id) {
+  Request& q = reqs_[id];
+  const int to = cfg_.router->route(q, replicas_);
+  if (to < 0) {
+    // No healthy replica: parked until one is (or the failover timeout).
+    const int64_t now = engine_.now().count_ns();
+    q.state = ReqState::Pending;
+    q.parked = true;
+    parked_.push_back(id);
+    if (cfg_.failover_timeout_ns > 0) {
+      q.park_deadline_ns = now + cfg_.failover_timeout_ns;
+      engine_.schedule_at(SimTime::ns(q.park_deadline_ns), Priority::Arrival, this, kParkTimeout, id);
+    }
+    return;
+  }
+  q.replica = to;
   const auto& kv = replicas_[q.replica]->kv;
   if (q.prompt_len() + q.output_tokens > kv.admissible_blocks() * kv.block_size()) {
     // Longer than a replica can ever hold: ignored, as vLLM does, and counted.
@@ -229,6 +288,115 @@ void ServingSim::on_arrival(uint32_t id) {
   q.state = ReqState::Waiting;
   replicas_[q.replica]->waiting.push_back(id);
   request_schedule(q.replica);
+}
+
+void ServingSim::fail_request(Request& q, int64_t now_ns) {
+  q.failed = true;
+  q.state = ReqState::Done;
+  ++failed_;
+  ++completed_;
+  last_activity_ns_ = std::max(last_activity_ns_, now_ns);
+  if (completed_ == total_ && on_done_) on_done_();
+  next_for_client(q, now_ns);
+}
+
+void ServingSim::replica_down(int r) {
+  if (down_since_ns_[static_cast<size_t>(r)] >= 0) {
+    // Already out (reloading after an earlier failure): the reload starts over after this repair.
+    for (int k = 0; k < pp_; ++k) ++epoch_[static_cast<size_t>(r * pp_ + k)];
+    return;
+  }
+  const int64_t now = engine_.now().count_ns();
+  ++replica_failures_;
+  down_since_ns_[static_cast<size_t>(r)] = now;
+  std::vector<uint32_t> back;
+  for (int k = 0; k < pp_; ++k) {
+    const int ri = r * pp_ + k;
+    const size_t i = static_cast<size_t>(ri);
+    account_kv(ri, now);
+    ++epoch_[i];  // its events and flows in flight are void
+    busy_[i] = false;
+    if (i < inflight_.size()) {
+      InFlight& f = inflight_[i];
+      if (f.collective) graveyard_.push_back(std::move(f.collective));
+      f.sends_pending = f.swaps_pending = 0;
+      f.waiting_swap = false;
+    }
+    if (i < stage_busy_.size()) {
+      stage_busy_[i] = 0;
+      stage_queue_[i].clear();
+    }
+    if (i < stage_free_ns_.size()) stage_free_ns_[i] = now;
+    Replica& rep = *replicas_[i];
+    rep.healthy = false;
+    for (uint32_t id : rep.running) back.push_back(id);
+    for (uint32_t id : rep.swapped) back.push_back(id);
+    for (uint32_t id : rep.waiting) back.push_back(id);
+    rep.running.clear();
+    rep.swapped.clear();
+    rep.waiting.clear();
+    rep.swapped_tokens = 0;
+    // The KV cache is gone with the device (resident conversation caches included).
+    rep.kv = BlockManager(rep.kv.total_blocks(), rep.kv.block_size(), cfg_.watermark, rep.reuse);
+    batches_[i].clear();
+  }
+  for (uint32_t id : back) {
+    Request& q = reqs_[id];
+    if (q.computed > 0 || q.generated > 0) {
+      ++q.reprefills;
+      ++reprefilled_;
+    }
+    // Tokens already streamed stay delivered; the prompt and those tokens are prefilled again.
+    q.computed = q.cached_tokens = q.blocks = 0;
+    ++q.retries;
+    ++retried_;
+    q.state = ReqState::Pending;
+    dispatch(id);
+  }
+}
+
+void ServingSim::replica_repaired(int r) {
+  if (down_since_ns_[static_cast<size_t>(r)] < 0) return;
+  engine_.schedule_in(SimTime::ns(cfg_.reload_ns), Priority::Fault, this, kReplicaUp | ((epoch_[static_cast<size_t>(r * pp_)] & 0xFFFFFFu) << 8),
+                      static_cast<uint32_t>(r));
+}
+
+int64_t ServingSim::replica_down_ns() const {
+  int64_t t = down_ns_;
+  for (int64_t s : down_since_ns_)
+    if (s >= 0) t += engine_.now().count_ns() - s;
+  return t;
+}
+
+void ServingSim::check_conservation() const {
+  int64_t done = 0, rejected = 0, failed = 0, queued = 0, running = 0, swapped = 0, parked = 0, pending = 0;
+  for (const auto& q : reqs_) {
+    if (q.state == ReqState::Done) {
+      ++done;
+      rejected += q.rejected;
+      failed += q.failed;
+    } else if (q.parked) {
+      ++parked;
+    } else if (q.state == ReqState::Waiting) {
+      ++queued;
+    } else if (q.state == ReqState::Running) {
+      ++running;
+    } else if (q.state == ReqState::Swapped) {
+      ++swapped;
+    } else {
+      ++pending;  // made, not yet arrived
+    }
+  }
+  int64_t held = 0;
+  for (const auto& r : replicas_) held += static_cast<int64_t>(r->outstanding());
+  const bool ok = done == completed_ && rejected == rejected_ && failed == failed_ && held == queued + running + swapped &&
+                  parked == static_cast<int64_t>(parked_.size()) && static_cast<int64_t>(reqs_.size()) <= total_;
+  if (!ok)
+    throw std::logic_error(fmt::format("request conservation broken at {}: {} requests made of {} announced; {} ended (counted {}: "
+                                       "{} rejected, {} failed), {} queued + {} running + {} swapped (replicas hold {}), {} parked "
+                                       "(router holds {}), {} not arrived",
+                                       engine_.now().str(), reqs_.size(), total_, done, completed_, rejected, failed, queued, running,
+                                       swapped, held, parked, parked_.size(), pending));
 }
 
 void ServingSim::request_schedule(int ri) {
@@ -249,7 +417,7 @@ void ServingSim::account_kv(int r, int64_t now_ns) {
 }
 
 void ServingSim::try_start(int ri) {
-  if (busy_[ri]) return;
+  if (busy_[ri] || !replicas_[ri]->healthy) return;
   Replica& r = *replicas_[ri];
   Batch& b = batches_[ri];
   b.clear();
@@ -299,7 +467,8 @@ void ServingSim::try_start(int ri) {
       f.swaps_pending = static_cast<int>(hl.size());
       for (size_t k = 0; k < hl.size(); ++k)
         fabric_.flows->start(hl[k].first, hl[k].second, b.swap_bytes / static_cast<double>(hl.size()), this,
-                             (uint64_t{1} << 40) | static_cast<uint64_t>(ri), static_cast<uint64_t>(ri) * 131 + k);
+                             (uint64_t{1} << 40) | static_cast<uint64_t>(ri) | (static_cast<uint64_t>(epoch_[static_cast<size_t>(ri)] & 0x7FFFFF) << 41),
+                             static_cast<uint64_t>(ri) * 131 + k);
     }
     f.d2h_ns = static_cast<int64_t>(std::llround(cfg_.last_mile.d2h_ns(generating)));
     f.allreduce_bytes = cost_.tp_allreduce_bytes(static_cast<double>(tokens));
@@ -343,7 +512,7 @@ void ServingSim::try_start(int ri) {
     trace_->counter(cfg_.trace_pid, fmt::format("replica {} KV occupancy", ri), now, "occupancy", kv_last_occ_[ri]);
     trace_->counter(cfg_.trace_pid, fmt::format("replica {} batch", ri), now, "sequences", static_cast<double>(b.entries.size()));
   }
-  engine_.schedule_at(SimTime::ns(now + dur_ns), Priority::Compute, this, kIterationEnd, static_cast<uint32_t>(ri));
+  engine_.schedule_at(SimTime::ns(now + dur_ns), Priority::Compute, this, ekind(kIterationEnd, ri), static_cast<uint32_t>(ri));
   last_activity_ns_ = std::max(last_activity_ns_, now + dur_ns);
 }
 
@@ -374,7 +543,7 @@ void ServingSim::begin_stage(int ri, int s) {
 void ServingSim::start_compute(int ri, int s) {
   InFlight& f = inflight_[static_cast<size_t>(ri)];
   const int64_t now = engine_.now().count_ns();
-  engine_.schedule_at(SimTime::ns(now + f.stage_ns + (s == 0 ? f.extra_ns : 0)), Priority::Compute, this, kStageCompute,
+  engine_.schedule_at(SimTime::ns(now + f.stage_ns + (s == 0 ? f.extra_ns : 0)), Priority::Compute, this, ekind(kStageCompute, ri),
                       static_cast<uint32_t>(ri));
 }
 
@@ -389,7 +558,9 @@ void ServingSim::stage_compute_done(int ri) {
     o.fused_count = 2 * cost_.stage_layers();
     o.salt = static_cast<uint64_t>(ri);
     f.collective = std::make_unique<net::Collective>(*fabric_.flows, net::CollectiveKind::AllReduceRing, nodes, f.allreduce_bytes, o);
-    f.collective->start([this, ri](Engine&) { stage_comm_done(ri); });
+    f.collective->start([this, ri, ep = epoch_[static_cast<size_t>(ri)]](Engine&) {
+      if (ep == epoch_[static_cast<size_t>(ri)]) stage_comm_done(ri);
+    });
     return;
   }
   stage_comm_done(ri);
@@ -422,7 +593,8 @@ void ServingSim::stage_comm_done(int ri) {
     const auto& to = fabric_.stage_nodes[static_cast<size_t>(r)][static_cast<size_t>(s + 1)];
     f.sends_pending = static_cast<int>(from.size());
     for (size_t k = 0; k < from.size(); ++k)
-      fabric_.flows->start(from[k], to[k], f.activation_bytes / static_cast<double>(from.size()), this, static_cast<uint64_t>(ri),
+      fabric_.flows->start(from[k], to[k], f.activation_bytes / static_cast<double>(from.size()), this,
+                           static_cast<uint64_t>(ri) | (static_cast<uint64_t>(epoch_[static_cast<size_t>(ri)] & 0x7FFFFF) << 41),
                            static_cast<uint64_t>(ri) * 977 + k);
     return;
   }
@@ -438,14 +610,15 @@ void ServingSim::stage_comm_done(int ri) {
                       {"prefill_seqs", static_cast<double>(b.prefill_entries)}, {"decode_seqs", static_cast<double>(b.decode_entries)},
                       {"stage_compute_us", f.stage_ns / 1e3}, {"extra_us", f.extra_ns / 1e3}});
   }
-  engine_.schedule_at(SimTime::ns(end), Priority::Compute, this, kIterationEnd, static_cast<uint32_t>(ri));
+  engine_.schedule_at(SimTime::ns(end), Priority::Compute, this, ekind(kIterationEnd, ri), static_cast<uint32_t>(ri));
   last_activity_ns_ = std::max(last_activity_ns_, end);
 }
 
 void ServingSim::on_flow_done(Engine&, uint64_t tag) {
   const int ri = static_cast<int>(tag & 0xFFFFFFFF);
+  if ((tag >> 41) != (epoch_[static_cast<size_t>(ri)] & 0x7FFFFF)) return;  // sent by an iteration a failure voided
   InFlight& f = inflight_[static_cast<size_t>(ri)];
-  if (tag >> 40) {  // a swap copy
+  if ((tag >> 40) & 1) {  // a swap copy
     if (--f.swaps_pending == 0 && f.waiting_swap) {
       f.waiting_swap = false;
       start_compute(ri, 0);

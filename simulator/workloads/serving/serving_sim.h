@@ -73,6 +73,9 @@ struct ServingConfig {
   int trace_max_requests = 0;
   int trace_pid = 1;  // Perfetto process ids: replicas at trace_pid, requests at trace_pid + 1
   int trace_max_iterations = 0;
+  // Failures (world faults): a replica that lost a device reloads the model for this long after repair.
+  int64_t reload_ns = 0;
+  int64_t failover_timeout_ns = 0;  // a request no healthy replica takes within this fails (0: waits forever)
 };
 
 // Aggregates per replica.
@@ -116,6 +119,24 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   void run(const std::function<void(double)>& progress);
   void on_event(Engine& e, uint32_t kind, uint32_t arg) override;
   void on_flow_done(Engine& e, uint64_t tag) override;
+  // Failures. A replica that loses a device stops at once: its iteration in flight is void,
+  // its KV cache is lost, and its running, queued and swapped requests go back to the router
+  // (a healthy replica prefills them again). It takes requests again `reload_ns` after repair.
+  void replica_down(int replica);
+  void replica_repaired(int replica);
+  int64_t failed() const { return failed_; }
+  void enable_faults() { faults_enabled_ = true; }
+  bool faults_enabled() const { return faults_enabled_; }
+  int64_t retried() const { return retried_; }
+  int64_t reprefilled() const { return reprefilled_; }
+  int64_t replica_failures() const { return replica_failures_; }
+  // Replica-time (ns) replicas were not serving (down or reloading), and each outage's length.
+  int64_t replica_down_ns() const;
+  const std::vector<int64_t>& outages_ns() const { return outages_ns_; }
+  // Request conservation: every request announced so far is completed, rejected, failed, or
+  // still in flight (queued, running, swapped, parked, not yet arrived). Throws std::logic_error
+  // naming the counts when not.
+  void check_conservation() const;
 
   // Results.
   const std::vector<Request>& requests() const { return reqs_; }
@@ -137,7 +158,20 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   bool trace_enabled() const { return trace_ && trace_->enabled(); }
 
  private:
-  enum Kind : uint32_t { kConversation = 1, kArrival, kIterationEnd, kWake, kDecide, kSample, kStageCompute };
+  enum Kind : uint32_t { kConversation = 1, kArrival, kIterationEnd, kWake, kDecide, kSample, kStageCompute, kReplicaUp, kParkTimeout };
+  // Sends a request to a healthy replica, or parks it until one is healthy.
+  void dispatch(uint32_t id);
+  void fail_request(Request& q, int64_t now_ns);
+  // Engine events of an iteration carry the engine's epoch: a failure voids those in flight.
+  uint32_t ekind(uint32_t kind, int ri) const { return kind | ((epoch_[static_cast<size_t>(ri)] & 0xFFFFFFu) << 8); }
+  std::vector<uint32_t> epoch_;  // per engine
+  std::vector<std::unique_ptr<net::Collective>> graveyard_;  // collectives a failure voided, whose flows may still land
+  std::deque<uint32_t> parked_;
+  std::vector<int64_t> down_since_ns_;  // per replica, -1 when serving
+  std::vector<int64_t> outages_ns_;
+  int64_t down_ns_ = 0;
+  bool faults_enabled_ = false;
+  int64_t failed_ = 0, retried_ = 0, reprefilled_ = 0, replica_failures_ = 0;
   void start_conversation(int64_t now_ns);
   uint32_t make_request(uint32_t conv, int turn, int64_t arrival_ns, int32_t history);
   void on_arrival(uint32_t id);

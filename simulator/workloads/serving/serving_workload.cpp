@@ -63,6 +63,8 @@ class ServingWorkload final : public Workload {
         }
       }
     }
+    devices_ = devices;
+    per_replica_ = static_cast<size_t>(tp * pp);
     cfg.topology_name = world.topology().name();
     cfg.trace_pid = world.trace_pid();
     world.trace_pid();  // the requests' tracks
@@ -71,12 +73,32 @@ class ServingWorkload final : public Workload {
   }
   void start(World& w) override {
     done_ = sim_->config().workload->total_requests() == 0;
+    if (!w.faults().empty()) sim_->enable_faults();
     sim_->start(w.progress, [this, &w] {
       done_ = true;
       w.workload_done();
     });
   }
   bool holds_world() const override { return !done_; }
+  // A replica is down while any of its devices is; it serves again after repair and reload.
+  void on_devices_changed(World& w, const std::vector<int>& devices, bool up) override {
+    std::vector<int> touched;
+    for (int d : devices) {
+      const auto it = std::find(devices_.begin(), devices_.end(), d);
+      if (it != devices_.end()) touched.push_back(static_cast<int>(static_cast<size_t>(it - devices_.begin()) / per_replica_));
+    }
+    std::sort(touched.begin(), touched.end());
+    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    for (int r : touched) {
+      if (!up) {
+        sim_->replica_down(r);
+        continue;
+      }
+      bool all = true;
+      for (size_t k = 0; k < per_replica_; ++k) all &= w.device_up(devices_[static_cast<size_t>(r) * per_replica_ + k]);
+      if (all) sim_->replica_repaired(r);
+    }
+  }
   void finish(World&) override { sim_->finish(); }
   void report(Recorder& rec, bool scoped) const override {
     const std::string tag = scoped ? fmt::format("{}: ", name()) : "";
@@ -92,6 +114,8 @@ class ServingWorkload final : public Workload {
   bool requests_csv_, timeseries_;
   int64_t sample_interval_ns_;
   bool done_ = false;
+  std::vector<int> devices_;
+  size_t per_replica_ = 1;
   std::unique_ptr<ServingSim> sim_;
 };
 
@@ -166,11 +190,17 @@ void register_serving_workload(Registry& reg) {
   Schema s;
   s.add("name", ParamType::String, "the workload's name (metrics under workloads.<name>, files prefixed with it)");
   add_serving_keys(s, reg, false);
+  auto rec = std::make_shared<Schema>();
+  rec->quantity("reload", UnitKind::Time, "after its devices are repaired, a replica loads the model this long before serving").def("2min").nonneg();
+  rec->quantity("failover_timeout", UnitKind::Time, "a request no healthy replica takes within this fails (0s: waits for a repair)").def("60s").nonneg();
+  s.section("recovery", rec, "what a replica failure costs (used when the world has faults)");
   s.section("place", placement_schema(reg), "the devices it runs on: replicas × tensor × pipeline parallel of them, in that order");
   reg.add("workload", "serving", "an LLM serving deployment: replicas behind a router, batching scheduler, KV cache, request load",
           std::move(s), WorkloadKindFactory([&reg](const Params& p, World& world, const WorkloadContext& ctx) -> std::unique_ptr<Workload> {
             std::string desc;
             ServingConfig cfg = build_serving_config(p, reg, ctx.seed, &desc, &world.hardware());
+            cfg.reload_ns = p.section("recovery").time("reload").count_ns();
+            cfg.failover_timeout_ns = p.section("recovery").time("failover_timeout").count_ns();
             const std::string tables_dir = cfg.tables_dir;
             return at_deployment(p, tables_dir, [&]() -> std::unique_ptr<Workload> {
               const auto devices = place_devices(world, p.section("place"), devices_needed(p), ctx.name, reg);

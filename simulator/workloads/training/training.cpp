@@ -1,6 +1,7 @@
 #include "workloads/training/training.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <filesystem>
 
@@ -9,6 +10,7 @@
 #include "config/units.h"
 #include "recorder/training_report.h"
 #include "registry/registry.h"
+#include "network/pod.h"
 #include "world/placement.h"
 
 namespace sluice::training {
@@ -45,12 +47,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   TrainingJob(std::string name, TrainingConfig cfg, World& world, std::vector<int> devices)
       : Workload(std::move(name)), c_(std::move(cfg)), world_(world), cost_(c_.hardware, c_.model, cost_options(c_)) {
     const int slots = c_.dp * c_.pp;
-    nodes_.resize(static_cast<size_t>(slots));
-    // Megatron's rank order: tensor parallel fastest, then data parallel, then pipeline stages.
-    for (int s = 0; s < c_.pp; ++s)
-      for (int d = 0; d < c_.dp; ++d)
-        for (int k = 0; k < c_.tp; ++k)
-          nodes_[static_cast<size_t>(slot(d, s))].push_back(world.device_node(devices[static_cast<size_t>((s * c_.dp + d) * c_.tp + k)]));
+    map_devices(devices);
     const int m = c_.micro_batches;
     tokens_ = static_cast<double>(c_.micro_batch_size) * c_.sequence;
     std::vector<SeqWork> batch(static_cast<size_t>(c_.micro_batch_size), SeqWork{c_.sequence, 0, false});
@@ -83,27 +80,64 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     res_.dp_bytes_per_device = c_.dp > 1 ? dp_bytes_ : 0;
   }
 
+  // Megatron's rank order: tensor parallel fastest, then data parallel, then pipeline stages.
+  void map_devices(const std::vector<int>& devices) {
+    devices_ = devices;
+    nodes_.assign(static_cast<size_t>(c_.dp * c_.pp), {});
+    for (int s = 0; s < c_.pp; ++s)
+      for (int d = 0; d < c_.dp; ++d)
+        for (int k = 0; k < c_.tp; ++k)
+          nodes_[static_cast<size_t>(slot(d, s))].push_back(world_.device_node(devices[static_cast<size_t>((s * c_.dp + d) * c_.tp + k)]));
+  }
+
   void start(World& w) override {
     if (world_.trace().enabled()) {
       world_.trace().name_process(pid_, fmt::format("training {}", name()));
       for (int s = 0; s < c_.pp && s < 64; ++s) world_.trace().name_thread(pid_, s, fmt::format("stage {}", s));
     }
-    (void)w;
+    faults_ = !w.faults().empty();
+    res_.faults = faults_;
+    mark_ns_ = w.engine().now().count_ns();
+    start_ns_ = mark_ns_;
     start_iteration();
+    if (faults_ && c_.collective_timeout_ns > 0) schedule(kWatchdog, c_.collective_timeout_ns);
   }
   bool holds_world() const override { return c_.iterations > 0 && !done_; }
-  void finish(World&) override { res_.flows = flows_; }
+  void finish(World& w) override {
+    res_.flows = flows_;
+    const int64_t now = w.engine().now().count_ns();
+    if (!done_) {
+      res_.wall_s = static_cast<double>(now - start_ns_) / 1e9;
+      if (state_ == State::Recovering) res_.recovering_s += static_cast<double>(now - failed_at_ns_) / 1e9;
+    }
+  }
+
+  void on_devices_changed(World& w, const std::vector<int>& devices, bool up) override {
+    (void)devices;
+    if (done_) return;
+    if (!up) {
+      if (state_ != State::Recovering) fail_stop(w);
+      recover(w);
+    } else if (state_ == State::Recovering && !restart_pending_) {
+      recover(w);
+    }
+  }
   void report(Recorder& rec, bool scoped) const override { report_training(res_, c_, rec, scoped ? name() : std::string()); }
 
   void on_event(Engine& e, uint32_t kind, uint32_t arg) override {
-    switch (kind) {
+    if ((kind >> 4) != (gen_ & kGenMask)) return;  // from before a failure: void
+    switch (kind & 15u) {
       case kCompute: compute_done(static_cast<int>(arg)); break;
       case kIterationEnd: iteration_end(e); break;
+      case kCheckpointDone: checkpoint_done(e); break;
+      case kRestart: restart_done(e); break;
+      case kWatchdog: watchdog(e); break;
     }
   }
 
   void on_flow_done(Engine&, uint64_t tag) override {
-    const int target = static_cast<int>(tag >> 32), mb = static_cast<int>((tag >> 1) & 0x7FFFFFFF), grad = static_cast<int>(tag & 1);
+    if ((tag >> 56) != (gen_ & 0xFF)) return;  // a transfer of an iteration a failure cut short
+    const int target = static_cast<int>((tag >> 32) & 0xFFFFFF), mb = static_cast<int>((tag >> 1) & 0x7FFFFFFF), grad = static_cast<int>(tag & 1);
     int& left = pending_[static_cast<size_t>((target * c_.micro_batches + mb) * 2 + grad)];
     if (--left > 0) return;
     Stage& st = stages_[static_cast<size_t>(target)];
@@ -112,7 +146,13 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   }
 
  private:
-  enum : uint32_t { kCompute = 1, kIterationEnd = 2 };
+  enum : uint32_t { kCompute = 1, kIterationEnd = 2, kCheckpointDone = 3, kRestart = 4, kWatchdog = 5 };
+  static constexpr uint32_t kGenMask = (1u << 28) - 1;
+  enum class State { Running, Checkpointing, Recovering };
+  // Schedules an event of this generation `delay_ns` from now (a failure voids it).
+  void schedule(uint32_t kind, int64_t delay_ns, uint32_t arg = 0) {
+    world_.engine().schedule_in(SimTime::ns(delay_ns), Priority::Compute, this, kind | ((gen_ & kGenMask) << 4), arg);
+  }
   struct Op {
     bool forward;
     int mb;
@@ -152,6 +192,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   void start_iteration() {
     const int64_t now = world_.engine().now().count_ns();
     iter_start_ns_ = now;
+    progress_ns_ = now;
     stages_reduced_ = 0;
     stage_bwd_done_.assign(static_cast<size_t>(c_.pp), 0);
     stage_dp_left_.assign(static_cast<size_t>(c_.pp), 0);
@@ -178,7 +219,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     const int64_t now = world_.engine().now().count_ns();
     st.op_start_ns = now;
     const int64_t dur = op.forward ? fwd_ns_[static_cast<size_t>(s)] : bwd_ns(s);
-    world_.engine().schedule_at(SimTime::ns(now + dur), Priority::Compute, this, kCompute, static_cast<uint32_t>(sl));
+    schedule(kCompute, dur, static_cast<uint32_t>(sl));
   }
 
   void compute_done(int sl) {
@@ -192,7 +233,9 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
       st.tp_collective = std::make_unique<net::Collective>(world_.fabric(), net::CollectiveKind::AllReduceRing, nodes_[static_cast<size_t>(sl)],
                                                            cost_.tp_allreduce_bytes(tokens_), o);
       flows_ += static_cast<uint64_t>(c_.tp);
-      st.tp_collective->start([this, sl](Engine&) { op_done(sl); });
+      st.tp_collective->start([this, sl, g = gen_](Engine&) {
+        if (g == gen_) op_done(sl);
+      });
       return;
     }
     op_done(sl);
@@ -204,7 +247,8 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     pending_[static_cast<size_t>((to * c_.micro_batches + mb) * 2 + (grad ? 1 : 0))] = static_cast<int>(a.size());
     const double bytes = cost_.activation_bytes(tokens_) / static_cast<double>(a.size());
     const uint64_t tag = (static_cast<uint64_t>(to) << 32) | (static_cast<uint64_t>(mb) << 1) | (grad ? 1u : 0u);
-    for (size_t k = 0; k < a.size(); ++k) world_.fabric().start(a[k], b[k], bytes, this, tag, tag * 31 + k);
+    const uint64_t gtag = tag | (static_cast<uint64_t>(gen_ & 0xFF) << 56);
+    for (size_t k = 0; k < a.size(); ++k) world_.fabric().start(a[k], b[k], bytes, this, gtag, tag * 31 + k);
     flows_ += a.size();
   }
 
@@ -213,6 +257,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     const int64_t now = world_.engine().now().count_ns();
     const Op op = st.order[st.next - 1];
     const int d = sl / c_.pp, s = sl % c_.pp;
+    progress_ns_ = now;
     st.busy = false;
     st.busy_ns += now - st.op_start_ns;
     st.last_end_ns = now;
@@ -248,7 +293,9 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
       auto coll = std::make_unique<net::Collective>(world_.fabric(), c_.dp_algorithm, group, dp_bytes_, o);
       net::Collective* raw = coll.get();
       dp_live_.push_back(std::move(coll));
-      raw->start([this, s](Engine&) {
+      raw->start([this, s, g = gen_](Engine&) {
+        if (g != gen_) return;
+        progress_ns_ = world_.engine().now().count_ns();
         if (--stage_dp_left_[static_cast<size_t>(s)] == 0) stage_reduced();
       });
     }
@@ -259,7 +306,8 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     const int64_t now = world_.engine().now().count_ns();
     dp_ns_total_ += now - last_backward_ns_;
     for (auto& c : dp_live_) flows_ += c->flows_started();
-    world_.engine().schedule_at(SimTime::ns(now + optimizer_ns_), Priority::Compute, this, kIterationEnd, 0);
+    (void)now;
+    schedule(kIterationEnd, optimizer_ns_);
   }
 
   void iteration_end(Engine& e) {
@@ -278,14 +326,157 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     }
     bubble_sum_ += bubble / c_.pp;
     ++iterations_done_;
-    res_.bubble_fraction = bubble_sum_ / iterations_done_;
-    res_.dp_allreduce_ms = static_cast<double>(dp_ns_total_) / iterations_done_ / 1e6;
+    ++measured_;
+    res_.bubble_fraction = bubble_sum_ / measured_;
+    res_.dp_allreduce_ms = static_cast<double>(dp_ns_total_) / measured_ / 1e6;
+    progress_ns_ = now;
     if (c_.iterations > 0 && iterations_done_ >= c_.iterations) {
+      keep_work(now);
       done_ = true;
+      res_.wall_s = static_cast<double>(now - start_ns_) / 1e9;
       world_.workload_done();
       return;
     }
+    if (faults_ && c_.checkpoint_interval_ns > 0 && now - mark_ns_ >= c_.checkpoint_interval_ns) {
+      state_ = State::Checkpointing;
+      ckpt_start_ns_ = now;
+      schedule(kCheckpointDone, c_.checkpoint_write_ns);
+      return;
+    }
     start_iteration();
+  }
+
+  // --- Failures -----------------------------------------------------------------------------
+  // The work since the last checkpoint (or restart) is kept: it counts as useful.
+  void keep_work(int64_t now) {
+    res_.useful_s += static_cast<double>(now - mark_ns_) / 1e9;
+    mark_ns_ = now;
+    kept_iterations_ = iterations_done_;
+  }
+  void checkpoint_done(Engine& e) {
+    const int64_t now = e.now().count_ns();
+    // The iterations before the write are safe; the write itself is overhead.
+    res_.useful_s += static_cast<double>(ckpt_start_ns_ - mark_ns_) / 1e9;
+    res_.checkpoint_s += static_cast<double>(now - ckpt_start_ns_) / 1e9;
+    mark_ns_ = now;
+    kept_iterations_ = iterations_done_;
+    ++res_.checkpoints;
+    state_ = State::Running;
+    start_iteration();
+  }
+  // A device of the job failed: everything in flight is void, the work since the last
+  // checkpoint is lost, and the iterations after it will be done again.
+  void fail_stop(World& w) {
+    const int64_t now = w.engine().now().count_ns();
+    ++gen_;
+    ++res_.failures;
+    if (state_ == State::Checkpointing) {
+      // The interrupted write is lost with the iterations it would have saved.
+      res_.lost_s += static_cast<double>(ckpt_start_ns_ - mark_ns_) / 1e9;
+      res_.checkpoint_s += static_cast<double>(now - ckpt_start_ns_) / 1e9;
+    } else {
+      res_.lost_s += static_cast<double>(now - mark_ns_) / 1e9;
+    }
+    iterations_done_ = kept_iterations_;
+    res_.iteration_s.resize(std::min(res_.iteration_s.size(), static_cast<size_t>(kept_iterations_)));
+    for (auto& st : stages_)
+      if (st.tp_collective) graveyard_.push_back(std::move(st.tp_collective));
+    for (auto& c : dp_live_) graveyard_.push_back(std::move(c));
+    dp_live_.clear();
+    for (auto& st : stages_) st.busy = false;
+    state_ = State::Recovering;
+    restart_pending_ = false;
+    failed_at_ns_ = now;
+  }
+  bool all_up() const {
+    for (int d : devices_)
+      if (!world_.device_up(d)) return false;
+    return true;
+  }
+  // Where to train again: the same devices once healthy; on a TPU pod slice, a slice re-formed
+  // at once from healthy free cubes (OCS: the healthy cubes kept and a spare for each failed
+  // one; static: any healthy contiguous free block), else the same cubes after repair.
+  void recover(World& w) {
+    if (done_ || restart_pending_) return;
+    if (!all_up() && c_.slice_cubes[0] > 0 && w.is_pod()) reform(w);
+    if (!all_up()) return;  // waits for the repair (on_devices_changed)
+    restart_pending_ = true;
+    schedule(kRestart, c_.restart_ns);
+  }
+  void reform(World& w) {
+    const auto g = w.pod_grid();
+    const int cubes = g[0] * g[1] * g[2];
+    std::vector<char> mine(static_cast<size_t>(cubes), 0), usable(static_cast<size_t>(cubes), 1);
+    for (int d : devices_) mine[static_cast<size_t>(w.group_of(d))] = 1;
+    for (int d = 0; d < w.device_count(); ++d) {
+      const size_t c = static_cast<size_t>(w.group_of(d));
+      if (!w.device_up(d) || (!w.holder(d).empty() && w.holder(d) != name())) usable[c] = 0;
+    }
+    std::vector<int> chosen;
+    if (w.pod_has_ocs()) {
+      std::vector<int> order;  // the job's cubes in its slice order
+      for (int d : devices_) {
+        const int c = w.group_of(d);
+        if (std::find(order.begin(), order.end(), c) == order.end()) order.push_back(c);
+      }
+      std::vector<int> spares;
+      for (int c = 0; c < cubes; ++c)
+        if (usable[static_cast<size_t>(c)] && !mine[static_cast<size_t>(c)]) spares.push_back(c);
+      size_t next = 0;
+      for (int c : order) {
+        if (usable[static_cast<size_t>(c)]) chosen.push_back(c);
+        else if (next < spares.size()) chosen.push_back(spares[next++]);
+        else return;  // too few healthy cubes: wait for a repair
+      }
+    } else {
+      uint64_t free = 0;
+      for (int c = 0; c < cubes; ++c)
+        if (usable[static_cast<size_t>(c)]) free |= uint64_t{1} << c;
+      const net::PodAllocator alloc(g, false, net::PlacementPolicy::FirstFit);
+      const auto mask = alloc.place(net::CubeShape{c_.slice_cubes[0], c_.slice_cubes[1], c_.slice_cubes[2]}, free);
+      if (!mask) return;
+      for (uint64_t r = *mask; r; r &= r - 1) chosen.push_back(std::countr_zero(r));
+    }
+    w.tear_down_slice(devices_);
+    w.release(devices_);
+    const auto devs = w.form_slice(chosen, c_.slice_cubes);
+    w.claim(devs, name());
+    map_devices(devs);
+    ++res_.reformed;
+  }
+  void restart_done(Engine& e) {
+    restart_pending_ = false;
+    if (!all_up()) {  // failed again meanwhile: re-form or wait again
+      recover(world_);
+      return;
+    }
+    const int64_t now = e.now().count_ns();
+    res_.recovering_s += static_cast<double>(now - failed_at_ns_) / 1e9;
+    res_.recover_s.push_back(static_cast<double>(now - failed_at_ns_) / 1e9);
+    ++res_.restarts;
+    if (world_.trace().enabled()) world_.trace().complete(pid_, 0, "recovery", "fault", failed_at_ns_, now - failed_at_ns_);
+    state_ = State::Running;
+    mark_ns_ = now;
+    progress_ns_ = now;
+    start_iteration();
+    if (c_.collective_timeout_ns > 0) schedule(kWatchdog, c_.collective_timeout_ns);
+  }
+  // A transfer that makes no progress for the timeout (its group cut off by failed links)
+  // fails the job for good.
+  void watchdog(Engine& e) {
+    const int64_t now = e.now().count_ns();
+    if (state_ == State::Running && now - progress_ns_ >= c_.collective_timeout_ns) {
+      ++gen_;
+      res_.failed = true;
+      res_.failure_reason = fmt::format("no progress for {:.3g} s: a transfer's group is cut off from the fabric", c_.collective_timeout_ns / 1e9);
+      res_.lost_s += static_cast<double>(now - mark_ns_) / 1e9;
+      res_.wall_s = static_cast<double>(now - start_ns_) / 1e9;
+      done_ = true;
+      if (c_.iterations > 0) world_.workload_done();
+      return;
+    }
+    // Re-armed at this generation's events only while running; a failure re-arms it on restart.
+    world_.engine().schedule_in(SimTime::ns(c_.collective_timeout_ns), Priority::Compute, this, kWatchdog | ((gen_ & kGenMask) << 4), 0);
   }
 
   TrainingConfig c_;
@@ -304,6 +495,14 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   bool done_ = false;
   uint64_t flows_ = 0;
   TrainingResults res_;
+  // Failures.
+  std::vector<int> devices_;
+  std::vector<std::unique_ptr<net::Collective>> graveyard_;  // collectives a failure voided, whose flows may still land
+  uint32_t gen_ = 0;
+  State state_ = State::Running;
+  bool faults_ = false, restart_pending_ = false;
+  int kept_iterations_ = 0, measured_ = 0;
+  int64_t start_ns_ = 0, mark_ns_ = 0, ckpt_start_ns_ = 0, failed_at_ns_ = 0, progress_ns_ = 0;
 };
 
 }  // namespace
@@ -330,6 +529,12 @@ void register_training(Registry& reg) {
       .def("allreduce-ring");
   s.add("cost_tables", ParamType::String, "auto (the hardware's calibration), none (roofline only), or a directory").def("auto");
   s.section("place", placement_schema(reg), "the devices it runs on: tp x pp x dp of them (tensor parallel fastest, then data parallel)");
+  auto rec = std::make_shared<Schema>();
+  rec->quantity("checkpoint_interval", UnitKind::Time, "a checkpoint after the first iteration that ends this long after the last one (0s: none)").def("30min").nonneg();
+  rec->quantity("checkpoint_write", UnitKind::Time, "the pause to write a checkpoint").def("30s").nonneg();
+  rec->quantity("restart", UnitKind::Time, "from healthy devices to training again: reload the checkpoint, re-initialise").def("5min").nonneg();
+  rec->quantity("collective_timeout", UnitKind::Time, "a job whose transfers make no progress this long (group cut off) fails (0s: never)").def("10min").nonneg();
+  s.section("recovery", rec, "what a failure costs: checkpoints, restart, and the timeout of a cut-off collective (used when the world has faults)");
   reg.add("workload", "training",
           "a training job: forward and backward per stage from the cost model, GPipe/1F1B pipelines, TP/PP/DP transfers as flows",
           std::move(s), WorkloadKindFactory([&reg](const Params& p, World& world, const WorkloadContext& ctx) -> std::unique_ptr<Workload> {
@@ -369,6 +574,16 @@ void register_training(Registry& reg) {
                                              format_bytes(mem.optimizer), format_bytes(mem.activations), c.hardware.name,
                                              format_bytes(c.hardware.hbm_bytes)),
                      "more tensor or pipeline parallelism, fewer micro-batches in flight (1f1b), recompute: true, or smaller micro-batches");
+            const Params& rp = p.section("recovery");
+            c.checkpoint_interval_ns = rp.time("checkpoint_interval").count_ns();
+            c.checkpoint_write_ns = rp.time("checkpoint_write").count_ns();
+            c.restart_ns = rp.time("restart").count_ns();
+            c.collective_timeout_ns = rp.time("collective_timeout").count_ns();
+            if (p.section("place").given("slice") && world.is_pod()) {
+              const Node& sn = p.section("place").node("slice");
+              for (size_t i = 0; i < 3 && i < sn.seq.size(); ++i)
+                c.slice_cubes[i] = static_cast<int>(std::stol(sn.seq[i].scalar)) / world.pod_cube_edge();
+            }
             const int need = c.tp * c.pp * c.dp;
             const auto devices = place_devices(world, p.section("place"), need, ctx.name, reg);
             for (int g = 0; g < need; g += c.tp)

@@ -4,6 +4,7 @@
 // (TP all-reduces, activations and gradients between stages, the DP gradient all-reduce) is a
 // flow on the world's fabric, every time it happens.
 #pragma once
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,12 @@ struct TrainingConfig {
   net::CollectiveKind dp_algorithm = net::CollectiveKind::AllReduceRing;
   std::string tables_dir;
   double optimizer_bytes_per_param = 28;  // Adam, mixed precision: read and write fp32 master, m, v and bf16 weight
+  // Failures: a failure stops the job; it restarts from its last checkpoint.
+  int64_t checkpoint_interval_ns = 0;  // 0: no checkpoints (a failure loses everything since the start)
+  int64_t checkpoint_write_ns = 0;     // the job pauses this long to write one
+  int64_t restart_ns = 0;              // from healthy devices to training again (reload, re-init)
+  int64_t collective_timeout_ns = 0;   // a transfer making no progress this long fails the job (its group is cut off)
+  std::array<int, 3> slice_cubes{0, 0, 0};  // the TPU slice shape in cubes when placed as a slice (it may re-form there)
 };
 
 // Memory one device of a stage holds (bytes).
@@ -57,6 +64,17 @@ struct TrainingResults {
   TrainingMemory memory;
   double dp_bytes_per_device = 0;
   uint64_t flows = 0;
+  // Under failures (all zero without them).
+  bool faults = false;            // the world has fault processes
+  int failures = 0, restarts = 0, reformed = 0, checkpoints = 0;
+  double useful_s = 0;            // iterations kept (computed and not lost)
+  double lost_s = 0;              // work lost: since the last checkpoint, at each failure
+  double checkpoint_s = 0;        // writing checkpoints
+  double recovering_s = 0;        // from a failure to training again (waiting for devices, restart)
+  double wall_s = 0;              // from start to done (or the end of the run)
+  std::vector<double> recover_s;  // each failure's time to recover
+  bool failed = false;            // stopped for good (a stalled collective)
+  std::string failure_reason;
 };
 
 }  // namespace sluice::training
