@@ -31,6 +31,7 @@ void add_sweep(CLI::App& app, CliContext& ctx);
 void add_check(CLI::App& app, CliContext& ctx);
 void add_schema(CLI::App& app, CliContext& ctx);
 void add_report(CLI::App& app, CliContext& ctx);
+void add_monkey(CLI::App& app, CliContext& ctx);
 
 // `sluice list hardware|model|topology [NAME]`: the catalogs; nullopt when KIND is no catalog.
 std::optional<int> list_catalog(const std::string& kind, const std::string& name, const Registry& reg);

@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   cli::add_check(app, ctx);
   cli::add_schema(app, ctx);
   cli::add_report(app, ctx);
+  cli::add_monkey(app, ctx);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -4,6 +4,9 @@
 #include <limits>
 #include <algorithm>
 #include <functional>
+#include <stdexcept>
+
+#include <fmt/format.h>
 
 namespace sluice::net {
 
@@ -121,6 +124,22 @@ void FlowSim::set_link_capacity(int link, double Bps) {
   level_bound_ = 0;  // a capacity change may move every level: re-fill the whole component
   mark_dirty(link);
   request_recompute();
+}
+
+void FlowSim::check_invariants() const {
+  if (recompute_pending_) return;
+  for (size_t l = 0; l < link_flows_.size(); ++l) {
+    const double load = from_fixed(load_[l]);
+    if (!(load <= cap_[l] * (1 + 1e-9) + 1e-3))
+      throw std::logic_error(fmt::format("flow invariant broken at {}: link {} ({} -> {}) carries {:.6g} B/s over its capacity of {:.6g} B/s",
+                                         engine_.now().str(), l, topo_.node(topo_.link(static_cast<int>(l)).src).name,
+                                         topo_.node(topo_.link(static_cast<int>(l)).dst).name, load, cap_[l]));
+    for (const LinkFlow& e : link_flows_[l]) {
+      const double r = flows_[e.flow].rate_Bps;
+      if (!(r >= 0) || !std::isfinite(r))
+        throw std::logic_error(fmt::format("flow invariant broken at {}: flow {} has rate {}", engine_.now().str(), e.flow, r));
+    }
+  }
 }
 
 std::pair<int, int> FlowSim::reroute(const std::vector<int>& links, int64_t penalty_ns) {

@@ -57,6 +57,10 @@ class FlowSim final : public EventHandler {
   // exists, its last byte `penalty_ns` later; the others stay and stall at rate 0 until their
   // link returns. Returns {moved, stalled}.
   std::pair<int, int> reroute(const std::vector<int>& links, int64_t penalty_ns);
+  // Run-time invariants, once rates are settled (no recomputation pending): on every link the
+  // flows' rates sum to at most its capacity, and no rate is negative or not finite. Throws
+  // std::logic_error naming the link.
+  void check_invariants() const;
   // Current rate of an active flow (bytes/s); 0 before the first recomputation.
   double rate_Bps(uint32_t flow) const { return flows_[flow].rate_Bps; }
   bool flow_active(uint32_t flow) const { return flows_[flow].state == State::Sending; }

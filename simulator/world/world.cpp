@@ -162,6 +162,7 @@ void World::run(SimTime until) {
   for (const auto& f : faults_) f->start(*this);
   if (holding_ > 0) engine_.run(until);
   ran_until_ = engine_.now();
+  flows_.check_invariants();
   for (const auto& w : workloads_) w->finish(*this);
 }
 

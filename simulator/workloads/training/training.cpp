@@ -107,20 +107,26 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     res_.flows = flows_;
     const int64_t now = w.engine().now().count_ns();
     if (!done_) {
+      // The run ended with the job still going: the work since the last checkpoint is kept
+      // (nothing failed it), an unfinished write or recovery counts as such.
       res_.wall_s = static_cast<double>(now - start_ns_) / 1e9;
       if (state_ == State::Recovering) res_.recovering_s += static_cast<double>(now - failed_at_ns_) / 1e9;
+      else if (state_ == State::Checkpointing) {
+        res_.useful_s += static_cast<double>(ckpt_start_ns_ - mark_ns_) / 1e9;
+        res_.checkpoint_s += static_cast<double>(now - ckpt_start_ns_) / 1e9;
+      } else res_.useful_s += static_cast<double>(now - mark_ns_) / 1e9;
     }
   }
 
   void on_devices_changed(World& w, const std::vector<int>& devices, bool up) override {
     (void)devices;
     if (done_) return;
-    if (!up) {
-      if (state_ != State::Recovering) fail_stop(w);
-      recover(w);
-    } else if (state_ == State::Recovering && !restart_pending_) {
-      recover(w);
-    }
+    if (!up && state_ != State::Recovering) fail_stop(w);
+    if (state_ != State::Recovering || restart_pending_ || decide_pending_) return;
+    // Decided at the end of the instant, once every failure and repair at this time is known
+    // (a rack or several hosts failing together re-form the slice once).
+    decide_pending_ = true;
+    w.engine().schedule_in(SimTime::zero(), Priority::Schedule, this, kRecover | ((gen_ & kGenMask) << 4), 0);
   }
   void report(Recorder& rec, bool scoped) const override { report_training(res_, c_, rec, scoped ? name() : std::string()); }
 
@@ -132,6 +138,10 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
       case kCheckpointDone: checkpoint_done(e); break;
       case kRestart: restart_done(e); break;
       case kWatchdog: watchdog(e); break;
+      case kRecover:
+        decide_pending_ = false;
+        recover(world_);
+        break;
     }
   }
 
@@ -146,7 +156,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   }
 
  private:
-  enum : uint32_t { kCompute = 1, kIterationEnd = 2, kCheckpointDone = 3, kRestart = 4, kWatchdog = 5 };
+  enum : uint32_t { kCompute = 1, kIterationEnd = 2, kCheckpointDone = 3, kRestart = 4, kWatchdog = 5, kRecover = 6 };
   static constexpr uint32_t kGenMask = (1u << 28) - 1;
   enum class State { Running, Checkpointing, Recovering };
   // Schedules an event of this generation `delay_ns` from now (a failure voids it).
@@ -385,7 +395,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     dp_live_.clear();
     for (auto& st : stages_) st.busy = false;
     state_ = State::Recovering;
-    restart_pending_ = false;
+    restart_pending_ = decide_pending_ = false;
     failed_at_ns_ = now;
   }
   bool all_up() const {
@@ -500,7 +510,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   std::vector<std::unique_ptr<net::Collective>> graveyard_;  // collectives a failure voided, whose flows may still land
   uint32_t gen_ = 0;
   State state_ = State::Running;
-  bool faults_ = false, restart_pending_ = false;
+  bool faults_ = false, restart_pending_ = false, decide_pending_ = false;
   int kept_iterations_ = 0, measured_ = 0;
   int64_t start_ns_ = 0, mark_ns_ = 0, ckpt_start_ns_ = 0, failed_at_ns_ = 0, progress_ns_ = 0;
 };

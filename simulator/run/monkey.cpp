@@ -1,0 +1,103 @@
+#include "run/monkey.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "config/error.h"
+#include "engine/engine.h"
+#include "run/runner.h"
+#include "run/scenario.h"
+#include "world/world_study.h"
+
+namespace sluice {
+
+namespace {
+
+struct Outcome {
+  std::string kind, message;
+};
+
+Outcome run_once(const std::string& file, const std::vector<std::string>& sets, const Registry& reg, uint64_t max_events, Json* metrics) {
+  auto& control = RunControl::get();
+  control.set_limits(max_events, 0);
+  try {
+    Scenario sc = load_scenario(file, sets, reg);
+    Recorder rec;
+    run_into(sc, rec, {});
+    control.clear();
+    if (metrics) *metrics = rec.metrics();
+    return {"ok", ""};
+  } catch (const RunStopped& e) {
+    control.clear();
+    if (e.why() == RunStopped::Why::Interrupted) throw;
+    return {"hang", e.what()};
+  } catch (const ConfigError& e) {
+    control.clear();
+    return {"crash", std::string("configuration error: ") + e.what()};
+  } catch (const std::logic_error& e) {  // invariants, time faults
+    control.clear();
+    return {"invariant", e.what()};
+  } catch (const std::exception& e) {
+    control.clear();
+    return {"crash", e.what()};
+  }
+}
+
+}  // namespace
+
+MonkeyReport run_monkey(const std::string& file, const std::vector<std::string>& sets, const Registry& reg, const MonkeyOptions& o,
+                        const std::function<void(const MonkeyRun&, int, int)>& progress) {
+  MonkeyReport rep;
+  // The baseline: its length spreads the failure instants, its events size the hang budget.
+  Json m;
+  const Outcome base = run_once(file, sets, reg, 0, &m);
+  if (base.kind != "ok") throw std::runtime_error(fmt::format("the scenario fails without any injected fault: {}", base.message));
+  const Json* sim = json_path(m, "world.simulated_s");
+  const Json* ev = json_path(m, "world.events");
+  if (!sim || !ev) throw std::runtime_error("the monkey runs world scenarios (cluster: and workloads:), and this is not one");
+  rep.baseline_s = sim->get<double>();
+  rep.baseline_events = ev->get<uint64_t>();
+  const uint64_t budget = static_cast<uint64_t>(o.event_factor * static_cast<double>(rep.baseline_events)) + 100000;
+
+  // The components, from the world the scenario builds.
+  Scenario sc = load_scenario(file, sets, reg);
+  auto* ws = dynamic_cast<WorldStudy*>(sc.world.get());
+  if (!ws) throw std::runtime_error("the monkey runs world scenarios (cluster: and workloads:), and this is not one");
+  World& w = ws->world();
+  std::vector<std::string> targets;
+  for (int c = 0; c < kFaultClasses; ++c) {
+    const auto cls = static_cast<FaultClass>(c);
+    const std::string cname = fault_class_name(cls);
+    if (!o.classes.empty() && std::find(o.classes.begin(), o.classes.end(), cname) == o.classes.end()) continue;
+    const auto& comps = w.components(cls);
+    if (comps.empty()) continue;
+    const size_t n = comps.size(), k = o.per_class > 0 ? std::min(n, static_cast<size_t>(o.per_class)) : n;
+    for (size_t i = 0; i < k; ++i) targets.push_back(cname + ":" + comps[i * n / k].name);
+  }
+  for (const auto& cl : o.classes)
+    if (!parse_fault_class(cl)) throw std::invalid_argument(fmt::format("'{}' is not a component class ({})", cl, fault_class_list()));
+  const int total = static_cast<int>(targets.size()) * o.instants;
+  for (const auto& t : targets)
+    for (int i = 0; i < o.instants; ++i) {
+      const double at = rep.baseline_s * (i + 1) / (o.instants + 1);
+      const int64_t at_ns = std::max<int64_t>(0, std::llround(at * 1e9));
+      std::string events = fmt::format("\"{}ns {} down\"", at_ns, t);
+      if (o.repair_after_s > 0) events += fmt::format(", \"{}ns {} up\"", at_ns + std::llround(o.repair_after_s * 1e9), t);
+      auto s2 = sets;
+      s2.push_back(fmt::format("faults=[{{kind: trace, name: monkey, events: [{}]}}]", events));
+      const Outcome out = run_once(file, s2, reg, budget, nullptr);
+      MonkeyRun r{t, at, out.kind, out.message};
+      ++rep.runs;
+      rep.hangs += out.kind == "hang";
+      rep.crashes += out.kind == "crash";
+      rep.invariants += out.kind == "invariant";
+      rep.all.push_back(r);
+      if (progress) progress(r, rep.runs, total);
+    }
+  return rep;
+}
+
+}  // namespace sluice
