@@ -11,6 +11,7 @@ void register_compare_study(Registry& reg);
 void register_world_study(Registry& reg);
 void register_placement_policies(Registry& reg);
 void register_training_workload(Registry& reg);
+void register_diffusion_workload(Registry& reg);
 void register_world_bench(Registry& reg);
 
 void register_builtin_components(Registry& reg) {
@@ -22,6 +23,7 @@ void register_builtin_components(Registry& reg) {
   register_compare_study(reg);
   register_world_study(reg);
   register_training_workload(reg);
+  register_diffusion_workload(reg);
   register_world_bench(reg);
 }
 
