@@ -153,8 +153,6 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
     res_.formula_bytes_per_step_per_device = formula_bytes_per_device(c_, B1);
     if (c_.strategy() == Strategy::PipeFusion) {
       const int N = c_.pipefusion;
-      stage_first_.resize(static_cast<size_t>(N + 1));
-      for (int s = 0; s <= N; ++s) stage_first_[static_cast<size_t>(s)] = static_cast<int>(static_cast<long>(blocks(c_.dit)) * s / N);
       stages_.resize(static_cast<size_t>(c_.cfg_degree * N));
     }
   }
@@ -177,6 +175,7 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
     res_.batch_steps = batch_steps_;
     res_.mean_batch = batch_steps_ > 0 ? static_cast<double>(batch_images_) / static_cast<double>(batch_steps_) : 0;
     res_.comm_bytes_per_step_per_device = batch_steps_ > 0 ? strategy_bytes_ / static_cast<double>(batch_steps_) / c_.devices() : 0;
+    if (batch_steps_ > 0) res_.formula_bytes_per_step_per_device = formula_sum_ / static_cast<double>(batch_steps_);
     res_.pipefusion_stage_io_bytes_per_step = batch_steps_ > 0 && c_.pipefusion > 2 ? stage1_io_bytes_ / static_cast<double>(batch_steps_) : 0;
     int64_t end = 0;
     for (const auto& r : req_) end = std::max(end, r.finish_ns);
@@ -413,6 +412,7 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
     for (int r : batch_) ++req_[static_cast<size_t>(r)].scheduled;
     ++batch_steps_;
     batch_images_ += static_cast<long>(batch_.size());
+    formula_sum_ += formula_bytes_per_device(c_, B);
     phases_ = plan_step(B, w);
     phase_ = 0;
     step_start_ns_ = now;
@@ -558,6 +558,7 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
     psteps_.push_back(std::move(st));
     ++batch_steps_;
     batch_images_ += static_cast<long>(batch.size());
+    formula_sum_ += formula_bytes_per_device(c_, psteps_.back().B);
     return true;
   }
 
@@ -685,12 +686,11 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
   // PipeFusion
   std::vector<PStep> psteps_;
   std::vector<StageState> stages_;
-  std::vector<int> stage_first_;
   std::map<std::tuple<int, int, int>, int64_t> scache_;
   double stage1_io_bytes_ = 0;
   // accounting
   long batch_steps_ = 0, batch_images_ = 0;
-  double fabric_bytes_ = 0, strategy_bytes_ = 0;
+  double fabric_bytes_ = 0, strategy_bytes_ = 0, formula_sum_ = 0;  // formula_sum_: the formula at each step's batch
   uint64_t flows_ = 0;
   int pid_ = 0;
   long traced_ = 0;
@@ -721,6 +721,7 @@ void register_diffusion(Registry& reg) {
   s.quantity("arrival_rate", UnitKind::Rate, "Poisson arrivals of requests (0/s: every request at time 0)").def("0/s").nonneg();
   s.add("max_batch", ParamType::Int, "images per step: waiting requests join at step boundaries up to this").def("1").range(1, 4096);
   s.enumeration("implementation", {"pytorch-lean", "pytorch-naive", "fused"}, "which kernels a step launches (fused: torch.compile-like fusion of the elementwise work)").def("pytorch-lean");
+  s.add("trace", ParamType::Bool, "write trace.json: a track per device (per stage for PipeFusion) with its steps, the first few thousand").def("false");
   s.add("cost_tables", ParamType::String, "auto (the hardware's calibration, else derived from its derive_tables_from device, else roofline), none (roofline only), or a directory").def("auto");
   s.section("place", placement_schema(reg), "the devices it runs on: cfg x tensor x ulysses x ring x distrifusion x pipefusion of them (group-major; Ulysses ranks fastest)");
   reg.add("workload", "diffusion",
@@ -797,6 +798,7 @@ void register_diffusion(Registry& reg) {
                                              format_bytes(c.hardware.hbm_bytes)),
                      "tensor or pipefusion parallelism (weights P/N), a smaller max_batch, or a lower resolution");
             const auto devices = place_devices(world, p.section("place"), c.devices(), ctx.name, reg);
+            if (p.flag("trace")) world.trace().enable(true);
             return std::make_unique<DiffusionJob>(ctx.name, std::move(c), world, devices);
           }));
 }

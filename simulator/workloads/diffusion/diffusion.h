@@ -68,7 +68,7 @@ struct DiffusionResults {
   uint64_t flows = 0;
   double fabric_bytes = 0;                 // every byte this workload put on the fabric
   double comm_bytes_per_step_per_device = 0;  // of the strategy's transfers (mean over steps)
-  double formula_bytes_per_step_per_device = 0;
+  double formula_bytes_per_step_per_device = 0;  // the formula at each step's batch, mean over steps
   double pipefusion_stage_io_bytes_per_step = 0;  // an interior stage's activations in + out per step
   long batch_steps = 0;
   double mean_batch = 0;
