@@ -50,11 +50,9 @@ std::shared_ptr<Schema> dit_schema() {
   return s;
 }
 
-DitSpec load_dit(const std::string& name, const Origin& at) {
-  Node n = load_catalog_entry({"models/dit"}, name, at, "dit");
-  const Params p = parse_params(n, *dit_schema(), "dit");
+DitSpec dit_from_params(const Params& p, const std::string& fallback_name) {
   DitSpec d;
-  d.name = p.str("name").empty() ? name : p.str("name");
+  d.name = p.str("name").empty() ? fallback_name : p.str("name");
   d.layers = static_cast<int>(p.integer("layers"));
   d.single_layers = static_cast<int>(p.integer("single_layers"));
   d.hidden = static_cast<int>(p.integer("hidden"));
@@ -73,6 +71,11 @@ DitSpec load_dit(const std::string& name, const Origin& at) {
   d.qk_norm = p.flag("qk_norm");
   if (d.cross_attention && d.text_tokens <= 0) p.fail("text_tokens", "cross-attention needs text tokens", "> 0, e.g. 300");
   return d;
+}
+
+DitSpec load_dit(const std::string& name, const Origin& at) {
+  Node n = load_catalog_entry({"models/dit"}, name, at, "dit");
+  return dit_from_params(parse_params(n, *dit_schema(), "dit"), name);
 }
 
 bool is_dit(const std::string& name) {
@@ -128,11 +131,24 @@ struct Step {
 
 }  // namespace
 
+bool is_attention_op(const std::string& op) { return op.rfind("attention.", 0) == 0 && op != "attention.layout_copy" && op != "attention.concat"; }
+
 IterationCost dit_step(const CostModel& cm, const DitSpec& d, long patch_tokens, int batch) {
+  return dit_step_part(cm, d, patch_tokens, batch, DitPart{});
+}
+
+IterationCost dit_step_part(const CostModel& cm, const DitSpec& d, long patch_tokens, int batch, const DitPart& part) {
   const bool fused = cm.implementation() == Implementation::Fused;
-  const double B = batch, P = static_cast<double>(patch_tokens) * B, T = d.text_tokens * B, h = d.hidden,
-               f = d.mlp_ratio * d.hidden, b = 2;
-  const double L = d.layers, S = d.single_layers;
+  const double B = batch, img = static_cast<double>(patch_tokens);
+  // Rows of this device's linear layers and elementwise kernels (all images of the batch).
+  const double P = (part.rows < 0 ? img : part.rows) * B, T = (part.text_rows < 0 ? d.text_tokens : part.text_rows) * B,
+               h = d.hidden, f = d.mlp_ratio * d.hidden, b = 2;
+  // One attention call: image-token queries and keys per image.
+  const double q_img = part.q < 0 ? P / B : part.q, kv_img = part.kv < 0 ? img : part.kv;
+  const int tp = std::max(1, part.tp), heads = d.heads / std::max(1, part.heads_div), calls = std::max(1, part.attention_calls);
+  const double ht = h / tp, ft = f / tp;  // GEMM widths split by tensor parallelism
+  const double L = part.double_blocks < 0 ? d.layers : part.double_blocks,
+               S = part.single_blocks < 0 ? d.single_layers : part.single_blocks;
   const bool flux = d.single_layers > 0;
   Step st;
   // LayerNorm then modulate over `rows`: lean 1 + 3 kernels; fused one.
@@ -155,21 +171,24 @@ IterationCost dit_step(const CostModel& cm, const DitSpec& d, long patch_tokens,
     st.add(cm.elementwise("elementwise.gelu", "", rows, 2 * width * b, 1), times);
   };
   auto rope_qk = [&](double rows, double times) {
-    if (fused) st.add(cm.elementwise("elementwise.rope", "", rows, 4 * h * b, 1), times);
-    else st.add(cm.elementwise("elementwise.rope", "rope", rows, 4 * h * b, 14), times);
+    if (fused) st.add(cm.elementwise("elementwise.rope", "", rows, 4 * ht * b, 1), times);
+    else st.add(cm.elementwise("elementwise.rope", "rope", rows, 4 * ht * b, 14), times);
   };
   auto qk_norm = [&](double rows, double times) {
-    st.add(cm.elementwise("elementwise.qk_rmsnorm", "rmsnorm", rows, 4 * h * b, 2), times);
+    st.add(cm.elementwise("elementwise.qk_rmsnorm", "rmsnorm", rows, 4 * ht * b, 2), times);
   };
   auto modulation = [&](double width, double times) {
     if (!fused) st.add(cm.elementwise("elementwise.silu", "", B, 2 * h * b, 1), times);
     st.add(cm.gemm("gemm.adaln", B, h, width), times);
   };
 
-  // Embedders: patches in, timestep (and class or pooled text) conditioning.
+  // Embedders: patches in (first stage only), timestep (and class or pooled text) conditioning
+  // (every device: the blocks' modulation needs it).
   const double patch_in = static_cast<double>(d.latent_channels) * d.patch * d.patch;
-  st.add(cm.gemm("gemm.patch_embed", P, patch_in, h));
-  if (!flux) st.add(cm.elementwise("elementwise.pos_embed", "residual_add", P, 3 * h * b, 1));
+  if (part.embed) {
+    st.add(cm.gemm("gemm.patch_embed", P, patch_in, h));
+    if (!flux) st.add(cm.elementwise("elementwise.pos_embed", "residual_add", P, 3 * h * b, 1));
+  }
   st.add(cm.elementwise("embed.timestep", "", B, 256 * 4, 6));  // sinusoid: arange, exp, mul, cos, sin, cat
   st.add(cm.gemm("gemm.timestep_mlp", B, 256, h));
   st.add(cm.gemm("gemm.timestep_mlp", B, h, h));
@@ -180,73 +199,85 @@ IterationCost dit_step(const CostModel& cm, const DitSpec& d, long patch_tokens,
   if (d.adaln_single) st.add(cm.gemm("gemm.adaln", B, h, 6 * h));
 
   // Blocks: attention over `rows` tokens of a stream.
-  auto attention_block = [&](double q_rows, double kv_rows, const std::string& tag, double times) {
-    st.add(cm.gemm("gemm.qkv" + tag, q_rows, h, 3 * h), times);
+  auto attention_block = [&](double q_rows, const std::string& tag, double times) {
+    st.add(cm.gemm("gemm.qkv" + tag, q_rows, h, 3 * ht), times);
     if (d.qk_norm) qk_norm(q_rows, times);
-    (void)kv_rows;
   };
+  // One device's attention: `calls` calls (Ring: one per key block) of q queries over kv keys per image.
+  auto attend = [&](const std::string& name, double q, double kv, double times) {
+    st.add(cm.attention(name, q, kv, heads * batch, d.head_dim, false), times * calls);
+    // Ring attention merges each further key block's partial output into the running one by
+    // its log-sum-exp (yunchang's update_out_and_lse: sigmoid, logsigmoid, sub, mul, sub, sub
+    // over an fp32 output): 6 kernels reading and writing the fp32 output and the block's bf16.
+    if (calls > 1)
+      st.add(cm.elementwise("attention.ring_merge", "", q * B, (2 * 4 + 2) * heads * d.head_dim, 6), times * (calls - 1));
+  };
+  // Text tokens per image among a joint attention call's queries and keys.
+  const double Tq = part.text_q < 0 ? T / B : part.text_q, Tk = part.text_kv < 0 ? T / B / calls : part.text_kv;
   if (!flux) {
     if (d.adaln_single) st.add(cm.elementwise("elementwise.modulate", "", B, 12 * h * b, 1), L);
     else modulation(6 * h, L);
     norm_modulate("", P, L);
-    attention_block(P, P, "", L);
-    st.add(cm.attention("attention.self", P / B, P / B, d.heads * batch, d.head_dim, false), L);
-    if (!fused) st.add(cm.elementwise("attention.layout_copy", "", P, 2 * h * b, 1), L);
-    st.add(cm.gemm("gemm.o", P, h, h), L);
+    attention_block(P, "", L);
+    attend("attention.self", q_img, kv_img, L);
+    if (!fused) st.add(cm.elementwise("attention.layout_copy", "", P, 2 * ht * b, 1), L);
+    st.add(cm.gemm("gemm.o", P, ht, h), L);
     gate_residual("", P, L);
     if (d.cross_attention) {
-      st.add(cm.gemm("gemm.cross_q", P, h, h), L);
-      st.add(cm.gemm("gemm.cross_kv", T, h, 2 * h), L);
-      st.add(cm.attention("attention.cross", P / B, T / B, d.heads * batch, d.head_dim, false), L);
-      if (!fused) st.add(cm.elementwise("attention.layout_copy", "", P, 2 * h * b, 1), L);
-      st.add(cm.gemm("gemm.cross_o", P, h, h), L);
+      st.add(cm.gemm("gemm.cross_q", P, h, ht), L);
+      st.add(cm.gemm("gemm.cross_kv", T, h, 2 * ht), L);
+      st.add(cm.attention("attention.cross", P / B, T / B, heads * batch, d.head_dim, false), L);
+      if (!fused) st.add(cm.elementwise("attention.layout_copy", "", P, 2 * ht * b, 1), L);
+      st.add(cm.gemm("gemm.cross_o", P, ht, h), L);
       st.add(cm.elementwise("elementwise.residual_add", fused ? "" : "residual_add", P, 3 * h * b, 1), L);
     }
     norm_modulate("", P, L);
-    st.add(cm.gemm("gemm.fc1", P, h, f), L);
-    gelu(P, f, L);
-    st.add(cm.gemm("gemm.fc2", P, f, h), L);
+    st.add(cm.gemm("gemm.fc1", P, h, ft), L);
+    gelu(P, ft, L);
+    st.add(cm.gemm("gemm.fc2", P, ft, h), L);
     gate_residual("", P, L);
   } else {
     // Double-stream blocks: image (P rows) and text (T rows) streams, joint attention.
     for (const auto& [rows, tag] : {std::pair<double, std::string>{P, ".img"}, {T, ".txt"}}) {
       modulation(6 * h, L);  // per stream: its own
       norm_modulate(tag, rows, L);
-      attention_block(rows, P + T, tag, L);
+      attention_block(rows, tag, L);
     }
-    if (!fused) st.add(cm.elementwise("attention.concat", "", P + T, 6 * h * b, 3), L);
+    if (!fused) st.add(cm.elementwise("attention.concat", "", P + T, 6 * ht * b, 3), L);
     rope_qk(P + T, L);
-    st.add(cm.attention("attention.joint", (P + T) / B, (P + T) / B, d.heads * batch, d.head_dim, false), L);
-    if (!fused) st.add(cm.elementwise("attention.layout_copy", "", P + T, 2 * h * b, 1), L);
+    attend("attention.joint", q_img + Tq, kv_img + Tk, L);
+    if (!fused) st.add(cm.elementwise("attention.layout_copy", "", P + T, 2 * ht * b, 1), L);
     for (const auto& [rows, tag] : {std::pair<double, std::string>{P, ".img"}, {T, ".txt"}}) {
-      st.add(cm.gemm("gemm.o" + tag, rows, h, h), L);
+      st.add(cm.gemm("gemm.o" + tag, rows, ht, h), L);
       gate_residual(tag, rows, L);
       norm_modulate(tag, rows, L);
-      st.add(cm.gemm("gemm.fc1" + tag, rows, h, f), L);
-      gelu(rows, f, L);
-      st.add(cm.gemm("gemm.fc2" + tag, rows, f, h), L);
+      st.add(cm.gemm("gemm.fc1" + tag, rows, h, ft), L);
+      gelu(rows, ft, L);
+      st.add(cm.gemm("gemm.fc2" + tag, rows, ft, h), L);
       gate_residual(tag, rows, L);
     }
     // Single-stream blocks over P + T rows.
     const double R = P + T;
     modulation(3 * h, S);
     norm_modulate(".single", R, S);
-    st.add(cm.gemm("gemm.linear1", R, h, 3 * h + f), S);
+    st.add(cm.gemm("gemm.linear1", R, h, (3 * h + f) / tp), S);
     qk_norm(R, S);
     rope_qk(R, S);
-    st.add(cm.attention("attention.single", R / B, R / B, d.heads * batch, d.head_dim, false), S);
-    if (!fused) st.add(cm.elementwise("attention.layout_copy", "", R, 2 * h * b, 1), S);
-    gelu(R, f, S);
-    if (!fused) st.add(cm.elementwise("elementwise.concat", "", R, 2 * (h + f) * b, 1), S);
-    st.add(cm.gemm("gemm.linear2", R, h + f, h), S);
+    attend("attention.single", q_img + Tq, kv_img + Tk, S);
+    if (!fused) st.add(cm.elementwise("attention.layout_copy", "", R, 2 * ht * b, 1), S);
+    gelu(R, ft, S);
+    if (!fused) st.add(cm.elementwise("elementwise.concat", "", R, 2 * (h + f) / tp * b, 1), S);
+    st.add(cm.gemm("gemm.linear2", R, (h + f) / tp, h), S);
     gate_residual(".single", R, S);
   }
   // Final layer: adaLN (2h), LayerNorm + modulate, linear to patch pixels, unpatchify.
-  modulation(2 * h, 1);
-  norm_modulate(".final", P, 1);
-  const double out = patch_in * (d.learn_sigma ? 2 : 1);
-  st.add(cm.gemm("gemm.final", P, h, out));
-  st.add(cm.elementwise("unpatchify", "", P, 2 * out * b, 1));
+  if (part.final_layer) {
+    modulation(2 * h, 1);
+    norm_modulate(".final", P, 1);
+    const double out = patch_in * (d.learn_sigma ? 2 : 1);
+    st.add(cm.gemm("gemm.final", P, h, out));
+    st.add(cm.elementwise("unpatchify", "", P, 2 * out * b, 1));
+  }
   return st.it;
 }
 

@@ -87,6 +87,7 @@ void FlowSim::begin(uint32_t f) {
   fl.settled_ns = now;
   fl.gen = (fl.gen + 1) & kGenMask;
   ++stats_.started;
+  stats_.bytes_started += fl.left_bytes;
   if (fl.path.empty() || fl.left_bytes <= 0) {
     // Nothing to share: the bytes (if any) are local, or only the latency remains.
     fl.left_bytes = 0;

@@ -29,6 +29,7 @@ class FlowSink {
 struct FlowStats {
   uint64_t started = 0;
   uint64_t completed = 0;
+  double bytes_started = 0;   // bytes of every flow started (what workloads put on the fabric)
   uint64_t recomputes = 0;
   uint64_t flows_rated = 0;   // sum over recomputes of the flows re-filled (the touched component above the change's level)
   uint64_t links_rated = 0;   // sum over recomputes of the links those flows cross

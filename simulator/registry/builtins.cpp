@@ -11,6 +11,7 @@ void register_compare_study(Registry& reg);
 void register_world_study(Registry& reg);
 void register_placement_policies(Registry& reg);
 void register_training_workload(Registry& reg);
+void register_diffusion_workload(Registry& reg);
 void register_world_bench(Registry& reg);
 namespace faults {
 void register_random_faults(Registry& reg);
@@ -28,6 +29,7 @@ void register_builtin_components(Registry& reg) {
   faults::register_trace_faults(reg);
   register_world_study(reg);
   register_training_workload(reg);
+  register_diffusion_workload(reg);
   register_world_bench(reg);
 }
 

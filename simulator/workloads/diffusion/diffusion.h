@@ -1,0 +1,78 @@
+// Diffusion-transformer inference on the world (`kind: diffusion`): image requests of `steps`
+// denoising steps over p patch tokens, each step a full non-causal DiT pass costed by
+// dit_step_part, split over devices by a parallel strategy (tensor, Ulysses, Ring, Ulysses x
+// Ring, DistriFusion, PipeFusion, each optionally inside CFG parallel of degree 2). Every
+// transfer a strategy makes is a flow on the world's fabric; requests arrive at a rate and
+// join the running batch at step boundaries.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hardware/cost_model.h"
+#include "hardware/dit.h"
+#include "world/world.h"
+
+namespace sluice::diffusion {
+
+// How one CFG group splits a step over its devices.
+enum class Strategy { Single, Tensor, Ulysses, Ring, UlyssesRing, DistriFusion, PipeFusion };
+const char* strategy_name(Strategy s);
+
+struct DiffusionConfig {
+  DitSpec dit;
+  HardwareSpec hardware;
+  std::string tables_dir;
+  std::shared_ptr<const HardwareSpec> tables_device;  // derived tables (the hardware's derive_tables_from)
+  Implementation implementation = Implementation::PytorchLean;
+  int resolution = 1024;  // px
+  int steps = 28;
+  bool cfg = false;       // classifier-free guidance: a conditional and an unconditional pass per step
+  // Degrees (their product times cfg_degree is the device count).
+  int cfg_degree = 1, tensor = 1, ulysses = 1, ring = 1, distrifusion = 1, pipefusion = 1;
+  int patches = 1;        // PipeFusion: patch micro-batches per step (M)
+  int warmup_steps = 1;   // PipeFusion / DistriFusion: synchronous steps with fresh K/V first
+  int requests = 1;
+  double rate_per_s = 0;  // Poisson arrivals; 0: every request at time 0
+  int max_batch = 1;      // images per step
+
+  long patch_tokens() const;  // (resolution / 8 / patch)^2
+  int group_devices() const { return tensor * ulysses * ring * distrifusion * pipefusion; }
+  int devices() const { return cfg_degree * group_devices(); }
+  Strategy strategy() const;
+  // Images of one CFG group's step per request (2 with CFG unless CFG-parallel).
+  int branch_factor() const { return cfg && cfg_degree == 1 ? 2 : 1; }
+};
+
+// One device's memory (bytes): weights (P or P/N) and the step's activations and buffers.
+struct DiffusionMemory {
+  double weights = 0, activations = 0, kv_buffers = 0;
+  double total() const { return weights + activations + kv_buffers; }
+};
+DiffusionMemory diffusion_memory(const DiffusionConfig& c);
+
+// Bytes one step puts on the fabric, per device, as the published formulas count them
+// (PUBLISHED.md, PipeFusion/xDiT), for B images of p tokens and hidden hs, O = B·p·hs·2 bytes:
+// tensor 4·O·L, DistriFusion 2·O·L, Ring 2·O·L, Ulysses (4/N)·O·L (each times (N-1)/N, the
+// share a ring or all-to-all sends of what the O() counts); PipeFusion 2·O in and out of a stage.
+double formula_bytes_per_device(const DiffusionConfig& c, int batch);
+
+struct DiffusionResults {
+  std::vector<double> latency_s, queue_s;  // per image, in completion order
+  double makespan_s = 0;
+  double first_arrival_s = 0;
+  int completed = 0;
+  std::vector<double> device_busy_s;       // compute time per device
+  double step_compute_ms = 0;              // one step's compute on one device of a group (batch 1 branch set)
+  double single_step_ms = 0;               // dit_step on one device (the same batch)
+  uint64_t flows = 0;
+  double fabric_bytes = 0;                 // every byte this workload put on the fabric
+  double comm_bytes_per_step_per_device = 0;  // of the strategy's transfers (mean over steps)
+  double formula_bytes_per_step_per_device = 0;  // the formula at each step's batch, mean over steps
+  double pipefusion_stage_io_bytes_per_step = 0;  // an interior stage's activations in + out per step
+  long batch_steps = 0;
+  double mean_batch = 0;
+  DiffusionMemory memory;
+};
+
+}  // namespace sluice::diffusion
