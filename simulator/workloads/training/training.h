@@ -10,11 +10,21 @@
 
 #include "hardware/cost_model.h"
 #include "network/collective.h"
+#include "workloads/training/terapipe.h"
 #include "world/world.h"
 
 namespace sluice::training {
 
 enum class Schedule { GPipe, OneFOneB };
+
+// Token-level slicing of each sequence (TeraPipe): slices of a micro-batch enter the pipeline
+// one after another (GPipe order: every forward, then the backwards in reverse slice order).
+struct SlicingConfig {
+  SlicingPolicy policy = SlicingPolicy::None;
+  int slices = 1;          // uniform: this many slices
+  int granularity = 8;     // slice lengths in steps of this many tokens
+  double candidate_gap = 1e-3;  // terapipe: see TeraPipeOptions
+};
 
 struct TrainingConfig {
   ModelSpec model;
@@ -29,6 +39,7 @@ struct TrainingConfig {
   net::CollectiveKind dp_algorithm = net::CollectiveKind::AllReduceRing;
   std::string tables_dir;
   double optimizer_bytes_per_param = 28;  // Adam, mixed precision: read and write fp32 master, m, v and bf16 weight
+  SlicingConfig slicing;
 };
 
 // Memory one device of a stage holds (bytes).
@@ -51,7 +62,14 @@ struct TrainingResults {
   std::vector<double> stage_busy_fraction;  // replica 0, per stage: compute time / iteration time
   double bubble_fraction = 0;               // mean over stages of 1 - compute / pipeline span (F/B phase only)
   double textbook_bubble = 0;               // (K-1)/(m+K-1)
-  double forward_ms = 0, backward_ms = 0;   // one micro-batch on one stage (compute only)
+  double forward_ms = 0, backward_ms = 0;   // one micro-batch on the slowest stage (compute only; all its slices)
+  // Token slicing: the slices' lengths, the formula's pass time T = sum t + (K-1) max t of one
+  // micro-batch (t: the slowest stage's forward + backward of a slice plus its hand-offs) for
+  // these slices and for the whole sequence as one, and the DP's work.
+  std::vector<int> slice_tokens;
+  double slice_model_ms = 0, unsliced_model_ms = 0;
+  double slice_bubble_model = 0;            // (K-1) max t / T: the bubble the formula predicts for one micro-batch
+  long dp_candidates = 0, dp_evaluated = 0;
   double dp_allreduce_ms = 0;               // mean per iteration, from the last backward to the last gradient
   double optimizer_ms = 0;
   TrainingMemory memory;

@@ -1,0 +1,234 @@
+// Token-level pipelines: per-stage costing (Megatron's split), the cost of a slice after a
+// prefix, TeraPipe's slicing DP, and sliced training pipelines.
+#include <doctest/doctest.h>
+
+#include "test_support.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "hardware/cost_model.h"
+#include "run/runner.h"
+#include "world/world_study.h"
+#include "workloads/training/terapipe.h"
+
+using namespace sluice;
+using namespace sluice::training;
+using sluice::testing::registry;
+
+namespace {
+
+// The best slicing by enumerating every one (2^(N-1) of them for N units of g tokens).
+SlicePlan brute_force(int S, int g, int K, const SliceCostFn& t) {
+  const int N = (S + g - 1) / g;
+  SlicePlan best;
+  best.latency_ns = 1e300;
+  for (long mask = 0; mask < (1L << (N - 1)); ++mask) {
+    std::vector<int> lengths;
+    int prev = 0;
+    for (int u = 1; u <= N; ++u)
+      if (u == N || (mask >> (u - 1) & 1)) {
+        lengths.push_back(std::min(S, u * g) - prev);
+        prev = std::min(S, u * g);
+      }
+    const SlicePlan p = evaluate_slices(lengths, K, t);
+    if (p.latency_ns < best.latency_ns) best = p;
+  }
+  return best;
+}
+
+double best_uniform(int S, int g, int K, const SliceCostFn& t) {
+  double best = 1e300;
+  for (int k = 1; k <= (S + g - 1) / g; ++k) best = std::min(best, evaluate_slices(uniform_slices(S, k, g), K, t).latency_ns);
+  return best;
+}
+
+Json run_text(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+  Scenario sc = load_scenario_text(yaml, "t.yaml", sets, registry());
+  Recorder rec;
+  run_into(sc, rec, {});
+  return rec.metrics();
+}
+
+// Eight devices, each its own server, on one switch with links of 1 PB/s: transfers are free.
+std::string free_fabric() {
+  std::string s = "  topology:\n    kind: explicit\n    nodes:\n      - {name: sw, kind: switch}\n";
+  for (int i = 0; i < 8; ++i) s += "      - {name: d" + std::to_string(i) + ", kind: device, group: " + std::to_string(i) + "}\n";
+  s += "    links:\n";
+  for (int i = 0; i < 8; ++i) s += "      - {a: d" + std::to_string(i) + ", b: sw, bandwidth: 1000000GB/s, latency: 0ns}\n";
+  return s;
+}
+
+std::string sliced_job(const std::string& slicing, int pp = 8, int micro_batches = 1) {
+  return "name: t\ncluster:\n" + free_fabric() +
+         "  hardware: h200\nworkloads:\n"
+         "  - {name: j, kind: training, sequence: 4096, iterations: 1, cost_tables: none,\n"
+         "     model: {name: flat, layers: 16, hidden: 2048, heads: 16, kv_heads: 16, ffn: 8192, vocab: 8, max_context: 4096},\n"
+         "     parallel: {tp: 1, pp: " + std::to_string(pp) + ", dp: 1, micro_batches: " + std::to_string(micro_batches) +
+         ", schedule: gpipe},\n     slicing: " + slicing + "}\n";
+}
+
+}  // namespace
+
+TEST_CASE("terapipe stages: Megatron's split spreads the remainder over the first stages") {
+  int first = 0, total = 0;
+  for (int s = 0; s < 6; ++s) {
+    const LayerRange r = pipeline_stage_layers(40, 6, s);
+    CHECK(r.first == first);
+    CHECK(r.count == (s < 4 ? 7 : 6));  // 40 = 4 x 7 + 2 x 6
+    CHECK(r.embedding == (s == 0));
+    CHECK(r.lm_head == (s == 5));
+    CHECK(r.send == (s < 5));
+    first += r.count;
+    total += r.count;
+  }
+  CHECK(total == 40);
+  CHECK(pipeline_stage_layers(96, 48, 47).count == 2);
+  CHECK_THROWS(pipeline_stage_layers(4, 8, 0));
+}
+
+TEST_CASE("terapipe stages: each stage costed as its own layers, embedding first, LM head last") {
+  const HardwareSpec hw = load_hardware("h200");
+  const ModelSpec m = load_model("llama3-8b");  // 32 layers
+  const std::vector<SeqWork> batch{SeqWork{512, 0, true}, SeqWork{1, 700, true}};
+  // pp = 1: the one stage is the whole model, exactly the iteration.
+  const CostModel one(hw, m, CostOptions{1, 1, default_tables_dir(hw)});
+  CHECK(one.stage_ns(batch, 0) == doctest::Approx(one.iteration_ns(batch)).epsilon(1e-12));
+  // pp = 3: 11, 11, 10 layers; the last carries the LM head, the first the embedding.
+  const CostModel three(hw, m, CostOptions{1, 3, default_tables_dir(hw)});
+  CHECK(three.stage_range(0).count == 11);
+  CHECK(three.stage_range(2).count == 10);
+  const IterationCost s0 = three.stage_iteration(batch, 0), s1 = three.stage_iteration(batch, 1), s2 = three.stage_iteration(batch, 2);
+  auto has = [](const IterationCost& it, const std::string& op) {
+    return std::any_of(it.ops.begin(), it.ops.end(), [&](const OpCost& o) { return o.op == op; });
+  };
+  CHECK(has(s0, "embedding"));
+  CHECK(!has(s1, "embedding"));
+  CHECK(!has(s0, "lm_head"));
+  CHECK(!has(s1, "lm_head"));
+  CHECK(has(s2, "lm_head"));
+  CHECK(s0.total_ns > s1.total_ns);  // the same 11 layers plus the embedding
+  CHECK(s0.total_ns < s1.total_ns * 1.01);
+  // The hot path agrees with the breakdown; the legacy costed stage (ceil layers + LM head) bounds them all.
+  for (int s = 0; s < 3; ++s) {
+    CHECK(three.stage_ns(batch, s) == doctest::Approx(three.stage_iteration(batch, s).total_ns).epsilon(1e-9));
+    CHECK(three.stage_ns(batch, s) <= three.iteration_ns(batch) * (1 + 1e-12));
+  }
+  // The layers add up: three stages' decoder work is the whole model's once.
+  CostOptions o1{1, 1, ""}, o4{1, 4, ""};
+  o1.comm_on_fabric = o4.comm_on_fabric = true;  // no hand-off in the stage times
+  const CostModel none(hw, m, o1);
+  const CostModel split(hw, m, o4);
+  const std::vector<SeqWork> pre{SeqWork{1024, 0, false}};
+  double sum = 0;
+  for (int s = 0; s < 4; ++s) sum += split.stage_ns(pre, s);
+  CHECK(sum == doctest::Approx(none.iteration_ns(pre)).epsilon(1e-3));
+}
+
+TEST_CASE("terapipe slice cost: attention over the prefix makes a later slice dearer, and slices add up") {
+  const HardwareSpec hw = load_hardware("h200");
+  for (const std::string& dir : {default_tables_dir(hw), std::string()}) {
+    CAPTURE(dir);
+    const CostModel cm(hw, load_model("llama3-8b"), CostOptions{1, 2, dir});
+    std::vector<double> at0(2), at4k(2), at8k(2);
+    cm.slice_stage_ns(1, 512, 0, true, at0);
+    cm.slice_stage_ns(1, 512, 4096, true, at4k);
+    cm.slice_stage_ns(1, 512, 8192, true, at8k);
+    for (int s = 0; s < 2; ++s) {
+      CHECK(at4k[static_cast<size_t>(s)] > at0[static_cast<size_t>(s)]);
+      CHECK(at8k[static_cast<size_t>(s)] > at4k[static_cast<size_t>(s)]);
+    }
+    CHECK(at0[1] > at0[0]);  // the LM head over all 512 rows on the last stage
+    // The per-stage figures are the breakdowns' totals (plus the LM head over every row on the last).
+    const IterationCost b = cm.slice(1, 512, 4096, cm.stage_range(0));
+    CHECK(at4k[0] == doctest::Approx(b.total_ns).epsilon(1e-9));
+    CHECK(at4k[1] == doctest::Approx(cm.slice(1, 512, 4096, cm.stage_range(1)).total_ns + cm.lm_head_ns(512)).epsilon(1e-9));
+  }
+  // `sluice cost --slices` (sliced_prefill) is the sum of slice() over the costed stage.
+  const CostModel cm(hw, load_model("llama3-8b"), CostOptions{1, 1, default_tables_dir(hw)});
+  double sum = 0;
+  for (int k = 0; k < 4; ++k) sum += cm.slice(1, 1024, k * 1024, LayerRange{0, 32, true, true, false}).total_ns;
+  CHECK(cm.sliced_prefill(1, 4096, 4).total_ns == doctest::Approx(sum).epsilon(1e-12));
+}
+
+TEST_CASE("terapipe DP: a hand-checked case beats every uniform slicing and its slices shrink") {
+  // t(l, c) = 4 + l + l c / 16 (a fixed cost, a linear one, causal attention over the prefix),
+  // 64 tokens in steps of 8 over K = 8 stages. By hand: [32, 8, 8, 8, 8] costs 36 + 28 + 32 +
+  // 36 + 40 = 172 with max 40, T = 172 + 7 x 40 = 452; the best uniform one, [16, 16, 8, 8, 8,
+  // 8], costs 20 + 36 + 28 + 32 + 36 + 40 = 192, T = 192 + 280 = 472; one slice: 68 x 8 = 544.
+  const SliceCostFn t = [](int l, int c) { return 4.0 + l + l * c / 16.0; };
+  for (double gap : {0.0, 1e-3}) {
+    CAPTURE(gap);
+    TeraPipeOptions o;
+    o.candidate_gap = gap;
+    const SlicePlan p = terapipe_slices(64, 8, t, o);
+    CHECK(p.lengths == std::vector<int>{32, 8, 8, 8, 8});
+    CHECK(p.sum_ns == doctest::Approx(172));
+    CHECK(p.max_ns == doctest::Approx(40));
+    CHECK(p.latency_ns == doctest::Approx(452));
+  }
+  CHECK(best_uniform(64, 8, 8, t) == doctest::Approx(472));
+  CHECK(evaluate_slices(uniform_slices(64, 6, 8), 8, t).latency_ns == doctest::Approx(472));
+  CHECK(evaluate_slices({64}, 8, t).latency_ns == doctest::Approx(544));
+}
+
+TEST_CASE("terapipe DP: optimal against brute force, slices non-increasing under causal attention") {
+  for (int K : {2, 4, 8, 16})
+    for (double a : {1.0, 8.0, 40.0})
+      for (double d : {8.0, 64.0}) {
+        CAPTURE(K);
+        CAPTURE(a);
+        CAPTURE(d);
+        const SliceCostFn t = [&](int l, int c) { return a + l + l * c / d; };
+        const int S = 92;  // 12 units, the last of 4 tokens
+        TeraPipeOptions exact;
+        exact.candidate_gap = 0;
+        const SlicePlan dp = terapipe_slices(S, K, t, exact);
+        const SlicePlan bf = brute_force(S, 8, K, t);
+        CHECK(dp.latency_ns == doctest::Approx(bf.latency_ns).epsilon(1e-12));
+        CHECK(std::accumulate(dp.lengths.begin(), dp.lengths.end(), 0) == S);
+        CHECK(dp.latency_ns <= best_uniform(S, 8, K, t) + 1e-9);
+        // With the default gap: within its factor of the optimum.
+        CHECK(terapipe_slices(S, K, t).latency_ns <= bf.latency_ns * (1 + 1e-3) + 1e-9);
+        // Causal attention: a later slice attends to more keys, so the DP never lengthens
+        // one (the last may end the sequence short of a whole granule).
+        for (size_t i = 0; i + 2 < dp.lengths.size(); ++i) CHECK(dp.lengths[i] >= dp.lengths[i + 1]);
+      }
+  CHECK_THROWS(terapipe_slices(0, 4, [](int, int) { return 1.0; }));
+  CHECK_THROWS(uniform_slices(64, 9, 8));
+  CHECK(uniform_slices(60, 3, 8) == std::vector<int>{24, 24, 12});  // 8 units (the last of 4 tokens) as 3 + 3 + 2
+}
+
+TEST_CASE("terapipe training: sliced GPipe bubbles match the formula with free transfers, and slicing shortens the pass") {
+  const Json none = run_text(sliced_job("{policy: none}"));
+  const Json uni = run_text(sliced_job("{policy: uniform, slices: 8}"));
+  const Json dp = run_text(sliced_job("{policy: terapipe}"));
+  const auto it = [](const Json& m) { return m["training"]["iteration_s_mean"].get<double>(); };
+  // One micro-batch through 8 stages: unsliced, 7 of 8 stage-times are bubble.
+  CHECK(none["training"]["bubble_fraction"].get<double>() == doctest::Approx(7.0 / 8).epsilon(1e-2));
+  CHECK(uni["training"]["slicing"]["slices"] == 8);
+  CHECK(it(uni) < 0.5 * it(none));
+  CHECK(it(dp) <= it(uni) * 1.001);
+  for (const Json* m : {&none, &uni, &dp}) {
+    const Json& t = (*m)["training"];
+    CAPTURE(t["slicing"].dump());
+    // Stages of equal layers, transfers free: the pass is the formula's T, the bubble its (K-1) max t / T.
+    CHECK(t["bubble_fraction"].get<double>() == doctest::Approx(t["slicing"]["bubble_model"].get<double>()).epsilon(2e-2));
+    CHECK(it(*m) * 1e3 == doctest::Approx(t["slicing"]["model_pass_ms"].get<double>() + t["optimizer_ms"].get<double>()).epsilon(2e-2));
+  }
+  // The DP's slices shrink along the sequence (attention over a longer prefix).
+  const Json& tok = dp["training"]["slicing"]["tokens"];
+  REQUIRE(tok.size() >= 2);
+  CHECK(tok.front().get<int>() > tok.back().get<int>());
+  CHECK(dp["training"]["slicing"]["model_speedup"].get<double>() > 1.5);
+}
+
+TEST_CASE("terapipe training: slicing needs GPipe, uniform slices fit the sequence, terapipe chooses its own") {
+  CHECK_THROWS_WITH_AS(run_text(sliced_job("{policy: uniform, slices: 4}"), {"workloads.0.parallel.schedule=1f1b"}),
+                       doctest::Contains("GPipe"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(sliced_job("{policy: uniform, slices: 600}")), doctest::Contains("at most 512 slices"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(sliced_job("{policy: terapipe, slices: 4}")), doctest::Contains("chooses its own"), ConfigError);
+  CHECK_THROWS_AS(run_text(sliced_job("{policy: dp}")), ConfigError);
+}
