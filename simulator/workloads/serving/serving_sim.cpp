@@ -275,10 +275,7 @@ void ServingSim::try_start(int ri) {
     if (q.first_scheduled_ns < 0) q.first_scheduled_ns = now;
     if (samples) ++generating;
   }
-  const double stage_ns = cost_.iteration_ns(work_);  // one stage's layers (the last stage's, with the LM head)
-  if (!std::isfinite(stage_ns) || stage_ns < 0)
-    throw std::runtime_error(fmt::format("the cost model returned {} ns for an iteration of {} sequences", stage_ns, work_.size()));
-  const double compute_ns = stage_ns * pp_;
+  const double compute_ns = stage_times(work_);  // each stage's own layers, into stage_ns_
   int64_t dur_ns = 0, occupied_ns = 0;
   const bool swap_flows = fabric_.active() && b.swap_bytes > 0 && !fabric_.host_links.empty() &&
                           !fabric_.host_links[static_cast<size_t>(ri / pp_)].empty();
@@ -289,7 +286,9 @@ void ServingSim::try_start(int ri) {
     InFlight& f = inflight_[static_cast<size_t>(ri)];
     int64_t tokens = 0;
     for (const auto& en : b.entries) tokens += en.new_tokens;
-    f.stage_ns = std::max<int64_t>(1, static_cast<int64_t>(std::llround(stage_ns)));
+    f.stage_ns.resize(static_cast<size_t>(pp_));
+    for (int s = 0; s < pp_; ++s)
+      f.stage_ns[static_cast<size_t>(s)] = std::max<int64_t>(1, static_cast<int64_t>(std::llround(stage_ns_[static_cast<size_t>(s)])));
     // KV swapped over PCIe is a flow from each of the replica's devices to its host (or back):
     // the copy's time comes from the fabric, not from a fixed bandwidth.
     f.extra_ns = swap_flows ? 0 : static_cast<int64_t>(std::llround(b.extra_ns));
@@ -302,25 +301,25 @@ void ServingSim::try_start(int ri) {
                              (uint64_t{1} << 40) | static_cast<uint64_t>(ri), static_cast<uint64_t>(ri) * 131 + k);
     }
     f.d2h_ns = static_cast<int64_t>(std::llround(cfg_.last_mile.d2h_ns(generating)));
-    f.allreduce_bytes = cost_.tp_allreduce_bytes(static_cast<double>(tokens));
+    f.tokens = static_cast<double>(tokens);
     f.activation_bytes = cost_.activation_bytes(static_cast<double>(tokens));
     f.started_ns = now;
     begin_stage(ri, 0);
     return;
   }
   if (pp_ == 1) {
-    dur_ns = std::max<int64_t>(1, static_cast<int64_t>(std::llround(stage_ns + b.extra_ns + cfg_.last_mile.d2h_ns(generating))));
+    dur_ns = std::max<int64_t>(1, static_cast<int64_t>(std::llround(stage_ns_[0] + b.extra_ns + cfg_.last_mile.d2h_ns(generating))));
     occupied_ns = dur_ns;
   } else {
     // The batch flows through the replica's stages in order, each stage taking one batch at
     // a time (a flow shop): other engines' batches fill the stages behind it.
-    const int64_t stage = std::max<int64_t>(1, static_cast<int64_t>(std::llround(stage_ns)));
-    const int64_t first = stage + static_cast<int64_t>(std::llround(b.extra_ns));
+    auto stage = [&](int s) { return std::max<int64_t>(1, static_cast<int64_t>(std::llround(stage_ns_[static_cast<size_t>(s)]))); };
+    const int64_t first = stage(0) + static_cast<int64_t>(std::llround(b.extra_ns));
     int64_t t = now;
     const size_t base = static_cast<size_t>(ri / pp_ * pp_);
     for (int s = 0; s < pp_; ++s) {
       int64_t& free_at = stage_free_ns_[base + static_cast<size_t>(s)];
-      t = std::max(t, free_at) + (s == 0 ? first : stage);
+      t = std::max(t, free_at) + (s == 0 ? first : stage(s));
       free_at = t;
     }
     dur_ns = t - now + static_cast<int64_t>(std::llround(cfg_.last_mile.d2h_ns(generating)));
@@ -345,6 +344,21 @@ void ServingSim::try_start(int ri) {
   }
   engine_.schedule_at(SimTime::ns(now + dur_ns), Priority::Compute, this, kIterationEnd, static_cast<uint32_t>(ri));
   last_activity_ns_ = std::max(last_activity_ns_, now + dur_ns);
+}
+
+double ServingSim::stage_times(std::span<const SeqWork> work) {
+  stage_ns_.resize(static_cast<size_t>(pp_));
+  double sum = 0;
+  for (int s = 0; s < pp_; ++s) {
+    // pp = 1: the whole model (iteration_ns); else the stage's own layers, the embedding on
+    // the first, the LM head on the last.
+    const double t = pp_ == 1 ? cost_.iteration_ns(work) : cost_.stage_ns(work, s);
+    if (!std::isfinite(t) || t < 0)
+      throw std::runtime_error(fmt::format("the cost model returned {} ns for stage {} of an iteration of {} sequences", t, s, work.size()));
+    stage_ns_[static_cast<size_t>(s)] = t;
+    sum += t;
+  }
+  return sum;
 }
 
 void ServingSim::count_iteration(int ri, const Batch& b) {
@@ -374,21 +388,22 @@ void ServingSim::begin_stage(int ri, int s) {
 void ServingSim::start_compute(int ri, int s) {
   InFlight& f = inflight_[static_cast<size_t>(ri)];
   const int64_t now = engine_.now().count_ns();
-  engine_.schedule_at(SimTime::ns(now + f.stage_ns + (s == 0 ? f.extra_ns : 0)), Priority::Compute, this, kStageCompute,
+  engine_.schedule_at(SimTime::ns(now + f.stage_ns[static_cast<size_t>(s)] + (s == 0 ? f.extra_ns : 0)), Priority::Compute, this, kStageCompute,
                       static_cast<uint32_t>(ri));
 }
 
 void ServingSim::stage_compute_done(int ri) {
   InFlight& f = inflight_[static_cast<size_t>(ri)];
-  if (cfg_.tensor_parallel > 1 && f.allreduce_bytes > 0) {
+  const double allreduce_bytes = cost_.tp_allreduce_bytes(f.tokens, f.stage);
+  if (cfg_.tensor_parallel > 1 && allreduce_bytes > 0) {
     // The stage's all-reduces of this iteration, as one ring whose steps are fused into one
     // flow per ring edge (same bytes per link, same step latencies): 2(n-1) fewer flow starts.
     const auto& nodes = fabric_.stage_nodes[static_cast<size_t>(ri / pp_)][static_cast<size_t>(f.stage)];
     net::CollectiveOptions o;
     o.fused_ring_steps = true;
-    o.fused_count = 2 * cost_.stage_layers();
+    o.fused_count = 2 * cost_.stage_range(f.stage).count;
     o.salt = static_cast<uint64_t>(ri);
-    f.collective = std::make_unique<net::Collective>(*fabric_.flows, net::CollectiveKind::AllReduceRing, nodes, f.allreduce_bytes, o);
+    f.collective = std::make_unique<net::Collective>(*fabric_.flows, net::CollectiveKind::AllReduceRing, nodes, allreduce_bytes, o);
     f.collective->start([this, ri](Engine&) { stage_comm_done(ri); });
     return;
   }
@@ -436,7 +451,8 @@ void ServingSim::stage_comm_done(int ri) {
     trace_->complete(cfg_.trace_pid, ri, what, "iteration", f.started_ns, end - f.started_ns,
                      {{"batch", static_cast<double>(b.entries.size())}, {"tokens", static_cast<double>(tokens)},
                       {"prefill_seqs", static_cast<double>(b.prefill_entries)}, {"decode_seqs", static_cast<double>(b.decode_entries)},
-                      {"stage_compute_us", f.stage_ns / 1e3}, {"extra_us", f.extra_ns / 1e3}});
+                      {"stage_compute_us", static_cast<double>(*std::max_element(f.stage_ns.begin(), f.stage_ns.end())) / 1e3},
+                      {"extra_us", f.extra_ns / 1e3}});
   }
   engine_.schedule_at(SimTime::ns(end), Priority::Compute, this, kIterationEnd, static_cast<uint32_t>(ri));
   last_activity_ns_ = std::max(last_activity_ns_, end);

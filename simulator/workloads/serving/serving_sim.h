@@ -159,11 +159,16 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   void stage_comm_done(int engine);
   void stage_release(int replica, int stage);
   void start_compute(int engine, int stage);
+  // Each pipeline stage's compute time of the batch in work_ (its own layers), into stage_ns_;
+  // returns their sum.
+  double stage_times(std::span<const SeqWork> work);
+  std::vector<double> stage_ns_;
   struct InFlight {
     int stage = 0;
-    int64_t stage_ns = 0, extra_ns = 0, d2h_ns = 0;
+    std::vector<int64_t> stage_ns;  // per stage
+    int64_t extra_ns = 0, d2h_ns = 0;
     int64_t started_ns = 0, stage_started_ns = 0;
-    double allreduce_bytes = 0, activation_bytes = 0;
+    double tokens = 0, activation_bytes = 0;
     int sends_pending = 0;
     int swaps_pending = 0;
     bool waiting_swap = false;  // holds the first stage, computes once the swap copies land

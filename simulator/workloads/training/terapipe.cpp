@@ -50,17 +50,17 @@ std::vector<int> uniform_slices(int sequence, int k, int granularity) {
   return out;
 }
 
-SlicePlan evaluate_slices(const std::vector<int>& lengths, int stages, const SliceCostFn& t) {
+SlicePlan evaluate_slices(const std::vector<int>& lengths, int stages, const SliceCostFn& t, const TeraPipeOptions& opt) {
   SlicePlan p;
   p.lengths = lengths;
   int c = 0;
   for (int l : lengths) {
     const double x = t(l, c);
-    p.sum_ns += x;
+    p.sum_ns += opt.sum_cost ? opt.sum_cost(l, c) : x;
     p.max_ns = std::max(p.max_ns, x);
     c += l;
   }
-  p.latency_ns = p.sum_ns + (stages - 1) * p.max_ns;
+  p.latency_ns = opt.micro_batches * p.sum_ns + (stages - 1) * p.max_ns;
   return p;
 }
 
@@ -70,20 +70,31 @@ SlicePlan terapipe_slices(int sequence, int stages, const SliceCostFn& t, const 
   if (sequence < 1 || stages < 1 || g < 1)
     throw std::invalid_argument(fmt::format("terapipe slices: sequence {}, {} stages, granularity {}", sequence, stages, g));
   if (!(opt.candidate_gap >= 0)) throw std::invalid_argument("terapipe slices: candidate_gap must be >= 0");
+  if (opt.micro_batches < 1) throw std::invalid_argument("terapipe slices: micro_batches must be >= 1");
+  const double m = opt.micro_batches;
   const int N = (sequence + g - 1) / g;
   auto pos = [&](int u) { return std::min(sequence, u * g); };
-  // t[c][l] at off[c] + l - 1, as a running max along l.
+  // t[c][l] at off[c] + l - 1, as a running max along l; a[c][l] the sum term's cost (m x a).
   std::vector<size_t> off(static_cast<size_t>(N) + 1, 0);
   for (int c = 0; c < N; ++c) off[static_cast<size_t>(c) + 1] = off[static_cast<size_t>(c)] + static_cast<size_t>(N - c);
-  std::vector<double> tab(off.back());
+  std::vector<double> tab(off.back()), sum_tab;
+  if (opt.sum_cost) sum_tab.resize(off.back());
+  auto check = [&](double x, int l, int c) {
+    if (!std::isfinite(x) || x < 0) throw std::invalid_argument(fmt::format("slice cost t({}, {}) = {}", l, c, x));
+    return x;
+  };
   for (int c = 0; c < N; ++c) {
     double run = 0;
     for (int l = 1; l <= N - c; ++l) {
-      const double x = t(pos(c + l) - pos(c), pos(c));
-      if (!std::isfinite(x) || x < 0) throw std::invalid_argument(fmt::format("slice cost t({}, {}) = {}", pos(c + l) - pos(c), pos(c), x));
-      run = std::max(run, x);
+      const int tokens = pos(c + l) - pos(c), prefix = pos(c);
+      run = std::max(run, check(t(tokens, prefix), tokens, prefix));
       tab[off[static_cast<size_t>(c)] + static_cast<size_t>(l) - 1] = run;
+      if (opt.sum_cost) sum_tab[off[static_cast<size_t>(c)] + static_cast<size_t>(l) - 1] = m * check(opt.sum_cost(tokens, prefix), tokens, prefix);
     }
+  }
+  if (!opt.sum_cost) {
+    sum_tab = tab;
+    for (double& x : sum_tab) x *= m;
   }
   auto T = [&](int c, int l) { return tab[off[static_cast<size_t>(c)] + static_cast<size_t>(l) - 1]; };
 
@@ -101,7 +112,7 @@ SlicePlan terapipe_slices(int sequence, int stages, const SliceCostFn& t, const 
       const int hi = lim[static_cast<size_t>(c)];
       const size_t base = off[static_cast<size_t>(c)];
       for (int l = std::max(1, dirty - c + 1); l <= hi; ++l) {
-        const double v = fc + tab[base + static_cast<size_t>(l) - 1];
+        const double v = fc + sum_tab[base + static_cast<size_t>(l) - 1];
         if (v <= f[static_cast<size_t>(c + l)]) {  // ties: the later start, so later slices come out shorter
           f[static_cast<size_t>(c + l)] = v;
           from[static_cast<size_t>(c + l)] = c;
@@ -116,7 +127,7 @@ SlicePlan terapipe_slices(int sequence, int stages, const SliceCostFn& t, const 
     return cuts;
   };
 
-  // F: the least sum with no bound on the slices.
+  // F: the least (m x) sum with no bound on the slices.
   for (int c = 0; c < N; ++c) lim[static_cast<size_t>(c)] = N - c;
   run_dp(0);
   const double F = f[static_cast<size_t>(N)];
@@ -168,7 +179,7 @@ SlicePlan terapipe_slices(int sequence, int stages, const SliceCostFn& t, const 
     prev = x;
   }
   const long cands = best.candidates, evals = best.evaluated;
-  best = evaluate_slices(lengths, stages, t);  // the true t of each slice (the table holds running maxima)
+  best = evaluate_slices(lengths, stages, t, opt);  // the true t of each slice (the table holds running maxima)
   best.candidates = cands;
   best.evaluated = evals;
   best.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

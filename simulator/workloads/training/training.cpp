@@ -55,6 +55,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     const int m = c_.micro_batches;
     tokens_ = static_cast<double>(c_.micro_batch_size) * c_.sequence;
     measure_handoffs();
+    measure_tp_ring();
     plan_slices();
     units_ = m * n_slices_;
     stages_.resize(static_cast<size_t>(slots));
@@ -159,6 +160,26 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
       handoff_latency_ns_ = std::max(handoff_latency_ns_, lat);
     }
   }
+  // The same for a stage's tensor-parallel ring (replica 0, stage 0; every stage's ring has the
+  // same shape): the ring's slowest edge, and a step's route latency.
+  void measure_tp_ring() {
+    const auto& a = nodes_[static_cast<size_t>(slot(0, 0))];
+    const size_t n = a.size();
+    if (n < 2) return;
+    for (size_t k = 0; k < n; ++k) {
+      const auto r = world_.fabric().router().route(a[k], a[(k + 1) % n], k);
+      for (int l : r) ring_ns_per_byte_ = std::max(ring_ns_per_byte_, 1e9 / world_.topology().link(l).bandwidth_Bps);
+      ring_latency_ns_ = std::max(ring_latency_ns_, static_cast<double>(world_.fabric().router().latency_ns(r)));
+    }
+  }
+  // A pass's tensor-parallel all-reduces on stage s over `tokens` tokens, as the fused ring
+  // the simulation runs (2(n-1)/n of the bytes over the slowest edge, every step's latency).
+  double tp_ns(double tokens, int s) const {
+    const double n = c_.tp;
+    if (c_.tp < 2) return 0;
+    const int layers = cost_.stage_range(s).count;
+    return 2 * (n - 1) / n * cost_.tp_allreduce_bytes(tokens, s) * ring_ns_per_byte_ + 2 * (n - 1) * 2 * layers * ring_latency_ns_;
+  }
   // One direction of the slowest boundary for `tokens` tokens: each rank's share of the activations.
   double handoff_ns(double tokens) const {
     if (c_.pp == 1) return 0;
@@ -166,32 +187,51 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   }
 
   // The slices of a micro-batch's sequences (policy none: the whole sequence as one) and each
-  // stage's forward time of each: slice i of l tokens after c costs t(l, c) on every stage
+  // stage's forward time of each: slice i of l tokens after c costs f(l, c) on every stage
   // (cost model: the stage's own layers, attention over the c cached tokens, the LM head over
-  // every token on the last stage). The policies choose lengths by the formula
-  // T = sum t + (K-1) max t, t being the slowest stage's forward + backward plus the slice's
-  // hand-offs both ways.
+  // every token on the last stage; for the formula also its tensor-parallel all-reduces), its
+  // backward 2f (3f recomputing). The policies choose
+  // lengths by TeraPipe's formula over the m micro-batches, T = m sum a + (K-1) max t, with
+  // f, b the slowest stage's and x the slice's hand-off: t = f + b + 2x (one slice's way down
+  // and back up the pipeline) and a = max(f, x) + max(b, x) (a stage sends while it computes
+  // the next slice, so per slice it is held by the slower of the two); x = 0 on one stage.
   void plan_slices() {
     const SlicingConfig& sc = c_.slicing;
     const int K = c_.pp, b = c_.micro_batch_size, S = c_.sequence;
-    const double passes = 1 + (c_.recompute ? 3 : 2);
+    const double back = c_.recompute ? 3 : 2;
     std::vector<double> st(static_cast<size_t>(K));
-    auto t = [&](int l, int c) {
+    int last_l = -1, last_c = -1;  // the DP asks for t and a of the same slice in turn
+    std::pair<double, double> last{0, 0};
+    auto parts = [&](int l, int c) {
+      if (l == last_l && c == last_c) return last;
       cost_.slice_stage_ns(b, l, c, true, st);
-      return *std::max_element(st.begin(), st.end()) * passes + 2 * handoff_ns(static_cast<double>(b) * l);
+      double f = 0;  // the slowest stage: compute and its tensor-parallel all-reduces
+      for (int s = 0; s < K; ++s) f = std::max(f, st[static_cast<size_t>(s)] + tp_ns(static_cast<double>(b) * l, s));
+      last = {f, handoff_ns(static_cast<double>(b) * l)};
+      last_l = l, last_c = c;
+      return last;
+    };
+    auto t = [&](int l, int c) {
+      const auto [f, x] = parts(l, c);
+      return f * (1 + back) + 2 * x;
+    };
+    TeraPipeOptions o;
+    o.granularity = sc.granularity;
+    o.candidate_gap = sc.candidate_gap;
+    o.micro_batches = c_.micro_batches;
+    o.sum_cost = [&](int l, int c) {
+      const auto [f, x] = parts(l, c);
+      return std::max(f, x) + std::max(back * f, x);
     };
     std::vector<int> lengths{S};
     if (sc.policy == SlicingPolicy::Uniform) lengths = uniform_slices(S, sc.slices, sc.granularity);
     if (sc.policy == SlicingPolicy::TeraPipe) {
-      TeraPipeOptions o;
-      o.granularity = sc.granularity;
-      o.candidate_gap = sc.candidate_gap;
       const SlicePlan p = terapipe_slices(S, K, t, o);
       lengths = p.lengths;
       res_.dp_candidates = p.candidates;
       res_.dp_evaluated = p.evaluated;
     }
-    const SlicePlan chosen = evaluate_slices(lengths, K, t), whole = evaluate_slices({S}, K, t);
+    const SlicePlan chosen = evaluate_slices(lengths, K, t, o), whole = evaluate_slices({S}, K, t, o);
     res_.slice_tokens = lengths;
     res_.slice_model_ms = chosen.latency_ns / 1e6;
     res_.unsliced_model_ms = whole.latency_ns / 1e6;
@@ -383,7 +423,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   std::vector<int64_t> fwd_ns_;           // per (stage, slice): stage x slices + slice
   std::vector<int> slice_len_;            // tokens per slice (one slice: the sequence)
   int n_slices_ = 1, units_ = 1;          // slices per micro-batch; passes per stage and direction
-  double handoff_ns_per_byte_ = 0, handoff_latency_ns_ = 0;
+  double handoff_ns_per_byte_ = 0, handoff_latency_ns_ = 0, ring_ns_per_byte_ = 0, ring_latency_ns_ = 0;
   std::vector<int> stage_bwd_done_, stage_dp_left_;
   std::vector<std::unique_ptr<net::Collective>> dp_live_;
   double tokens_ = 0, params_per_device_ = 0, dp_bytes_ = 0;

@@ -63,9 +63,10 @@ struct TrainingResults {
   double bubble_fraction = 0;               // mean over stages of 1 - compute / pipeline span (F/B phase only)
   double textbook_bubble = 0;               // (K-1)/(m+K-1)
   double forward_ms = 0, backward_ms = 0;   // one micro-batch on the slowest stage (compute only; all its slices)
-  // Token slicing: the slices' lengths, the formula's pass time T = sum t + (K-1) max t of one
-  // micro-batch (t: the slowest stage's forward + backward of a slice plus its hand-offs) for
-  // these slices and for the whole sequence as one, and the DP's work.
+  // Token slicing: the slices' lengths, the formula's pass time T = m sum a + (K-1) max t of
+  // the m micro-batches (t: the slowest stage's forward + backward of a slice plus its
+  // hand-offs; a: what a stage is held per slice, see plan_slices) for these slices and for the
+  // whole sequence as one, and the DP's work.
   std::vector<int> slice_tokens;
   double slice_model_ms = 0, unsliced_model_ms = 0;
   double slice_bubble_model = 0;            // (K-1) max t / T: the bubble the formula predicts for one micro-batch
