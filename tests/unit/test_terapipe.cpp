@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "hardware/cost_model.h"
+#include "network/generators.h"
+#include "network/routing.h"
 #include "run/runner.h"
 #include "world/world_study.h"
 #include "workloads/training/terapipe.h"
@@ -231,4 +233,33 @@ TEST_CASE("terapipe training: slicing needs GPipe, uniform slices fit the sequen
   CHECK_THROWS_WITH_AS(run_text(sliced_job("{policy: uniform, slices: 600}")), doctest::Contains("at most 512 slices"), ConfigError);
   CHECK_THROWS_WITH_AS(run_text(sliced_job("{policy: terapipe, slices: 4}")), doctest::Contains("chooses its own"), ConfigError);
   CHECK_THROWS_AS(run_text(sliced_job("{policy: dp}")), ConfigError);
+}
+
+TEST_CASE("terapipe cluster: a p3.16xlarge's GPUs share one 25 Gb/s NIC, V100s have 16 GB") {
+  const net::Topology t = net::load_topology_by_name("p3-16xlarge-48", registry());
+  CHECK(t.devices().size() == 384);
+  int nics = 0;
+  for (int l = 0; l < t.link_count(); ++l)
+    if (t.link(l).label == "nic") {
+      ++nics;
+      CHECK(t.link(l).bandwidth_Bps == doctest::Approx(25e9 / 8));
+    }
+  CHECK(nics == 2 * 48);  // one full-duplex NIC per server
+  // GPU 0 of server 0 to GPU 0 of server 1 and GPU 7 to GPU 7 leave through the same NIC link.
+  net::Router r(t);
+  const auto a = r.route(t.devices()[0], t.devices()[8]), b = r.route(t.devices()[7], t.devices()[15]);
+  int shared = 0;
+  for (int x : a)
+    for (int y : b) shared += x == y && t.link(x).label == "nic" ? 1 : 0;
+  CHECK(shared == 2);  // out of server 0, into server 1
+  const HardwareSpec v100 = load_hardware("v100-16gb");
+  CHECK(v100.peak_bf16_flops == doctest::Approx(125e12));
+  CHECK(v100.hbm_bandwidth_Bps == doctest::Approx(900e9));
+  CHECK(v100.interconnect_Bps == doctest::Approx(150e9));
+  CHECK(v100.hbm_bytes < 16.0 * (1 << 30));
+  // The 175B setting fits 16 GB per device with 8 x 48-way model parallelism and no recompute.
+  const Json m = run_text("name: t\ncluster: {topology: p3-16xlarge-48, hardware: v100-16gb}\nworkloads:\n"
+                          "  - {name: j, kind: training, model: gpt3-175b, sequence: 2048, iterations: 1,\n"
+                          "     parallel: {tp: 8, pp: 48, micro_batches: 2, schedule: gpipe}}\n");
+  CHECK(m["training"]["memory_per_device"]["total_bytes"].get<double>() < v100.hbm_bytes);
 }
