@@ -263,3 +263,23 @@ TEST_CASE("terapipe cluster: a p3.16xlarge's GPUs share one 25 Gb/s NIC, V100s h
                           "     parallel: {tp: 8, pp: 48, micro_batches: 2, schedule: gpipe}}\n");
   CHECK(m["training"]["memory_per_device"]["total_bytes"].get<double>() < v100.hbm_bytes);
 }
+
+TEST_CASE("terapipe trace: one sliced iteration has a track per stage and every slice's passes on each") {
+  Scenario sc = load_scenario_text(sliced_job("{policy: uniform, slices: 4}, trace: true"), "t.yaml", {}, registry());
+  Recorder rec;
+  run_into(sc, rec, {});
+  const Json t = Json::parse(rec.trace().dump());
+  const Json& ev = t.is_object() ? t["traceEvents"] : t;
+  std::vector<int> per_stage(8, 0);
+  int named = 0;
+  for (const auto& e : ev) {
+    if (e["ph"] == "M" && e.value("name", "") == "thread_name") ++named;
+    if (e["ph"] != "X") continue;
+    const int tid = e["tid"].get<int>();
+    REQUIRE(tid >= 0);
+    REQUIRE(tid < 8);
+    ++per_stage[static_cast<size_t>(tid)];
+  }
+  CHECK(named == 8);
+  for (int n : per_stage) CHECK(n == 2 * 4);  // F0.0..F0.3 and B0.3..B0.0
+}

@@ -506,6 +506,10 @@ void register_training(Registry& reg) {
   s.section("slicing", slicing_schema(),
             "token-level pipelining (TeraPipe): each sequence cut into slices that enter the pipeline one after another "
             "(GPipe order, backwards in reverse slice order)");
+  s.add("trace", ParamType::Bool,
+        "write trace.json (Perfetto): replica 0's forward and backward passes (per slice with token slicing) of the first two "
+        "iterations, a track per stage")
+      .def("false");
   s.section("place", placement_schema(reg), "the devices it runs on: tp x pp x dp of them (tensor parallel fastest, then data parallel)");
   reg.add("workload", "training",
           "a training job: forward and backward per stage from the cost model, GPipe/1F1B pipelines, TP/PP/DP transfers as flows",
@@ -555,6 +559,7 @@ void register_training(Registry& reg) {
                   p.fail("place", fmt::format("a tensor-parallel group spans servers (devices {} and {})", devices[static_cast<size_t>(g)],
                                               devices[static_cast<size_t>(g + k)]),
                          "a placement whose consecutive groups of tp devices share a server");
+            if (p.flag("trace")) world.trace().enable(true);
             return std::make_unique<TrainingJob>(ctx.name, std::move(c), world, devices);
           }));
 }
