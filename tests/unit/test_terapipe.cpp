@@ -13,6 +13,7 @@
 #include "network/generators.h"
 #include "network/routing.h"
 #include "run/runner.h"
+#include "workloads/serving/serving_sim.h"
 #include "world/world_study.h"
 #include "workloads/training/terapipe.h"
 
@@ -282,4 +283,76 @@ TEST_CASE("terapipe trace: one sliced iteration has a track per stage and every 
   }
   CHECK(named == 8);
   for (int n : per_stage) CHECK(n == 2 * 4);  // F0.0..F0.3 and B0.3..B0.0
+}
+
+namespace {
+
+// One prompt of `prompt` tokens (one output token) on a pp-stage deployment of TinyLlama
+// (22 layers: pp 2) with free last-mile costs; `slicing` is deployment.prefill_slicing.
+serving::ServingConfig one_prompt(int prompt, const std::string& slicing) {
+  const Node n = load_yaml_string("model: {catalog: tinyllama-1.1b, max_context: 8192}\n"
+                                  "deployment: {pipeline_parallel: 2, cost_tables: none, prefill_slicing: " + slicing + "}\n"
+                                  "workload: {kind: llmperf, requests: 1, input_tokens: {mean: " + std::to_string(prompt) +
+                                  ", sd: 0}, output_tokens: {mean: 1, sd: 0}, arrival: {kind: closed_loop, clients: 1}, tokenizer: llama}\n"
+                                  "scheduler: {kind: vllm, max_num_batched_tokens: 8192}\n"
+                                  "last_mile: {d2h: fixed, d2h_latency: 0us, detokenize_per_token: 0us, stream_per_token: 0us}\n"
+                                  "outputs: {trace: false}\n", "t.yaml");
+  auto parsed = registry().parse(n, "study", "", "serving");
+  return serving::build_serving_config(parsed.params, registry(), 1, nullptr);
+}
+
+}  // namespace
+
+TEST_CASE("terapipe serving: a sliced prefill's first token comes after the slices' flow shop, checked by hand") {
+  serving::ServingConfig none_cfg = one_prompt(4096, "{policy: none}");
+  serving::ServingConfig cfg = one_prompt(4096, "{policy: uniform, slices: 4, granularity: 64}");
+  const CostModel cost(cfg.hardware, cfg.model, serving::cost_options(cfg));
+  // Uniform: 4 slices of 1024 tokens, slice k after 1024 k cached; the last samples the token.
+  // Two stages, a flow shop: stage 0 runs slices back to back, stage 1 starts slice k when both
+  // stage 0 has finished it and stage 1 has finished slice k - 1.
+  int64_t s0 = 0, s1 = 0;
+  for (int k = 0; k < 4; ++k) {
+    const SeqWork w{1024, 1024 * k, k == 3};
+    s0 += std::llround(cost.stage_ns(std::span<const SeqWork>(&w, 1), 0));
+    s1 = std::max(s0, s1) + std::llround(cost.stage_ns(std::span<const SeqWork>(&w, 1), 1));
+  }
+  const SeqWork whole{4096, 0, true};
+  const int64_t unsliced = std::llround(cost.stage_ns(std::span<const SeqWork>(&whole, 1), 0)) +
+                           std::llround(cost.stage_ns(std::span<const SeqWork>(&whole, 1), 1));
+  Engine e1(1), e2(1);
+  serving::ServingSim plain(std::move(none_cfg), e1, nullptr), sliced(std::move(cfg), e2, nullptr);
+  plain.run({});
+  sliced.run({});
+  REQUIRE(plain.completed() == 1);
+  REQUIRE(sliced.completed() == 1);
+  CHECK(plain.requests()[0].first_token_ns == unsliced);
+  CHECK(sliced.requests()[0].first_token_ns == s1);
+  CHECK(s1 < unsliced * 0.9);  // two stages overlap: the later slices (longer prefix) cost more
+  CHECK(sliced.replica_stats()[0].sliced_prefills == 1);
+  CHECK(sliced.replica_stats()[0].prefill_slices == 4);
+  // Shorter than min_tokens: not sliced.
+  Engine e3(1);
+  serving::ServingSim short_prompt(one_prompt(512, "{policy: uniform, slices: 4, granularity: 64}"), e3, nullptr);
+  short_prompt.run({});
+  CHECK(short_prompt.replica_stats()[0].sliced_prefills == 0);
+}
+
+TEST_CASE("terapipe serving: on the fabric the DP's slices cut TTFT below uniform's and unsliced prefill's") {
+  const std::string file = std::string(SLUICE_TESTS_DIR) + "/../scenarios/serving-pp-sliced-prefill.yaml";
+  auto ttft = [&](const std::string& slicing) {
+    Scenario sc = load_scenario(file, {"deployment.prefill_slicing=" + slicing}, registry());
+    Recorder rec;
+    run_into(sc, rec, {});
+    return rec.metrics();
+  };
+  const Json none = ttft("{policy: none}"), uni = ttft("{policy: uniform, slices: 8}"), dp = ttft("{policy: terapipe}");
+  auto mean = [](const Json& m) { return m["serving"]["latency_ms"]["ttft"]["mean"].get<double>(); };
+  CHECK(mean(uni) < 0.5 * mean(none));
+  CHECK(mean(dp) < mean(uni));
+  CHECK(dp["serving"]["prefill_slicing"]["slices_mean"].get<double>() > 8);
+  CHECK(dp["serving"]["requests"]["completed"] == none["serving"]["requests"]["completed"]);
+  CHECK(!none["serving"].contains("prefill_slicing"));
+  // Slicing needs stages.
+  CHECK_THROWS_WITH_AS(load_scenario(file, {"deployment.pipeline_parallel=1"}, registry()), doctest::Contains("pipeline_parallel >= 2"),
+                       ConfigError);
 }
