@@ -356,3 +356,19 @@ TEST_CASE("terapipe serving: on the fabric the DP's slices cut TTFT below unifor
   CHECK_THROWS_WITH_AS(load_scenario(file, {"deployment.pipeline_parallel=1"}, registry()), doctest::Contains("pipeline_parallel >= 2"),
                        ConfigError);
 }
+
+TEST_CASE("terapipe training: stages of 3, 3, 2 and 2 layers are busy in proportion, the LM head on the last") {
+  const Json m = run_text("name: t\ncluster:\n" + free_fabric() +
+                          "  hardware: h200\nworkloads:\n"
+                          "  - {name: j, kind: training, sequence: 1024, iterations: 1, cost_tables: none,\n"
+                          "     model: {name: ten, layers: 10, hidden: 4096, heads: 32, kv_heads: 32, ffn: 16384, vocab: 8, max_context: 1024},\n"
+                          "     parallel: {tp: 1, pp: 4, dp: 1, micro_batches: 8, schedule: gpipe}}\n");
+  const Json& busy = m["training"]["stage_busy_fraction"];
+  REQUIRE(busy.size() == 4);
+  const double b0 = busy[0].get<double>(), b1 = busy[1].get<double>(), b2 = busy[2].get<double>(), b3 = busy[3].get<double>();
+  CHECK(b0 > b1);  // the same 3 layers plus the embedding
+  CHECK(b0 < b1 * 1.01);
+  CHECK(b2 == doctest::Approx(b1 * 2 / 3).epsilon(0.02));  // 2 layers against 3
+  CHECK(b3 > b2);  // 2 layers plus the LM head (of 8 rows of vocabulary: small)
+  CHECK(b3 < b2 * 1.02);
+}
