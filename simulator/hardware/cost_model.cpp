@@ -1,7 +1,9 @@
 // The cost model of one iteration (a forward pass of a batch on one pipeline stage).
 //
-// What an iteration is made of, per layer of the stage (ceil(layers / pp) layers: the costed
-// stage is the last one, which also carries the LM head, so it is the pipeline's slowest):
+// What an iteration is made of, per layer of the stage (iteration(): ceil(layers / pp) layers
+// with the LM head, a bound on the pipeline's slowest stage; stage_ns() / stage_iteration():
+// a stage's own layers under Megatron's split, the embedding on the first, the LM head on the
+// last; slice(): any range of layers, l new tokens after a prefix of c):
 //   gemm.qkv, gemm.o, gemm.gate_up (gemm.up), gemm.down   M = all new tokens of the batch
 //   attention.prefill   fresh prompts as one batched call; chunks after a prefix one each
 //   attention.decode    the decode sequences together, each over its own KV length
@@ -37,6 +39,7 @@
 #include "config/paths.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -127,6 +130,19 @@ struct CostModel::Impl {
   Ceilings target;
   double knl_target = 0;
   int tp = 1, pp = 1, layers_stage = 0;
+  // What one costed unit of work holds: decoder layers, and whether the embedding gather, the
+  // LM head (with the final norm and sampling) and the send to the next stage are on it.
+  struct Span {
+    double L = 0;
+    bool embed = false, head = false, send = false;
+  };
+  // spans[0]: the legacy costed stage (ceil(layers / pp) layers, the LM head, the embedding when
+  // pp == 1, the send when pp > 1) that iteration() and iteration_ns() cost; then one span per
+  // distinct pipeline stage under Megatron's split, stage_span[s] its index.
+  std::vector<Span> spans;
+  std::vector<int> stage_span;
+  std::vector<LayerRange> ranges;
+  std::vector<std::unique_ptr<std::atomic<double>[]>> span_cache;  // dense parts per span, by M
   double H = 0, KV = 0, hd = 0, hidden = 0, ffn = 0, vocab = 0, b = 2;
 
   std::optional<costtab::GemmTable> gemm;
@@ -145,7 +161,7 @@ struct CostModel::Impl {
   double prefill_head_scale = 1, slice_head_scale = 1;
   const costtab::ElementwiseTable::Op *e_norm = nullptr, *e_rope = nullptr, *e_act = nullptr, *e_res = nullptr;
 
-  mutable std::unique_ptr<std::atomic<double>[]> dense_cache, rows_cache;
+  mutable std::unique_ptr<std::atomic<double>[]> rows_cache;
 
   Impl(HardwareSpec h, ModelSpec mm, CostOptions o_) : hw(std::move(h)), m(std::move(mm)), opt(std::move(o_)) {
     tp = opt.tensor_parallel;
@@ -167,6 +183,21 @@ struct CostModel::Impl {
     if (hw.effective_flops() <= 0 || hw.effective_bandwidth_Bps() <= 0)
       throw std::invalid_argument(fmt::format("hardware '{}' has no compute or memory ceiling", hw.name));
     layers_stage = (m.layers + pp - 1) / pp;
+    spans.push_back(Span{static_cast<double>(layers_stage), pp == 1, true, pp > 1});
+    for (int s = 0; s < pp; ++s) {
+      const LayerRange r = pipeline_stage_layers(m.layers, pp, s);
+      ranges.push_back(r);
+      const Span sp = span_of(r);
+      int at = -1;
+      for (size_t i = 0; i < spans.size(); ++i)
+        if (spans[i].L == sp.L && spans[i].embed == sp.embed && spans[i].head == sp.head && spans[i].send == sp.send)
+          at = static_cast<int>(i);
+      if (at < 0) {
+        at = static_cast<int>(spans.size());
+        spans.push_back(sp);
+      }
+      stage_span.push_back(at);
+    }
     H = static_cast<double>(m.heads) / tp;
     KV = std::max(1.0, static_cast<double>(m.kv_heads) / tp);
     hd = m.head_dim;
@@ -193,13 +224,15 @@ struct CostModel::Impl {
     lm = {hidden, vocab};
 
     if (!opt.tables_dir.empty()) load_tables();
-    dense_cache.reset(new std::atomic<double>[kCacheSize]);
     rows_cache.reset(new std::atomic<double>[kCacheSize]);
-    for (long i = 0; i < kCacheSize; ++i) {
-      dense_cache[i].store(-1, std::memory_order_relaxed);
-      rows_cache[i].store(-1, std::memory_order_relaxed);
+    for (long i = 0; i < kCacheSize; ++i) rows_cache[i].store(-1, std::memory_order_relaxed);
+    for (size_t k = 0; k < spans.size(); ++k) {
+      span_cache.emplace_back(new std::atomic<double>[kCacheSize]);
+      for (long i = 0; i < kCacheSize; ++i) span_cache.back()[i].store(-1, std::memory_order_relaxed);
     }
   }
+
+  static Span span_of(const LayerRange& r) { return Span{static_cast<double>(r.count), r.embedding, r.lm_head, r.send}; }
 
   void load_tables() {
     namespace fs = std::filesystem;
@@ -376,9 +409,9 @@ struct CostModel::Impl {
 
   // Every part that depends only on the total new tokens M of the batch.
   template <class Sink>
-  void dense_parts(double M, Sink& sink) const {
+  void dense_parts(double M, Sink& sink, const Span& sp) const {
     if (M <= 0) return;
-    const double L = layers_stage;
+    const double L = sp.L;
     auto layer = [&](Part p) {
       p.ns *= L;
       p.flops *= L;
@@ -400,11 +433,11 @@ struct CostModel::Impl {
       else
         layer(Part{Op::AllReduce, Src::Analytic, File::None, 2 * ring_ns(bytes, 2), 2 * M * hidden, 2 * bytes, 2});
     }
-    if (pp == 1)  // the embedding gather (first stage): a row of the table read and written per token
+    if (sp.embed)  // the embedding gather (first stage): a row of the table read and written per token
       sink(kernels_part(Op::Embed, 1, 2 * M * hidden * b));
-    if (impl == Implementation::Fused)  // vLLM normalises every token, then selects the sampled rows
+    if (sp.head && impl == Implementation::Fused)  // vLLM normalises every token, then selects the sampled rows
       sink(fused_part(Op::FinalNorm, M, 2 * hidden * b, 1));
-    if (pp > 1 && !opt.comm_on_fabric) {
+    if (sp.send && !opt.comm_on_fabric) {
       const double bytes = M * hidden * b;
       const bool nvlink = hw.interconnect_Bps > 0;
       const double bw = nvlink ? hw.interconnect_Bps : hw.pcie_Bps;
@@ -436,11 +469,11 @@ struct CostModel::Impl {
     }
   }
 
-  double cached(std::atomic<double>* cache, long n, bool dense) const {
+  double cached(std::atomic<double>* cache, long n, bool dense, const Span& sp) const {
     auto compute = [&] {
       SumSink s;
       Moved<SumSink> ms{*this, s};
-      if (dense) dense_parts(static_cast<double>(n), ms);
+      if (dense) dense_parts(static_cast<double>(n), ms, sp);
       else row_parts(static_cast<double>(n), ms);
       return s.total;
     };
@@ -496,10 +529,9 @@ struct CostModel::Impl {
     return {Op::AttnPrefill, Src::Roofline, File::None, roof(flops / hw.attention_efficiency(l), bytes), flops, bytes};
   }
 
-  // Attention of a whole batch; sums into `sink` per layer x layers_stage. `nd` decode sequences.
+  // Attention of a whole batch; sums into `sink` per layer x L layers. `nd` decode sequences.
   template <class Sink, bool kDetail>
-  void attention_parts(std::span<const SeqWork> batch, long nd, Sink& sink) const {
-    const double L = layers_stage;
+  void attention_parts(std::span<const SeqWork> batch, long nd, Sink& sink, double L) const {
     if (nd > 0) {
       double t = 0, flops = 0, bytes = 0;
       Src src = Src::Roofline;
@@ -661,7 +693,7 @@ std::vector<std::pair<std::string, int>> CostModel::layer_kernels(bool prefill) 
   im.layer_elementwise(prefill ? 512.0 : 1.0, layer);
   const std::vector<SeqWork> one{SeqWork{prefill ? 512 : 1, prefill ? 0 : 512, true}};
   ListSink attn;
-  im.attention_parts<ListSink, false>(one, prefill ? 0 : 1, attn);
+  im.attention_parts<ListSink, false>(one, prefill ? 0 : 1, attn, im.layers_stage);
   std::vector<std::pair<std::string, int>> out;
   for (Op g : {Op::Qkv, Op::O, Op::GateUp, Op::Down}) out.emplace_back(im.op_name(g), 1);
   for (const Part& p : attn.parts)
@@ -713,6 +745,10 @@ double CostModel::tp_allreduce_bytes(double tokens) const {
   return impl_->tp > 1 ? 2.0 * impl_->layers_stage * tokens * impl_->hidden * impl_->b : 0.0;
 }
 
+double CostModel::tp_allreduce_bytes(double tokens, int stage) const {
+  return impl_->tp > 1 ? 2.0 * stage_range(stage).count * tokens * impl_->hidden * impl_->b : 0.0;
+}
+
 double CostModel::lm_head_ns(double rows) const { return rows > 0 ? impl_->gemm_part(Op::LmHead, impl_->lm, rows).ns : 0.0; }
 
 double CostModel::activation_bytes(double tokens) const { return tokens * impl_->hidden * impl_->b; }
@@ -736,12 +772,23 @@ BatchTotals batch_totals(std::span<const SeqWork> batch) {
 
 IterationCost CostModel::iteration(std::span<const SeqWork> batch) const {
   const Impl& im = *impl_;
+  const Impl::Span& sp = im.spans[0];
+  return range_iteration(batch, LayerRange{0, static_cast<int>(sp.L), sp.embed, sp.head, sp.send});
+}
+
+IterationCost CostModel::stage_iteration(std::span<const SeqWork> batch, int stage) const {
+  return range_iteration(batch, stage_range(stage));
+}
+
+IterationCost CostModel::range_iteration(std::span<const SeqWork> batch, const LayerRange& r) const {
+  const Impl& im = *impl_;
+  const Impl::Span sp = Impl::span_of(r);
   const auto [M, R, nd] = batch_totals(batch);
   ListSink sink;
   Impl::Moved<ListSink> moved{im, sink};
-  im.dense_parts(static_cast<double>(M), moved);
-  im.attention_parts<Impl::Moved<ListSink>, true>(batch, nd, moved);
-  im.row_parts(static_cast<double>(R), moved);
+  im.dense_parts(static_cast<double>(M), moved, sp);
+  if (sp.L > 0) im.attention_parts<Impl::Moved<ListSink>, true>(batch, nd, moved, sp.L);
+  if (sp.head) im.row_parts(static_cast<double>(R), moved);
   std::stable_sort(sink.parts.begin(), sink.parts.end(),
                    [](const Part& a, const Part& b) { return static_cast<int>(a.op) < static_cast<int>(b.op); });
   IterationCost out;
@@ -808,10 +855,11 @@ IterationCost CostModel::sliced_prefill(int batch, long tokens, int slices) cons
   if (batch < 1 || slices < 1 || tokens < slices || tokens % slices != 0)
     throw std::invalid_argument(fmt::format("{} tokens do not cut into {} equal slices", tokens, slices));
   const long s = tokens / slices;
+  const Impl::Span& sp = impl_->spans[0];
+  const LayerRange costed{0, static_cast<int>(sp.L), sp.embed, sp.head, sp.send};
   IterationCost it;
   for (int k = 0; k < slices; ++k) {
-    const std::vector<SeqWork> step(static_cast<size_t>(batch), SeqWork{static_cast<int>(s), static_cast<int>(k * s), false});
-    const IterationCost one = iteration(step);
+    const IterationCost one = slice(batch, s, k * s, costed);
     for (const auto& o : one.ops) {
       auto at = std::find_if(it.ops.begin(), it.ops.end(), [&](const OpCost& q) { return q.op == o.op && q.source == o.source; });
       if (at == it.ops.end()) {
@@ -829,6 +877,12 @@ IterationCost CostModel::sliced_prefill(int batch, long tokens, int slices) cons
   return it;
 }
 
+IterationCost CostModel::slice(int batch, long l, long c, const LayerRange& r) const {
+  if (batch < 1 || l < 1 || c < 0) throw std::invalid_argument(fmt::format("a slice of {} tokens after {} for {} sequences", l, c, batch));
+  const std::vector<SeqWork> step(static_cast<size_t>(batch), SeqWork{static_cast<int>(l), static_cast<int>(c), false});
+  return range_iteration(step, r);
+}
+
 namespace {
 OpCost named(const CostModel::Impl* im, const std::string& name, Part p) {
   std::string src = CostModel::Impl::source_name(p.src, p.file);
@@ -842,8 +896,79 @@ double CostModel::iteration_ns(std::span<const SeqWork> batch) const {
   const auto [M, R, nd] = batch_totals(batch);
   SumSink sink;
   Impl::Moved<SumSink> moved{im, sink};
-  im.attention_parts<Impl::Moved<SumSink>, false>(batch, nd, moved);
-  return im.cached(im.dense_cache.get(), M, true) + im.cached(im.rows_cache.get(), R, false) + sink.total;
+  im.attention_parts<Impl::Moved<SumSink>, false>(batch, nd, moved, im.layers_stage);
+  return im.cached(im.span_cache[0].get(), M, true, im.spans[0]) + im.cached(im.rows_cache.get(), R, false, im.spans[0]) +
+         sink.total;
+}
+
+double CostModel::stage_ns(std::span<const SeqWork> batch, int stage) const {
+  const Impl& im = *impl_;
+  if (stage < 0 || stage >= im.pp) throw std::invalid_argument(fmt::format("stage {} of a {}-stage pipeline", stage, im.pp));
+  const int k = im.stage_span[static_cast<size_t>(stage)];
+  const Impl::Span& sp = im.spans[static_cast<size_t>(k)];
+  const auto [M, R, nd] = batch_totals(batch);
+  SumSink sink;
+  Impl::Moved<SumSink> moved{im, sink};
+  if (sp.L > 0) im.attention_parts<Impl::Moved<SumSink>, false>(batch, nd, moved, sp.L);
+  return im.cached(im.span_cache[static_cast<size_t>(k)].get(), M, true, sp) +
+         (sp.head ? im.cached(im.rows_cache.get(), R, false, sp) : 0.0) + sink.total;
+}
+
+void CostModel::slice_stage_ns(int batch, long l, long c, bool all_logits, std::span<double> out) const {
+  const Impl& im = *impl_;
+  if (batch < 1 || l < 1 || c < 0 || static_cast<int>(out.size()) != im.pp)
+    throw std::invalid_argument(fmt::format("a slice of {} tokens after {} for {} sequences over {} stages", l, c, batch, out.size()));
+  // One layer's attention, once: every stage runs the same attention per layer.
+  const SeqWork w{static_cast<int>(l), static_cast<int>(c), false};
+  std::array<SeqWork, 8> few;
+  std::vector<SeqWork> many;
+  std::span<const SeqWork> seqs;
+  if (batch <= static_cast<int>(few.size())) {
+    few.fill(w);
+    seqs = std::span<const SeqWork>(few.data(), static_cast<size_t>(batch));
+  } else {
+    many.assign(static_cast<size_t>(batch), w);
+    seqs = many;
+  }
+  SumSink sink;
+  Impl::Moved<SumSink> moved{im, sink};
+  im.attention_parts<Impl::Moved<SumSink>, false>(seqs, 0, moved, 1.0);
+  const long M = static_cast<long>(batch) * l;
+  const double head = all_logits ? lm_head_ns(static_cast<double>(M)) : 0.0;
+  // Once per distinct stage (a deep pipeline has at most four kinds: first, last, and the
+  // middle stages with floor or ceil layers).
+  std::array<double, 8> per_span;
+  const size_t kinds = std::min(per_span.size(), im.spans.size());
+  for (size_t k = 0; k < kinds; ++k) {
+    const Impl::Span& sp = im.spans[k];
+    per_span[k] = im.cached(im.span_cache[k].get(), M, true, sp) + sp.L * sink.total + (sp.head ? head : 0.0);
+  }
+  for (int s = 0; s < im.pp; ++s) {
+    const size_t k = static_cast<size_t>(im.stage_span[static_cast<size_t>(s)]);
+    const Impl::Span& sp = im.spans[k];
+    out[static_cast<size_t>(s)] = k < kinds ? per_span[k]
+                                            : im.cached(im.span_cache[k].get(), M, true, sp) + sp.L * sink.total + (sp.head ? head : 0.0);
+  }
+}
+
+LayerRange CostModel::stage_range(int stage) const {
+  const Impl& im = *impl_;
+  if (stage < 0 || stage >= im.pp) throw std::invalid_argument(fmt::format("stage {} of a {}-stage pipeline", stage, im.pp));
+  return im.ranges[static_cast<size_t>(stage)];
+}
+
+LayerRange pipeline_stage_layers(int layers, int pp, int stage) {
+  if (pp < 1 || layers < pp || stage < 0 || stage >= pp)
+    throw std::invalid_argument(fmt::format("stage {} of {} layers over {} stages", stage, layers, pp));
+  // Megatron's split: every stage floor(layers / pp) layers, the first layers % pp one more.
+  const int base = layers / pp, extra = layers % pp;
+  LayerRange r;
+  r.count = base + (stage < extra ? 1 : 0);
+  r.first = stage * base + std::min(stage, extra);
+  r.embedding = stage == 0;
+  r.lm_head = stage == pp - 1;
+  r.send = stage < pp - 1;
+  return r;
 }
 
 }  // namespace sluice

@@ -78,6 +78,18 @@ struct CostOptions {
   bool comm_on_fabric = false;
 };
 
+// The layers one pipeline stage holds, and what else runs on it.
+struct LayerRange {
+  int first = 0;           // its first decoder layer
+  int count = 0;           // decoder layers on it
+  bool embedding = false;  // the token embedding gather (the first stage)
+  bool lm_head = false;    // the final norm, LM head and sampling of the rows that sample (the last stage)
+  bool send = false;       // hands its activations to a next stage (every stage but the last)
+};
+// Megatron's split of `layers` over `pp` stages: floor(layers / pp) each, the first layers % pp
+// stages one more; the embedding on the first stage, the LM head on the last.
+LayerRange pipeline_stage_layers(int layers, int pp, int stage);
+
 // <catalog_root()>/results/calibration/<hw.calibration>, or "" when the device has none.
 std::string default_tables_dir(const HardwareSpec& hw);
 
@@ -87,12 +99,29 @@ class CostModel {
   CostModel(HardwareSpec hw, ModelSpec model, CostOptions opt);
   ~CostModel();
   CostModel(CostModel&&) noexcept;
-  // Full breakdown of one iteration of one pipeline stage's share of layers (plus the LM head
-  // on the last stage), summed over operations, for `sluice cost` and tests.
+  // Full breakdown of one iteration of the costed stage, the pipeline's slowest bound:
+  // ceil(layers / pp) layers plus the LM head (and the embedding when pp == 1), summed over
+  // operations, for `sluice cost` and tests.
   IterationCost iteration(std::span<const SeqWork> batch) const;
+  // The same breakdown for pipeline stage `stage` as it is (its own layers, the embedding on the
+  // first, the LM head on the last), or for any range of layers.
+  IterationCost stage_iteration(std::span<const SeqWork> batch, int stage) const;
+  IterationCost range_iteration(std::span<const SeqWork> batch, const LayerRange& r) const;
+  // One slice: `l` new tokens after a prefix of `c` cached ones for `batch` sequences through
+  // the layers of `r` (attention over the prefix grows with c); no LM-head rows (nothing samples).
+  IterationCost slice(int batch, long l, long c, const LayerRange& r) const;
+  // The hot-path total of stage_iteration (cached as iteration_ns is).
+  double stage_ns(std::span<const SeqWork> batch, int stage) const;
+  // t(l, c) of one slice on every pipeline stage at once (`out` has pp entries): `batch`
+  // sequences of `l` new tokens after `c` cached ones; with `all_logits` the last stage also
+  // runs the LM head over every token (training computes logits for all of them).
+  void slice_stage_ns(int batch, long l, long c, bool all_logits, std::span<double> out) const;
+  // Stage `stage`'s layers under Megatron's split (pipeline_stage_layers).
+  LayerRange stage_range(int stage) const;
   // `tokens` new tokens per sequence for `batch` sequences, prefilled as `slices` equal slices
-  // one after another, each after the previous slices' cache, through the decoder layers only
-  // (no LM head): the parts of all slices merged, as model_steps.csv times a sliced prefill.
+  // one after another, each after the previous slices' cache (slice() over the costed stage's
+  // layers), through the decoder layers only (no LM head): the parts of all slices merged, as
+  // model_steps.csv times a sliced prefill.
   IterationCost sliced_prefill(int batch, long tokens, int slices) const;
   // Single kernels by shape, for workloads that are not decoder LLMs (a DiT step): each costed
   // as the iteration costs its parts (tables first, scaled, then physics), moved to this
@@ -117,6 +146,8 @@ class CostModel {
   // Bytes each device of a stage all-reduces per iteration of `tokens` new tokens (the sum of
   // the stage's per-layer tensor-parallel all-reduces; 0 without tensor parallelism).
   double tp_allreduce_bytes(double tokens) const;
+  // The same for pipeline stage `stage`'s own layers.
+  double tp_allreduce_bytes(double tokens, int stage) const;
   // The LM head GEMM over `rows` rows (training computes logits for every token).
   double lm_head_ns(double rows) const;
   // Bytes of activations one stage hands to the next for `tokens` new tokens.

@@ -82,7 +82,11 @@ Schema clos_schema(bool rail) {
   s.quantity("switch_price", UnitKind::Money, "capex per switch").def("0").nonneg();
   s.quantity("nic_price", UnitKind::Money, "capex per NIC").def("0").nonneg();
   s.quantity("cable_price", UnitKind::Money, "capex per fabric link (cable + two transceivers)").def("0").nonneg();
-  (void)rail;
+  if (!rail)  // a rail needs a NIC per local rank
+    s.enumeration("nics", {"per-gpu", "per-server"},
+                  "per-gpu: each GPU its own NIC to a leaf; per-server: one NIC per server, from its NVSwitch, shared by its "
+                  "GPUs (cloud instances such as AWS p3.16xlarge)")
+        .def("per-gpu");
   return s;
 }
 
@@ -256,6 +260,7 @@ void register_topology_generators(Registry& reg) {
               c.switch_usd = p.real("switch_price");
               c.nic_usd = p.real("nic_price");
               c.cable_usd = p.real("cable_price");
+              c.nic_per_server = !rail && p.str("nics") == "per-server";
               return build_clos(c, name);
             }));
   }

@@ -11,7 +11,7 @@ namespace sluice::net {
 
 std::vector<int> add_server(Topology& t, int index, const ServerSpec& s) {
   std::vector<int> gpus;
-  const int sw = t.add_node(NodeInfo{fmt::format("nvswitch{}", index), NodeKind::Switch, s.gpus, 0, {-1, -1, -1}, index});
+  const int sw = t.add_node(NodeInfo{fmt::format("nvswitch{}", index), NodeKind::Switch, s.gpus + s.switch_uplinks, 0, {-1, -1, -1}, index});
   for (int g = 0; g < s.gpus; ++g) {
     const int v = t.add_node(NodeInfo{fmt::format("gpu{}.{}", index, g), NodeKind::Device, 0, s.gpu_usd, {-1, -1, -1}, index});
     t.add_link(v, sw, s.nvlink_Bps, s.nvlink_latency_ns, "nvlink");
@@ -47,8 +47,15 @@ Topology build_clos(const ClosSpec& c, const std::string& name) {
   if (down < 1 || up < 1)
     throw TopologyError(fmt::format("switch radix {} with oversubscription {} leaves {} down and {} up ports", radix, c.oversubscription, down, up));
   std::vector<std::vector<int>> servers;
-  for (int s = 0; s < c.servers; ++s) servers.push_back(add_server(t, s, c.server));
-  const int gpn = c.server.gpus;
+  std::vector<int> switch_of;  // each server's NVSwitch node (add_server adds it first)
+  ServerSpec server = c.server;
+  if (c.nic_per_server) server.switch_uplinks = 1;
+  for (int s = 0; s < c.servers; ++s) {
+    switch_of.push_back(t.node_count());
+    servers.push_back(add_server(t, s, server));
+  }
+  if (c.nic_per_server && c.rail_optimized) throw TopologyError("a rail-optimized fabric needs a NIC per GPU");
+  const int gpn = c.nic_per_server ? 1 : c.server.gpus;  // NICs per server
   const int total = c.servers * gpn;
   // Leaves: each GPU's NIC goes to one leaf port.
   int leaves = 0;
@@ -67,9 +74,10 @@ Topology build_clos(const ClosSpec& c, const std::string& name) {
     leaf_ids.push_back(t.add_node(NodeInfo{fmt::format("leaf{}", l), NodeKind::Switch, radix, c.switch_usd, {-1, -1, -1}, -1}));
   for (int s = 0; s < c.servers; ++s)
     for (int r = 0; r < gpn; ++r)
-      t.add_link(servers[static_cast<size_t>(s)][static_cast<size_t>(r)], leaf_ids[static_cast<size_t>(leaf_of[static_cast<size_t>(s * gpn + r)])],
-                 c.nic_Bps, c.link_latency_ns, "nic", c.cable_usd);
-  if (c.nic_usd > 0) t.extra_capex.push_back(CapexItem{"NICs (one per GPU)", total, c.nic_usd});
+      t.add_link(c.nic_per_server ? switch_of[static_cast<size_t>(s)] : servers[static_cast<size_t>(s)][static_cast<size_t>(r)],
+                 leaf_ids[static_cast<size_t>(leaf_of[static_cast<size_t>(s * gpn + r)])], c.nic_Bps, c.link_latency_ns, "nic",
+                 c.cable_usd);
+  if (c.nic_usd > 0) t.extra_capex.push_back(CapexItem{c.nic_per_server ? "NICs (one per server)" : "NICs (one per GPU)", total, c.nic_usd});
   if (leaves == 1) return t;  // one leaf switches everything
   if (c.tiers == 2) {
     const int spines = (leaves * up + radix - 1) / radix;

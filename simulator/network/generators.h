@@ -21,6 +21,7 @@ struct ServerSpec {
   int64_t pcie_latency_ns = 600;
   double gpu_usd = 0, nvswitch_usd = 0, host_usd = 0, server_other_usd = 0;
   int nvswitch_chips = 4;         // physical chips behind the logical crossbar (capex only)
+  int switch_uplinks = 0;         // NVSwitch ports beyond the GPUs' (a server NIC)
 };
 // Adds server `index` to `t`: returns its GPU node ids in local-rank order.
 std::vector<int> add_server(Topology& t, int index, const ServerSpec& s);
@@ -37,6 +38,7 @@ struct ClosSpec {
   double nic_Bps = 50e9;          // 400 Gb/s per GPU
   int64_t link_latency_ns = 500;  // NIC or switch hop
   double switch_usd = 0, nic_usd = 0, cable_usd = 0;
+  bool nic_per_server = false;    // one NIC per server (from its NVSwitch), shared by its GPUs; fat-tree only
 };
 Topology build_clos(const ClosSpec& c, const std::string& name);
 

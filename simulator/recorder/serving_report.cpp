@@ -179,6 +179,13 @@ void report_serving(const serving::ServingSim& sim, const std::string& workload_
   m["batching"] = Json{{"iterations", iters}, {"prefill_iterations", pre_it}, {"decode_iterations", dec_it},
                        {"mixed_iterations", mix_it}, {"mean_batch", busy > 0 ? batch_int / busy : 0.0},
                        {"max_batch", max_batch}, {"utilization", busy / end / nrep}};
+  if (cfg.prefill_slicing.policy != serving::PrefillSlicing::None) {
+    int64_t sliced = 0, slices = 0;
+    for (const auto& st : sim.replica_stats()) sliced += st.sliced_prefills, slices += st.prefill_slices;
+    const char* pol = cfg.prefill_slicing.policy == serving::PrefillSlicing::Uniform ? "uniform" : "terapipe";
+    m["prefill_slicing"] = Json{{"policy", pol}, {"sliced_prefills", sliced},
+                                {"slices_mean", sliced ? static_cast<double>(slices) / static_cast<double>(sliced) : 0.0}};
+  }
   // Beside the busy fraction, what the iterations achieve while busy: model FLOPs utilisation
   // (2 FLOPs per non-embedding parameter per computed token, attention left out, over the
   // datasheet peak of the replica's GPUs) and the HBM bandwidth of the weight reads (each

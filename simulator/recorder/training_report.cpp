@@ -1,5 +1,7 @@
 #include "recorder/training_report.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "config/units.h"
@@ -72,6 +74,20 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                         r.failures, r.restarts, r.reformed, r.checkpoints, 100 * goodput, r.lost_s, r.checkpoint_s, r.recovering_s,
                         r.wall_s, r.failed ? "; FAILED: " + r.failure_reason : std::string()));
   }
+  {
+    Json tokens = Json::array();
+    for (int l : r.slice_tokens) tokens.push_back(l);
+    m["slicing"] = Json{{"policy", training::slicing_policy_name(c.slicing.policy)},
+                        {"slices", r.slice_tokens.size()},
+                        {"tokens", tokens},
+                        {"granularity", c.slicing.granularity},
+                        {"model_pass_ms", r.slice_model_ms},
+                        {"unsliced_model_pass_ms", r.unsliced_model_ms},
+                        {"model_speedup", r.slice_model_ms > 0 ? r.unsliced_model_ms / r.slice_model_ms : 0.0},
+                        {"bubble_model", r.slice_bubble_model},
+                        {"dp_candidates", r.dp_candidates},
+                        {"dp_evaluated", r.dp_evaluated}};
+  }
   if (scope.empty()) rec.metrics()["training"] = m;
   else rec.metrics()["workloads"][scope] = m;
   summary(fmt::format("{} training on {} × {} (tp {} × pp {} × dp {}, {} over {} micro-batches of {} × {} tokens)", c.model.name,
@@ -79,6 +95,12 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                       c.micro_batches, c.micro_batch_size, c.sequence));
   summary(fmt::format("iteration {:.3f} s mean over {}; {:.0f} tokens/s; MFU {:.1f}%; bubble {:.1f}% (textbook {:.1f}%); DP all-reduce {:.1f} ms",
                       mean, r.iteration_s.size(), tokens_s, 100 * mfu, 100 * r.bubble_fraction, 100 * r.textbook_bubble, r.dp_allreduce_ms));
+  if (c.slicing.policy != training::SlicingPolicy::None)
+    summary(fmt::format("token slicing ({}): {} slices of {}..{} tokens; formula pass {:.1f} ms against {:.1f} ms unsliced ({:.2f}x)",
+                        training::slicing_policy_name(c.slicing.policy), r.slice_tokens.size(),
+                        r.slice_tokens.empty() ? 0 : *std::min_element(r.slice_tokens.begin(), r.slice_tokens.end()),
+                        r.slice_tokens.empty() ? 0 : *std::max_element(r.slice_tokens.begin(), r.slice_tokens.end()), r.slice_model_ms,
+                        r.unsliced_model_ms, r.slice_model_ms > 0 ? r.unsliced_model_ms / r.slice_model_ms : 0.0));
   summary(fmt::format("memory/device: {} of {} (weights {}, gradients {}, optimizer {}, activations {})", format_bytes(r.memory.total()),
                       format_bytes(c.hardware.hbm_bytes), format_bytes(r.memory.weights), format_bytes(r.memory.gradients),
                       format_bytes(r.memory.optimizer), format_bytes(r.memory.activations)));

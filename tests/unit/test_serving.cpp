@@ -594,15 +594,20 @@ outputs: {trace: false}
   auto parsed = registry().parse(n, "study", "", "serving");
   ServingConfig cfg = build_serving_config(parsed.params, registry(), 1, nullptr);
   CostModel cost(cfg.hardware, cfg.model, cost_options(cfg));
-  const int64_t T = std::llround(cost.iteration_ns(std::vector<SeqWork>{{100, 0}}));
+  // Each stage costed as its own 11 layers: the first with the embedding, the last with the LM head.
+  const std::vector<SeqWork> prefill{{100, 0}};
+  const int64_t T0 = std::llround(cost.stage_ns(prefill, 0)), T1 = std::llround(cost.stage_ns(prefill, 1));
+  REQUIRE(T1 > T0);
+  CHECK(T1 <= std::llround(cost.iteration_ns(prefill)));  // the old costed stage bounds both
   Engine engine(1);
   ServingSim sim(std::move(cfg), engine, nullptr);
   REQUIRE(sim.replicas().size() == 2);  // one replica, two virtual engines
   CHECK(sim.memory().blocks_per_engine == sim.memory().blocks_per_replica / 2);
   sim.run({});
   REQUIRE(sim.completed() == 2);
-  // Engine 0's prefill holds stage 0 for [0, T) and stage 1 for [T, 2T); engine 1's batch
-  // enters stage 0 at T, when it frees, and leaves stage 1 at 3T.
-  CHECK(sim.requests()[0].first_token_ns == 2 * T);
-  CHECK(sim.requests()[1].first_token_ns == 3 * T);
+  // Engine 0's prefill holds stage 0 for [0, T0) and stage 1 for [T0, T0 + T1); engine 1's
+  // batch enters stage 0 at T0, when it frees, leaves it at 2 T0 and waits for stage 1 until
+  // T0 + T1 (T1 > T0), which it leaves at T0 + 2 T1.
+  CHECK(sim.requests()[0].first_token_ns == T0 + T1);
+  CHECK(sim.requests()[1].first_token_ns == T0 + 2 * T1);
 }

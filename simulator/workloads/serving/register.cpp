@@ -74,6 +74,16 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
     d.fail("pipeline_parallel", fmt::format("{} has {} layers, not divisible into {} stages", c.model.name, c.model.layers, c.pipeline_parallel),
            "a divisor of the layer count");
   c.fused_elementwise = d.flag("fused_elementwise");
+  {
+    const Params& ps = d.section("prefill_slicing");
+    const std::string& pol = ps.str("policy");
+    c.prefill_slicing.policy = pol == "uniform" ? PrefillSlicing::Uniform : pol == "terapipe" ? PrefillSlicing::TeraPipe : PrefillSlicing::None;
+    c.prefill_slicing.slices = static_cast<int>(ps.integer("slices"));
+    c.prefill_slicing.granularity = static_cast<int>(ps.integer("granularity"));
+    c.prefill_slicing.min_tokens = static_cast<int>(ps.integer("min_tokens"));
+    if (c.prefill_slicing.policy != PrefillSlicing::None && c.pipeline_parallel < 2)
+      ps.fail("policy", "slices pass through pipeline stages, and this deployment has one", "none, or deployment.pipeline_parallel >= 2");
+  }
   c.implementation = implementation_from_name(d.str("implementation"));
   const std::string& tables = d.str("cost_tables");
   if (tables == "auto") {
@@ -153,6 +163,19 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
   dep->enumeration("implementation", {"pytorch-lean", "pytorch-naive", "fused"},
                    "how the model is executed: its kernels per layer (sluice cost --implementation)").def("pytorch-lean");
   dep->add("fused_elementwise", ParamType::Bool, "the same as implementation: fused (kept for old scenarios)").def("false");
+  auto slicing = std::make_shared<Schema>();
+  slicing->enumeration("policy", {"none", "uniform", "terapipe"},
+                       "none: a prefill passes the stages whole; uniform: `slices` equal slices; terapipe: the DP minimising "
+                       "sum t + (stages - 1) max t")
+      .def("none");
+  slicing->add("slices", ParamType::Int, "uniform: slices per sliced prefill").def("2").range(2, 64);
+  slicing->add("granularity", ParamType::Int, "slice lengths in steps of this many tokens (the DP coarsens it to at most 256 steps)")
+      .def("64")
+      .range(1, 1 << 20);
+  slicing->add("min_tokens", ParamType::Int, "prefills of fewer new tokens are not sliced").def("1024").range(2, 1 << 24);
+  dep->section("prefill_slicing", slicing,
+               "token-level pipelining of long prompts (pipeline_parallel > 1): an iteration that is one prompt's prefill runs "
+               "as slices entering the stages one after another");
   s.section("deployment", dep, "replicas × tensor × pipeline parallelism, KV cache settings");
   s.component("scheduler", &reg, "scheduler", "vllm", "batching scheduler");
   s.component("router", &reg, "router", "round_robin", "router across replicas");

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "config/units.h"
+#include "workloads/training/terapipe.h"
 
 namespace sluice::serving {
 
@@ -93,6 +95,8 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
   busy_.assign(engines, false);
   rstats_.resize(engines);
   stage_free_ns_.assign(static_cast<size_t>(engines), 0);  // replicas × stages
+  if (engines > std::numeric_limits<int>::max() / kMaxSlices)
+    throw std::invalid_argument(fmt::format("{} engines: too many to tell their slices apart", engines));
   if (fabric_.active()) {
     if (static_cast<int>(fabric_.stage_nodes.size()) != cfg_.replicas)
       throw std::logic_error("internal: serving fabric placement does not match the replica count");
@@ -186,7 +190,8 @@ void ServingSim::on_event(Engine& e, uint32_t kind, uint32_t arg) {
   const int64_t now = e.now().count_ns();
   const uint32_t ep = kind >> 8;
   kind &= 0xFF;
-  if ((kind == kIterationEnd || kind == kStageCompute) && ep != (epoch_[arg] & 0xFFFFFFu)) return;  // an iteration a failure voided
+  if ((kind == kIterationEnd && ep != (epoch_[arg] & 0xFFFFFFu)) || (kind == kStageCompute && ep != (epoch_[arg / kMaxSlices] & 0xFFFFFFu)))
+    return;  // an iteration a failure voided
   switch (kind) {
     case kConversation: {
       const auto& c = convs_[arg];
@@ -210,7 +215,7 @@ void ServingSim::on_event(Engine& e, uint32_t kind, uint32_t arg) {
       try_start(static_cast<int>(arg));
       break;
     case kStageCompute:
-      stage_compute_done(static_cast<int>(arg));
+      stage_compute_done(static_cast<int>(arg / kMaxSlices), static_cast<int>(arg % kMaxSlices));
       break;
     case kReplicaUp: {
       const int r = static_cast<int>(arg);
@@ -318,8 +323,11 @@ void ServingSim::replica_down(int r) {
     busy_[i] = false;
     if (i < inflight_.size()) {
       InFlight& f = inflight_[i];
-      if (f.collective) graveyard_.push_back(std::move(f.collective));
-      f.sends_pending = f.swaps_pending = 0;
+      for (auto& ps : f.passes)
+        if (ps.collective) graveyard_.push_back(std::move(ps.collective));
+      f.passes.clear();
+      for (auto& q : f.parked) q.clear();
+      f.swaps_pending = 0;
       f.waiting_swap = false;
     }
     if (i < stage_busy_.size()) {
@@ -443,13 +451,33 @@ void ServingSim::try_start(int ri) {
     if (q.first_scheduled_ns < 0) q.first_scheduled_ns = now;
     if (samples) ++generating;
   }
-  const double stage_ns = cost_.iteration_ns(work_);  // one stage's layers (the last stage's, with the LM head)
-  if (!std::isfinite(stage_ns) || stage_ns < 0)
-    throw std::runtime_error(fmt::format("the cost model returned {} ns for an iteration of {} sequences", stage_ns, work_.size()));
-  const double compute_ns = stage_ns * pp_;
-  int64_t dur_ns = 0, occupied_ns = 0;
   const bool swap_flows = fabric_.active() && b.swap_bytes > 0 && !fabric_.host_links.empty() &&
                           !fabric_.host_links[static_cast<size_t>(ri / pp_)].empty();
+  // The passes of the iteration: one of every token, or a long prompt's prefill as slices.
+  const std::vector<int> slices = work_.size() == 1 && b.swap_bytes == 0 && b.extra_ns == 0
+                                      ? prefill_slices(work_[0].new_tokens, work_[0].context)
+                                      : std::vector<int>{};
+  const int passes = slices.empty() ? 1 : static_cast<int>(slices.size());
+  pass_ns_.resize(static_cast<size_t>(passes * pp_));
+  double compute_ns = 0;
+  if (slices.empty()) {
+    compute_ns = stage_times(work_);  // each stage's own layers, into stage_ns_
+    for (int s = 0; s < pp_; ++s) pass_ns_[static_cast<size_t>(s)] = stage_ns_[static_cast<size_t>(s)];
+  } else {
+    int c = work_[0].context;
+    for (int k = 0; k < passes; ++k) {  // slice k: its tokens after the prompt's earlier slices; only the last samples
+      const SeqWork w{slices[static_cast<size_t>(k)], c, k + 1 == passes && work_[0].produces_token};
+      compute_ns += stage_times(std::span<const SeqWork>(&w, 1));
+      for (int s = 0; s < pp_; ++s) pass_ns_[static_cast<size_t>(k * pp_ + s)] = stage_ns_[static_cast<size_t>(s)];
+      c += slices[static_cast<size_t>(k)];
+    }
+    rstats_[ri].sliced_prefills += 1;
+    rstats_[ri].prefill_slices += passes;
+  }
+  auto pass_stage_ns = [&](int k, int s) {
+    return std::max<int64_t>(1, static_cast<int64_t>(std::llround(pass_ns_[static_cast<size_t>(k * pp_ + s)])));
+  };
+  int64_t dur_ns = 0, occupied_ns = 0;
   if (fabric_.active() && (cfg_.tensor_parallel > 1 || pp_ > 1 || swap_flows)) {
     // Transfers are flows: the iteration's length is known only when its last stage is done.
     busy_[ri] = true;
@@ -457,7 +485,14 @@ void ServingSim::try_start(int ri) {
     InFlight& f = inflight_[static_cast<size_t>(ri)];
     int64_t tokens = 0;
     for (const auto& en : b.entries) tokens += en.new_tokens;
-    f.stage_ns = std::max<int64_t>(1, static_cast<int64_t>(std::llround(stage_ns)));
+    f.passes.resize(static_cast<size_t>(passes));
+    f.stage_ns.resize(static_cast<size_t>(passes * pp_));
+    for (int k = 0; k < passes; ++k) {
+      f.passes[static_cast<size_t>(k)].tokens = slices.empty() ? static_cast<double>(tokens) : slices[static_cast<size_t>(k)];
+      for (int s = 0; s < pp_; ++s) f.stage_ns[static_cast<size_t>(k * pp_ + s)] = pass_stage_ns(k, s);
+    }
+    f.done_on_stage.assign(static_cast<size_t>(pp_), 0);
+    f.parked.assign(static_cast<size_t>(pp_), {});
     // KV swapped over PCIe is a flow from each of the replica's devices to its host (or back):
     // the copy's time comes from the fabric, not from a fixed bandwidth.
     f.extra_ns = swap_flows ? 0 : static_cast<int64_t>(std::llround(b.extra_ns));
@@ -471,29 +506,32 @@ void ServingSim::try_start(int ri) {
                              static_cast<uint64_t>(ri) * 131 + k);
     }
     f.d2h_ns = static_cast<int64_t>(std::llround(cfg_.last_mile.d2h_ns(generating)));
-    f.allreduce_bytes = cost_.tp_allreduce_bytes(static_cast<double>(tokens));
-    f.activation_bytes = cost_.activation_bytes(static_cast<double>(tokens));
     f.started_ns = now;
-    begin_stage(ri, 0);
+    begin_stage(ri, 0, 0);
     return;
   }
   if (pp_ == 1) {
-    dur_ns = std::max<int64_t>(1, static_cast<int64_t>(std::llround(stage_ns + b.extra_ns + cfg_.last_mile.d2h_ns(generating))));
+    dur_ns = std::max<int64_t>(1, static_cast<int64_t>(std::llround(stage_ns_[0] + b.extra_ns + cfg_.last_mile.d2h_ns(generating))));
     occupied_ns = dur_ns;
   } else {
     // The batch flows through the replica's stages in order, each stage taking one batch at
-    // a time (a flow shop): other engines' batches fill the stages behind it.
-    const int64_t stage = std::max<int64_t>(1, static_cast<int64_t>(std::llround(stage_ns)));
-    const int64_t first = stage + static_cast<int64_t>(std::llround(b.extra_ns));
-    int64_t t = now;
+    // a time (a flow shop): other engines' batches fill the stages behind it. Slices of a
+    // sliced prefill follow one another the same way (a stage is free for slice k once it
+    // has finished slice k - 1).
+    const int64_t extra = static_cast<int64_t>(std::llround(b.extra_ns));
     const size_t base = static_cast<size_t>(ri / pp_ * pp_);
-    for (int s = 0; s < pp_; ++s) {
-      int64_t& free_at = stage_free_ns_[base + static_cast<size_t>(s)];
-      t = std::max(t, free_at) + (s == 0 ? first : stage);
-      free_at = t;
+    int64_t t = now;
+    for (int k = 0; k < passes; ++k) {
+      t = now;
+      for (int s = 0; s < pp_; ++s) {
+        int64_t& free_at = stage_free_ns_[base + static_cast<size_t>(s)];
+        const int64_t d = pass_stage_ns(k, s) + (s == 0 && k == 0 ? extra : 0);
+        t = std::max(t, free_at) + d;
+        free_at = t;
+        if (s == 0) occupied_ns += d;  // the first stage's busy time: the replica's utilization
+      }
     }
     dur_ns = t - now + static_cast<int64_t>(std::llround(cfg_.last_mile.d2h_ns(generating)));
-    occupied_ns = first;  // the first stage's busy time: the replica's utilization
   }
   busy_[ri] = true;
   count_iteration(ri, b);
@@ -516,6 +554,21 @@ void ServingSim::try_start(int ri) {
   last_activity_ns_ = std::max(last_activity_ns_, now + dur_ns);
 }
 
+double ServingSim::stage_times(std::span<const SeqWork> work) {
+  stage_ns_.resize(static_cast<size_t>(pp_));
+  double sum = 0;
+  for (int s = 0; s < pp_; ++s) {
+    // pp = 1: the whole model (iteration_ns); else the stage's own layers, the embedding on
+    // the first, the LM head on the last.
+    const double t = pp_ == 1 ? cost_.iteration_ns(work) : cost_.stage_ns(work, s);
+    if (!std::isfinite(t) || t < 0)
+      throw std::runtime_error(fmt::format("the cost model returned {} ns for stage {} of an iteration of {} sequences", t, s, work.size()));
+    stage_ns_[static_cast<size_t>(s)] = t;
+    sum += t;
+  }
+  return sum;
+}
+
 void ServingSim::count_iteration(int ri, const Batch& b) {
   auto& st = rstats_[ri];
   ++st.iterations;
@@ -525,45 +578,52 @@ void ServingSim::count_iteration(int ri, const Batch& b) {
   st.max_batch = std::max<int64_t>(st.max_batch, static_cast<int64_t>(b.entries.size()));
 }
 
-void ServingSim::begin_stage(int ri, int s) {
+void ServingSim::begin_stage(int ri, int k, int s) {
   InFlight& f = inflight_[static_cast<size_t>(ri)];
-  f.stage = s;
+  if (k > f.done_on_stage[static_cast<size_t>(s)]) {  // the previous slice is not done here yet: it holds the cache this one reads
+    f.parked[static_cast<size_t>(s)].push_back(k);
+    return;
+  }
+  Pass& p = f.passes[static_cast<size_t>(k)];
+  p.stage = s;
   const size_t slot = static_cast<size_t>(ri / pp_ * pp_ + s);
   if (stage_busy_[slot]) {
-    stage_queue_[slot].push_back(ri);
+    stage_queue_[slot].push_back(ri * kMaxSlices + k);
     return;
   }
   stage_busy_[slot] = 1;
-  f.stage_started_ns = engine_.now().count_ns();
-  f.waiting_swap = s == 0 && f.swaps_pending > 0;
+  p.stage_started_ns = engine_.now().count_ns();
+  f.waiting_swap = s == 0 && k == 0 && f.swaps_pending > 0;
   if (f.waiting_swap) return;  // the first stage computes once the swap copies are done
-  start_compute(ri, s);
+  start_compute(ri, k, s);
 }
 
-void ServingSim::start_compute(int ri, int s) {
+void ServingSim::start_compute(int ri, int k, int s) {
   InFlight& f = inflight_[static_cast<size_t>(ri)];
   const int64_t now = engine_.now().count_ns();
-  engine_.schedule_at(SimTime::ns(now + f.stage_ns + (s == 0 ? f.extra_ns : 0)), Priority::Compute, this, ekind(kStageCompute, ri),
-                      static_cast<uint32_t>(ri));
+  engine_.schedule_at(SimTime::ns(now + f.stage_ns[static_cast<size_t>(k * pp_ + s)] + (s == 0 && k == 0 ? f.extra_ns : 0)),
+                      Priority::Compute, this, ekind(kStageCompute, ri), static_cast<uint32_t>(ri * kMaxSlices + k));
 }
 
-void ServingSim::stage_compute_done(int ri) {
+void ServingSim::stage_compute_done(int ri, int k) {
   InFlight& f = inflight_[static_cast<size_t>(ri)];
-  if (cfg_.tensor_parallel > 1 && f.allreduce_bytes > 0) {
+  Pass& p = f.passes[static_cast<size_t>(k)];
+  const double allreduce_bytes = cost_.tp_allreduce_bytes(p.tokens, p.stage);
+  if (cfg_.tensor_parallel > 1 && allreduce_bytes > 0) {
     // The stage's all-reduces of this iteration, as one ring whose steps are fused into one
     // flow per ring edge (same bytes per link, same step latencies): 2(n-1) fewer flow starts.
-    const auto& nodes = fabric_.stage_nodes[static_cast<size_t>(ri / pp_)][static_cast<size_t>(f.stage)];
+    const auto& nodes = fabric_.stage_nodes[static_cast<size_t>(ri / pp_)][static_cast<size_t>(p.stage)];
     net::CollectiveOptions o;
     o.fused_ring_steps = true;
-    o.fused_count = 2 * cost_.stage_layers();
+    o.fused_count = 2 * cost_.stage_range(p.stage).count;
     o.salt = static_cast<uint64_t>(ri);
-    f.collective = std::make_unique<net::Collective>(*fabric_.flows, net::CollectiveKind::AllReduceRing, nodes, f.allreduce_bytes, o);
-    f.collective->start([this, ri, ep = epoch_[static_cast<size_t>(ri)]](Engine&) {
-      if (ep == epoch_[static_cast<size_t>(ri)]) stage_comm_done(ri);
+    p.collective = std::make_unique<net::Collective>(*fabric_.flows, net::CollectiveKind::AllReduceRing, nodes, allreduce_bytes, o);
+    p.collective->start([this, ri, k, ep = epoch_[static_cast<size_t>(ri)]](Engine&) {
+      if (ep == epoch_[static_cast<size_t>(ri)]) stage_comm_done(ri, k);
     });
     return;
   }
-  stage_comm_done(ri);
+  stage_comm_done(ri, k);
 }
 
 void ServingSim::stage_release(int r, int s) {
@@ -572,32 +632,43 @@ void ServingSim::stage_release(int r, int s) {
   if (!stage_queue_[slot].empty()) {
     const int next = stage_queue_[slot].front();
     stage_queue_[slot].pop_front();
-    begin_stage(next, s);
+    begin_stage(next / kMaxSlices, next % kMaxSlices, s);
   }
 }
 
-void ServingSim::stage_comm_done(int ri) {
+void ServingSim::stage_comm_done(int ri, int k) {
   InFlight& f = inflight_[static_cast<size_t>(ri)];
+  Pass& p = f.passes[static_cast<size_t>(k)];
   const int64_t now = engine_.now().count_ns();
-  const int r = ri / pp_, s = f.stage;
+  const int r = ri / pp_, s = p.stage, passes = static_cast<int>(f.passes.size());
   if (s == 0) {
     auto& st = rstats_[ri];
-    const int64_t occupied = now - f.stage_started_ns;  // the first stage's busy time: the replica's utilization
+    const int64_t occupied = now - p.stage_started_ns;  // the first stage's busy time: the replica's utilization
     st.busy_ns += occupied;
     st.batch_time_integral += static_cast<double>(batches_[ri].entries.size()) * static_cast<double>(occupied);
   }
+  ++f.done_on_stage[static_cast<size_t>(s)];
+  // A sliced prefill keeps the first stage: its next slice goes before any waiting batch.
+  if (s == 0 && k + 1 < passes) stage_queue_[static_cast<size_t>(r * pp_)].push_front(ri * kMaxSlices + k + 1);
   stage_release(r, s);
+  auto& parked = f.parked[static_cast<size_t>(s)];
+  if (const auto it = std::find(parked.begin(), parked.end(), k + 1); it != parked.end()) {
+    parked.erase(it);
+    begin_stage(ri, k + 1, s);
+  }
   if (s + 1 < pp_) {
     // Activations to the next stage: each tensor-parallel rank sends its share to its peer.
     const auto& from = fabric_.stage_nodes[static_cast<size_t>(r)][static_cast<size_t>(s)];
     const auto& to = fabric_.stage_nodes[static_cast<size_t>(r)][static_cast<size_t>(s + 1)];
-    f.sends_pending = static_cast<int>(from.size());
-    for (size_t k = 0; k < from.size(); ++k)
-      fabric_.flows->start(from[k], to[k], f.activation_bytes / static_cast<double>(from.size()), this,
-                           static_cast<uint64_t>(ri) | (static_cast<uint64_t>(epoch_[static_cast<size_t>(ri)] & 0x7FFFFF) << 41),
-                           static_cast<uint64_t>(ri) * 977 + k);
+    p.sends_pending = static_cast<int>(from.size());
+    const double bytes = cost_.activation_bytes(p.tokens) / static_cast<double>(from.size());
+    const uint64_t tag = static_cast<uint64_t>(ri) | (static_cast<uint64_t>(k) << 32) |
+                         (static_cast<uint64_t>(epoch_[static_cast<size_t>(ri)] & 0x7FFFFF) << 41);
+    for (size_t j = 0; j < from.size(); ++j)
+      fabric_.flows->start(from[j], to[j], bytes, this, tag, static_cast<uint64_t>(ri) * 977 + j + static_cast<uint64_t>(k) * 7919);
     return;
   }
+  if (k + 1 < passes) return;  // the prompt's first token comes with its last slice
   const int64_t end = now + f.d2h_ns;
   if (trace_ && trace_->enabled() && trace_iterations_ < cfg_.trace_max_iterations && ri < 64) {
     ++trace_iterations_;
@@ -608,7 +679,9 @@ void ServingSim::stage_comm_done(int ri) {
     trace_->complete(cfg_.trace_pid, ri, what, "iteration", f.started_ns, end - f.started_ns,
                      {{"batch", static_cast<double>(b.entries.size())}, {"tokens", static_cast<double>(tokens)},
                       {"prefill_seqs", static_cast<double>(b.prefill_entries)}, {"decode_seqs", static_cast<double>(b.decode_entries)},
-                      {"stage_compute_us", f.stage_ns / 1e3}, {"extra_us", f.extra_ns / 1e3}});
+                      {"slices", static_cast<double>(passes)},
+                      {"stage_compute_us", static_cast<double>(*std::max_element(f.stage_ns.begin(), f.stage_ns.end())) / 1e3},
+                      {"extra_us", f.extra_ns / 1e3}});
   }
   engine_.schedule_at(SimTime::ns(end), Priority::Compute, this, ekind(kIterationEnd, ri), static_cast<uint32_t>(ri));
   last_activity_ns_ = std::max(last_activity_ns_, end);
@@ -621,11 +694,44 @@ void ServingSim::on_flow_done(Engine&, uint64_t tag) {
   if ((tag >> 40) & 1) {  // a swap copy
     if (--f.swaps_pending == 0 && f.waiting_swap) {
       f.waiting_swap = false;
-      start_compute(ri, 0);
+      start_compute(ri, 0, 0);
     }
     return;
   }
-  if (--f.sends_pending == 0) begin_stage(ri, f.stage + 1);
+  const int k = static_cast<int>((tag >> 32) & 0xFF);
+  Pass& p = f.passes[static_cast<size_t>(k)];
+  if (--p.sends_pending == 0) begin_stage(ri, k, p.stage + 1);
+}
+
+// Prefill slicing: a prompt's prefill of `tokens` new tokens after `context` cached ones, as
+// slices when the deployment slices prefills and this one is long enough; {} otherwise. The
+// DP's t(l, c) is the slowest stage's time of a slice of l tokens after context + c (its
+// hand-offs left out: they are flows, timed as they run), T = sum t + (K - 1) max t.
+std::vector<int> ServingSim::prefill_slices(int tokens, int context) {
+  const PrefillSlicingConfig& ps = cfg_.prefill_slicing;
+  if (ps.policy == PrefillSlicing::None || pp_ < 2 || tokens < ps.min_tokens || tokens < 2 * ps.granularity) return {};
+  const auto key = std::make_pair(tokens, context);
+  if (const auto it = slice_plans_.find(key); it != slice_plans_.end()) return it->second;
+  std::vector<int> lengths;
+  const int units = (tokens + ps.granularity - 1) / ps.granularity;
+  if (ps.policy == PrefillSlicing::Uniform) {
+    lengths = training::uniform_slices(tokens, std::min({ps.slices, units, kMaxSlices}), ps.granularity);
+  } else {
+    auto t = [&](int l, int c) {
+      const SeqWork w{l, context + c, false};
+      double mx = 0;
+      for (int s = 0; s < pp_; ++s) mx = std::max(mx, cost_.stage_ns(std::span<const SeqWork>(&w, 1), s));
+      return mx;
+    };
+    training::TeraPipeOptions o;
+    o.granularity = std::max(ps.granularity, (tokens + 255) / 256);  // at most 256 units: a plan stays a few ms
+    o.granularity = (o.granularity + ps.granularity - 1) / ps.granularity * ps.granularity;
+    lengths = training::terapipe_slices(tokens, pp_, t, o).lengths;
+    if (static_cast<int>(lengths.size()) > kMaxSlices) lengths = training::uniform_slices(tokens, kMaxSlices, o.granularity);
+  }
+  if (lengths.size() < 2) lengths.clear();
+  slice_plans_.emplace(key, lengths);
+  return lengths;
 }
 
 void ServingSim::on_iteration_end(int ri) {

@@ -4,6 +4,7 @@
 #pragma once
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +49,19 @@ struct LastMile {
   double d2h_ns(int tokens) const { return tokens <= 0 ? 0 : d2h.loaded() ? d2h.ns(tokens) : d2h_fixed_ns; }
 };
 
+// Token-level pipelining of a long prompt's prefill (TeraPipe applied to serving): in a
+// pipeline-parallel deployment, an iteration whose batch is one prompt's prefill of at least
+// min_tokens new tokens runs as slices that enter the stages one after another (each after
+// the previous slices' cache), so later stages start on the first slice while the first stage
+// computes the next; the prompt's first token comes after the last slice leaves the last stage.
+enum class PrefillSlicing { None, Uniform, TeraPipe };
+struct PrefillSlicingConfig {
+  PrefillSlicing policy = PrefillSlicing::None;
+  int slices = 2;          // uniform
+  int granularity = 64;    // slice lengths in steps of this many tokens
+  int min_tokens = 1024;   // shorter prefills are not sliced
+};
+
 struct ServingConfig {
   HardwareSpec hardware;
   ModelSpec model;
@@ -68,6 +82,7 @@ struct ServingConfig {
   std::unique_ptr<Router> router;
   std::unique_ptr<WorkloadSource> workload;
   LastMile last_mile;
+  PrefillSlicingConfig prefill_slicing;
   int64_t sample_interval_ns = 0;  // 0: no time series
   int64_t max_sim_time_ns = 0;     // 0: unlimited
   int trace_max_requests = 0;
@@ -87,6 +102,7 @@ struct ReplicaStats {
   double kv_time_integral = 0;     // Σ occupancy × duration
   double kv_max = 0;
   int64_t tokens_processed = 0;
+  int64_t sliced_prefills = 0, prefill_slices = 0;  // prefill iterations run as slices, and their slices
 };
 
 // Where a deployment sits on the world's fabric: for each replica and pipeline stage, the
@@ -188,21 +204,40 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   void count_iteration(int engine, const Batch& b);
   // The fabric path of one iteration: each stage computes, all-reduces over its tp devices
   // (flows), then hands its activations to the next stage (flows); stages take one batch at a time.
-  void begin_stage(int engine, int stage);
-  void stage_compute_done(int engine);
-  void stage_comm_done(int engine);
+  void begin_stage(int engine, int pass, int stage);
+  void stage_compute_done(int engine, int pass);
+  void stage_comm_done(int engine, int pass);
   void stage_release(int replica, int stage);
-  void start_compute(int engine, int stage);
-  struct InFlight {
+  void start_compute(int engine, int pass, int stage);
+  // Each pipeline stage's compute time of the batch in work_ (its own layers), into stage_ns_;
+  // returns their sum.
+  double stage_times(std::span<const SeqWork> work);
+  std::vector<double> stage_ns_;
+  std::vector<double> pass_ns_;  // per pass (slice) and stage of the iteration being started
+  // One slice of an iteration's batch on its way through the stages (an unsliced iteration
+  // is one pass of all its tokens).
+  struct Pass {
     int stage = 0;
-    int64_t stage_ns = 0, extra_ns = 0, d2h_ns = 0;
-    int64_t started_ns = 0, stage_started_ns = 0;
-    double allreduce_bytes = 0, activation_bytes = 0;
     int sends_pending = 0;
-    int swaps_pending = 0;
-    bool waiting_swap = false;  // holds the first stage, computes once the swap copies land
+    int64_t stage_started_ns = 0;
+    double tokens = 0;
     std::unique_ptr<net::Collective> collective;
   };
+  struct InFlight {
+    std::vector<Pass> passes;
+    std::vector<int64_t> stage_ns;  // per pass and stage: pass x pp + stage
+    std::vector<int> done_on_stage; // passes each stage has finished (a pass follows the previous one on every stage)
+    std::vector<std::vector<int>> parked;  // per stage: passes that arrived before the previous pass finished there
+    int64_t extra_ns = 0, d2h_ns = 0;
+    int64_t started_ns = 0;
+    int swaps_pending = 0;
+    bool waiting_swap = false;  // holds the first stage, computes once the swap copies land
+  };
+  static constexpr int kMaxSlices = 64;  // passes per iteration; a stage queue entry is engine x kMaxSlices + pass
+  // Prefill slicing: the slices (tokens each) of `tokens` new tokens after `context` cached
+  // ones, or {tokens} when the iteration is not sliced; plans are cached per (tokens, context).
+  std::vector<int> prefill_slices(int tokens, int context);
+  std::map<std::pair<int, int>, std::vector<int>> slice_plans_;
   std::vector<InFlight> inflight_;            // per engine
   std::vector<char> stage_busy_;              // per replica and stage
   std::vector<std::deque<int>> stage_queue_;  // per replica and stage: engines waiting for it

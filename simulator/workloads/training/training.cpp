@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -50,17 +51,14 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     map_devices(devices);
     const int m = c_.micro_batches;
     tokens_ = static_cast<double>(c_.micro_batch_size) * c_.sequence;
-    std::vector<SeqWork> batch(static_cast<size_t>(c_.micro_batch_size), SeqWork{c_.sequence, 0, false});
-    const double layers_ns = cost_.iteration_ns(batch);
-    fwd_ns_.resize(static_cast<size_t>(c_.pp));
-    for (int s = 0; s < c_.pp; ++s) {
-      const double f = layers_ns + (s == c_.pp - 1 ? cost_.lm_head_ns(tokens_) : 0.0);
-      fwd_ns_[static_cast<size_t>(s)] = std::max<int64_t>(1, std::llround(f));
-    }
+    measure_handoffs();
+    measure_tp_ring();
+    plan_slices();
+    units_ = m * n_slices_;
     stages_.resize(static_cast<size_t>(slots));
     for (int d = 0; d < c_.dp; ++d)
       for (int s = 0; s < c_.pp; ++s) stages_[static_cast<size_t>(slot(d, s))].order = schedule_order(s);
-    pending_.assign(static_cast<size_t>(slots * m * 2), 0);
+    pending_.assign(static_cast<size_t>(slots * units_ * 2), 0);
     params_per_device_ = c_.model.parameters() / (c_.tp * c_.pp);
     dp_bytes_ = params_per_device_ * c_.model.dtype_bytes;
     optimizer_ns_ = std::max<int64_t>(1, std::llround(params_per_device_ * c_.optimizer_bytes_per_param /
@@ -72,9 +70,13 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     res_.model_flops_per_iteration = res_.tokens_per_iteration * (6 * c_.model.parameters() +
                                                                   12.0 * c_.model.layers * c_.model.hidden * c_.sequence);
     const int K = c_.pp;
-    res_.textbook_bubble = static_cast<double>(K - 1) / (m + K - 1);
-    res_.forward_ms = fwd_ns_.front() / 1e6;
-    res_.backward_ms = bwd_ns(0) / 1e6;
+    res_.textbook_bubble = static_cast<double>(K - 1) / (units_ + K - 1);
+    for (int s = 0; s < K; ++s) {
+      int64_t f = 0, b = 0;
+      for (int i = 0; i < n_slices_; ++i) f += fwd_ns(s, i), b += bwd_ns(s, i);
+      res_.forward_ms = std::max(res_.forward_ms, f / 1e6);
+      res_.backward_ms = std::max(res_.backward_ms, b / 1e6);
+    }
     res_.optimizer_ms = optimizer_ns_ / 1e6;
     res_.memory = training_memory(c_);
     res_.dp_bytes_per_device = c_.dp > 1 ? dp_bytes_ : 0;
@@ -148,7 +150,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   void on_flow_done(Engine&, uint64_t tag) override {
     if ((tag >> 56) != (gen_ & 0xFF)) return;  // a transfer of an iteration a failure cut short
     const int target = static_cast<int>((tag >> 32) & 0xFFFFFF), mb = static_cast<int>((tag >> 1) & 0x7FFFFFFF), grad = static_cast<int>(tag & 1);
-    int& left = pending_[static_cast<size_t>((target * c_.micro_batches + mb) * 2 + grad)];
+    int& left = pending_[static_cast<size_t>((target * units_ + mb) * 2 + grad)];
     if (--left > 0) return;
     Stage& st = stages_[static_cast<size_t>(target)];
     (grad ? st.b_in : st.f_in)[static_cast<size_t>(mb)] = 1;
@@ -163,9 +165,11 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   void schedule(uint32_t kind, int64_t delay_ns, uint32_t arg = 0) {
     world_.engine().schedule_in(SimTime::ns(delay_ns), Priority::Compute, this, kind | ((gen_ & kGenMask) << 4), arg);
   }
+  // A pass of one unit: a micro-batch, or with token slicing one slice of one micro-batch
+  // (unit = micro-batch x slices + slice).
   struct Op {
     bool forward;
-    int mb;
+    int mb;  // the unit
   };
   struct Stage {
     std::vector<Op> order;
@@ -177,11 +181,128 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   };
 
   int slot(int d, int s) const { return d * c_.pp + s; }
-  int64_t bwd_ns(int s) const { return fwd_ns_[static_cast<size_t>(s)] * (c_.recompute ? 3 : 2); }
+  int64_t fwd_ns(int s, int slice) const { return fwd_ns_[static_cast<size_t>(s * n_slices_ + slice)]; }
+  int64_t bwd_ns(int s, int slice) const { return fwd_ns(s, slice) * (c_.recompute ? 3 : 2); }
+  double unit_tokens(int unit) const {
+    return static_cast<double>(c_.micro_batch_size) * slice_len_[static_cast<size_t>(unit % n_slices_)];
+  }
 
-  // The order in which stage s runs its forward (F) and backward (B) passes.
+  // For each stage boundary of replica 0, what handing over activations costs when the
+  // fabric carries nothing else: every tensor-parallel rank sends its share at once over its
+  // route, so a link that k of them cross gives each 1/k of it. The slicing DP's estimate of a
+  // slice's hand-off (the simulation itself times every send as flows).
+  void measure_handoffs() {
+    for (int s = 0; s + 1 < c_.pp; ++s) {
+      const auto& a = nodes_[static_cast<size_t>(slot(0, s))];
+      const auto& b = nodes_[static_cast<size_t>(slot(0, s + 1))];
+      std::map<int, int> crossing;
+      std::vector<std::vector<int>> routes;
+      for (size_t k = 0; k < a.size(); ++k) {
+        routes.push_back(world_.fabric().router().route(a[k], b[k], k));
+        for (int l : routes.back()) ++crossing[l];
+      }
+      double ns_per_byte = 0, lat = 0;
+      for (const auto& r : routes) {
+        for (int l : r) ns_per_byte = std::max(ns_per_byte, crossing[l] * 1e9 / world_.topology().link(l).bandwidth_Bps);
+        lat = std::max(lat, static_cast<double>(world_.fabric().router().latency_ns(r)));
+      }
+      handoff_ns_per_byte_ = std::max(handoff_ns_per_byte_, ns_per_byte);
+      handoff_latency_ns_ = std::max(handoff_latency_ns_, lat);
+    }
+  }
+  // The same for a stage's tensor-parallel ring (replica 0, stage 0; every stage's ring has the
+  // same shape): the ring's slowest edge, and a step's route latency.
+  void measure_tp_ring() {
+    const auto& a = nodes_[static_cast<size_t>(slot(0, 0))];
+    const size_t n = a.size();
+    if (n < 2) return;
+    for (size_t k = 0; k < n; ++k) {
+      const auto r = world_.fabric().router().route(a[k], a[(k + 1) % n], k);
+      for (int l : r) ring_ns_per_byte_ = std::max(ring_ns_per_byte_, 1e9 / world_.topology().link(l).bandwidth_Bps);
+      ring_latency_ns_ = std::max(ring_latency_ns_, static_cast<double>(world_.fabric().router().latency_ns(r)));
+    }
+  }
+  // A pass's tensor-parallel all-reduces on stage s over `tokens` tokens, as the fused ring
+  // the simulation runs (2(n-1)/n of the bytes over the slowest edge, every step's latency).
+  double tp_ns(double tokens, int s) const {
+    const double n = c_.tp;
+    if (c_.tp < 2) return 0;
+    const int layers = cost_.stage_range(s).count;
+    return 2 * (n - 1) / n * cost_.tp_allreduce_bytes(tokens, s) * ring_ns_per_byte_ + 2 * (n - 1) * 2 * layers * ring_latency_ns_;
+  }
+  // One direction of the slowest boundary for `tokens` tokens: each rank's share of the activations.
+  double handoff_ns(double tokens) const {
+    if (c_.pp == 1) return 0;
+    return cost_.activation_bytes(tokens) / c_.tp * handoff_ns_per_byte_ + handoff_latency_ns_;
+  }
+
+  // The slices of a micro-batch's sequences (policy none: the whole sequence as one) and each
+  // stage's forward time of each: slice i of l tokens after c costs f(l, c) on every stage
+  // (cost model: the stage's own layers, attention over the c cached tokens, the LM head over
+  // every token on the last stage; for the formula also its tensor-parallel all-reduces), its
+  // backward 2f (3f recomputing). The policies choose
+  // lengths by TeraPipe's formula over the m micro-batches, T = m sum a + (K-1) max t, with
+  // f, b the slowest stage's and x the slice's hand-off: t = f + b + 2x (one slice's way down
+  // and back up the pipeline) and a = max(f, x) + max(b, x) (a stage sends while it computes
+  // the next slice, so per slice it is held by the slower of the two); x = 0 on one stage.
+  void plan_slices() {
+    const SlicingConfig& sc = c_.slicing;
+    const int K = c_.pp, b = c_.micro_batch_size, S = c_.sequence;
+    const double back = c_.recompute ? 3 : 2;
+    std::vector<double> st(static_cast<size_t>(K));
+    int last_l = -1, last_c = -1;  // the DP asks for t and a of the same slice in turn
+    std::pair<double, double> last{0, 0};
+    auto parts = [&](int l, int c) {
+      if (l == last_l && c == last_c) return last;
+      cost_.slice_stage_ns(b, l, c, true, st);
+      double f = 0;  // the slowest stage: compute and its tensor-parallel all-reduces
+      for (int s = 0; s < K; ++s) f = std::max(f, st[static_cast<size_t>(s)] + tp_ns(static_cast<double>(b) * l, s));
+      last = {f, handoff_ns(static_cast<double>(b) * l)};
+      last_l = l, last_c = c;
+      return last;
+    };
+    auto t = [&](int l, int c) {
+      const auto [f, x] = parts(l, c);
+      return f * (1 + back) + 2 * x;
+    };
+    TeraPipeOptions o;
+    o.granularity = sc.granularity;
+    o.candidate_gap = sc.candidate_gap;
+    o.micro_batches = c_.micro_batches;
+    o.sum_cost = [&](int l, int c) {
+      const auto [f, x] = parts(l, c);
+      return std::max(f, x) + std::max(back * f, x);
+    };
+    std::vector<int> lengths{S};
+    if (sc.policy == SlicingPolicy::Uniform) lengths = uniform_slices(S, sc.slices, sc.granularity);
+    if (sc.policy == SlicingPolicy::TeraPipe) {
+      const SlicePlan p = terapipe_slices(S, K, t, o);
+      lengths = p.lengths;
+      res_.dp_candidates = p.candidates;
+      res_.dp_evaluated = p.evaluated;
+    }
+    const SlicePlan chosen = evaluate_slices(lengths, K, t, o), whole = evaluate_slices({S}, K, t, o);
+    res_.slice_tokens = lengths;
+    res_.slice_model_ms = chosen.latency_ns / 1e6;
+    res_.unsliced_model_ms = whole.latency_ns / 1e6;
+    res_.slice_bubble_model = chosen.latency_ns > 0 ? (K - 1) * chosen.max_ns / chosen.latency_ns : 0;
+    n_slices_ = static_cast<int>(lengths.size());
+    slice_len_ = lengths;
+    fwd_ns_.assign(static_cast<size_t>(K * n_slices_), 0);
+    int c = 0;
+    for (int i = 0; i < n_slices_; ++i) {
+      cost_.slice_stage_ns(b, lengths[static_cast<size_t>(i)], c, true, st);
+      for (int s = 0; s < K; ++s) fwd_ns_[static_cast<size_t>(s * n_slices_ + i)] = std::max<int64_t>(1, std::llround(st[static_cast<size_t>(s)]));
+      c += lengths[static_cast<size_t>(i)];
+    }
+  }
+
+  // The order in which stage s runs its forward (F) and backward (B) passes. Token slicing
+  // runs under GPipe over units: slices of a micro-batch in order, backwards in reverse unit
+  // order, so a slice's backward follows the later slices' on its stage (they hand it the
+  // gradient of its keys and values) and the next stage's backward of the same slice.
   std::vector<Op> schedule_order(int s) const {
-    const int m = c_.micro_batches, K = c_.pp;
+    const int m = units_, K = c_.pp;
     std::vector<Op> out;
     if (c_.schedule == Schedule::GPipe) {
       for (int i = 0; i < m; ++i) out.push_back({true, i});
@@ -212,8 +333,8 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
         Stage& st = stages_[static_cast<size_t>(slot(d, s))];
         st.next = 0;
         st.busy_ns = 0;
-        st.f_in.assign(static_cast<size_t>(c_.micro_batches), s == 0 ? 1 : 0);
-        st.b_in.assign(static_cast<size_t>(c_.micro_batches), 0);
+        st.f_in.assign(static_cast<size_t>(units_), s == 0 ? 1 : 0);
+        st.b_in.assign(static_cast<size_t>(units_), 0);
       }
     for (int i = 0; i < c_.dp * c_.pp; ++i) try_run(i);
   }
@@ -228,7 +349,9 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     const int s = sl % c_.pp;
     const int64_t now = world_.engine().now().count_ns();
     st.op_start_ns = now;
-    const int64_t dur = op.forward ? fwd_ns_[static_cast<size_t>(s)] : bwd_ns(s);
+    const int slice = op.mb % n_slices_;
+    const int64_t dur = op.forward ? fwd_ns(s, slice) : bwd_ns(s, slice);
+    (void)now;
     schedule(kCompute, dur, static_cast<uint32_t>(sl));
   }
 
@@ -238,10 +361,12 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
       // The op's tensor-parallel all-reduces (two per layer, forward or backward) as one fused ring.
       net::CollectiveOptions o;
       o.fused_ring_steps = true;
-      o.fused_count = 2 * cost_.stage_layers();
+      const int s = sl % c_.pp;
+      o.fused_count = 2 * cost_.stage_range(s).count;
       o.salt = static_cast<uint64_t>(sl);
+      const double tokens = unit_tokens(st.order[st.next - 1].mb);
       st.tp_collective = std::make_unique<net::Collective>(world_.fabric(), net::CollectiveKind::AllReduceRing, nodes_[static_cast<size_t>(sl)],
-                                                           cost_.tp_allreduce_bytes(tokens_), o);
+                                                           cost_.tp_allreduce_bytes(tokens, s), o);
       flows_ += static_cast<uint64_t>(c_.tp);
       st.tp_collective->start([this, sl, g = gen_](Engine&) {
         if (g == gen_) op_done(sl);
@@ -254,8 +379,8 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   void send(int from, int to, int mb, bool grad) {
     const auto& a = nodes_[static_cast<size_t>(from)];
     const auto& b = nodes_[static_cast<size_t>(to)];
-    pending_[static_cast<size_t>((to * c_.micro_batches + mb) * 2 + (grad ? 1 : 0))] = static_cast<int>(a.size());
-    const double bytes = cost_.activation_bytes(tokens_) / static_cast<double>(a.size());
+    pending_[static_cast<size_t>((to * units_ + mb) * 2 + (grad ? 1 : 0))] = static_cast<int>(a.size());
+    const double bytes = cost_.activation_bytes(unit_tokens(mb)) / static_cast<double>(a.size());
     const uint64_t tag = (static_cast<uint64_t>(to) << 32) | (static_cast<uint64_t>(mb) << 1) | (grad ? 1u : 0u);
     const uint64_t gtag = tag | (static_cast<uint64_t>(gen_ & 0xFF) << 56);
     for (size_t k = 0; k < a.size(); ++k) world_.fabric().start(a[k], b[k], bytes, this, gtag, tag * 31 + k);
@@ -272,8 +397,10 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     st.busy_ns += now - st.op_start_ns;
     st.last_end_ns = now;
     if (d == 0 && iterations_done_ < 2 && world_.trace().enabled())
-      world_.trace().complete(pid_, s, fmt::format("{}{}", op.forward ? "F" : "B", op.mb), op.forward ? "forward" : "backward",
-                              st.op_start_ns, now - st.op_start_ns);
+      world_.trace().complete(pid_, s,
+                              n_slices_ == 1 ? fmt::format("{}{}", op.forward ? "F" : "B", op.mb)
+                                             : fmt::format("{}{}.{}", op.forward ? "F" : "B", op.mb / n_slices_, op.mb % n_slices_),
+                              op.forward ? "forward" : "backward", st.op_start_ns, now - st.op_start_ns);
     if (op.forward) {
       if (s + 1 < c_.pp) send(sl, slot(d, s + 1), op.mb, false);
       else st.b_in[static_cast<size_t>(op.mb)] = 1;  // the last stage's loss: its backward may start
@@ -495,7 +622,10 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   std::vector<std::vector<int>> nodes_;  // per (replica, stage): topology nodes of its tp ranks
   std::vector<Stage> stages_;
   std::vector<int> pending_;             // flows left per (stage slot, micro-batch, direction)
-  std::vector<int64_t> fwd_ns_;
+  std::vector<int64_t> fwd_ns_;           // per (stage, slice): stage x slices + slice
+  std::vector<int> slice_len_;            // tokens per slice (one slice: the sequence)
+  int n_slices_ = 1, units_ = 1;          // slices per micro-batch; passes per stage and direction
+  double handoff_ns_per_byte_ = 0, handoff_latency_ns_ = 0, ring_ns_per_byte_ = 0, ring_latency_ns_ = 0;
   std::vector<int> stage_bwd_done_, stage_dp_left_;
   std::vector<std::unique_ptr<net::Collective>> dp_live_;
   double tokens_ = 0, params_per_device_ = 0, dp_bytes_ = 0;
@@ -514,6 +644,51 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   int kept_iterations_ = 0, measured_ = 0;
   int64_t start_ns_ = 0, mark_ns_ = 0, ckpt_start_ns_ = 0, failed_at_ns_ = 0, progress_ns_ = 0;
 };
+
+}  // namespace
+
+namespace {
+
+std::shared_ptr<Schema> slicing_schema() {
+  auto s = std::make_shared<Schema>();
+  s->enumeration("policy", {"none", "uniform", "terapipe"},
+                 "none: the whole sequence as one slice; uniform: `slices` equal slices; terapipe: the DP minimising "
+                 "sum t + (stages - 1) max t over slice lengths in steps of `granularity`")
+      .def("none");
+  s->add("slices", ParamType::Int, "uniform: slices per sequence (at most sequence / granularity)").def("1").range(1, 1 << 20);
+  s->add("granularity", ParamType::Int, "slice lengths in steps of this many tokens").def("8").range(1, 1 << 20);
+  s->add("candidate_gap", ParamType::Real,
+         "terapipe: t_max candidates within this relative gap share one DP (T within this factor of the optimum; 0: every candidate)")
+      .def("0.001")
+      .range(0, 0.5);
+  return s;
+}
+
+// The `slicing` section, checked against the job (schedule, sequence).
+SlicingConfig slicing_from_params(const Params& p, const TrainingConfig& c, const Params& par) {
+  SlicingConfig sc;
+  const std::string& pol = p.str("policy");
+  sc.policy = pol == "uniform" ? SlicingPolicy::Uniform : pol == "terapipe" ? SlicingPolicy::TeraPipe : SlicingPolicy::None;
+  sc.slices = static_cast<int>(p.integer("slices"));
+  sc.granularity = static_cast<int>(p.integer("granularity"));
+  sc.candidate_gap = p.real("candidate_gap");
+  if (sc.policy != SlicingPolicy::Uniform && p.given("slices") && sc.slices != 1)
+    p.fail("slices", fmt::format("policy {} chooses its own slices", pol), "policy: uniform, or no `slices`");
+  if (sc.policy == SlicingPolicy::None) return sc;
+  if (c.schedule != Schedule::GPipe)
+    par.fail("schedule", "token slicing runs slices through the pipeline GPipe-style (a slice's backward needs the later slices')",
+             "gpipe (or slicing.policy: none)");
+  const int units = (c.sequence + sc.granularity - 1) / sc.granularity;
+  if (sc.policy == SlicingPolicy::Uniform && sc.slices > units)
+    p.fail("slices", fmt::format("{} tokens in steps of {} make at most {} slices", c.sequence, sc.granularity, units),
+           fmt::format("1..{}", units));
+  // The DP's table holds a slice for every (start, length) pair of units.
+  if (sc.policy == SlicingPolicy::TeraPipe && units > 4096)
+    p.fail("granularity", fmt::format("{} tokens in steps of {} are {} units; the DP's table grows with their square", c.sequence,
+                                      sc.granularity, units),
+           fmt::format("at least {}", (c.sequence + 4095) / 4096));
+  return sc;
+}
 
 }  // namespace
 
@@ -538,6 +713,13 @@ void register_training(Registry& reg) {
   s.enumeration("dp_algorithm", allreduces, "data-parallel gradient all-reduce, one per stage and tensor-parallel rank")
       .def("allreduce-ring");
   s.add("cost_tables", ParamType::String, "auto (the hardware's calibration), none (roofline only), or a directory").def("auto");
+  s.section("slicing", slicing_schema(),
+            "token-level pipelining (TeraPipe): each sequence cut into slices that enter the pipeline one after another "
+            "(GPipe order, backwards in reverse slice order)");
+  s.add("trace", ParamType::Bool,
+        "write trace.json (Perfetto): replica 0's forward and backward passes (per slice with token slicing) of the first two "
+        "iterations, a track per stage")
+      .def("false");
   s.section("place", placement_schema(reg), "the devices it runs on: tp x pp x dp of them (tensor parallel fastest, then data parallel)");
   auto rec = std::make_shared<Schema>();
   rec->quantity("checkpoint_interval", UnitKind::Time, "a checkpoint after the first iteration that ends this long after the last one (0s: none)").def("30min").nonneg();
@@ -569,6 +751,7 @@ void register_training(Registry& reg) {
             if (c.sequence > c.model.max_context)
               p.fail("sequence", fmt::format("longer than {}'s context of {} tokens", c.model.name, c.model.max_context),
                      fmt::format("at most {}", c.model.max_context));
+            c.slicing = slicing_from_params(p.section("slicing"), c, par);
             const std::string& tables = p.str("cost_tables");
             if (tables == "auto") c.tables_dir = default_tables_dir(c.hardware);
             else if (tables != "none") {
@@ -602,6 +785,7 @@ void register_training(Registry& reg) {
                   p.fail("place", fmt::format("a tensor-parallel group spans servers (devices {} and {})", devices[static_cast<size_t>(g)],
                                               devices[static_cast<size_t>(g + k)]),
                          "a placement whose consecutive groups of tp devices share a server");
+            if (p.flag("trace")) world.trace().enable(true);
             return std::make_unique<TrainingJob>(ctx.name, std::move(c), world, devices);
           }));
 }
@@ -609,5 +793,11 @@ void register_training(Registry& reg) {
 }  // namespace sluice::training
 
 namespace sluice {
-void register_training_workload(Registry& reg) { training::register_training(reg); }
+namespace training {
+void register_terapipe_bench(Registry& reg);  // bench_terapipe.cpp
+}  // namespace training
+void register_training_workload(Registry& reg) {
+  training::register_training(reg);
+  training::register_terapipe_bench(reg);
+}
 }  // namespace sluice

@@ -11,11 +11,21 @@
 
 #include "hardware/cost_model.h"
 #include "network/collective.h"
+#include "workloads/training/terapipe.h"
 #include "world/world.h"
 
 namespace sluice::training {
 
 enum class Schedule { GPipe, OneFOneB };
+
+// Token-level slicing of each sequence (TeraPipe): slices of a micro-batch enter the pipeline
+// one after another (GPipe order: every forward, then the backwards in reverse slice order).
+struct SlicingConfig {
+  SlicingPolicy policy = SlicingPolicy::None;
+  int slices = 1;          // uniform: this many slices
+  int granularity = 8;     // slice lengths in steps of this many tokens
+  double candidate_gap = 1e-3;  // terapipe: see TeraPipeOptions
+};
 
 struct TrainingConfig {
   ModelSpec model;
@@ -36,6 +46,7 @@ struct TrainingConfig {
   int64_t restart_ns = 0;              // from healthy devices to training again (reload, re-init)
   int64_t collective_timeout_ns = 0;   // a transfer making no progress this long fails the job (its group is cut off)
   std::array<int, 3> slice_cubes{0, 0, 0};  // the TPU slice shape in cubes when placed as a slice (it may re-form there)
+  SlicingConfig slicing;
 };
 
 // Memory one device of a stage holds (bytes).
@@ -58,7 +69,15 @@ struct TrainingResults {
   std::vector<double> stage_busy_fraction;  // replica 0, per stage: compute time / iteration time
   double bubble_fraction = 0;               // mean over stages of 1 - compute / pipeline span (F/B phase only)
   double textbook_bubble = 0;               // (K-1)/(m+K-1)
-  double forward_ms = 0, backward_ms = 0;   // one micro-batch on one stage (compute only)
+  double forward_ms = 0, backward_ms = 0;   // one micro-batch on the slowest stage (compute only; all its slices)
+  // Token slicing: the slices' lengths, the formula's pass time T = m sum a + (K-1) max t of
+  // the m micro-batches (t: the slowest stage's forward + backward of a slice plus its
+  // hand-offs; a: what a stage is held per slice, see plan_slices) for these slices and for the
+  // whole sequence as one, and the DP's work.
+  std::vector<int> slice_tokens;
+  double slice_model_ms = 0, unsliced_model_ms = 0;
+  double slice_bubble_model = 0;            // (K-1) max t / T: the bubble the formula predicts for one micro-batch
+  long dp_candidates = 0, dp_evaluated = 0;
   double dp_allreduce_ms = 0;               // mean per iteration, from the last backward to the last gradient
   double optimizer_ms = 0;
   TrainingMemory memory;
