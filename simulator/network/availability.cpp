@@ -420,13 +420,15 @@ class AvailabilityStudy final : public Study {
     res.checkpoint_interval_s = static_cast<double>(cfg_.checkpoint_interval_ns) * 1e-9;
     res.checkpoint_cost_s = static_cast<double>(cfg_.checkpoint_cost_ns) * 1e-9;
     res.restart_s = static_cast<double>(cfg_.restart_ns) * 1e-9;
+    res.lifetime = life_kind_ == faults::DistKind::Weibull ? fmt::format("Weibull k={:.3g}", life_shape_)
+                   : life_kind_ == faults::DistKind::Fixed   ? "fixed"
+                                                             : "exponential";
     const int n_cubes = cfg_.grid[0] * cfg_.grid[1] * cfg_.grid[2];
     const double H = static_cast<double>(cfg_.horizon_ns);
     size_t done = 0;
     for (double a : availabilities_) {
       AvailabilityConfig c = cfg_;
       c.lifetime = lifetime_for(a);
-      if (res.lifetime.empty()) res.lifetime = lifetime_for(availabilities_.front()).describe();
       const size_t ns = c.slices.size();
       std::vector<std::array<std::vector<double>, 2>> formable(ns), goodput(ns), lost(ns), restart(ns), ckpt(ns), wait(ns), intr(ns);
       std::vector<double> healthy, failures;

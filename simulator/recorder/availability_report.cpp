@@ -21,9 +21,14 @@ void report_availability(const net::AvailabilityResults& r, Recorder& rec) {
                        row.formula ? fmt::format("{:.6f}", *row.formula) : std::string());
   }
 
-  rec.summary(fmt::format("{} seeds x {:.0f} days; repair {}; lifetime {} (mean from A); checkpoint every {:.4g} s (+{:.4g} s), restart {:.4g} s",
-                          r.seeds, static_cast<double>(r.horizon_ns) * 1e-9 / 86400, r.repair, r.lifetime, r.checkpoint_interval_s,
-                          r.checkpoint_cost_s, r.restart_s));
+  rec.summary(fmt::format("{} seeds x {:.0f} days; repair {} (MTTR {:.4g} h); lifetime {}, MTBF = A/(1-A) MTTR; checkpoint every {:.4g} s "
+                          "(+{:.4g} s to write), restart {:.4g} s",
+                          r.seeds, static_cast<double>(r.horizon_ns) * 1e-9 / 86400, r.repair, r.mttr_s / 3600, r.lifetime,
+                          r.checkpoint_interval_s, r.checkpoint_cost_s, r.restart_s));
+  for (const auto& l : r.levels)
+    rec.summary(fmt::format("host A {:.1f}%: MTBF {:.4g} h, cube healthy A^{} = {:.4f} (measured {:.4f}), {:.0f} host failures per run",
+                            l.availability * 100, l.mtbf_s / 3600, r.hosts_per_cube, l.cube_healthy_probability, l.healthy_cube_fraction,
+                            l.host_failures));
   rec.summary(fmt::format("{:>6} {:>5} {:>9} | {:>21} {:>8} {:>17} | {:>21} {:>17}", "host A", "chips", "shape", "OCS formable ±95%",
                           "formula", "OCS goodput", "static formable", "static goodput"));
   // Rows come OCS then static for each (availability, slice): one line per pair.
