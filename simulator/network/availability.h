@@ -2,6 +2,8 @@
 // a slice of n cubes be formed, with OCS (any n wholly healthy cubes) and without (a healthy
 // contiguous block of the static torus, placed by PodAllocator), and what goodput does a
 // job that needs it get (checkpoints, lost work, restarts). Integer ns throughout.
+// Static blocks are PodAllocator's: any orientation, at any origin, wrapping round the cube
+// torus's links in every dimension (a block that crosses the wrap is contiguous on the torus).
 #pragma once
 #include <array>
 #include <cstdint>
