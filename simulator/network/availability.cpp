@@ -217,7 +217,7 @@ class AvailabilitySim {
 
   void integrate(int64_t dt) {
     if (dt <= 0) return;
-    res_.healthy_cube_ns += dt * std::popcount(mask_);
+    res_.healthy_cube_s += static_cast<double>(dt) * 1e-9 * std::popcount(mask_);
     for (size_t i = 0; i < ok_.size(); ++i)
       for (size_t f = 0; f < 2; ++f)
         if (ok_[i][f]) res_.formable_ns[i][f] += dt;
@@ -434,7 +434,7 @@ class AvailabilityStudy final : public Study {
       std::vector<double> healthy, failures;
       for (int s = 0; s < seeds_; ++s) {
         const AvailabilityRunResult r = run_availability(c, seed_of(s));
-        healthy.push_back(static_cast<double>(r.healthy_cube_ns) / (H * n_cubes));
+        healthy.push_back(r.healthy_cube_s * 1e9 / (H * n_cubes));
         failures.push_back(static_cast<double>(r.host_failures));
         for (size_t i = 0; i < ns; ++i)
           for (size_t f = 0; f < 2; ++f) {

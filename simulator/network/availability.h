@@ -45,7 +45,7 @@ struct SliceJobTime {
 struct AvailabilityRunResult {
   std::vector<std::array<int64_t, 2>> formable_ns;
   std::vector<std::array<SliceJobTime, 2>> jobs;
-  int64_t healthy_cube_ns = 0;  // summed over cubes
+  double healthy_cube_s = 0;    // summed over cubes (up to 64 × 100 years: past int64 ns)
   long host_failures = 0;       // inside the measured window
 };
 

@@ -232,6 +232,17 @@ TEST_CASE("availability study: same seed gives identical results, another seed d
   CHECK(ci16 < 0.6 * ci4);
 }
 
+TEST_CASE("availability study: a century-long horizon accumulates without overflow") {
+  // 99 years of 64 cubes is 2e20 cube-ns, past int64: the measured healthy fraction must still be A^16.
+  const auto [m, csv] = run_text("study: availability\nhorizon: 36000d\nseeds: 2\navailabilities: [0.999]\nrepair: {mean: 2400h}\nslices: [4096]\n");
+  const double want = std::pow(0.999, 16), got = m["levels"][0]["healthy_cube_fraction"].get<double>();
+  CHECK(got == doctest::Approx(want).epsilon(0.01));
+  for (const Json& row : m["rows"]) {
+    CHECK(row["formable_mean"].get<double>() >= 0);
+    CHECK(row["formable_mean"].get<double>() <= 1);
+  }
+}
+
 TEST_CASE("availability study: bad input fails with the key and the valid range") {
   CHECK(config_error("study: availability\navailabilities: [0.99, 1.0]\n").find("availabilities[1]") != std::string::npos);
   CHECK(config_error("study: availability\navailabilities: [0.99, 1.0]\n").find("(0, 1)") != std::string::npos);
