@@ -60,6 +60,9 @@ class Report:
             self.timeline(trace, label)
         if "variants" in m and any("slice_availability" in v for v in m["variants"]):
             self.availability(m["variants"])
+        study = load_csv(os.path.join(d, "availability.csv"))
+        if study:
+            self.availability_study(study)
         if "serving" in m:
             self.serving_table(m["serving"], label)
         if metrics and "scenario" in metrics:
@@ -167,6 +170,30 @@ class Report:
         ax.legend(fontsize=8)
         fig.suptitle("Availability of a slice vs its size")
         self.save(fig, "availability", "Availability curves", "Per placement variant: the fraction of time a healthy slice of that size can be formed.")
+
+    def availability_study(self, rows):
+        levels = sorted({float(r["availability"]) for r in rows})
+        fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharex=True)
+        colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+        for k, a in enumerate(levels):
+            for ocs, ls in (("true", "-"), ("false", "--")):
+                pts = sorted((int(r["chips"]), r) for r in rows if float(r["availability"]) == a and r["ocs"] == ocs)
+                if not pts:
+                    continue
+                xs = [p[0] for p in pts]
+                name = f"{a * 100:.1f}% {'OCS' if ocs == 'true' else 'static'}"
+                for ax, col in zip(axes, ("formable", "goodput")):
+                    ax.errorbar(xs, [float(p[1][col + "_mean"]) for p in pts], yerr=[float(p[1][col + "_ci95"]) for p in pts],
+                                ls=ls, marker="o", ms=3, capsize=2, color=colors[k % len(colors)], label=name)
+        for ax, what in zip(axes, ("fraction of time the slice can be formed", "goodput of a job on the slice")):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("slice size (chips)")
+            ax.set_ylabel(what)
+            ax.set_ylim(-0.02, 1.05)
+        axes[1].legend(fontsize=7)
+        fig.suptitle("Slice availability and goodput vs host availability: OCS (solid) vs static torus (dashed)")
+        self.save(fig, "availability_study", "Availability study",
+                  "From availability.csv: per host availability, mean over seeds with 95% confidence intervals; OCS forms a slice from any healthy cubes, the static torus needs a contiguous healthy block.")
 
     def serving_table(self, s, label):
         lat = s.get("latency_ms", {})

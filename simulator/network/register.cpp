@@ -8,12 +8,14 @@ namespace sluice {
 namespace net {
 void register_network_studies(Registry& reg);
 void register_network_bench(Registry& reg);
+void register_availability_study(Registry& reg);
 }  // namespace net
 
 void register_network_components(Registry& reg) {
   net::register_topology_generators(reg);
   net::register_network_studies(reg);
   net::register_network_bench(reg);
+  net::register_availability_study(reg);
   const std::pair<const char*, const char*> collectives[] = {
       {"allreduce-ring", "ring all-reduce: 2(n-1) steps of S/n to the next device (reduce-scatter then all-gather)"},
       {"allreduce-tree", "binary-tree all-reduce: reduce to the root then broadcast, pipelined in chunks"},
