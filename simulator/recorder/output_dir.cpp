@@ -20,7 +20,13 @@ namespace sluice {
 
 namespace {
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+// Built by append: GCC 12's -Wrestrict misfires on const char* + std::string&& here.
+std::string q(const fs::path& p) {
+  std::string s = "'";
+  s += p.string();
+  s += '\'';
+  return s;
+}
 
 bool process_alive(long pid) {
   if (pid <= 0) return false;
