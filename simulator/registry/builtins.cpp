@@ -21,12 +21,12 @@ void register_trace_faults(Registry& reg);
 void register_builtin_components(Registry& reg) {
   register_engine_benchmarks(reg);
   register_placement_policies(reg);  // before the workloads whose `place` lists the policies
+  faults::register_random_faults(reg);  // before the studies whose `faults` lists them
+  faults::register_trace_faults(reg);
   register_serving_components(reg);
   register_network_components(reg);
   register_hardware_components(reg);
   register_compare_study(reg);
-  faults::register_random_faults(reg);  // before the world study, whose `faults` lists them
-  faults::register_trace_faults(reg);
   register_world_study(reg);
   register_training_workload(reg);
   register_diffusion_workload(reg);

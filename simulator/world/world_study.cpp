@@ -15,6 +15,15 @@ void WorldStudy::run(RunEnv& env) {
   world_->report(env.recorder);
 }
 
+void add_faults(World& world, const Params& p, const Registry& reg) {
+  if (!p.has("faults")) return;
+  int k = 0;
+  for (const auto& item : p.items("faults")) {
+    const auto& make = reg.factory<FaultProcessFactory>(*reg.find("fault", item->str("kind")));
+    world.add_fault(make(*item, world, fmt::format("faults{}", k++)));
+  }
+}
+
 std::shared_ptr<net::Topology> implicit_cluster(const HardwareSpec& hw, int nodes, int gpus_per_node) {
   auto t = std::make_shared<net::Topology>(fmt::format("{}x{} {}", nodes, gpus_per_node, hw.name));
   t->family = "implicit";
@@ -78,12 +87,7 @@ void register_world_study(Registry& reg) {
               const auto& make = reg.factory<WorkloadKindFactory>(*reg.find("workload", kind));
               world->add(make(*item, *world, WorkloadContext{reg, ctx.seed, name}));
             }
-            int k = 0;
-            if (p.has("faults"))
-            for (const auto& item : p.items("faults")) {
-              const auto& make = reg.factory<FaultProcessFactory>(*reg.find("fault", item->str("kind")));
-              world->add_fault(make(*item, *world, fmt::format("faults{}", k++)));
-            }
+            add_faults(*world, p, reg);
             return std::make_unique<WorldStudy>(std::move(world), p.time("max_sim_time"));
           }));
 }

@@ -24,6 +24,9 @@ class WorldStudy final : public Study {
 // `nodes` servers of `gpus_per_node` devices of `hw`, each on an NVSwitch crossbar at the
 // device's scale-up bandwidth with PCIe to two host CPUs, joined (when nodes > 1) by one
 // non-blocking switch at 400 Gb/s per device: the cluster of a scenario that names no topology.
+// Adds the fault processes of a validated `faults` list (if given) to the world.
+void add_faults(World& world, const Params& p, const Registry& reg);
+
 std::shared_ptr<net::Topology> implicit_cluster(const HardwareSpec& hw, int nodes, int gpus_per_node);
 
 }  // namespace sluice

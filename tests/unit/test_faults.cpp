@@ -296,3 +296,19 @@ TEST_CASE("the monkey runs every single-component failure and reports what break
   CHECK(bad.crashes == 1);
   CHECK(bad.all[0].message.find("never returns") != std::string::npos);
 }
+
+TEST_CASE("the serving short form takes faults too: a replica outage parks requests until reload") {
+  Scenario sc = load_scenario(std::string(SLUICE_TESTS_DIR) + "/../scenarios/quickstart.yaml",
+                              {"faults=[{kind: trace, events: [\"20s chip:gpu0.0 down\", \"40s chip:gpu0.0 up\"]}]", "recovery.reload=5s"},
+                              registry());
+  Recorder rec;
+  run_into(sc, rec, {});
+  const Json& s = rec.metrics()["serving"];
+  CHECK(s["faults"]["replica_failures"] == 1);
+  CHECK(s["requests"]["retried"].get<long>() > 0);
+  CHECK(s["requests"]["completed"] == 150);
+  // One replica, out from 20 s to 45 s (repair, then a 5 s reload): 25 s of its run.
+  const double run_s = rec.metrics()["world"]["simulated_s"].get<double>();
+  CHECK(s["faults"]["availability"].get<double>() == doctest::Approx(1 - 25.0 / run_s).epsilon(0.02));
+  CHECK(s["faults"]["time_to_recover_s_mean"].get<double>() == doctest::Approx(25.0));
+}

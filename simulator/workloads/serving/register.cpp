@@ -200,6 +200,12 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
   out->add("timeseries", ParamType::Bool, "write timeseries.csv (queues, KV occupancy, busy replicas)").def("true");
   out->quantity("sample_interval", UnitKind::Time, "time-series sampling interval").def("1s").positive();
   s.section("outputs", out, "what to write besides metrics.json");
+  auto rec = std::make_shared<Schema>();
+  rec->quantity("reload", UnitKind::Time, "after its devices are repaired, a replica loads the model this long before serving").def("2min").nonneg();
+  rec->quantity("failover_timeout", UnitKind::Time, "a request no healthy replica takes within this fails (0s: waits for a repair)").def("60s").nonneg();
+  s.section("recovery", rec, "what a replica failure costs (used when the world has faults)");
+  if (short_form)
+    s.component_list("faults", &reg, "fault", "fault processes on the deployment's cluster (see `sluice list fault`)").optional();
   if (short_form)
     s.quantity("max_sim_time", UnitKind::Time, "stop simulating at this time (0s: when the workload is done)").def("0s").nonneg();
 }

@@ -399,6 +399,23 @@ void ServingSim::check_conservation() const {
   for (const auto& r : replicas_) held += static_cast<int64_t>(r->outstanding());
   const bool ok = done == completed_ && rejected == rejected_ && failed == failed_ && held == queued + running + swapped &&
                   parked == static_cast<int64_t>(parked_.size()) && static_cast<int64_t>(reqs_.size()) <= total_;
+  // Time order of every answered request, KV blocks within capacity, busy time within the run.
+  for (const auto& q : reqs_) {
+    if (q.state != ReqState::Done || q.rejected || q.failed) continue;
+    if (!(q.arrival_ns <= q.first_scheduled_ns && q.first_scheduled_ns <= q.first_token_ns && q.first_token_ns <= q.last_token_ns))
+      throw std::logic_error(fmt::format("latency invariant broken: request {} arrived at {} ns, was first scheduled at {} ns, had its "
+                                         "first token at {} ns and its last at {} ns",
+                                         q.id, q.arrival_ns, q.first_scheduled_ns, q.first_token_ns, q.last_token_ns));
+  }
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    const auto& kv = replicas_[i]->kv;
+    if (kv.free_blocks() < 0 || kv.cached_blocks() < 0 || kv.used_blocks() < 0 || kv.free_blocks() + kv.cached_blocks() > kv.total_blocks())
+      throw std::logic_error(fmt::format("KV invariant broken on engine {}: {} free, {} cached, {} used of {} blocks", i, kv.free_blocks(),
+                                         kv.cached_blocks(), kv.used_blocks(), kv.total_blocks()));
+    if (rstats_[i].busy_ns < 0 || rstats_[i].busy_ns > std::max(last_activity_ns_, engine_.now().count_ns()) + 1)
+      throw std::logic_error(fmt::format("utilization invariant broken on engine {}: busy {} ns in a run of {} ns", i, rstats_[i].busy_ns,
+                                         std::max(last_activity_ns_, engine_.now().count_ns())));
+  }
   if (!ok)
     throw std::logic_error(fmt::format("request conservation broken at {}: {} requests made of {} announced; {} ended (counted {}: "
                                        "{} rejected, {} failed), {} queued + {} running + {} swapped (replicas hold {}), {} parked "

@@ -149,9 +149,10 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   // Replica-time (ns) replicas were not serving (down or reloading), and each outage's length.
   int64_t replica_down_ns() const;
   const std::vector<int64_t>& outages_ns() const { return outages_ns_; }
-  // Request conservation: every request announced so far is completed, rejected, failed, or
+  // Run-time invariants, checked at the end of every run. Request conservation: every request announced so far is completed, rejected, failed, or
   // still in flight (queued, running, swapped, parked, not yet arrived). Throws std::logic_error
-  // naming the counts when not.
+  // naming the counts when not. Also: time order of each answered request, KV blocks within
+  // capacity, busy time within the run.
   void check_conservation() const;
 
   // Results.

@@ -150,6 +150,8 @@ std::unique_ptr<Study> make_serving_short_form(const StudyContext& ctx, const Re
   const Params& p = ctx.params;
   std::string desc;
   ServingConfig cfg = build_serving_config(p, reg, ctx.seed, &desc, nullptr);
+  cfg.reload_ns = p.section("recovery").time("reload").count_ns();
+  cfg.failover_timeout_ns = p.section("recovery").time("failover_timeout").count_ns();
   Cluster cl;
   cl.hardware = cfg.hardware;
   const Params& d = p.section("deployment");
@@ -183,6 +185,7 @@ std::unique_ptr<Study> make_serving_short_form(const StudyContext& ctx, const Re
     world->add(std::make_unique<ServingWorkload>("serving", std::move(cfg), *world, devices, desc, p.section("outputs")));
     return 0;
   });
+  add_faults(*world, p, reg);
   return std::make_unique<WorldStudy>(std::move(world), p.time("max_sim_time"));
 }
 
@@ -190,10 +193,6 @@ void register_serving_workload(Registry& reg) {
   Schema s;
   s.add("name", ParamType::String, "the workload's name (metrics under workloads.<name>, files prefixed with it)");
   add_serving_keys(s, reg, false);
-  auto rec = std::make_shared<Schema>();
-  rec->quantity("reload", UnitKind::Time, "after its devices are repaired, a replica loads the model this long before serving").def("2min").nonneg();
-  rec->quantity("failover_timeout", UnitKind::Time, "a request no healthy replica takes within this fails (0s: waits for a repair)").def("60s").nonneg();
-  s.section("recovery", rec, "what a replica failure costs (used when the world has faults)");
   s.section("place", placement_schema(reg), "the devices it runs on: replicas × tensor × pipeline parallel of them, in that order");
   reg.add("workload", "serving", "an LLM serving deployment: replicas behind a router, batching scheduler, KV cache, request load",
           std::move(s), WorkloadKindFactory([&reg](const Params& p, World& world, const WorkloadContext& ctx) -> std::unique_ptr<Workload> {
