@@ -118,8 +118,13 @@ std::vector<int> World::form_slice(const std::vector<int>& cubes, std::array<int
             const int b = at[static_cast<size_t>(n[0] + X * (n[1] + Y * n[2]))];
             const int u = c[static_cast<size_t>((d + 1) % 3)] % e, w = c[static_cast<size_t>((d + 2) % 3)] % e;
             const size_t oi = static_cast<size_t>(d * e * e + u * e + w);
-            t.add_link(device_node(a), device_node(b), bw, lat, "ici-ocs-slice", 0, true,
-                       oi < ocs_ids.size() ? ocs_ids[oi] : -1);
+            const int e = t.add_link(device_node(a), device_node(b), bw, lat, "ici-ocs-slice", 0, true,
+                                     oi < ocs_ids.size() ? ocs_ids[oi] : -1);
+            if (running_ && cluster_.ocs_reconfigure_ns > 0)
+              for (int l : {e, t.link(e).reverse}) {
+                flows_.set_link_capacity(l, 0);
+                flows_.set_link_capacity_at(engine_.now() + SimTime::ns(cluster_.ocs_reconfigure_ns), l, bw);
+              }
           }
         }
     router_.invalidate();
@@ -160,6 +165,7 @@ void World::run(SimTime until) {
   for (const auto& w : workloads_) w->start(*this);
   for (const auto& w : workloads_) holding_ += w->holds_world() ? 1 : 0;
   for (const auto& f : faults_) f->start(*this);
+  running_ = true;
   if (holding_ > 0) engine_.run(until);
   ran_until_ = engine_.now();
   flows_.check_invariants();

@@ -56,6 +56,7 @@ struct Cluster {
   int rack_nodes = 4;            // servers per rack (a TPU pod's rack is its cube: one power domain)
   int chips_per_host = 4;        // TPU pods: chips per host (a GPU server is one host)
   int64_t reroute_penalty_ns = 0;  // what a flow pays to move off a failed link (path recomputation, transport restart)
+  int64_t ocs_reconfigure_ns = 0;  // OCS pods: circuits programmed during the run carry traffic this long after (mirrors settle)
 };
 
 // What can fail, by class. Correlated failures follow the cluster's structure: a rack takes
@@ -121,7 +122,10 @@ class World {
   // contiguous block): returns its chips as device indices in the slice's ring order (a
   // snake over the slice's own torus coordinates). With OCS the slice is wired as a torus of
   // its own: the circuits between its cubes' faces are programmed (the pod starts with none).
+  // A slice formed while the run goes on (a re-formed slice) has its circuits up only
+  // `cluster.ocs_reconfigure` later; flows on them wait until then.
   std::vector<int> form_slice(const std::vector<int>& cubes, std::array<int, 3> shape);
+  int64_t ocs_reconfigure_ns() const { return cluster_.ocs_reconfigure_ns; }
 
   // --- Faults ------------------------------------------------------------------------------
   // The components of a class (built on first use from the topology).
@@ -178,6 +182,7 @@ class World {
   SimTime ran_until_;
   TraceWriter trace_;
   int next_pid_ = 1;
+  bool running_ = false;  // the run has started: slices formed now pay the OCS reconfiguration
   int pod_edge_ = 0;
   bool pod_ocs_ = false;
   std::array<int, 3> pod_grid_{0, 0, 0};

@@ -53,6 +53,7 @@ Schema world_schema(const Registry& reg) {
   cluster->add("rack_nodes", ParamType::Int, "servers per rack, for rack faults (a TPU pod's rack is its cube)").def("4").range(1, 4096);
   cluster->add("chips_per_host", ParamType::Int, "TPU pods: chips per host, for host faults (a GPU server is one host)").def("4").range(1, 64);
   cluster->quantity("reroute_penalty", UnitKind::Time, "what a flow pays to move off a failed link onto another route").def("1ms").nonneg();
+  cluster->quantity("ocs_reconfigure", UnitKind::Time, "TPU pods with OCS: a slice re-formed during the run has its circuits after this (an estimate: MEMS mirrors settle in milliseconds)").def("10ms").nonneg();
   s.section("cluster", cluster, "the cluster every workload is placed on");
   s.component_list("workloads", &reg, "workload", "what runs on the cluster: serving deployments, training jobs (see `sluice list workload`)");
   s.component_list("faults", &reg, "fault", "fault processes: random failures by class, or a trace (see `sluice list fault`)").optional();
@@ -74,6 +75,7 @@ void register_world_study(Registry& reg) {
             cl.rack_nodes = static_cast<int>(c.integer("rack_nodes"));
             cl.chips_per_host = static_cast<int>(c.integer("chips_per_host"));
             cl.reroute_penalty_ns = c.time("reroute_penalty").count_ns();
+            cl.ocs_reconfigure_ns = c.time("ocs_reconfigure").count_ns();
             auto world = std::make_unique<World>(ctx.seed, std::move(cl));
             const auto& items = p.items("workloads");
             if (items.empty()) p.fail("workloads", "no workloads", "a list of {kind: serving|training, name: ..., ...}");

@@ -312,3 +312,21 @@ TEST_CASE("the serving short form takes faults too: a replica outage parks reque
   CHECK(s["faults"]["availability"].get<double>() == doctest::Approx(1 - 25.0 / run_s).epsilon(0.02));
   CHECK(s["faults"]["time_to_recover_s_mean"].get<double>() == doctest::Approx(25.0));
 }
+
+TEST_CASE("a slice re-formed during the run waits for its OCS circuits") {
+  const std::string f = std::string(SLUICE_TESTS_DIR) + "/../scenarios/tpu-v4-training-faults.yaml";
+  auto worst = [&](const std::string& reconf) {
+    Scenario sc = load_scenario(f, {"workloads.0.recovery.restart=0s", "cluster.ocs_reconfigure=" + reconf}, registry());
+    Recorder rec;
+    run_into(sc, rec, {});
+    const Json& t = rec.metrics()["training"];
+    CHECK(t["faults"]["slices_reformed"] == 1);
+    double w = 0;
+    for (const auto& x : t["iteration_s"]) w = std::max(w, x.get<double>());
+    return w;
+  };
+  const double instant = worst("0s"), slow = worst("1s");
+  // The first iteration on the new circuits waits for them (some of the second is hidden behind compute).
+  CHECK(slow > instant + 0.5);
+  CHECK(slow < instant + 1.0 + 1e-6);
+}
