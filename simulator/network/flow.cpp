@@ -99,6 +99,13 @@ void FlowSim::begin(uint32_t f) {
   fl.keyed = false;
   ++active_;
   if (active_ > stats_.max_active) stats_.max_active = active_;
+  attach(f);
+  request_recompute();
+}
+
+// Puts a flow on every link of its path, unrated (key +infinity) until the next recomputation.
+void FlowSim::attach(uint32_t f) {
+  Flow& fl = flows_[f];
   fl.pos.resize(fl.path.size());
   for (size_t h = 0; h < fl.path.size(); ++h) {
     const int l = fl.path[h];
@@ -108,7 +115,6 @@ void FlowSim::begin(uint32_t f) {
     mark_dirty(l);
     grown_.push_back(l);
   }
-  request_recompute();
 }
 
 void FlowSim::mark_dirty(int link) { dirty_.push_back(link); }
@@ -173,15 +179,7 @@ std::pair<int, int> FlowSim::reroute(const std::vector<int>& links, int64_t pena
     fl.rate_Bps = 0;
     fl.keyed = false;
     fl.gen = (fl.gen + 1) & kGenMask;  // its pending completion is void
-    fl.pos.resize(fl.path.size());
-    for (size_t h = 0; h < fl.path.size(); ++h) {
-      const int l = fl.path[h];
-      auto& lf = link_flows_[static_cast<size_t>(l)];
-      lf.push_back(LinkFlow{kInf, f, static_cast<uint32_t>(h)});
-      heap_fix(l, lf.size() - 1);
-      mark_dirty(l);
-      grown_.push_back(l);
-    }
+    attach(f);
     ++moved;
   }
   stats_.rerouted += static_cast<uint64_t>(moved);

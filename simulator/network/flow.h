@@ -110,6 +110,7 @@ class FlowSim final : public EventHandler {
   void recompute();
   void settle(Flow& f, int64_t now_ns);
   void schedule_finish(uint32_t f, int64_t now_ns);
+  void attach(uint32_t f);
   void detach(uint32_t f);
   void heap_place(std::vector<LinkFlow>& h, size_t i, const LinkFlow& e);
   void heap_fix(int link, size_t i);
