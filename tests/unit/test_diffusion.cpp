@@ -13,15 +13,9 @@
 
 using namespace sluice;
 using sluice::testing::registry;
+using sluice::testing::run_text;
 
 namespace {
-
-Json run_text(const std::string& yaml) {
-  Scenario sc = load_scenario_text(yaml, "t.yaml", {}, registry());
-  Recorder rec;
-  run_into(sc, rec, {});
-  return rec.metrics();
-}
 
 // One diffusion workload on a DGX H100 (8 GPUs on NVSwitch), roofline costs.
 std::string scenario(const std::string& parallel, const std::string& extra = "", const std::string& model = "dit-xl-2",

@@ -18,15 +18,9 @@
 
 using namespace sluice;
 using sluice::testing::registry;
+using sluice::testing::run_text;
 
 namespace {
-
-Json run_text(const std::string& yaml, const std::vector<std::string>& sets = {}) {
-  Scenario sc = load_scenario_text(yaml, "t.yaml", sets, registry());
-  Recorder rec;
-  run_into(sc, rec, {});
-  return rec.metrics();
-}
 
 std::unique_ptr<FaultProcess> make_fault(World& w, const std::string& yaml) {
   static std::vector<std::unique_ptr<Node>> trees;  // Params point into their tree: kept for the test run

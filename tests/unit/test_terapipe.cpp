@@ -20,6 +20,7 @@
 using namespace sluice;
 using namespace sluice::training;
 using sluice::testing::registry;
+using sluice::testing::run_text;
 
 namespace {
 
@@ -46,13 +47,6 @@ double best_uniform(int S, int g, int K, const SliceCostFn& t) {
   double best = 1e300;
   for (int k = 1; k <= (S + g - 1) / g; ++k) best = std::min(best, evaluate_slices(uniform_slices(S, k, g), K, t).latency_ns);
   return best;
-}
-
-Json run_text(const std::string& yaml, const std::vector<std::string>& sets = {}) {
-  Scenario sc = load_scenario_text(yaml, "t.yaml", sets, registry());
-  Recorder rec;
-  run_into(sc, rec, {});
-  return rec.metrics();
 }
 
 // Eight devices, each its own server, on one switch with links of 1 PB/s: transfers are free.

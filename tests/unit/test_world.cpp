@@ -13,15 +13,9 @@
 
 using namespace sluice;
 using sluice::testing::registry;
+using sluice::testing::run_text;
 
 namespace {
-
-Json run_text(const std::string& yaml, const std::vector<std::string>& sets = {}) {
-  Scenario sc = load_scenario_text(yaml, "t.yaml", sets, registry());
-  Recorder rec;
-  run_into(sc, rec, {});
-  return rec.metrics();
-}
 
 Json run_file(const std::string& file, const std::vector<std::string>& sets = {}) {
   Scenario sc = load_scenario(std::string(SLUICE_TESTS_DIR) + "/../scenarios/" + file, sets, registry());
