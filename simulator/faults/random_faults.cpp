@@ -60,7 +60,7 @@ std::vector<std::string> class_names() {
 
 }  // namespace
 
-void register_random_faults(Registry& reg) {
+SLUICE_REGISTER(component, random_faults) {
   Schema s;
   s.add("name", ParamType::String, "the process's name (its random streams are named by it)").def("faults");
   s.enumeration("component", class_names(), "what fails: a chip, a host (its chips), a node (server or TPU cube), a rack, a link, a switch (its links), an OCS (its circuits)");

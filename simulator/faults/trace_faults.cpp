@@ -81,7 +81,7 @@ std::optional<TraceEvent> parse_line(std::string line, World& w, const Origin& a
 
 }  // namespace
 
-void register_trace_faults(Registry& reg) {
+SLUICE_REGISTER(component, trace_faults) {
   Schema s;
   s.add("name", ParamType::String, "the process's name").def("trace");
   s.add("file", ParamType::String, "a fault trace: one `TIME CLASS:NAME down|up` a line (# comments)").optional();

@@ -23,52 +23,52 @@
 
 #include <fmt/format.h>
 
+#include "config/binding.h"
 #include "config/paths.h"
 
 namespace sluice {
 
-std::shared_ptr<Schema> dit_schema() {
-  static const std::shared_ptr<Schema> s = [] {
-    auto m = std::make_shared<Schema>();
-    m->add("name", ParamType::String, "model name as reports print it").def("");
-    m->add("layers", ParamType::Int, "transformer blocks (Flux: double-stream blocks)").range(1, 1e5);
-    m->add("single_layers", ParamType::Int, "single-stream blocks after the double-stream ones (Flux)").def("0").range(0, 1e5);
-    m->add("hidden", ParamType::Int, "model width").range(1, 1e6);
-    m->add("heads", ParamType::Int, "attention heads").range(1, 1e4);
-    m->add("mlp_ratio", ParamType::Real, "MLP inner width over hidden").def("4").range(0.1, 64);
-    m->add("patch", ParamType::Int, "patch side in latent pixels").def("2").range(1, 64);
-    m->add("latent_channels", ParamType::Int, "channels of the latent image").def("4").range(1, 1024);
-    m->add("learn_sigma", ParamType::Bool, "the final layer predicts noise and variance (twice the channels)").def("false");
-    m->add("cross_attention", ParamType::Bool, "each block cross-attends to text tokens (PixArt)").def("false");
-    m->add("text_tokens", ParamType::Int, "text tokens conditioning the step (0: class-conditional)").def("0").range(0, 1e6);
-    m->add("text_width", ParamType::Int, "width of the text encoder's tokens").def("0").range(0, 1e6);
-    m->add("adaln_single", ParamType::Bool, "one shared modulation linear per step instead of one per block (PixArt)").def("false");
-    m->add("rope", ParamType::Bool, "rotary embedding on q and k (Flux)").def("false");
-    m->add("qk_norm", ParamType::Bool, "RMSNorm on q and k before attention (Flux)").def("false");
-    return m;
+namespace {
+
+struct DitBinding {
+  std::shared_ptr<Schema> schema = std::make_shared<Schema>();
+  Binding<DitSpec> bind{*schema};
+};
+
+const DitBinding& dit_binding() {
+  static const DitBinding db = [] {
+    DitBinding r;
+    auto& m = r.bind;
+    using D = DitSpec;
+    m.text("name", &D::name, "model name as reports print it").def("");
+    m.integer("layers", &D::layers, "transformer blocks (Flux: double-stream blocks)").range(1, 1e5);
+    m.integer("single_layers", &D::single_layers, "single-stream blocks after the double-stream ones (Flux)").def("0").range(0, 1e5);
+    m.integer("hidden", &D::hidden, "model width").range(1, 1e6);
+    m.integer("heads", &D::heads, "attention heads").range(1, 1e4);
+    m.real("mlp_ratio", &D::mlp_ratio, "MLP inner width over hidden").def("4").range(0.1, 64);
+    m.integer("patch", &D::patch, "patch side in latent pixels").def("2").range(1, 64);
+    m.integer("latent_channels", &D::latent_channels, "channels of the latent image").def("4").range(1, 1024);
+    m.flag("learn_sigma", &D::learn_sigma, "the final layer predicts noise and variance (twice the channels)").def("false");
+    m.flag("cross_attention", &D::cross_attention, "each block cross-attends to text tokens (PixArt)").def("false");
+    m.integer("text_tokens", &D::text_tokens, "text tokens conditioning the step (0: class-conditional)").def("0").range(0, 1e6);
+    m.integer("text_width", &D::text_width, "width of the text encoder's tokens").def("0").range(0, 1e6);
+    m.flag("adaln_single", &D::adaln_single, "one shared modulation linear per step instead of one per block (PixArt)").def("false");
+    m.flag("rope", &D::rope, "rotary embedding on q and k (Flux)").def("false");
+    m.flag("qk_norm", &D::qk_norm, "RMSNorm on q and k before attention (Flux)").def("false");
+    return r;
   }();
-  return s;
+  return db;
 }
 
+}  // namespace
+
+std::shared_ptr<Schema> dit_schema() { return dit_binding().schema; }
+
 DitSpec dit_from_params(const Params& p, const std::string& fallback_name) {
-  DitSpec d;
-  d.name = p.str("name").empty() ? fallback_name : p.str("name");
-  d.layers = static_cast<int>(p.integer("layers"));
-  d.single_layers = static_cast<int>(p.integer("single_layers"));
-  d.hidden = static_cast<int>(p.integer("hidden"));
-  d.heads = static_cast<int>(p.integer("heads"));
+  DitSpec d = dit_binding().bind.make(p);
+  if (d.name.empty()) d.name = fallback_name;
   if (d.hidden % d.heads != 0) p.fail("heads", "does not divide hidden", "a divisor of hidden");
   d.head_dim = d.hidden / d.heads;
-  d.mlp_ratio = p.real("mlp_ratio");
-  d.patch = static_cast<int>(p.integer("patch"));
-  d.latent_channels = static_cast<int>(p.integer("latent_channels"));
-  d.learn_sigma = p.flag("learn_sigma");
-  d.cross_attention = p.flag("cross_attention");
-  d.text_tokens = static_cast<int>(p.integer("text_tokens"));
-  d.text_width = static_cast<int>(p.integer("text_width"));
-  d.adaln_single = p.flag("adaln_single");
-  d.rope = p.flag("rope");
-  d.qk_norm = p.flag("qk_norm");
   if (d.cross_attention && d.text_tokens <= 0) p.fail("text_tokens", "cross-attention needs text tokens", "> 0, e.g. 300");
   return d;
 }

@@ -561,7 +561,7 @@ Schema availability_schema() {
 
 }  // namespace
 
-void register_availability_study(Registry& reg) {
+SLUICE_REGISTER(study, availability_study) {
   reg.add("study", "availability",
           "TPU v4 pod under host failures: fraction of time each slice size can be formed and the goodput of a job on it, OCS vs static torus",
           availability_schema(),

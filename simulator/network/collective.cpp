@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "registry/registry.h"
+
 namespace sluice::net {
 
 namespace {
@@ -340,3 +342,21 @@ std::vector<int> ring_order(const Topology& topo) {
 }
 
 }  // namespace sluice::net
+
+namespace sluice {
+
+// The collectives training's `dp_algorithm` offers and `sluice list collective` shows.
+SLUICE_REGISTER(component, collectives) {
+  const std::pair<const char*, const char*> collectives[] = {
+      {"allreduce-ring", "ring all-reduce: 2(n-1) steps of S/n to the next device (reduce-scatter then all-gather)"},
+      {"allreduce-tree", "binary-tree all-reduce: reduce to the root then broadcast, pipelined in chunks"},
+      {"allreduce-hierarchical", "reduce-scatter inside each server, ring all-reduce across servers per local rank, all-gather inside"},
+      {"allgather", "ring all-gather: n-1 steps of S/n"},
+      {"reducescatter", "ring reduce-scatter: n-1 steps of S/n"},
+      {"alltoall", "every device sends S/n to every other at once (optionally split over several ECMP paths)"},
+      {"sendrecv", "one flow of S bytes from the first device to the second"},
+  };
+  for (const auto& [n, doc] : collectives) reg.add("collective", n, doc, Schema{});
+}
+
+}  // namespace sluice

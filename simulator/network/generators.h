@@ -78,8 +78,7 @@ Topology build_tpu_pod(const PodSpec& p, const std::string& name);
 // Builds a topology from a validated generator entry (category "topology").
 using TopologyFactory = std::function<Topology(const Params& p, const std::string& name)>;
 
-// Registers one topology generator per family in category "topology".
-void register_topology_generators(Registry& reg);
+// The generators: one file each in network/topologies/, registered in category "topology".
 
 // Loads a topology from a scenario value: a catalog name (topologies/NAME.yaml), a mapping
 // {catalog: NAME, overrides...}, or an inline {kind: GENERATOR, ...}; builds and checks it.

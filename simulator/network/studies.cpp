@@ -295,7 +295,7 @@ Schema twist_schema() {
 
 }  // namespace
 
-void register_network_studies(Registry& reg) {
+SLUICE_REGISTER(study, network_studies) {
   reg.add("study", "pod-scheduling",
           "a job stream on a TPU v4 pod: OCS any-cube vs static contiguous placement, first/best fit, host failures",
           pod_study_schema(), StudyFactory([](const StudyContext& c) -> std::unique_ptr<Study> { return std::make_unique<PodStudy>(c); }));

@@ -1,37 +1,47 @@
-// The list of built-in components: each module registers its own.
+// The built-in components: every SLUICE_REGISTER block linked into the program, run in a fixed
+// order (stage, then id). The library is an object library, so every component's file is linked
+// and its registration runs whether or not anything else refers to it.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
 #include "registry/registry.h"
 
 namespace sluice {
 
-void register_engine_benchmarks(Registry& reg);
-void register_serving_components(Registry& reg);
-void register_network_components(Registry& reg);
-void register_hardware_components(Registry& reg);
-void register_compare_study(Registry& reg);
-void register_world_study(Registry& reg);
-void register_placement_policies(Registry& reg);
-void register_training_workload(Registry& reg);
-void register_diffusion_workload(Registry& reg);
-void register_world_bench(Registry& reg);
-namespace faults {
-void register_random_faults(Registry& reg);
-void register_trace_faults(Registry& reg);
-}  // namespace faults
+namespace {
 
-void register_builtin_components(Registry& reg) {
-  register_engine_benchmarks(reg);
-  register_placement_policies(reg);  // before the workloads whose `place` lists the policies
-  faults::register_random_faults(reg);  // before the studies whose `faults` lists them
-  faults::register_trace_faults(reg);
-  register_serving_components(reg);
-  register_network_components(reg);
-  register_hardware_components(reg);
-  register_compare_study(reg);
-  register_world_study(reg);
-  register_training_workload(reg);
-  register_diffusion_workload(reg);
-  register_world_bench(reg);
+struct Entry {
+  RegisterStage stage;
+  const char* id;
+  AutoRegistration::Fn fn;
+};
+
+// Constructed on first use, so registrations from any translation unit's static
+// initialisation find it ready.
+std::vector<Entry>& entries() {
+  static std::vector<Entry> e;
+  return e;
 }
+
+}  // namespace
+
+AutoRegistration::AutoRegistration(RegisterStage stage, const char* id, Fn fn) { entries().push_back({stage, id, fn}); }
+
+void AutoRegistration::run_all(Registry& reg) {
+  std::vector<Entry> order = entries();
+  std::sort(order.begin(), order.end(), [](const Entry& a, const Entry& b) {
+    return std::tuple(static_cast<int>(a.stage), std::string(a.id)) < std::tuple(static_cast<int>(b.stage), std::string(b.id));
+  });
+  for (size_t i = 1; i < order.size(); ++i)
+    if (std::string(order[i].id) == order[i - 1].id)
+      throw std::logic_error("internal: two SLUICE_REGISTER blocks are named " + std::string(order[i].id));
+  for (const Entry& e : order) e.fn(reg);
+}
+
+void register_builtin_components(Registry& reg) { AutoRegistration::run_all(reg); }
 
 const Registry& builtin_registry() {
   static const Registry reg = [] {

@@ -57,12 +57,41 @@ class Registry final : public ComponentCatalog {
   std::map<std::string, std::map<std::string, ComponentInfo>> by_category_;
 };
 
-// Registers every built-in component; each module contributes a register_* function.
+// Registers every built-in component: runs every SLUICE_REGISTER block linked into the program.
 void register_builtin_components(Registry& reg);
 // A registry of every built-in component, built once per process (tests, fuzz targets, benchmarks).
 const Registry& builtin_registry();
 
+// Self-registration: a component registers itself in its own file,
+//
+//   SLUICE_REGISTER(component, vllm_scheduler) {
+//     reg.add("scheduler", "vllm", "...", schema, SchedulerFactory(...));
+//   }
+//
+// and nothing else names it: adding a component is one new file. The blocks run when a registry
+// of the built-ins is made, ordered by stage and then by id (never by link order), so a schema
+// may list the names of an earlier stage (a workload's `place` lists the placement policies, a
+// study's `faults` the fault processes). Ids are unique across the program.
+enum class RegisterStage : int {
+  component = 0,  // schedulers, routers, loads, placement policies, fault processes, topologies, collectives
+  workload = 1,   // workload kinds of the world (serving, training, diffusion)
+  study = 2,      // studies (a scenario's `study:`)
+  bench = 3,      // benchmarks (`sluice bench NAME`)
+};
+struct AutoRegistration {
+  using Fn = void (*)(Registry&);
+  AutoRegistration(RegisterStage stage, const char* id, Fn fn);
+  // Runs every block into `reg`; throws std::logic_error on a repeated id.
+  static void run_all(Registry& reg);
+};
+
 }  // namespace sluice
+
+#define SLUICE_REGISTER(stage, id)                                                                              \
+  static void sluice_register_##id(::sluice::Registry& reg);                                                    \
+  [[maybe_unused]] static const ::sluice::AutoRegistration sluice_registration_##id(::sluice::RegisterStage::stage, \
+                                                                                    #id, &sluice_register_##id); \
+  static void sluice_register_##id([[maybe_unused]] ::sluice::Registry& reg)
 
 namespace sluice {
 // A benchmark of the simulator itself (`sluice bench NAME`): prints figures, returns an exit code.

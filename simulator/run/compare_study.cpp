@@ -51,7 +51,7 @@ std::vector<std::string> string_list(const Node& n, const std::string& path) {
 
 }  // namespace
 
-void register_compare_study(Registry& reg) {
+SLUICE_REGISTER(study, compare_study) {
   Schema s = common_study_schema();
   s.add("base", ParamType::String, "scenario file that `vary` varies, and the file of `variants` that name none").optional();
   s.add("variants", ParamType::List, "list of {name, file, set: [key=value, ...]} to compare").optional();

@@ -152,7 +152,7 @@ int group_size(const World& w, int g) {
 
 }  // namespace
 
-void register_placement_policies(Registry& reg) {
+SLUICE_REGISTER(component, placement_policies) {
   reg.add("placement", "first-fit", "the lowest-index free devices, in device order", Schema{},
           PlacementPolicyFn([](const World& w, int n) {
             std::vector<int> out;

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "config/binding.h"
 #include "network/generators.h"
 #include "world/placement.h"
 
@@ -45,37 +46,49 @@ std::shared_ptr<net::Topology> implicit_cluster(const HardwareSpec& hw, int node
 
 namespace {
 
-Schema world_schema(const Registry& reg) {
+// The cluster's own keys (its topology and hardware are read by their loaders).
+Binding<Cluster> cluster_keys(Schema& cluster) {
+  Binding<Cluster> b(cluster);
+  cluster.add("topology", ParamType::Any, "the fabric: a name in topologies/, {catalog: NAME, ...overrides} or {kind: GENERATOR, ...}");
+  cluster.ref("hardware", {"models/hardware"}, hardware_schema(), "the devices' hardware: a catalog name or {catalog: NAME, ...}").def("h200");
+  b.integer("rack_nodes", &Cluster::rack_nodes, "servers per rack, for rack faults (a TPU pod's rack is its cube)").def("4").range(1, 4096);
+  b.integer("chips_per_host", &Cluster::chips_per_host, "TPU pods: chips per host, for host faults (a GPU server is one host)")
+      .def("4")
+      .range(1, 64);
+  b.time_ns("reroute_penalty", &Cluster::reroute_penalty_ns, "what a flow pays to move off a failed link onto another route").def("1ms").nonneg();
+  b.time_ns("ocs_reconfigure", &Cluster::ocs_reconfigure_ns,
+            "TPU pods with OCS: a slice re-formed during the run has its circuits after this (an estimate: MEMS mirrors settle "
+            "in milliseconds)")
+      .def("10ms")
+      .nonneg();
+  return b;
+}
+
+// The world study's schema, with the binding of its cluster keys.
+std::pair<Schema, Binding<Cluster>> world_schema(const Registry& reg) {
   Schema s = common_study_schema();
   auto cluster = std::make_shared<Schema>();
-  cluster->add("topology", ParamType::Any, "the fabric: a name in topologies/, {catalog: NAME, ...overrides} or {kind: GENERATOR, ...}");
-  cluster->ref("hardware", {"models/hardware"}, hardware_schema(), "the devices' hardware: a catalog name or {catalog: NAME, ...}").def("h200");
-  cluster->add("rack_nodes", ParamType::Int, "servers per rack, for rack faults (a TPU pod's rack is its cube)").def("4").range(1, 4096);
-  cluster->add("chips_per_host", ParamType::Int, "TPU pods: chips per host, for host faults (a GPU server is one host)").def("4").range(1, 64);
-  cluster->quantity("reroute_penalty", UnitKind::Time, "what a flow pays to move off a failed link onto another route").def("1ms").nonneg();
-  cluster->quantity("ocs_reconfigure", UnitKind::Time, "TPU pods with OCS: a slice re-formed during the run has its circuits after this (an estimate: MEMS mirrors settle in milliseconds)").def("10ms").nonneg();
+  Binding<Cluster> keys = cluster_keys(*cluster);
   s.section("cluster", cluster, "the cluster every workload is placed on");
   s.component_list("workloads", &reg, "workload", "what runs on the cluster: serving deployments, training jobs (see `sluice list workload`)");
   s.component_list("faults", &reg, "fault", "fault processes: random failures by class, or a trace (see `sluice list fault`)").optional();
   s.quantity("max_sim_time", UnitKind::Time, "stop simulating at this time (0s: when every workload is done)").def("0s").nonneg();
-  return s;
+  return {std::move(s), std::move(keys)};
 }
 
 }  // namespace
 
-void register_world_study(Registry& reg) {
+SLUICE_REGISTER(study, world_study) {
+  auto [schema, cluster] = world_schema(reg);
+  const Binding<Cluster> keys = cluster;
   reg.add("study", "world",
           "a cluster and the workloads placed on it, on one engine: every transfer is a flow on the shared fabric",
-          world_schema(reg), StudyFactory([&reg](const StudyContext& ctx) -> std::unique_ptr<Study> {
+          schema, StudyFactory([&reg, keys](const StudyContext& ctx) -> std::unique_ptr<Study> {
             const Params& p = ctx.params;
             const Params& c = p.section("cluster");
-            Cluster cl;
+            Cluster cl = keys.make(c);
             cl.topology = std::make_shared<net::Topology>(net::load_topology(c.node("topology"), reg, "cluster.topology"));
             cl.hardware = hardware_from_params(c.section("hardware"));
-            cl.rack_nodes = static_cast<int>(c.integer("rack_nodes"));
-            cl.chips_per_host = static_cast<int>(c.integer("chips_per_host"));
-            cl.reroute_penalty_ns = c.time("reroute_penalty").count_ns();
-            cl.ocs_reconfigure_ns = c.time("ocs_reconfigure").count_ns();
             auto world = std::make_unique<World>(ctx.seed, std::move(cl));
             const auto& items = p.items("workloads");
             if (items.empty()) p.fail("workloads", "no workloads", "a list of {kind: serving|training, name: ..., ...}");

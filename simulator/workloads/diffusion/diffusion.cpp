@@ -700,7 +700,7 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
 
 }  // namespace
 
-void register_diffusion(Registry& reg) {
+SLUICE_REGISTER(workload, diffusion_workload) {
   Schema s;
   s.add("name", ParamType::String, "the workload's name (metrics under workloads.<name>)");
   s.ref("model", {"models/dit"}, dit_schema(), "the diffusion transformer: a models/dit name (dit-xl-2, pixart-sigma-xl, flux1-dev) or an inline shape");
@@ -804,7 +804,3 @@ void register_diffusion(Registry& reg) {
 }
 
 }  // namespace sluice::diffusion
-
-namespace sluice {
-void register_diffusion_workload(Registry& reg) { diffusion::register_diffusion(reg); }
-}  // namespace sluice

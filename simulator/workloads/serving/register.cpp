@@ -17,13 +17,6 @@
 namespace sluice {
 
 namespace serving {
-void register_vllm_scheduler(Registry& reg);
-void register_orca_scheduler(Registry& reg);
-void register_sarathi_scheduler(Registry& reg);
-void register_static_scheduler(Registry& reg);
-void register_routers(Registry& reg);
-void register_serving_bench(Registry& reg);
-void register_serving_workload(Registry& reg);
 std::unique_ptr<Study> make_serving_short_form(const StudyContext& ctx, const Registry& reg);
 
 // What a planner should know about a finished run that the figures do not say.
@@ -218,16 +211,8 @@ Schema serving_schema(const Registry& reg) {
 
 }  // namespace serving
 
-void register_serving_components(Registry& reg) {
+SLUICE_REGISTER(study, serving_study) {
   using namespace serving;
-  register_vllm_scheduler(reg);
-  register_orca_scheduler(reg);
-  register_sarathi_scheduler(reg);
-  register_static_scheduler(reg);
-  register_routers(reg);
-  register_workloads(reg);
-  register_serving_bench(reg);
-  register_serving_workload(reg);
   reg.add("study", "serving",
           "LLM serving, the one-deployment short form: a world whose cluster is the named topology (or nodes x GPUs) "
           "and whose one workload is this deployment",

@@ -57,7 +57,7 @@ class KvAffinity final : public Router {
 
 }  // namespace
 
-void register_routers(Registry& reg) {
+SLUICE_REGISTER(component, serving_routers) {
   reg.add("router", "round_robin", "replicas in turn", Schema{},
           RouterFactory([](const Params&) { return std::make_unique<RoundRobin>(); }));
   reg.add("router", "least_outstanding", "the replica with the fewest waiting+running+swapped requests", Schema{},

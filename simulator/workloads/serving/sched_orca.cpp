@@ -3,6 +3,7 @@
 // not paged, so each admitted sequence reserves room for its prompt plus `max_new_tokens`.
 #include <algorithm>
 
+#include "config/binding.h"
 #include "registry/registry.h"
 #include "workloads/serving/scheduler.h"
 
@@ -10,10 +11,14 @@ namespace sluice::serving {
 
 namespace {
 
+struct OrcaConfig {
+  size_t max_batch = 64;
+  int64_t max_new = 1024;
+};
+
 class OrcaScheduler final : public Scheduler {
  public:
-  explicit OrcaScheduler(const Params& p)
-      : max_batch_(static_cast<size_t>(p.integer("max_batch_size"))), max_new_(p.integer("max_new_tokens")) {}
+  explicit OrcaScheduler(const OrcaConfig& c) : max_batch_(c.max_batch), max_new_(c.max_new) {}
 
   void schedule(Replica& r, Batch& out, int64_t) override {
     mech::reserve_decode_slots(r, out);  // only needed when a sequence outgrows its reservation
@@ -39,12 +44,15 @@ class OrcaScheduler final : public Scheduler {
 
 }  // namespace
 
-void register_orca_scheduler(Registry& reg) {
+SLUICE_REGISTER(component, orca_scheduler) {
   Schema s;
-  s.add("max_batch_size", ParamType::Int, "most sequences in one iteration").def("64").range(1, 65536);
-  s.add("max_new_tokens", ParamType::Int, "output tokens reserved per sequence at admission (contiguous KV)").def("1024").range(1, 1 << 20);
+  Binding<OrcaConfig> keys(s);
+  keys.integer("max_batch_size", &OrcaConfig::max_batch, "most sequences in one iteration").def("64").range(1, 65536);
+  keys.integer("max_new_tokens", &OrcaConfig::max_new, "output tokens reserved per sequence at admission (contiguous KV)")
+      .def("1024")
+      .range(1, 1 << 20);
   reg.add("scheduler", "orca", "iteration-level batching mixing prefills and decodes; KV reserved per sequence", s,
-          SchedulerFactory([](const Params& p) { return std::make_unique<OrcaScheduler>(p); }));
+          SchedulerFactory([keys](const Params& p) { return std::make_unique<OrcaScheduler>(keys.make(p)); }));
 }
 
 }  // namespace sluice::serving

@@ -3,6 +3,7 @@
 // prefills never stall decodes for long ("stall-free batching").
 #include <algorithm>
 
+#include "config/binding.h"
 #include "registry/registry.h"
 #include "workloads/serving/scheduler.h"
 
@@ -10,10 +11,14 @@ namespace sluice::serving {
 
 namespace {
 
+struct SarathiConfig {
+  size_t max_seqs = 256;
+  int64_t budget = 512;
+};
+
 class SarathiScheduler final : public Scheduler {
  public:
-  explicit SarathiScheduler(const Params& p)
-      : max_seqs_(static_cast<size_t>(p.integer("max_num_seqs"))), budget_(p.integer("token_budget")) {}
+  explicit SarathiScheduler(const SarathiConfig& c) : max_seqs_(c.max_seqs), budget_(c.budget) {}
 
   void schedule(Replica& r, Batch& out, int64_t) override {
     mech::reserve_decode_slots(r, out);
@@ -56,12 +61,15 @@ class SarathiScheduler final : public Scheduler {
 
 }  // namespace
 
-void register_sarathi_scheduler(Registry& reg) {
+SLUICE_REGISTER(component, sarathi_scheduler) {
   Schema s;
-  s.add("max_num_seqs", ParamType::Int, "most sequences in one iteration").def("256").range(1, 65536);
-  s.add("token_budget", ParamType::Int, "tokens per iteration: decodes first, prefill chunks fill the rest").def("512").range(1, 1 << 20);
+  Binding<SarathiConfig> keys(s);
+  keys.integer("max_num_seqs", &SarathiConfig::max_seqs, "most sequences in one iteration").def("256").range(1, 65536);
+  keys.integer("token_budget", &SarathiConfig::budget, "tokens per iteration: decodes first, prefill chunks fill the rest")
+      .def("512")
+      .range(1, 1 << 20);
   reg.add("scheduler", "sarathi", "chunked prefill with a per-iteration token budget, decode-first (Sarathi-Serve)", s,
-          SchedulerFactory([](const Params& p) { return std::make_unique<SarathiScheduler>(p); }));
+          SchedulerFactory([keys](const Params& p) { return std::make_unique<SarathiScheduler>(keys.make(p)); }));
 }
 
 }  // namespace sluice::serving

@@ -4,6 +4,7 @@
 // and nothing joins until the whole batch is done.
 #include <algorithm>
 
+#include "config/binding.h"
 #include "registry/registry.h"
 #include "workloads/serving/scheduler.h"
 
@@ -11,10 +12,14 @@ namespace sluice::serving {
 
 namespace {
 
+struct StaticConfig {
+  size_t batch_size = 8;
+  int64_t max_wait_ns = 50'000'000;
+};
+
 class StaticScheduler final : public Scheduler {
  public:
-  explicit StaticScheduler(const Params& p)
-      : batch_size_(static_cast<size_t>(p.integer("batch_size"))), max_wait_ns_(p.time("max_wait").count_ns()) {}
+  explicit StaticScheduler(const StaticConfig& c) : batch_size_(c.batch_size), max_wait_ns_(c.max_wait_ns) {}
 
   void schedule(Replica& r, Batch& out, int64_t now_ns) override {
     bool live = false;
@@ -59,12 +64,15 @@ class StaticScheduler final : public Scheduler {
 
 }  // namespace
 
-void register_static_scheduler(Registry& reg) {
+SLUICE_REGISTER(component, static_scheduler) {
   Schema s;
-  s.add("batch_size", ParamType::Int, "requests per batch").def("8").range(1, 65536);
-  s.quantity("max_wait", UnitKind::Time, "start a partial batch once its oldest request waited this long").def("50ms").range(0, 3.6e12);  // at most 1 h
+  Binding<StaticConfig> keys(s);
+  keys.integer("batch_size", &StaticConfig::batch_size, "requests per batch").def("8").range(1, 65536);
+  keys.time_ns("max_wait", &StaticConfig::max_wait_ns, "start a partial batch once its oldest request waited this long")
+      .def("50ms")
+      .range(0, 3.6e12);  // at most 1 h
   reg.add("scheduler", "static", "static batching baseline: whole batches, padded to the longest member", s,
-          SchedulerFactory([](const Params& p) { return std::make_unique<StaticScheduler>(p); }));
+          SchedulerFactory([keys](const Params& p) { return std::make_unique<StaticScheduler>(keys.make(p)); }));
 }
 
 }  // namespace sluice::serving

@@ -3,6 +3,7 @@
 // decodes one token, preempting the latest-admitted ones when KV blocks run out.
 #include <algorithm>
 
+#include "config/binding.h"
 #include "registry/registry.h"
 #include "workloads/serving/scheduler.h"
 
@@ -10,10 +11,14 @@ namespace sluice::serving {
 
 namespace {
 
+struct VllmConfig {
+  size_t max_seqs = 256;
+  int64_t max_tokens = 8192;
+};
+
 class VllmScheduler final : public Scheduler {
  public:
-  explicit VllmScheduler(const Params& p)
-      : max_seqs_(static_cast<size_t>(p.integer("max_num_seqs"))), max_tokens_(p.integer("max_num_batched_tokens")) {}
+  explicit VllmScheduler(const VllmConfig& c) : max_seqs_(c.max_seqs), max_tokens_(c.max_tokens) {}
 
   void schedule(Replica& r, Batch& out, int64_t) override {
     if (r.swapped.empty()) {
@@ -46,12 +51,13 @@ class VllmScheduler final : public Scheduler {
 
 }  // namespace
 
-void register_vllm_scheduler(Registry& reg) {
+SLUICE_REGISTER(component, vllm_scheduler) {
   Schema s;
-  s.add("max_num_seqs", ParamType::Int, "most sequences in one iteration").def("256").range(1, 65536);
-  s.add("max_num_batched_tokens", ParamType::Int, "token budget of a prefill iteration").def("8192").range(1, 1 << 22);
+  Binding<VllmConfig> keys(s);
+  keys.integer("max_num_seqs", &VllmConfig::max_seqs, "most sequences in one iteration").def("256").range(1, 65536);
+  keys.integer("max_num_batched_tokens", &VllmConfig::max_tokens, "token budget of a prefill iteration").def("8192").range(1, 1 << 22);
   reg.add("scheduler", "vllm", "continuous batching, prefill-first, paged KV with preemption (vLLM v0 default)", s,
-          SchedulerFactory([](const Params& p) { return std::make_unique<VllmScheduler>(p); }));
+          SchedulerFactory([keys](const Params& p) { return std::make_unique<VllmScheduler>(keys.make(p)); }));
 }
 
 }  // namespace sluice::serving

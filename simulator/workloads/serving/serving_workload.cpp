@@ -189,7 +189,7 @@ std::unique_ptr<Study> make_serving_short_form(const StudyContext& ctx, const Re
   return std::make_unique<WorldStudy>(std::move(world), p.time("max_sim_time"));
 }
 
-void register_serving_workload(Registry& reg) {
+SLUICE_REGISTER(workload, serving_workload) {
   Schema s;
   s.add("name", ParamType::String, "the workload's name (metrics under workloads.<name>, files prefixed with it)");
   add_serving_keys(s, reg, false);

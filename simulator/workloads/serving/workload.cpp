@@ -335,7 +335,7 @@ class TraceSource final : public WorkloadSource {
 
 }  // namespace
 
-void register_workloads(Registry& reg) {
+SLUICE_REGISTER(component, serving_loads) {
   auto lengths = [](const char* mean, const char* sd) {
     auto s = std::make_shared<Schema>();
     s->add("mean", ParamType::Real, "mean length in tokens").def(mean).range(1, 1e7);

@@ -68,7 +68,6 @@ struct WorkloadBuild {
 using WorkloadFactory = std::function<WorkloadBuild(const Params& p, const Registry& reg, uint64_t seed,
                                                     const std::string& model_tokenizer, int model_max_context)>;
 
-void register_workloads(Registry& reg);
 
 // llmperf's length draw: int(gauss(mean, sd)) truncated toward zero, redrawn until positive.
 int32_t llmperf_length(RngStream& rng, double mean, double sd);

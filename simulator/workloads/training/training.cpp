@@ -692,7 +692,7 @@ SlicingConfig slicing_from_params(const Params& p, const TrainingConfig& c, cons
 
 }  // namespace
 
-void register_training(Registry& reg) {
+SLUICE_REGISTER(workload, training_workload) {
   Schema s;
   s.add("name", ParamType::String, "the workload's name (metrics under workloads.<name>)");
   s.ref("model", {"models/llm"}, model_schema(), "the model: a catalog name (gpt3-13b, llama3-8b) or an inline shape");
@@ -791,13 +791,3 @@ void register_training(Registry& reg) {
 }
 
 }  // namespace sluice::training
-
-namespace sluice {
-namespace training {
-void register_terapipe_bench(Registry& reg);  // bench_terapipe.cpp
-}  // namespace training
-void register_training_workload(Registry& reg) {
-  training::register_training(reg);
-  training::register_terapipe_bench(reg);
-}
-}  // namespace sluice

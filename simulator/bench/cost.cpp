@@ -1,5 +1,5 @@
-// Hardware components: the cost-model benchmark (`sluice bench cost`). Cost sources are chosen
-// per deployment (`deployment.cost_tables`: a tables directory, auto, or none for the roofline).
+// `sluice bench cost`: iteration_ns of the cost model on serving-like batches (ns per call and per
+// sequence).
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -51,7 +51,7 @@ int bench_cost(bool quick) {
 
 }  // namespace
 
-void register_hardware_components(Registry& reg) {
+SLUICE_REGISTER(bench, cost_bench) {
   reg.add("bench", "cost", "iteration_ns of the cost model on serving-like batches (ns per call and per sequence)",
           Schema{}, BenchFn(bench_cost));
 }

@@ -98,7 +98,7 @@ int bench_vidur(const Registry& reg, bool quick) {
 
 }  // namespace
 
-void register_world_bench(Registry& reg) {
+SLUICE_REGISTER(bench, world_benches) {
   reg.add("bench", "vidur", "Vidur's scenario (Llama-2-7B, A100, 10k requests) as sluice run does it, outputs included",
           Schema{}, BenchFn([&reg](bool quick) { return bench_vidur(reg, quick); }));
   reg.add("bench", "world", "64 serving replicas + a 256-GPU training job on one fat-tree for 10 simulated minutes: events/s, flows/s, wall",

@@ -53,7 +53,7 @@ int bench_terapipe(bool quick) {
 
 }  // namespace
 
-void register_terapipe_bench(Registry& reg) {
+SLUICE_REGISTER(bench, terapipe_bench) {
   reg.add("bench", "terapipe", "TeraPipe's slicing DP for 8192 tokens over 48 stages (GPT-3 175B on V100): wall time, candidates, DPs run",
           Schema{}, BenchFn([](bool quick) { return bench_terapipe(quick); }));
 }

@@ -49,7 +49,7 @@ outputs: {{trace: false, requests_csv: false, timeseries: false}}
 
 }  // namespace
 
-void register_serving_bench(Registry& reg) {
+SLUICE_REGISTER(bench, serving_bench) {
   reg.add("bench", "serving", "1M llmperf requests over 64 replicas: wall time, simulated s, events/s, peak memory", Schema{},
           BenchFn([&reg](bool quick) { return bench_serving(reg, quick); }));
 }

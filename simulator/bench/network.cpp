@@ -124,7 +124,7 @@ int bench_network(bool quick) {
 
 }  // namespace
 
-void register_network_bench(Registry& reg) {
+SLUICE_REGISTER(bench, network_bench) {
   reg.add("bench", "network",
           "flow-level network speed: ring all-reduce over a 4096-chip TPU v4 pod, all-to-all over 256 fat-tree GPUs, scaling with flows",
           Schema{}, BenchFn(bench_network));

@@ -98,7 +98,7 @@ int bench_engine(bool quick) {
 
 }  // namespace
 
-void register_engine_benchmarks(Registry& reg) {
+SLUICE_REGISTER(bench, engine_bench) {
   reg.add("bench", "engine", "events/s of the event queue under the hold model at 1k and 100k pending events", Schema{},
           BenchFn(bench_engine));
 }

@@ -1,0 +1,52 @@
+// `fat-tree` and `rail-optimized`: two- or three-tier Clos fabrics of NVSwitch servers, with
+// oversubscription; a rail puts local rank r of every server on rail leaf r.
+#include "network/topologies/keys.h"
+
+namespace sluice::net {
+
+namespace {
+
+Binding<ClosSpec> clos_keys(Schema& s, bool rail) {
+  add_common_topology_keys(s);
+  Binding<ClosSpec> b(s);
+  using C = ClosSpec;
+  b.integer("servers", &C::servers, "number of 8-GPU servers").def("32").range(1, 8192);  // 100000 hung topo for hours
+  b.nest(&C::server, server_keys(s, "0"));
+  b.integer("tiers", &C::tiers, "switch tiers (2: leaf-spine, 3: leaf-aggregation-core)").def("2").range(2, 3);
+  b.integer("switch_radix", &C::switch_radix, "ports per switch").def("64").range(4, 1024);
+  b.real("oversubscription", &C::oversubscription, "leaf down-ports per up-port (1: non-blocking)").def("1").range(1, 16);
+  b.quantity("nic_bandwidth", UnitKind::Bandwidth, &C::nic_Bps, "NIC and switch-port bandwidth per direction").def("400Gb/s").positive();
+  b.time_ns("link_latency", &C::link_latency_ns, "per NIC or switch hop").def("500ns").range(0, 1e9);  // at most 1 s: it is added per hop or token
+  b.quantity("switch_price", UnitKind::Money, &C::switch_usd, "capex per switch").def("0").nonneg();
+  b.quantity("nic_price", UnitKind::Money, &C::nic_usd, "capex per NIC").def("0").nonneg();
+  b.quantity("cable_price", UnitKind::Money, &C::cable_usd, "capex per fabric link (cable + two transceivers)").def("0").nonneg();
+  if (!rail)  // a rail needs a NIC per local rank
+    b.choice<bool>("nics", {{"per-gpu", false}, {"per-server", true}}, &C::nic_per_server,
+                   "per-gpu: each GPU its own NIC to a leaf; per-server: one NIC per server, from its NVSwitch, shared by its "
+                   "GPUs (cloud instances such as AWS p3.16xlarge)")
+        .def("per-gpu");
+  return b;
+}
+
+void register_clos(Registry& reg, bool rail) {
+  Schema s;
+  const Binding<ClosSpec> keys = clos_keys(s, rail);
+  reg.add("topology", rail ? "rail-optimized" : "fat-tree",
+          rail ? "rail-optimized Clos: local rank r of every server on rail leaf r, leaves to spines (2 or 3 tiers)"
+               : "fat-tree (Clos) of NVSwitch servers, whole servers per leaf, 2 or 3 tiers with oversubscription",
+          s, TopologyFactory([keys, rail](const Params& p, const std::string& name) {
+            ClosSpec c = keys.make(p);
+            c.rail_optimized = rail;
+            check_server(p, c.server);
+            return build_clos(c, name);
+          }));
+}
+
+}  // namespace
+
+SLUICE_REGISTER(component, topology_clos) {
+  register_clos(reg, false);
+  register_clos(reg, true);
+}
+
+}  // namespace sluice::net

@@ -1,0 +1,62 @@
+#include "network/topologies/keys.h"
+
+#include <fmt/format.h>
+
+namespace sluice::net {
+
+void add_common_topology_keys(Schema& s) {
+  s.add("name", ParamType::String, "display name (default: the catalog file name)").optional();
+  s.add("description", ParamType::String, "what this topology is").def("");
+  s.add("source", ParamType::String, "where its figures and prices come from").def("");
+}
+
+Binding<ServerSpec> server_keys(Schema& s, const std::string& host_cpus_default) {
+  Binding<ServerSpec> b(s);
+  using S = ServerSpec;
+  b.integer("gpus_per_server", &S::gpus, "GPUs per NVSwitch server").def("8").range(1, 72);
+  b.quantity("nvlink_bandwidth", UnitKind::Bandwidth, &S::nvlink_Bps,
+             "NVLink bandwidth per GPU per direction (H100/H200: 450GB/s; NVIDIA's 900 GB/s counts both directions)")
+      .def("450GB/s")
+      .positive();
+  b.time_ns("nvlink_latency", &S::nvlink_latency_ns, "GPU to NVSwitch hop latency").def("250ns").range(0, 1e9);  // at most 1 s: it is added per hop or token
+  b.integer("host_cpus", &S::host_cpus, "host CPUs per server, each with PCIe to an equal share of the GPUs (0: no host nodes)")
+      .def(host_cpus_default)
+      .range(0, 8);
+  b.quantity("pcie_bandwidth", UnitKind::Bandwidth, &S::pcie_Bps, "PCIe bandwidth per GPU per direction (Gen5 x16: 64GB/s)")
+      .def("64GB/s")
+      .positive();
+  b.time_ns("pcie_latency", &S::pcie_latency_ns, "GPU to host hop latency").def("600ns").range(0, 1e9);  // at most 1 s: it is added per hop or token
+  b.quantity("gpu_price", UnitKind::Money, &S::gpu_usd, "capex per GPU").def("0").nonneg();
+  b.quantity("nvswitch_price", UnitKind::Money, &S::nvswitch_usd, "capex per NVSwitch chip").def("0").nonneg();
+  b.integer("nvswitch_chips", &S::nvswitch_chips, "NVSwitch chips per server (capex only; modelled as one crossbar)").def("4").range(0, 64);
+  b.quantity("host_price", UnitKind::Money, &S::host_usd, "capex per host CPU").def("0").nonneg();
+  b.quantity("server_other_price", UnitKind::Money, &S::server_other_usd, "capex per server for chassis, memory, storage, power")
+      .def("0")
+      .nonneg();
+  return b;
+}
+
+void check_server(const Params& p, const ServerSpec& s) {
+  if (s.host_cpus > s.gpus) p.fail("host_cpus", "more host CPUs than GPUs", fmt::format("0..{}", s.gpus));
+}
+
+std::vector<int> int_list(const Params& p, const std::string& key, int lo, int hi, size_t min_n, size_t max_n,
+                          const std::string& fallback) {
+  const Node fb = p.has(key) ? Node{} : load_yaml_string(fallback, "(default)");
+  const Node& n = p.has(key) ? p.node(key) : fb;
+  const std::string path = join_path(p.path(), key);
+  if (n.seq.size() < min_n || n.seq.size() > max_n)
+    throw ConfigError(n.origin, path, n.brief(), fmt::format("expected {} to {} entries, got {}", min_n, max_n, n.seq.size()),
+                      fmt::format("a list such as [4, 4, 8]"));
+  std::vector<int> out;
+  for (size_t i = 0; i < n.seq.size(); ++i) {
+    const Node& e = n.seq[i];
+    auto v = e.is_scalar() ? parse_int(e.scalar) : std::nullopt;
+    if (!v || *v < lo || *v > hi)
+      throw ConfigError(e.origin, fmt::format("{}[{}]", path, i), e.brief(), "not a valid extent", fmt::format("an integer in [{}, {}]", lo, hi));
+    out.push_back(static_cast<int>(*v));
+  }
+  return out;
+}
+
+}  // namespace sluice::net

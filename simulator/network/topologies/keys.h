@@ -1,0 +1,23 @@
+// Keys that several topology generators share (name and provenance, a server's NVLink/PCIe
+// and prices) and the checked list reader they use. Each generator is its own file in this
+// folder and registers itself (SLUICE_REGISTER); the loader is network/catalog.cpp.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "config/binding.h"
+#include "network/generators.h"
+
+namespace sluice::net {
+
+// name, description, source: read by the loader (name) and the docs, not by a builder.
+void add_common_topology_keys(Schema& s);
+// A server's keys, bound to a ServerSpec (host CPUs default to `host_cpus_default`).
+Binding<ServerSpec> server_keys(Schema& s, const std::string& host_cpus_default);
+// What a bound ServerSpec must also satisfy (at most one host CPU per GPU).
+void check_server(const Params& p, const ServerSpec& s);
+// A list of integers with each element checked, errors positioned at the element.
+std::vector<int> int_list(const Params& p, const std::string& key, int lo, int hi, size_t min_n, size_t max_n,
+                          const std::string& fallback);
+
+}  // namespace sluice::net
