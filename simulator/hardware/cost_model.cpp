@@ -32,8 +32,10 @@
 //
 // The serving hot path (iteration_ns) sums three precomputed parts: everything that depends
 // only on the batch's total new tokens M (cached per M), everything that depends only on the
-// sampled rows R (cached per R), and attention, which is per sequence: a few ns each for
-// decode (a piecewise-linear share), a table interpolation for each prefill chunk.
+// sampled rows R (cached per R), and attention, which is per sequence: for decode a
+// piecewise-linear share read from a table by context (filled at construction with the same
+// expression, so the sums are the breakdown's term for term), a table interpolation for each
+// prefill chunk.
 #include "hardware/cost_model.h"
 
 #include "config/paths.h"
@@ -500,22 +502,23 @@ struct CostModel::Impl {
     }
   }
 
+  // The parts of n tokens (dense) or n sampled rows, from the cache once computed: the lookup
+  // inline, the computation out of line.
   double cached(std::atomic<double>* cache, long n, bool dense, const Span& sp) const {
-    auto compute = [&] {
-      SumSink s;
-      Moved<SumSink> ms{*this, s};
-      if (dense) dense_parts(static_cast<double>(n), ms, sp);
-      else row_parts(static_cast<double>(n), ms);
-      return s.total;
-    };
     if (n <= 0) return 0;
-    if (n >= kCacheSize) return compute();
-    double v = cache[n].load(std::memory_order_relaxed);
-    if (v < 0) {
-      v = compute();
-      cache[n].store(v, std::memory_order_relaxed);
+    if (n < kCacheSize) {
+      const double v = cache[n].load(std::memory_order_relaxed);
+      if (v >= 0) return v;
     }
-    return v;
+    return fill(cache, n, dense, sp);
+  }
+  [[gnu::noinline]] double fill(std::atomic<double>* cache, long n, bool dense, const Span& sp) const {
+    SumSink s;
+    Moved<SumSink> ms{*this, s};
+    if (dense) dense_parts(static_cast<double>(n), ms, sp);
+    else row_parts(static_cast<double>(n), ms);
+    if (n < kCacheSize) cache[n].store(s.total, std::memory_order_relaxed);
+    return s.total;
   }
 
   // One prefill chunk's attention per layer.
