@@ -1,10 +1,9 @@
 // Hardware components: the cost-model benchmark (`sluice bench cost`). Cost sources are chosen
 // per deployment (`deployment.cost_tables`: a tables directory, auto, or none for the roofline).
-#include <time.h>
-
 #include <chrono>
 #include <cstdio>
 #include <vector>
+#include <time.h>  // clock_gettime (POSIX)
 
 #include <fmt/format.h>
 
