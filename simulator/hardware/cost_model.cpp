@@ -32,8 +32,10 @@
 //
 // The serving hot path (iteration_ns) sums three precomputed parts: everything that depends
 // only on the batch's total new tokens M (cached per M), everything that depends only on the
-// sampled rows R (cached per R), and attention, which is per sequence: a few ns each for
-// decode (a piecewise-linear share), a table interpolation for each prefill chunk.
+// sampled rows R (cached per R), and attention, which is per sequence: for decode a
+// piecewise-linear share read from a table by context (filled at construction with the same
+// expression, so the sums are the breakdown's term for term), a table interpolation for each
+// prefill chunk.
 #include "hardware/cost_model.h"
 
 #include "config/paths.h"
@@ -108,6 +110,23 @@ struct ListSink {
   }
 };
 
+// DecodeTable::share without its search loop: a row's segment is the number of inner knots
+// below l (the knots ascend strictly), counted without a branch per knot, so a batch of mixed
+// lengths costs no mispredicted branches. Same value as share(row, l), bit for bit.
+struct Share {
+  const double *k, *a, *b;
+  size_t last;
+  double floor;
+  explicit Share(const costtab::DecodeTable::Row& r)
+      : k(r.knot.data()), a(r.a.data()), b(r.b.data()), last(r.a.size() - 1), floor(r.floor_ns) {}
+  double operator()(double l) const {
+    size_t s = 0;
+    for (size_t j = 1; j <= last; ++j) s += l > k[j] ? 1 : 0;
+    const double v = a[s] + b[s] * l;
+    return v > floor ? v : floor;
+  }
+};
+
 constexpr long kCacheSize = 16384;  // token counts (M) and sampled rows (R) cached per model
 
 }  // namespace
@@ -157,6 +176,10 @@ struct CostModel::Impl {
   };
   GemmPlan qkv, o, up, down, lm;
   costtab::DecodeTable::Plan dplan;
+  // Decode shares by context, row-major over the plan's batch rows: dshare[row * dshare_ctx + c]
+  // is DecodeTable::share(row, (c + 1) * len_scale), for contexts below dshare_ctx.
+  std::vector<double> dshare;
+  int dshare_ctx = 0;
   int pgroup = -1;
   double prefill_head_scale = 1, slice_head_scale = 1;
   const costtab::ElementwiseTable::Op *e_norm = nullptr, *e_rope = nullptr, *e_act = nullptr, *e_res = nullptr;
@@ -250,6 +273,16 @@ struct CostModel::Impl {
     if (have("attention_decode.csv")) {
       decode = costtab::DecodeTable::from_csv(csv("attention_decode.csv"));
       dplan = decode->plan(H, KV, hd);
+      if (dplan.group >= 0) {
+        const auto& g = decode->groups()[static_cast<size_t>(dplan.group)];
+        dshare_ctx = std::clamp(m.max_context + 1, 1, 1 << 15);
+        dshare.resize(g.rows.size() * static_cast<size_t>(dshare_ctx));
+        for (size_t k = 0; k < g.rows.size(); ++k) {
+          const Share sh(g.rows[k]);
+          for (int c = 0; c < dshare_ctx; ++c)
+            dshare[k * static_cast<size_t>(dshare_ctx) + static_cast<size_t>(c)] = sh(static_cast<double>(c + 1) * dplan.len_scale);
+        }
+      }
     }
     if (have("attention_prefill.csv")) {
       prefill = costtab::PrefillTable::from_csv(csv("attention_prefill.csv"));
@@ -469,22 +502,23 @@ struct CostModel::Impl {
     }
   }
 
+  // The parts of n tokens (dense) or n sampled rows, from the cache once computed: the lookup
+  // inline, the computation out of line.
   double cached(std::atomic<double>* cache, long n, bool dense, const Span& sp) const {
-    auto compute = [&] {
-      SumSink s;
-      Moved<SumSink> ms{*this, s};
-      if (dense) dense_parts(static_cast<double>(n), ms, sp);
-      else row_parts(static_cast<double>(n), ms);
-      return s.total;
-    };
     if (n <= 0) return 0;
-    if (n >= kCacheSize) return compute();
-    double v = cache[n].load(std::memory_order_relaxed);
-    if (v < 0) {
-      v = compute();
-      cache[n].store(v, std::memory_order_relaxed);
+    if (n < kCacheSize) {
+      const double v = cache[n].load(std::memory_order_relaxed);
+      if (v >= 0) return v;
     }
-    return v;
+    return fill(cache, n, dense, sp);
+  }
+  [[gnu::noinline]] double fill(std::atomic<double>* cache, long n, bool dense, const Span& sp) const {
+    SumSink s;
+    Moved<SumSink> ms{*this, s};
+    if (dense) dense_parts(static_cast<double>(n), ms, sp);
+    else row_parts(static_cast<double>(n), ms);
+    if (n < kCacheSize) cache[n].store(s.total, std::memory_order_relaxed);
+    return s.total;
   }
 
   // One prefill chunk's attention per layer.
@@ -546,13 +580,40 @@ struct CostModel::Impl {
         const double r = dplan.len_scale;
         double s_lo = 0, s_hi = 0, lmax = 0, lsum = 0;
         bool out = !dplan.exact || static_cast<double>(nd) > g.rows.back().batch;
-        for (const SeqWork& s : batch) {
-          if (s.new_tokens != 1) continue;
-          const double l = static_cast<double>(s.context + 1) * r;
-          s_lo += costtab::DecodeTable::share(rl, l);
-          if (hi != lo) s_hi += costtab::DecodeTable::share(rh, l);
-          lmax = l > lmax ? l : lmax;
-          if constexpr (kDetail) {
+        // The hot loop: each decode sequence's share on the two batch rows around nd, summed
+        // in batch order (the same sums, term for term, as DecodeTable::share gives them).
+        const Share sl(rl), sh(rh);
+        const bool two = hi != lo;
+        if constexpr (!kDetail) {
+          // Shares read from dshare (the same values, computed at construction) for contexts
+          // it holds; the longest length from the longest context (l grows with it, and so
+          // does its rounded product with r).
+          const double* tl = dshare.data() + lo * static_cast<size_t>(dshare_ctx);
+          const double* th = dshare.data() + hi * static_cast<size_t>(dshare_ctx);
+          const auto n = static_cast<unsigned>(dshare_ctx);
+          int cmax = -1;
+          for (const SeqWork& s : batch) {
+            if (s.new_tokens != 1) continue;
+            const int c = s.context;
+            cmax = c > cmax ? c : cmax;
+            if (static_cast<unsigned>(c) < n) {
+              s_lo += tl[c];
+              if (two) s_hi += th[c];
+            } else {
+              const double l = static_cast<double>(c + 1) * r;
+              s_lo += sl(l);
+              if (two) s_hi += sh(l);
+            }
+          }
+          const double l = static_cast<double>(cmax + 1) * r;
+          lmax = l > 0 ? l : 0;
+        } else {
+          for (const SeqWork& s : batch) {
+            if (s.new_tokens != 1) continue;
+            const double l = static_cast<double>(s.context + 1) * r;
+            s_lo += sl(l);
+            if (two) s_hi += sh(l);
+            lmax = l > lmax ? l : lmax;
             lsum += s.context + 1;
             out = out || l < rl.knot.front() || l > rl.knot.back() || l < rh.knot.front() || l > rh.knot.back();
           }
@@ -563,7 +624,10 @@ struct CostModel::Impl {
         t = t > g.min_ns ? t : g.min_ns;
         src = out ? Src::Scaled : Src::Table;
         file = File::Decode;
-        if constexpr (kDetail) {
+        if (!kDetail && derived)  // derive() moves the part by its FLOPs and bytes: the hot path needs them too
+          for (const SeqWork& s : batch)
+            if (s.new_tokens == 1) lsum += s.context + 1;
+        if (kDetail || derived) {
           flops = 4 * hd * H * lsum;
           bytes = b * hd * (2 * KV * lsum + 2 * H * static_cast<double>(nd));
         }

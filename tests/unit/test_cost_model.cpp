@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -257,6 +258,69 @@ TEST_CASE("cost hot path: iteration_ns equals the breakdown's total") {
       }
     }
   CHECK(model("llama2-7b").iteration_ns(std::vector<SeqWork>{}) == 0);
+}
+
+// The hot path (iteration_ns, stage_ns: shares read from a per-context table, parts cached by
+// token count) and the breakdown (iteration, stage_iteration: every part computed and named)
+// must give the same time on any batch: random mixes of decodes over short and very long
+// contexts (beyond the model's max_context, where the share table ends), fresh prompts, chunks
+// after a prefix and idle entries, on every implementation, with tensor and pipeline
+// parallelism, and with tables derived from another device (where the decode part must be
+// moved to the device as the breakdown moves it).
+TEST_CASE("cost hot path: iteration_ns and stage_ns agree with the breakdown on random batches") {
+  uint64_t x = 12345;
+  auto rnd = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  const auto h200 = std::make_shared<HardwareSpec>(load_hardware("h200"));
+  struct Case {
+    const char* hw;
+    const char* model;
+    int tp, pp;
+    bool derived;
+  };
+  const Case cases[] = {{"h200", "llama3-8b", 1, 1, false},     {"h200", "llama2-7b", 2, 3, false},
+                        {"h200", "chatglm2-6b", 1, 1, false},   {"h200", "gpt3-13b", 1, 2, false},
+                        {"a100-80gb", "llama3-8b", 1, 1, true}, {"h100-sxm", "llama2-7b", 4, 2, true},
+                        {"a100-80gb", "llama2-7b", 1, 1, false}};
+  for (const Case& c : cases)
+    for (const Implementation impl : {Implementation::PytorchLean, Implementation::PytorchNaive, Implementation::Fused}) {
+      CAPTURE(c.hw);
+      CAPTURE(c.model);
+      CAPTURE(c.tp);
+      CAPTURE(c.pp);
+      CAPTURE(implementation_name(impl));
+      const HardwareSpec hw = load_hardware(c.hw);
+      const ModelSpec m = load_model(c.model);
+      CostOptions o{c.tp, c.pp, default_tables_dir(c.derived ? *h200 : hw)};
+      if (c.derived) o.tables_device = h200;
+      o.implementation = impl;
+      const CostModel cm(hw, m, o);
+      for (int i = 0; i < 60; ++i) {
+        std::vector<SeqWork> b(1 + rnd() % (i % 3 == 0 ? 8 : 300));
+        for (auto& s : b) {
+          s.context = static_cast<int>(rnd() % static_cast<uint64_t>(i % 2 ? 3 * m.max_context : 3000));
+          const int k = static_cast<int>(rnd() % 10);
+          if (k == 0) {
+            s.new_tokens = 2 + static_cast<int>(rnd() % 3000);
+            if (rnd() % 2) s.context = 0;
+            s.produces_token = rnd() % 2 == 0;
+          } else if (k == 1) {
+            s.new_tokens = 0;
+          }
+        }
+        CAPTURE(i);
+        const double whole = cm.iteration(b).total_ns;
+        CHECK(std::fabs(cm.iteration_ns(b) - whole) <= 1e-12 * whole);
+        for (int st = 0; st < c.pp; ++st) {
+          const double part = cm.stage_iteration(b, st).total_ns;
+          CHECK(std::fabs(cm.stage_ns(b, st) - part) <= 1e-12 * part);
+        }
+      }
+    }
 }
 
 // Speed is measured by `sluice bench cost`, not here: unit tests are never timed.

@@ -1,10 +1,12 @@
 // Engine: time arithmetic and overflow, event ordering and tie-breaks, RNG stream independence.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <set>
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/round.h"
 
 using namespace sluice;
 
@@ -152,4 +154,29 @@ TEST_CASE("RNG draws are pinned (platform-independent distributions)") {
   CHECK(g.gauss(0, 1) == doctest::Approx(-0.25053642769194828).epsilon(1e-15));
   CHECK(fnv1a("") == 0xcbf29ce484222325ull);
   CHECK(splitmix64(0) == 0xe220a8397b1dcdafull);
+}
+
+// round_ns replaces std::llround on the serving hot path: it must give the same integer for
+// every value, halves (away from zero), the doubles just below them, negatives and values
+// near 2^53 and beyond, where every double is an integer.
+TEST_CASE("round_ns rounds exactly as std::llround") {
+  std::vector<double> xs{0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, 0.49999999999999994, -0.49999999999999994, 1e-300,
+                         4503599627370495.5, 4503599627370496.0, 9007199254740993.0, 9.2e18, -9.2e18, 123456789.5};
+  uint64_t x = 99;
+  for (int i = 0; i < 200000; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    const double u = static_cast<double>(x >> 11) / 9007199254740992.0;  // [0, 1)
+    const double v = (u - 0.5) * std::ldexp(1.0, static_cast<int>(x % 62));
+    xs.push_back(v);
+    xs.push_back(std::nextafter(std::floor(v) + 0.5, 0.0));
+    xs.push_back(std::floor(v) + 0.5);
+  }
+  long wrong = 0;
+  for (const double v : xs)
+    if (round_ns(v) != static_cast<int64_t>(std::llround(v)) && wrong++ == 0) MESSAGE("first mismatch at " << v);
+  CHECK(wrong == 0);
+  CHECK(round_ns(2.5) == 3);
+  CHECK(round_ns(-2.5) == -3);
 }

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "config/units.h"
+#include "engine/round.h"
 #include "workloads/training/terapipe.h"
 
 namespace sluice::serving {
@@ -492,7 +493,7 @@ void ServingSim::try_start(int ri) {
     rstats_[ri].prefill_slices += passes;
   }
   auto pass_stage_ns = [&](int k, int s) {
-    return std::max<int64_t>(1, static_cast<int64_t>(std::llround(pass_ns_[static_cast<size_t>(k * pp_ + s)])));
+    return std::max<int64_t>(1, round_ns(pass_ns_[static_cast<size_t>(k * pp_ + s)]));
   };
   int64_t dur_ns = 0, occupied_ns = 0;
   if (fabric_.active() && (cfg_.tensor_parallel > 1 || pp_ > 1 || swap_flows)) {
@@ -512,7 +513,7 @@ void ServingSim::try_start(int ri) {
     f.parked.assign(static_cast<size_t>(pp_), {});
     // KV swapped over PCIe is a flow from each of the replica's devices to its host (or back):
     // the copy's time comes from the fabric, not from a fixed bandwidth.
-    f.extra_ns = swap_flows ? 0 : static_cast<int64_t>(std::llround(b.extra_ns));
+    f.extra_ns = swap_flows ? 0 : round_ns(b.extra_ns);
     f.swaps_pending = 0;
     if (swap_flows) {
       const auto& hl = fabric_.host_links[static_cast<size_t>(ri / pp_)];
@@ -522,20 +523,20 @@ void ServingSim::try_start(int ri) {
                              (uint64_t{1} << 40) | static_cast<uint64_t>(ri) | (static_cast<uint64_t>(epoch_[static_cast<size_t>(ri)] & 0x7FFFFF) << 41),
                              static_cast<uint64_t>(ri) * 131 + k);
     }
-    f.d2h_ns = static_cast<int64_t>(std::llround(cfg_.last_mile.d2h_ns(generating)));
+    f.d2h_ns = round_ns(cfg_.last_mile.d2h_ns(generating));
     f.started_ns = now;
     begin_stage(ri, 0, 0);
     return;
   }
   if (pp_ == 1) {
-    dur_ns = std::max<int64_t>(1, static_cast<int64_t>(std::llround(stage_ns_[0] + b.extra_ns + cfg_.last_mile.d2h_ns(generating))));
+    dur_ns = std::max<int64_t>(1, round_ns(stage_ns_[0] + b.extra_ns + cfg_.last_mile.d2h_ns(generating)));
     occupied_ns = dur_ns;
   } else {
     // The batch flows through the replica's stages in order, each stage taking one batch at
     // a time (a flow shop): other engines' batches fill the stages behind it. Slices of a
     // sliced prefill follow one another the same way (a stage is free for slice k once it
     // has finished slice k - 1).
-    const int64_t extra = static_cast<int64_t>(std::llround(b.extra_ns));
+    const int64_t extra = round_ns(b.extra_ns);
     const size_t base = static_cast<size_t>(ri / pp_ * pp_);
     int64_t t = now;
     for (int k = 0; k < passes; ++k) {
@@ -548,7 +549,7 @@ void ServingSim::try_start(int ri) {
         if (s == 0) occupied_ns += d;  // the first stage's busy time: the replica's utilization
       }
     }
-    dur_ns = t - now + static_cast<int64_t>(std::llround(cfg_.last_mile.d2h_ns(generating)));
+    dur_ns = t - now + round_ns(cfg_.last_mile.d2h_ns(generating));
   }
   busy_[ri] = true;
   count_iteration(ri, b);
@@ -768,7 +769,7 @@ void ServingSim::on_iteration_end(int ri) {
     ++q.generated;
     // The last mile: detokenized in order on the replica's host thread, then streamed.
     t += detok;
-    const int64_t delivered = static_cast<int64_t>(std::llround(t + stream));
+    const int64_t delivered = round_ns(t + stream);
     if (q.first_token_ns < 0) {
       q.first_token_ns = delivered;
     } else {
@@ -779,7 +780,7 @@ void ServingSim::on_iteration_end(int ri) {
     q.last_token_ns = delivered;
     if (q.finished()) finish(q, delivered);
   }
-  detok_free_ns_[ri] = static_cast<int64_t>(std::llround(t));
+  detok_free_ns_[ri] = round_ns(t);
   // Drop finished sequences from the running list.
   r.running.erase(std::remove_if(r.running.begin(), r.running.end(),
                                  [&](uint32_t id) { return reqs_[id].state == ReqState::Done; }),
