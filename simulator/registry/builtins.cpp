@@ -9,6 +9,7 @@ void register_network_components(Registry& reg);
 void register_hardware_components(Registry& reg);
 void register_compare_study(Registry& reg);
 void register_world_study(Registry& reg);
+void register_pod_study(Registry& reg);
 void register_placement_policies(Registry& reg);
 void register_training_workload(Registry& reg);
 void register_diffusion_workload(Registry& reg);
@@ -28,6 +29,7 @@ void register_builtin_components(Registry& reg) {
   register_hardware_components(reg);
   register_compare_study(reg);
   register_world_study(reg);
+  register_pod_study(reg);
   register_training_workload(reg);
   register_diffusion_workload(reg);
   register_world_bench(reg);
