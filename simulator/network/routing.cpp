@@ -62,7 +62,11 @@ const std::vector<int32_t>& Router::dist_to(int dst, bool complete) {
   std::vector<char> done(n, 0);
   if (weights_.size() != static_cast<size_t>(t_.link_count())) {
     weights_.resize(static_cast<size_t>(t_.link_count()));
-    for (int e = 0; e < t_.link_count(); ++e) weights_[static_cast<size_t>(e)] = weight(e);
+    link_dst_.resize(static_cast<size_t>(t_.link_count()));
+    for (int e = 0; e < t_.link_count(); ++e) {
+      weights_[static_cast<size_t>(e)] = weight(e);
+      link_dst_[static_cast<size_t>(e)] = t_.link(e).dst;
+    }
   }
   dist[static_cast<size_t>(dst)] = 0;
   q.push({0, dst});
@@ -77,7 +81,7 @@ const std::vector<int32_t>& Router::dist_to(int dst, bool complete) {
     if (done[static_cast<size_t>(v)]) continue;
     done[static_cast<size_t>(v)] = 1;
     for (int e : t_.out_links(v)) {
-      const int w = t_.link(e).dst;
+      const int w = link_dst_[static_cast<size_t>(e)];
       const int64_t nd = static_cast<int64_t>(d) + weights_[static_cast<size_t>(e)];
       if (nd < dist[static_cast<size_t>(w)]) {
         dist[static_cast<size_t>(w)] = static_cast<int32_t>(std::min<int64_t>(nd, kInf - 1));

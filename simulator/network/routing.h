@@ -33,6 +33,7 @@ class Router {
     dist_.clear();
     partial_.clear();
     weights_.clear();
+    link_dst_.clear();
   }
   const Topology& topology() const { return t_; }
 
@@ -48,7 +49,8 @@ class Router {
   std::vector<int> torus_link_;  // node * 6 + 2 * dim + (0: +, 1: -) -> link id, -1 when none
   std::unordered_map<int, std::vector<int32_t>> dist_;
   std::unordered_map<int, char> partial_;
-  std::vector<int32_t> weights_;  // weight() per link, until invalidate() (links added, failed or torn down)  // destinations whose cached distances stop at a torn-down circuit
+  std::vector<int32_t> weights_;  // weight() per link, until invalidate() (links added, failed or torn down)
+  std::vector<int> link_dst_;     // each link's far end, beside its weight (the Dijkstra's inner loop)  // destinations whose cached distances stop at a torn-down circuit
   std::vector<int> cand_;
 };
 
