@@ -1,17 +1,15 @@
-// Cluster scheduling on a TPU v4 pod for capacity planning. The pod is a grid of cubes
+// Slice placement on a TPU v4 pod (the fabric side: which cubes a slice gets). The pod is a grid of cubes
 // (4×4×4 cubes of 4×4×4 chips); a job asks for a slice of 4i×4j×4k chips, i.e. i×j×k cubes.
 // With OCS any free healthy cubes can be joined into the slice's torus; without OCS the
 // slice needs a contiguous i×j×k block (any orientation, wrapping round the static torus).
-// A host failure makes its cube unhealthy until repaired and interrupts the job on it.
+// The job stream that uses it lives in workloads/cluster/pod_stream.h.
 #pragma once
 #include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <string>
 #include <vector>
 
-#include "engine/engine.h"
 
 namespace sluice::net {
 
@@ -37,6 +35,12 @@ class PodAllocator {
   bool feasible(const CubeShape& shape) const;
   int cube_count() const { return n_; }
   bool ocs() const { return ocs_; }
+  std::array<int, 3> grid() const { return grid_; }
+  // A contiguous block's extent per dimension, in cubes (wrapping round the cube torus):
+  // the cubes it spans along x, y and z. For an OCS set of cubes this is only the spread.
+  std::array<int, 3> extents(uint64_t mask) const;
+  // The block of `dims` cubes (x, y, z, in that orientation) whose lowest corner is cube 0.
+  uint64_t block_at_origin(std::array<int, 3> dims) const;
 
  private:
   struct Candidate {
@@ -50,38 +54,5 @@ class PodAllocator {
   std::vector<uint64_t> nbr_;  // per cube: its 6-neighbourhood on the cube torus
   mutable std::map<CubeShape, std::vector<Candidate>> cache_;
 };
-
-// The job stream and the pod: what one scheduling run needs.
-struct PodJob {
-  double arrival_s = 0;
-  CubeShape shape;
-  double duration_s = 0;
-};
-struct PodRunConfig {
-  std::array<int, 3> grid{4, 4, 4};
-  int chips_per_cube = 64;
-  int hosts_per_cube = 16;
-  bool ocs = true;
-  PlacementPolicy placement = PlacementPolicy::FirstFit;
-  bool backfill = true;            // later jobs may start while the head waits
-  double reconfig_s = 0;           // OCS reprogramming before a slice starts
-  double host_mtbf_s = 0;          // 0: no failures
-  double host_repair_s = 0;
-  double restart_penalty_s = 0;    // work redone after an interruption
-  double horizon_s = 0;
-  std::vector<CubeShape> probes;   // slice sizes whose availability is tracked
-};
-// What one run measured.
-struct PodRunResult {
-  double utilization = 0;            // busy chip-time / chip-time
-  double healthy_fraction = 0;       // healthy cube-time / cube-time
-  double fragmentation = 0;          // time fraction the head job waited despite enough free healthy cubes
-  double stranded_fraction = 0;      // mean free healthy cubes while jobs waited, over all cubes
-  std::vector<double> queue_delay_s; // per started job: first start - arrival
-  long jobs = 0, started = 0, completed = 0, never_ran = 0, rejected = 0, interruptions = 0;
-  long host_failures = 0;
-  std::vector<double> probe_availability;  // time fraction each probe shape could be placed on an empty pod
-};
-PodRunResult run_pod(const PodRunConfig& cfg, const std::vector<PodJob>& jobs, uint64_t seed);
 
 }  // namespace sluice::net

@@ -1,10 +1,10 @@
 #include "network/routing.h"
 
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <queue>
 
-#include <boost/graph/dijkstra_shortest_paths.hpp>
-#include <boost/property_map/function_property_map.hpp>
 #include <fmt/format.h>
 
 namespace sluice::net {
@@ -46,22 +46,56 @@ int32_t Router::weight(int link) const {
   return 1024 + static_cast<int32_t>(std::lround(slow));
 }
 
-const std::vector<int32_t>& Router::dist_to(int dst) {
+const std::vector<int32_t>& Router::dist_to(int dst, bool complete) {
   auto it = dist_.find(dst);
-  if (it != dist_.end()) return it->second;
+  if (it != dist_.end() && (!complete || !partial_.count(dst))) return it->second;
+  constexpr int32_t kInf = std::numeric_limits<int32_t>::max();
+  constexpr int32_t kDown = 1 << 26;  // weight() of a torn-down circuit
   const size_t n = static_cast<size_t>(t_.node_count());
-  std::vector<int32_t> dist(n, std::numeric_limits<int32_t>::max());
-  std::vector<int32_t> w(static_cast<size_t>(t_.link_count()));
-  for (int e = 0; e < t_.link_count(); ++e) w[static_cast<size_t>(e)] = weight(e);
-  const auto& g = t_.graph();
-  auto eidx = boost::get(boost::edge_index, g);
-  auto wmap = boost::make_function_property_map<Topology::Graph::edge_descriptor, int32_t>(
-      [&](const Topology::Graph::edge_descriptor& e) { return w[static_cast<size_t>(eidx[e])]; });
-  // Weights are symmetric, so distances from dst are distances to dst.
-  boost::dijkstra_shortest_paths(g, static_cast<size_t>(dst),
-                                 boost::weight_map(wmap).distance_map(boost::make_iterator_property_map(
-                                     dist.begin(), boost::get(boost::vertex_index, g))));
-  return dist_.emplace(dst, std::move(dist)).first->second;
+  std::vector<int32_t> dist(n, kInf);
+  // Dijkstra from dst over the links out of each node (weights are symmetric, so distances
+  // from dst are distances to dst). Without `complete` it stops before settling any node at
+  // or beyond a torn-down circuit's weight: those stay unknown, and a route that needs one
+  // asks again with `complete`.
+  using Item = std::pair<int32_t, int>;
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> q;
+  std::vector<char> done(n, 0);
+  if (weights_.size() != static_cast<size_t>(t_.link_count())) {
+    weights_.resize(static_cast<size_t>(t_.link_count()));
+    link_dst_.resize(static_cast<size_t>(t_.link_count()));
+    for (int e = 0; e < t_.link_count(); ++e) {
+      weights_[static_cast<size_t>(e)] = weight(e);
+      link_dst_[static_cast<size_t>(e)] = t_.link(e).dst;
+    }
+  }
+  dist[static_cast<size_t>(dst)] = 0;
+  q.push({0, dst});
+  bool stopped = false;
+  while (!q.empty()) {
+    const auto [d, v] = q.top();
+    if (!complete && d >= kDown) {
+      stopped = true;
+      break;
+    }
+    q.pop();
+    if (done[static_cast<size_t>(v)]) continue;
+    done[static_cast<size_t>(v)] = 1;
+    for (int e : t_.out_links(v)) {
+      const int w = link_dst_[static_cast<size_t>(e)];
+      const int64_t nd = static_cast<int64_t>(d) + weights_[static_cast<size_t>(e)];
+      if (nd < dist[static_cast<size_t>(w)]) {
+        dist[static_cast<size_t>(w)] = static_cast<int32_t>(std::min<int64_t>(nd, kInf - 1));
+        q.push({dist[static_cast<size_t>(w)], w});
+      }
+    }
+  }
+  if (stopped)
+    for (size_t v = 0; v < n; ++v)
+      if (!done[v]) dist[v] = kInf;  // tentative, not settled: unknown
+  if (stopped) partial_[dst] = 1;
+  else partial_.erase(dst);
+  dist_[dst] = std::move(dist);
+  return dist_[dst];
 }
 
 void Router::route_dor(int src, int dst, uint64_t salt, std::vector<int>& out) const {
@@ -100,7 +134,9 @@ void Router::route(int src, int dst, uint64_t salt, std::vector<int>& out) {
     if (!down) return;
     out.resize(at);  // a failed link on the dimension-order route: the shortest healthy path instead
   }
-  const auto& dist = dist_to(dst);
+  const std::vector<int32_t>* dp = &dist_to(dst, false);
+  if ((*dp)[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max()) dp = &dist_to(dst, true);
+  const auto& dist = *dp;
   if (dist[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max())
     throw TopologyError(fmt::format("no route from '{}' to '{}'", t_.node(src).name, t_.node(dst).name));
   int v = src;

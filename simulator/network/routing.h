@@ -1,5 +1,5 @@
 // Routing: dimension-order on regular tori and meshes (shorter way round each ring), and
-// shortest paths elsewhere (Dijkstra on the Boost graph from the destination) with a
+// shortest paths elsewhere (Dijkstra from the destination over the links out of each node) with a
 // deterministic ECMP choice among equal-cost next hops. Hosts are never transit nodes.
 #pragma once
 #include <cstdint>
@@ -29,17 +29,28 @@ class Router {
   int64_t latency_ns(const std::vector<int>& path) const;
   bool dimension_order() const { return dor_; }
   // Forgets cached distances after links were added or torn down (OCS reprogramming).
-  void invalidate() { dist_.clear(); }
+  void invalidate() {
+    dist_.clear();
+    partial_.clear();
+    weights_.clear();
+    link_dst_.clear();
+  }
   const Topology& topology() const { return t_; }
 
  private:
   void route_dor(int src, int dst, uint64_t salt, std::vector<int>& out) const;
-  const std::vector<int32_t>& dist_to(int dst);
+  // Distances to dst. Unless `complete`, only those below a torn-down circuit's weight
+  // (the rest are left unknown, the max): what every route over live links needs, without
+  // exploring the whole of a large pod whose idle circuits are down.
+  const std::vector<int32_t>& dist_to(int dst, bool complete);
   int32_t weight(int link) const;
   const Topology& t_;
   bool dor_ = false;
   std::vector<int> torus_link_;  // node * 6 + 2 * dim + (0: +, 1: -) -> link id, -1 when none
   std::unordered_map<int, std::vector<int32_t>> dist_;
+  std::unordered_map<int, char> partial_;
+  std::vector<int32_t> weights_;  // weight() per link, until invalidate() (links added, failed or torn down)
+  std::vector<int> link_dst_;     // each link's far end, beside its weight (the Dijkstra's inner loop)  // destinations whose cached distances stop at a torn-down circuit
   std::vector<int> cand_;
 };
 

@@ -1,4 +1,4 @@
-// Plain results of the network studies (studies.cpp): what each study measured, with no
+// Plain results of the network studies (studies.cpp; pod-scheduling is workloads/cluster/pod_results.h): what each study measured, with no
 // network types in them, so the recorder (recorder/network_report.h) can format them.
 #pragma once
 #include <array>
@@ -9,32 +9,6 @@
 #include <vector>
 
 namespace sluice::net {
-
-// One fabric/policy variant of pod-scheduling, run over the shared job stream.
-struct PodVariantResult {
-  bool ocs = true;
-  std::string placement;  // placement policy name
-  double utilization = 0;
-  double healthy_fraction = 0;
-  double fragmentation = 0;
-  double stranded_fraction = 0;
-  std::vector<double> queue_delay_s;  // per started job
-  long jobs = 0, started = 0, completed = 0, never_ran = 0, rejected = 0, interruptions = 0;
-  long host_failures = 0;
-  std::vector<double> probe_availability;  // one per probe shape, in PodResults::probe_names order
-};
-
-// The pod, its failure process and job stream, and one result per variant.
-struct PodResults {
-  std::array<int, 3> cubes{};
-  int chips_per_cube = 0;
-  int hosts_per_cube = 0;
-  double host_mtbf_s = 0;  // 0: no failures
-  double host_repair_s = 0;
-  size_t jobs = 0;
-  std::vector<std::string> probe_names;
-  std::vector<PodVariantResult> variants;
-};
 
 // All-to-all on one slice shape, regular against twisted torus (twisted-torus).
 struct TwistRow {

@@ -6,48 +6,6 @@
 
 namespace sluice {
 
-void report_pod_scheduling(const net::PodResults& results, Recorder& rec) {
-  Json rows = Json::array();
-  std::string csv = "variant,utilization,healthy_fraction,fragmentation,stranded_fraction,queue_p50_h,queue_p90_h,queue_p99_h,jobs,started,completed,never_ran,rejected,interruptions";
-  for (const auto& n : results.probe_names) csv += ",avail_" + n;
-  csv += "\n";
-  for (const net::PodVariantResult& r : results.variants) {
-    const std::string name = fmt::format("{}/{}", r.ocs ? "ocs" : "static", r.placement);
-    std::vector<double> hours;
-    for (double d : r.queue_delay_s) hours.push_back(d / 3600.0);
-    Json q = summarize(hours);
-    Json avail = Json::object();
-    for (size_t k = 0; k < results.probe_names.size(); ++k) avail[results.probe_names[k]] = r.probe_availability[k];
-    rows.push_back({{"variant", name}, {"ocs", r.ocs}, {"placement", r.placement},
-                    {"utilization", r.utilization}, {"healthy_fraction", r.healthy_fraction},
-                    {"fragmentation", r.fragmentation}, {"stranded_fraction", r.stranded_fraction},
-                    {"queue_delay_h", q}, {"jobs", r.jobs}, {"started", r.started}, {"completed", r.completed},
-                    {"never_ran", r.never_ran}, {"rejected", r.rejected}, {"interruptions", r.interruptions},
-                    {"host_failures", r.host_failures}, {"slice_availability", avail}});
-    auto pq = [&](const char* k) { return q.contains(k) ? q[k].get<double>() : 0.0; };
-    csv += fmt::format("{},{:.4f},{:.4f},{:.4f},{:.4f},{:.3f},{:.3f},{:.3f},{},{},{},{},{},{}", name, r.utilization, r.healthy_fraction,
-                       r.fragmentation, r.stranded_fraction, pq("p50"), pq("p90"), pq("p99"), r.jobs, r.started, r.completed,
-                       r.never_ran, r.rejected, r.interruptions);
-    for (double a : r.probe_availability) csv += fmt::format(",{:.4f}", a);
-    csv += "\n";
-    std::string av;
-    for (size_t k = 0; k < results.probe_names.size(); ++k) av += fmt::format(" {}:{:.3f}", results.probe_names[k], r.probe_availability[k]);
-    rec.summary(fmt::format("{:<17} util {:.3f}  queue p50 {:.2f} h p99 {:.2f} h  frag {:.3f}  never ran {}  avail{}", name,
-                            r.utilization, pq("p50"), pq("p99"), r.fragmentation, r.never_ran, av));
-  }
-  auto& m = rec.metrics();
-  const auto& g = results.cubes;
-  m["pod"] = {{"cubes", g}, {"chips", g[0] * g[1] * g[2] * results.chips_per_cube}, {"hosts", g[0] * g[1] * g[2] * results.hosts_per_cube}};
-  if (results.host_mtbf_s > 0) {
-    const double a = results.host_mtbf_s / (results.host_mtbf_s + results.host_repair_s);
-    m["host_availability"] = a;
-    m["cube_healthy_probability"] = std::pow(a, results.hosts_per_cube);
-  }
-  m["jobs"] = results.jobs;
-  m["variants"] = rows;
-  rec.file("variants.csv", csv);
-}
-
 void report_twisted_torus(const net::TwistResults& results, Recorder& rec) {
   Json rows = Json::array();
   std::string csv = "shape,regular_ms,twisted_ms,gain,published_gain,regular_bisection_GBps,twisted_bisection_GBps,bisection_ratio,regular_diameter,twisted_diameter\n";

@@ -6,10 +6,6 @@
 
 namespace sluice {
 
-
-// pod-scheduling: metrics "pod", availability, "jobs" and "variants", variants.csv, a line per variant.
-void report_pod_scheduling(const net::PodResults& results, Recorder& rec);
-
 // twisted-torus: metrics of the all-to-all settings and "shapes", twisted.csv, a line per shape.
 void report_twisted_torus(const net::TwistResults& results, Recorder& rec);
 

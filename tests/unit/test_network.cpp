@@ -353,35 +353,6 @@ TEST_CASE("ocs pod: any free healthy cubes vs a contiguous static block") {
   CHECK(dx + dy + dz == 1);
 }
 
-TEST_CASE("ocs pod: a job stream places better with OCS, deterministically") {
-  std::vector<PodJob> jobs;
-  RngStream rng(3, "test.jobs");
-  double t = 0;
-  const CubeShape shapes[] = {{1, 1, 1}, {1, 1, 2}, {1, 2, 2}, {2, 2, 2}, {2, 2, 4}};
-  for (int i = 0; i < 400; ++i) {
-    t += rng.exponential(3600.0 / 2);
-    jobs.push_back(PodJob{t, shapes[rng.below(5)], rng.exponential(6 * 3600.0)});
-  }
-  PodRunConfig c;
-  c.horizon_s = 240 * 3600.0;
-  c.host_mtbf_s = 2000 * 3600.0;
-  c.host_repair_s = 12 * 3600.0;
-  c.probes = {CubeShape{2, 4, 4}};
-  c.ocs = true;
-  const auto a = run_pod(c, jobs, 5);
-  const auto a2 = run_pod(c, jobs, 5);
-  c.ocs = false;
-  const auto s = run_pod(c, jobs, 5);
-  CHECK(a.utilization == a2.utilization);
-  CHECK(a.queue_delay_s == a2.queue_delay_s);
-  CHECK(a.utilization >= s.utilization);
-  CHECK(a.fragmentation == 0);
-  CHECK(s.fragmentation > 0);
-  CHECK(a.probe_availability[0] >= s.probe_availability[0]);
-  CHECK(a.host_failures == s.host_failures);  // the same failure process for both
-  CHECK(a.started > 0);
-}
-
 TEST_CASE("topology: a torus with a 2-ring cannot be twisted (no separate wrap link to twist)") {
   CHECK_FALSE(twist_allowed({2, 2, 4}));
   CHECK_FALSE(twist_allowed({2, 4}));

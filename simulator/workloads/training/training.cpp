@@ -131,6 +131,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     w.engine().schedule_in(SimTime::zero(), Priority::Schedule, this, kRecover | ((gen_ & kGenMask) << 4), 0);
   }
   void report(Recorder& rec, bool scoped) const override { report_training(res_, c_, rec, scoped ? name() : std::string()); }
+  const TrainingResults& results() const { return res_; }
 
   void on_event(Engine& e, uint32_t kind, uint32_t arg) override {
     if ((kind >> 4) != (gen_ & kGenMask)) return;  // from before a failure: void
@@ -646,6 +647,16 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
 };
 
 }  // namespace
+
+std::unique_ptr<Workload> make_training_job(const std::string& name, TrainingConfig cfg, World& world, std::vector<int> devices) {
+  return std::make_unique<TrainingJob>(name, std::move(cfg), world, std::move(devices));
+}
+
+const TrainingResults& training_results(const Workload& job) {
+  const auto* t = dynamic_cast<const TrainingJob*>(&job);
+  if (!t) throw std::invalid_argument(fmt::format("workload '{}' is not a training job", job.name()));
+  return t->results();
+}
 
 namespace {
 

@@ -96,4 +96,11 @@ struct TrainingResults {
   std::string failure_reason;
 };
 
+// A training job on `devices` of `world` (placed and claimed by the caller, in rank order):
+// for studies that place jobs themselves (workloads/cluster/pod_study.cpp). After
+// world.run(), training_results() gives what it measured.
+std::unique_ptr<Workload> make_training_job(const std::string& name, TrainingConfig cfg, World& world, std::vector<int> devices);
+// The results of a job made by make_training_job; throws std::invalid_argument for another workload.
+const TrainingResults& training_results(const Workload& job);
+
 }  // namespace sluice::training
