@@ -31,9 +31,11 @@ class StreamingSummary {
     mean_ += d / static_cast<double>(n_);
     m2_ += d * (v - mean_);
     if (!sketched_) {
-      exact_.push_back(v);
-      if (exact_.size() > kExactLimit) to_sketch();
-      return;
+      if (exact_.size() < kExactLimit) {
+        exact_.push_back(v);
+        return;
+      }
+      to_sketch();  // the (2^20 + 1)th value: before the vector would grow again
     }
     sketch(v);
   }
