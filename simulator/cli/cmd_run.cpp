@@ -28,6 +28,7 @@ static void run_scenario(const std::string& file, const std::vector<std::string>
   // The default directory is named by the scenario's hash: an earlier result there is this same run.
   OutputDir out(dir, force || out_dir_opt.empty());
   Recorder rec;
+  rec.stream_into(out.staging());  // per-request records go to disk as the run goes
   ProgressBar bar(progress);
   const auto t0 = std::chrono::steady_clock::now();
   limits.apply();

@@ -67,8 +67,14 @@ void json_string(std::string& out, std::string_view s) {
 }  // namespace
 
 std::string TraceWriter::dump() const {
+  std::string all;
+  dump_to([&](const std::string& piece) { all += piece; });
+  return all;
+}
+
+void TraceWriter::dump_to(const std::function<void(const std::string&)>& sink) const {
   std::string s = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
-  s.reserve(s.size() + events_.size() * 120);
+  s.reserve(RecordStream::kChunk + 4096);
   auto out = std::back_inserter(s);
   for (size_t i = 0; i < events_.size(); ++i) {
     const Event& e = events_[i];
@@ -104,24 +110,91 @@ std::string TraceWriter::dump() const {
       s += '}';
     }
     s += i + 1 < events_.size() ? ",\n" : "\n";
+    if (s.size() >= RecordStream::kChunk) {
+      sink(s);
+      s.clear();
+    }
   }
   s += "]}\n";
-  return s;
+  sink(s);
 }
 
-static void write_and_sync(const fs::path& p, const std::string& content) {
-  int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw std::runtime_error(fmt::format("cannot write {}: {}", p.string(), std::strerror(errno)));
+namespace {
+void write_all(int fd, const char* data, size_t size, const fs::path& p) {
   size_t off = 0;
-  while (off < content.size()) {
-    ssize_t n = ::write(fd, content.data() + off, content.size() - off);
+  while (off < size) {
+    const ssize_t n = ::write(fd, data + off, size - off);
     if (n < 0) {
-      ::close(fd);
+      if (errno == EINTR) continue;
       throw std::runtime_error(fmt::format("write to {} failed: {}", p.string(), std::strerror(errno)));
     }
     off += static_cast<size_t>(n);
   }
-  ::fsync(fd);
+}
+int open_for_write(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error(fmt::format("cannot write {}: {}", p.string(), std::strerror(errno)));
+  return fd;
+}
+}  // namespace
+
+RecordStream::RecordStream(std::string name, const fs::path& dir) : name_(std::move(name)) {
+  if (!dir.empty()) fd_ = open_for_write(dir / name_);
+  buf_.reserve(dir.empty() ? 4096 : kChunk + 4096);
+}
+
+RecordStream::~RecordStream() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void RecordStream::flush() {
+  if (fd_ < 0 || buf_.empty()) return;
+  write_all(fd_, buf_.data(), buf_.size(), fs::path(name_));
+  written_ += buf_.size();
+  buf_.clear();
+}
+
+void RecordStream::close() {
+  if (closed_) return;
+  if (fd_ >= 0) {
+    flush();
+    ::close(fd_);
+    fd_ = -1;
+    closed_ = true;
+  }
+}
+
+RecordStream& Recorder::stream(std::string name) {
+  for (const auto& s : streams_)
+    if (s->name() == name) throw std::logic_error(fmt::format("internal: two streams write {}", name));
+  streams_.push_back(std::make_unique<RecordStream>(std::move(name), stream_dir_));
+  return *streams_.back();
+}
+
+void Recorder::close_stream(RecordStream& s) {
+  if (s.closed_) return;
+  if (s.fd_ >= 0) {
+    s.close();
+    return;
+  }
+  // In memory: the text becomes an ordinary file of the result.
+  s.closed_ = true;
+  files_.emplace_back(s.name_, std::move(s.buf_));
+  s.buf_.clear();
+}
+
+// A whole file in one go. Results need no fsync: they are atomic against a killed run by the
+// rename of the staging directory (OutputDir::commit), and an fsync per file only protects
+// against a power loss, at a cost that grows with the files' number.
+static void write_whole(const fs::path& p, const std::string& content, bool sync) {
+  const int fd = open_for_write(p);
+  try {
+    write_all(fd, content.data(), content.size(), p);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (sync) ::fsync(fd);
   ::close(fd);
 }
 
@@ -138,7 +211,7 @@ void write_file_atomically(const std::string& path, const std::string& content) 
   fs::path tmp = p;
   tmp += fmt::format(".tmp.{}", ::getpid());
   try {
-    write_and_sync(tmp, content);
+    write_whole(tmp, content, /*sync=*/true);
     fs::rename(tmp, p);
   } catch (...) {
     fs::remove(tmp, ec);
@@ -150,19 +223,31 @@ void Recorder::warn(std::string message) {
   if (std::find(warnings_.begin(), warnings_.end(), message) == warnings_.end()) warnings_.push_back(std::move(message));
 }
 
-void Recorder::write_atomically(const std::string& dir, const Json& header) const {
+void Recorder::write_atomically(const std::string& dir, const Json& header) {
   OutputDir out(dir, /*replace_result=*/true);
   write_into(out, header);
 }
 
-void Recorder::write_into(OutputDir& out, const Json& header) const {
+void Recorder::write_into(OutputDir& out, const Json& header) {
   const fs::path& tmp = out.staging();
-  for (const auto& [name, content] : files_) write_and_sync(tmp / name, content);
-  if (trace_.enabled()) write_and_sync(tmp / "trace.json", trace_.dump());
+  if (!stream_dir_.empty() && stream_dir_ != tmp)
+    throw std::logic_error(fmt::format("internal: the recorder streamed into {} but is written into {}", stream_dir_.string(), tmp.string()));
+  for (const auto& s : streams_) close_stream(*s);
+  for (const auto& [name, content] : files_) write_whole(tmp / name, content, false);
+  if (trace_.enabled()) {
+    const int fd = open_for_write(tmp / "trace.json");
+    try {
+      trace_.dump_to([&](const std::string& piece) { write_all(fd, piece.data(), piece.size(), tmp / "trace.json"); });
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
+  }
   Json doc = header;
   if (!warnings_.empty()) doc["warnings"] = warnings_;
   doc["metrics"] = metrics_;
-  write_and_sync(tmp / "metrics.json", doc.dump(2) + "\n");
+  write_whole(tmp / "metrics.json", doc.dump(2) + "\n", false);
   out.commit();  // the result marker is written last, then the directory moves into place
 }
 

@@ -2,7 +2,10 @@
 // (JSON), tables and trace events; it writes them all atomically into a run directory.
 #pragma once
 #include <cstdint>
+#include <filesystem>
+#include <functional>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -37,6 +40,9 @@ class TraceWriter {
   void counter(int pid, std::string_view name, int64_t t_ns, const char* series, double value);
   size_t size() const { return events_.size(); }
   std::string dump() const;
+  // The same JSON in pieces of about a megabyte each, handed to `out` as they fill (so
+  // writing a large trace never holds the whole text).
+  void dump_to(const std::function<void(const std::string&)>& out) const;
 
  private:
   struct Event {
@@ -55,6 +61,38 @@ class TraceWriter {
   std::unordered_map<std::string, uint32_t> index_;
 };
 
+// An output file written while the run goes (requests.csv): rows are appended to buffer();
+// when the recorder streams into a staging directory, the buffer goes to the file there in
+// writes of about a megabyte (never a syscall per row); otherwise it is kept and written
+// with the other files at the end. Either way the file appears only when the result is
+// committed (the staging directory is renamed into place).
+class RecordStream {
+ public:
+  static constexpr size_t kChunk = 1 << 20;
+  RecordStream(std::string name, const std::filesystem::path& dir);  // dir empty: in memory
+  RecordStream(const RecordStream&) = delete;
+  RecordStream& operator=(const RecordStream&) = delete;
+  ~RecordStream();
+  std::string& buffer() { return buf_; }
+  // After appending: writes the buffer out once it holds a chunk.
+  void maybe_flush() {
+    if (fd_ >= 0 && buf_.size() >= kChunk) flush();
+  }
+  const std::string& name() const { return name_; }
+  bool on_disk() const { return fd_ >= 0 || closed_; }
+  uint64_t bytes() const { return written_ + buf_.size(); }
+
+ private:
+  friend class Recorder;
+  void flush();
+  void close();  // flushes and closes the file (on disk) or leaves the text in buf_
+  std::string name_;
+  std::string buf_;
+  int fd_ = -1;
+  bool closed_ = false;
+  uint64_t written_ = 0;
+};
+
 class Recorder {
  public:
   static constexpr int kSchemaVersion = 1;
@@ -67,15 +105,25 @@ class Recorder {
   // An extra output file (e.g. requests.csv), already formatted by a recorder-side formatter.
   void file(std::string name, std::string content) { files_.emplace_back(std::move(name), std::move(content)); }
   const std::vector<std::pair<std::string, std::string>>& files() const { return files_; }
+  // Streams go straight into `staging` (OutputDir::staging() of the run's result directory)
+  // from now on; call before the run. Without it they are kept in memory and written at the end.
+  void stream_into(const std::filesystem::path& staging) { stream_dir_ = staging; }
+  const std::filesystem::path& stream_dir() const { return stream_dir_; }
+  // A file written as the run goes (see RecordStream); the recorder owns it.
+  RecordStream& stream(std::string name);
+  // Ends a stream: on disk, its last bytes are written and the file closed; in memory, its
+  // text becomes one of files().
+  void close_stream(RecordStream& s);
 
   // Writes metrics.json (with the header), the extra files and trace.json into `dir`:
   // everything goes to a hidden sibling directory first, which is renamed into place at
   // the end, so an interrupted run never leaves a directory that looks complete.
   // Refuses (OutputError) a path that holds anything but an empty directory or an earlier
   // sluice result (see OutputDir).
-  void write_atomically(const std::string& dir, const Json& header) const;
-  // Writes everything into `out`'s staging directory and commits it.
-  void write_into(OutputDir& out, const Json& header) const;
+  void write_atomically(const std::string& dir, const Json& header);
+  // Writes everything into `out`'s staging directory and commits it (streams still open are
+  // closed first; a recorder that streamed must be written into the OutputDir it streamed into).
+  void write_into(OutputDir& out, const Json& header);
   // Run warnings (clipped lengths, overload, ignored settings): printed on stderr by the CLI
   // and kept in metrics.json as `warnings`.
   void warn(std::string message);
@@ -87,6 +135,8 @@ class Recorder {
   std::vector<std::string> summary_;
   std::vector<std::pair<std::string, std::string>> files_;
   std::vector<std::string> warnings_;
+  std::filesystem::path stream_dir_;
+  std::vector<std::unique_ptr<RecordStream>> streams_;
 };
 
 // Writes one file atomically (temp file in the same directory, fsync, rename); the temp file

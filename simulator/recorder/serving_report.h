@@ -1,13 +1,15 @@
-// Formats a finished serving simulation into metrics.json sections, requests.csv,
-// timeseries.csv and the human summary (llmperf's metric definitions).
+// Formats a serving deployment's results into metrics.json sections, requests.csv,
+// timeseries.csv and the human summary (llmperf's metric definitions). The per-request
+// records stream in while the run goes (ServingRecords); the rest comes at the end
+// (ServingResults). Nothing here knows the serving simulation's types.
 #pragma once
+#include <cstdint>
+#include <deque>
 #include <string>
 
+#include "recorder/quantiles.h"
 #include "recorder/recorder.h"
-
-namespace sluice::serving {
-class ServingSim;
-}
+#include "recorder/serving_results.h"
 
 namespace sluice {
 
@@ -16,9 +18,42 @@ namespace sluice {
 // Llama token read as model_tokens / model_per_llama (Llama-3, 0.87: 150 tokens read as 172).
 int64_t llmperf_counted_tokens(int64_t model_tokens, double model_per_llama);
 
+// The recorder's side of a deployment's requests: each record, as its request ends, goes
+// into the latency summaries (StreamingSummary: exact up to 2^20 requests, a 0.1% sketch
+// beyond) and, formatted with fmt, into requests.csv through a RecordStream. Rows keep the
+// order of request ids: a record that ends before an earlier id waits in a reorder buffer
+// (its size is the spread of ids in flight, not the run's length; reorder_high_water()).
+class ServingRecords final : public RequestSink {
+ public:
+  // `csv_name` empty: no requests.csv. `model_tokens_per_llama`: llmperf's token counting.
+  ServingRecords(Recorder* rec, const std::string& csv_name, double model_tokens_per_llama);
+  void answered(const ServingRequestRecord& r) override;
+  void ended(uint32_t id) override;
+  // Writes the rows still waiting (ids after one that never ended: in flight at the end) and
+  // closes requests.csv. Called once, by report_serving.
+  void close();
+  size_t reorder_high_water() const { return reorder_high_water_; }
+
+  StreamingSummary ttft, e2e, tpot, itl, queue, max_gap, itl_lc, tpot_lc;
+  int64_t answered_count = 0, out_tokens = 0, in_tokens = 0, preemptions = 0, cached_in = 0, out_tokens_lc = 0;
+  int64_t later_prompt = 0, reused = 0, later_turns = 0, later_hits = 0;
+
+ private:
+  void row(const ServingRequestRecord& r);
+  Recorder* rec_;
+  RecordStream* csv_ = nullptr;
+  double per_llama_;
+  // Reorder buffer: slot k holds id next_id_ + k (state 0: not ended, 1: row waiting, 2: no row).
+  uint32_t next_id_ = 0;
+  std::deque<uint8_t> state_;
+  std::deque<ServingRequestRecord> waiting_;
+  size_t reorder_high_water_ = 0;
+  bool closed_ = false;
+};
+
 // `scope` empty: metrics under "serving", files requests.csv and timeseries.csv; otherwise
 // metrics under workloads.<scope>, files <scope>.requests.csv ..., summary lines tagged.
-void report_serving(const serving::ServingSim& sim, const std::string& workload_description, Recorder& rec,
-                    bool requests_csv, bool timeseries_csv, const std::string& scope = "");
+void report_serving(const ServingResults& res, ServingRecords& records, const std::string& workload_description,
+                    Recorder& rec, bool timeseries_csv, const std::string& scope = "");
 
 }  // namespace sluice

@@ -167,6 +167,9 @@ class World {
   TraceWriter& trace() { return trace_; }
   // Reports the fraction done (0..1) while running; set by the run layer, may be empty.
   std::function<void(double)> progress;
+  // The run's recorder, set before run(): workloads stream their per-request records into it
+  // while they run (null: a world run without one, e.g. in a unit test).
+  Recorder* recorder = nullptr;
   // A fresh Perfetto process id for a workload's tracks.
   int trace_pid() { return next_pid_++; }
 

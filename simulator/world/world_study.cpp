@@ -12,6 +12,7 @@ namespace sluice {
 
 void WorldStudy::run(RunEnv& env) {
   world_->progress = env.progress;
+  world_->recorder = &env.recorder;
   world_->run(until_.count_ns() > 0 ? until_ : SimTime::max());
   world_->report(env.recorder);
 }

@@ -30,6 +30,7 @@ namespace {
 Request make_req(uint32_t id, int prompt, int output, uint32_t conv = 0, int turn = 0, int turns = 1) {
   Request q;
   q.id = id;
+  q.serial = id;
   q.input_tokens = prompt;
   q.output_tokens = output;
   q.conversation = conv;
@@ -50,6 +51,7 @@ std::unique_ptr<Scheduler> make_scheduler(const std::string& yaml) {
 // Applies an iteration's progress the way the simulator does (without the last mile).
 void advance(Replica& r, const Batch& b) {
   for (const auto& e : b.entries) {
+    if (e.req == kPaddingSlot) continue;
     Request& q = r.req(e.req);
     if (q.state == ReqState::Done) continue;
     q.computed += e.new_tokens;
@@ -267,7 +269,8 @@ TEST_CASE("static batching waits to fill a batch, then pads finished members") {
   b.clear();
   s->schedule(r, b, 3000);
   REQUIRE(b.entries.size() == 2);  // padding row + request 1
-  CHECK(b.entries[0].req == 0);
+  CHECK(b.entries[0].req == kPaddingSlot);  // a finished member's row names no request: its slot may be reused
+  CHECK(b.entries[0].context == 5);         // its full length: 4 prompt tokens and its 1 output token
   CHECK(b.entries[1].req == 1);
   advance(r, b);
   advance(r, Batch{});
@@ -341,6 +344,9 @@ outputs: {trace: false}
   CostModel cost(cfg.hardware, cfg.model, CostOptions{1, 1, ""});
   Engine engine(1);
   ServingSim sim(std::move(cfg), engine, nullptr);
+  Recorder rec;
+  ServingRecords records(&rec, "requests.csv", sim.config().model_tokens_per_llama);
+  sim.set_sink(&records);
   sim.run({});
   REQUIRE(sim.completed() == 1);
   const Request& q = sim.requests()[0];
@@ -355,8 +361,7 @@ outputs: {trace: false}
   CHECK(q.last_token_ns == it0 + it1 + it2 + 7000 + 3000);
   CHECK(q.first_scheduled_ns == 0);
   CHECK(sim.gaps().count() == 2);
-  Recorder rec;
-  report_serving(sim, "one request", rec, true, false);
+  report_serving(sim.results(), records, "one request", rec, false);
   const auto& m = rec.metrics()["serving"];
   CHECK(m["latency_ms"]["ttft"]["p50"].get<double>() == doctest::Approx(q.first_token_ns / 1e6));
   CHECK(m["latency_ms"]["e2e"]["p50"].get<double>() == doctest::Approx(q.last_token_ns / 1e6));
@@ -534,9 +539,11 @@ outputs: {trace: false, timeseries: )") + ts + ", sample_interval: 1s}\n", "t.ya
     auto parsed = registry().parse(n, "study", "", "serving");
     Engine engine(1);
     ServingSim sim(build_serving_config(parsed.params, registry(), 1, nullptr), engine, nullptr);
-    sim.run({});
     Recorder rec;
-    report_serving(sim, "", rec, false, true);
+    ServingRecords records(&rec, "", sim.config().model_tokens_per_llama);
+    sim.set_sink(&records);
+    sim.run({});
+    report_serving(sim.results(), records, "", rec, true);
     return rec.metrics()["serving"];
   };
   const Json a = run("true"), b = run("false");

@@ -7,12 +7,24 @@ namespace sluice::serving {
 
 enum class ReqState : uint8_t { Pending, Waiting, Running, Swapped, Done };
 
+// A batch entry that is static batching's padding (a finished member still holding its row):
+// it costs a decode step and refers to no request.
+inline constexpr uint32_t kPaddingSlot = 0xFFFFFFFFu;
+
 // One request (one turn of a conversation). Token bookkeeping: the sequence has
 // length() = prompt_len() + generated tokens; `computed` of them have KV in the cache.
 // An iteration processes up to length() - computed tokens; when it reaches length(),
 // the model samples one more token.
+//
+// `id` is the request's slot in the simulation's request table: queues, batches and events
+// name requests by it, and the slot is reused once the request has ended (so memory holds
+// the requests in flight, not every request of the run). `serial` is the request's number in
+// the run (requests.csv's id), `conversation` the conversation's number (the KV cache's key)
+// and `conv_slot` its slot in the table of conversations in progress.
 struct Request {
   uint32_t id = 0;
+  uint32_t serial = 0;
+  uint32_t conv_slot = 0;
   uint32_t conversation = 0;
   uint32_t turn = 0;         // 0 for the first turn
   uint32_t turns_total = 1;  // turns in this conversation

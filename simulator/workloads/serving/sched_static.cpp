@@ -22,9 +22,14 @@ class StaticScheduler final : public Scheduler {
   explicit StaticScheduler(const StaticConfig& c) : batch_size_(c.batch_size), max_wait_ns_(c.max_wait_ns) {}
 
   void schedule(Replica& r, Batch& out, int64_t now_ns) override {
-    bool live = false;
-    for (uint32_t id : members_) live |= r.req(id).state != ReqState::Done;
-    if (!live) members_.clear();
+    // A member is live while its slot still holds it (slots are reused once a request ends).
+    auto live = [&](const Member& m) {
+      const Request& q = r.req(m.slot);
+      return q.serial == m.serial && q.state != ReqState::Done;
+    };
+    bool any = false;
+    for (const Member& m : members_) any |= live(m);
+    if (!any) members_.clear();
     if (members_.empty()) {
       if (r.waiting.empty()) return;
       const bool full = r.waiting.size() >= batch_size_;
@@ -34,17 +39,17 @@ class StaticScheduler final : public Scheduler {
         Request& q = r.req(r.waiting.front());
         // The whole sequence is reserved up front: nothing is preempted mid-batch.
         if (!mech::admit(r, q, [](const Request& x) { return static_cast<int64_t>(x.prompt_len()) + x.output_tokens; })) break;
-        members_.push_back(q.id);
+        members_.push_back(Member{q.id, q.serial, q.prompt_len() + q.output_tokens});
       }
       if (members_.empty()) return;
     }
-    for (uint32_t id : members_) {
-      const Request& q = r.req(id);
-      if (q.state == ReqState::Done) {
-        // Padding: a finished sequence still occupies its row of the batch.
-        out.entries.push_back(BatchEntry{id, 1, q.length()});
+    for (const Member& m : members_) {
+      if (!live(m)) {
+        // Padding: a finished sequence still occupies its row of the batch (its full length).
+        out.entries.push_back(BatchEntry{kPaddingSlot, 1, m.final_length});
         ++out.decode_entries;
       } else {
+        const Request& q = r.req(m.slot);
         mech::add(out, q, q.length() - q.computed);
       }
     }
@@ -59,7 +64,11 @@ class StaticScheduler final : public Scheduler {
  private:
   size_t batch_size_;
   int64_t max_wait_ns_;
-  std::vector<uint32_t> members_;
+  struct Member {
+    uint32_t slot, serial;
+    int32_t final_length;  // prompt and every output token: what a finished member pads with
+  };
+  std::vector<Member> members_;
 };
 
 }  // namespace

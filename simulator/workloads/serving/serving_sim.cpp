@@ -162,8 +162,18 @@ void ServingSim::start_conversation(int64_t now_ns) {
     source_done_ = true;
     return;
   }
-  const uint32_t idx = static_cast<uint32_t>(convs_.size());
-  convs_.push_back(std::move(*c));
+  // Conversation slots are reused once a conversation's last turn has ended.
+  uint32_t idx;
+  if (!free_convs_.empty()) {
+    idx = free_convs_.back();
+    free_convs_.pop_back();
+    convs_[idx] = std::move(*c);
+    conv_number_[idx] = conversations_made_++;
+  } else {
+    idx = static_cast<uint32_t>(convs_.size());
+    convs_.push_back(std::move(*c));
+    conv_number_.push_back(conversations_made_++);
+  }
   const int64_t t = std::max(now_ns, convs_[idx].arrival_ns);
   engine_.schedule_at(SimTime::ns(t), Priority::Arrival, this, kConversation, idx);
 }
@@ -171,8 +181,9 @@ void ServingSim::start_conversation(int64_t now_ns) {
 uint32_t ServingSim::make_request(uint32_t conv, int turn, int64_t arrival_ns, int32_t history) {
   const auto& spec = convs_[conv].turns[static_cast<size_t>(turn)];
   Request q;
-  q.id = static_cast<uint32_t>(reqs_.size());
-  q.conversation = conv;
+  q.serial = static_cast<uint32_t>(made_);
+  q.conv_slot = conv;
+  q.conversation = conv_number_[conv];
   q.turn = static_cast<uint16_t>(turn);
   q.turns_total = static_cast<uint16_t>(convs_[conv].turns.size());
   q.arrival_ns = arrival_ns;
@@ -181,8 +192,20 @@ uint32_t ServingSim::make_request(uint32_t conv, int turn, int64_t arrival_ns, i
   // Later turns resend the history; keep it within the model's context (oldest dropped).
   q.history_tokens = std::max(0, std::min(history, cfg_.model.max_context - spec.input_tokens - spec.output_tokens));
   q.history_truncated = q.history_tokens < history;
-  if (static_cast<int64_t>(reqs_.size()) >= total_) throw std::logic_error("internal: more requests than the workload announced");
-  reqs_.push_back(q);
+  if (made_ >= total_) throw std::logic_error("internal: more requests than the workload announced");
+  ++made_;
+  // A free slot (a request that ended) if there is one, else a new one.
+  if (!free_slots_.empty()) {
+    q.id = free_slots_.back();
+    free_slots_.pop_back();
+    reqs_[q.id] = q;
+    slot_used_[q.id] = 1;
+  } else {
+    q.id = static_cast<uint32_t>(reqs_.size());
+    reqs_.push_back(q);
+    slot_used_.push_back(1);
+  }
+  live_high_water_ = std::max(live_high_water_, ++live_);
   engine_.schedule_at(SimTime::ns(arrival_ns), Priority::Arrival, this, kArrival, q.id);
   return q.id;
 }
@@ -261,7 +284,38 @@ void ServingSim::on_event(Engine& e, uint32_t kind, uint32_t arg) {
 void ServingSim::on_arrival(uint32_t id) {
   Request& q = reqs_[id];
   if (first_arrival_ns_ < 0) first_arrival_ns_ = q.arrival_ns;
+  if (cfg_.max_in_flight > 0 && live_ > cfg_.max_in_flight) {
+    // Overload: more requests in flight than the deployment may hold; this one is turned
+    // away at once (as a load balancer sheds load), so memory stays bounded.
+    reject(q, /*overload=*/true);
+    return;
+  }
   dispatch(id);
+}
+
+void ServingSim::reject(Request& q, bool overload) {
+  const uint32_t slot = q.id;
+  q.rejected = true;
+  q.state = ReqState::Done;
+  ++(overload ? rejected_overload_ : rejected_);
+  ++completed_;
+  if (sink_) sink_->ended(q.serial);
+  if (completed_ == total_ && on_done_) on_done_();
+  next_for_client(q, engine_.now().count_ns());
+  release(slot);
+}
+
+void ServingSim::release(uint32_t slot) {
+  if (!slot_used_[slot]) throw std::logic_error(fmt::format("internal: request slot {} released twice", slot));
+  slot_used_[slot] = 0;
+  free_slots_.push_back(slot);
+  ++released_;
+  --live_;
+}
+
+void ServingSim::release_conversation(uint32_t conv_slot) {
+  convs_[conv_slot] = ConversationSpec{};  // its turns' memory goes now
+  free_convs_.push_back(conv_slot);
 }
 
 void ServingSim::dispatch(uint32_t id) {
@@ -283,12 +337,7 @@ void ServingSim::dispatch(uint32_t id) {
   const auto& kv = replicas_[q.replica]->kv;
   if (q.prompt_len() + q.output_tokens > kv.admissible_blocks() * kv.block_size()) {
     // Longer than a replica can ever hold: ignored, as vLLM does, and counted.
-    q.rejected = true;
-    q.state = ReqState::Done;
-    ++rejected_;
-    ++completed_;
-    if (completed_ == total_ && on_done_) on_done_();
-    next_for_client(q, engine_.now().count_ns());
+    reject(q, /*overload=*/false);
     return;
   }
   q.state = ReqState::Waiting;
@@ -297,13 +346,16 @@ void ServingSim::dispatch(uint32_t id) {
 }
 
 void ServingSim::fail_request(Request& q, int64_t now_ns) {
+  const uint32_t slot = q.id;
   q.failed = true;
   q.state = ReqState::Done;
   ++failed_;
   ++completed_;
   last_activity_ns_ = std::max(last_activity_ns_, now_ns);
+  if (sink_) sink_->ended(q.serial);
   if (completed_ == total_ && on_done_) on_done_();
   next_for_client(q, now_ns);
+  release(slot);
 }
 
 void ServingSim::replica_down(int r) {
@@ -378,12 +430,15 @@ int64_t ServingSim::replica_down_ns() const {
 }
 
 void ServingSim::check_conservation() const {
-  int64_t done = 0, rejected = 0, failed = 0, queued = 0, running = 0, swapped = 0, parked = 0, pending = 0;
-  for (const auto& q : reqs_) {
+  // Ended requests give their slot back, so the table holds only the requests in flight:
+  // those are counted by state, the ended ones by the counters kept as they end.
+  int64_t used = 0, ended_in_use = 0, queued = 0, running = 0, swapped = 0, parked = 0, pending = 0;
+  for (size_t i = 0; i < reqs_.size(); ++i) {
+    if (!slot_used_[i]) continue;
+    const Request& q = reqs_[i];
+    ++used;
     if (q.state == ReqState::Done) {
-      ++done;
-      rejected += q.rejected;
-      failed += q.failed;
+      ++ended_in_use;  // must not happen: a slot is released as its request ends
     } else if (q.parked) {
       ++parked;
     } else if (q.state == ReqState::Waiting) {
@@ -398,16 +453,10 @@ void ServingSim::check_conservation() const {
   }
   int64_t held = 0;
   for (const auto& r : replicas_) held += static_cast<int64_t>(r->outstanding());
-  const bool ok = done == completed_ && rejected == rejected_ && failed == failed_ && held == queued + running + swapped &&
-                  parked == static_cast<int64_t>(parked_.size()) && static_cast<int64_t>(reqs_.size()) <= total_;
-  // Time order of every answered request, KV blocks within capacity, busy time within the run.
-  for (const auto& q : reqs_) {
-    if (q.state != ReqState::Done || q.rejected || q.failed) continue;
-    if (!(q.arrival_ns <= q.first_scheduled_ns && q.first_scheduled_ns <= q.first_token_ns && q.first_token_ns <= q.last_token_ns))
-      throw std::logic_error(fmt::format("latency invariant broken: request {} arrived at {} ns, was first scheduled at {} ns, had its "
-                                         "first token at {} ns and its last at {} ns",
-                                         q.id, q.arrival_ns, q.first_scheduled_ns, q.first_token_ns, q.last_token_ns));
-  }
+  const bool ok = ended_in_use == 0 && used == live_ && made_ - released_ == live_ && released_ == completed_ &&
+                  completed_ == answered_ + rejected_ + failed_ + rejected_overload_ && held == queued + running + swapped &&
+                  parked == static_cast<int64_t>(parked_.size()) && made_ - completed_ == queued + running + swapped + parked + pending &&
+                  made_ <= total_;
   for (size_t i = 0; i < replicas_.size(); ++i) {
     const auto& kv = replicas_[i]->kv;
     if (kv.free_blocks() < 0 || kv.cached_blocks() < 0 || kv.used_blocks() < 0 || kv.free_blocks() + kv.cached_blocks() > kv.total_blocks())
@@ -418,11 +467,13 @@ void ServingSim::check_conservation() const {
                                          std::max(last_activity_ns_, engine_.now().count_ns())));
   }
   if (!ok)
-    throw std::logic_error(fmt::format("request conservation broken at {}: {} requests made of {} announced; {} ended (counted {}: "
-                                       "{} rejected, {} failed), {} queued + {} running + {} swapped (replicas hold {}), {} parked "
-                                       "(router holds {}), {} not arrived",
-                                       engine_.now().str(), reqs_.size(), total_, done, completed_, rejected, failed, queued, running,
-                                       swapped, held, parked, parked_.size(), pending));
+    throw std::logic_error(fmt::format("request conservation broken at {}: {} requests made of {} announced; {} ended ({} answered, "
+                                       "{} rejected, {} rejected as overload, {} failed; {} slots released), {} queued + {} running + "
+                                       "{} swapped (replicas hold {}), {} parked (router holds {}), {} not arrived; {} slots in use "
+                                       "(counted {}), {} of them ended",
+                                       engine_.now().str(), made_, total_, completed_, answered_, rejected_, rejected_overload_, failed_,
+                                       released_, queued, running, swapped, held, parked, parked_.size(), pending, used, live_,
+                                       ended_in_use));
 }
 
 void ServingSim::request_schedule(int ri) {
@@ -461,6 +512,10 @@ void ServingSim::try_start(int ri) {
   work_.clear();
   int generating = 0;
   for (const auto& en : b.entries) {
+    if (en.req == kPaddingSlot) {  // static batching's padding: a decode row of a finished member
+      work_.push_back(SeqWork{en.new_tokens, en.context, true});
+      continue;
+    }
     Request& q = reqs_[en.req];
     // A prefill chunk that stops short of the prompt's end samples no token (no LM-head row).
     const bool samples = q.state == ReqState::Done || q.computed + en.new_tokens >= q.length();
@@ -760,7 +815,9 @@ void ServingSim::on_iteration_end(int ri) {
   auto& st = rstats_[ri];
   const double detok = cfg_.last_mile.detokenize_ns, stream = cfg_.last_mile.stream_ns;
   double t = static_cast<double>(std::max(now, detok_free_ns_[ri]));
+  ended_.clear();
   for (const auto& en : b.entries) {
+    if (en.req == kPaddingSlot) continue;
     Request& q = reqs_[en.req];
     if (q.state == ReqState::Done) continue;
     st.tokens_processed += en.new_tokens;
@@ -778,13 +835,17 @@ void ServingSim::on_iteration_end(int ri) {
       q.max_gap_ns = std::max(q.max_gap_ns, gap);
     }
     q.last_token_ns = delivered;
-    if (q.finished()) finish(q, delivered);
+    if (q.finished()) {
+      ended_.push_back(en.req);
+      finish(q, delivered);
+    }
   }
   detok_free_ns_[ri] = round_ns(t);
   // Drop finished sequences from the running list.
   r.running.erase(std::remove_if(r.running.begin(), r.running.end(),
                                  [&](uint32_t id) { return reqs_[id].state == ReqState::Done; }),
                   r.running.end());
+  for (uint32_t slot : ended_) release(slot);  // now that nothing names them
   request_schedule(ri);
 }
 
@@ -793,12 +854,36 @@ void ServingSim::finish(Request& q, int64_t delivered_ns) {
   q.state = ReqState::Done;
   r.kv.retain(q, q.computed);
   ++completed_;
+  ++answered_;
+  // Time order of every answered request (checked as it ends: its slot is reused after).
+  if (!(q.arrival_ns <= q.first_scheduled_ns && q.first_scheduled_ns <= q.first_token_ns && q.first_token_ns <= q.last_token_ns))
+    throw std::logic_error(fmt::format("latency invariant broken: request {} arrived at {} ns, was first scheduled at {} ns, had its "
+                                       "first token at {} ns and its last at {} ns",
+                                       q.serial, q.arrival_ns, q.first_scheduled_ns, q.first_token_ns, q.last_token_ns));
+  if (sink_) {
+    ServingRequestRecord rec;
+    rec.id = q.serial;
+    rec.conversation = q.conversation;
+    rec.turn = q.turn;
+    rec.replica = q.replica;
+    rec.arrival_ns = q.arrival_ns;
+    rec.first_scheduled_ns = q.first_scheduled_ns;
+    rec.first_token_ns = q.first_token_ns;
+    rec.last_token_ns = q.last_token_ns;
+    rec.max_gap_ns = q.max_gap_ns;
+    rec.input_tokens = q.input_tokens;
+    rec.history_tokens = q.history_tokens;
+    rec.cached_tokens = q.cached_tokens;
+    rec.output_tokens = q.output_tokens;
+    rec.preemptions = q.preemptions;
+    sink_->answered(rec);
+  }
   if (completed_ == total_ && on_done_) on_done_();
   last_delivery_ns_ = std::max(last_delivery_ns_, delivered_ns);
   last_activity_ns_ = std::max(last_activity_ns_, delivered_ns);
-  if (trace_ && trace_->enabled() && static_cast<int>(q.id) < cfg_.trace_max_requests) {
-    const int tid = static_cast<int>(q.id);
-    trace_->name_thread(cfg_.trace_pid + 1, tid, fmt::format("request {}", q.id));
+  if (trace_ && trace_->enabled() && static_cast<int64_t>(q.serial) < cfg_.trace_max_requests) {
+    const int tid = static_cast<int>(q.serial);
+    trace_->name_thread(cfg_.trace_pid + 1, tid, fmt::format("request {}", q.serial));
     trace_->complete(cfg_.trace_pid + 1, tid, "queued", "request", q.arrival_ns, q.first_scheduled_ns - q.arrival_ns);
     trace_->complete(cfg_.trace_pid + 1, tid, "prefill", "request", q.first_scheduled_ns, q.first_token_ns - q.first_scheduled_ns,
                      {{"input", static_cast<double>(q.input_tokens)}, {"history", static_cast<double>(q.history_tokens)},
@@ -812,15 +897,17 @@ void ServingSim::finish(Request& q, int64_t delivered_ns) {
 
 // The client sees the answer at `delivered_ns`; its next turn (or next conversation) follows.
 void ServingSim::next_for_client(const Request& q, int64_t delivered_ns) {
-  const auto& conv = convs_[q.conversation];
-  const int next_turn = q.turn + 1;
+  const uint32_t cs = q.conv_slot;
+  const auto& conv = convs_[cs];
+  const int next_turn = static_cast<int>(q.turn) + 1;
   if (next_turn < static_cast<int>(conv.turns.size())) {
     int64_t at = delivered_ns + cfg_.workload->think_time_ns();
     if (!conv.turn_arrivals_ns.empty()) at = std::max(delivered_ns, conv.turn_arrivals_ns[static_cast<size_t>(next_turn)]);
-    make_request(q.conversation, next_turn, at, q.prompt_len() + q.output_tokens);
-  } else if (cfg_.workload->arrival().kind == ArrivalSpec::Kind::ClosedLoop) {
-    start_conversation(delivered_ns);
+    make_request(cs, next_turn, at, q.prompt_len() + q.output_tokens);  // q may move: the table can grow
+    return;
   }
+  release_conversation(cs);  // its last turn ended
+  if (cfg_.workload->arrival().kind == ArrivalSpec::Kind::ClosedLoop) start_conversation(delivered_ns);
 }
 
 void ServingSim::sample() {
@@ -845,6 +932,94 @@ void ServingSim::sample() {
     samples_.resize(k);
     cfg_.sample_interval_ns *= 2;
   }
+}
+
+}  // namespace sluice::serving
+
+namespace sluice::serving {
+
+ServingResults ServingSim::results() const {
+  ServingResults r;
+  const ServingConfig& c = cfg_;
+  r.hardware = c.hardware.name;
+  r.model = c.model.name;
+  r.topology = c.topology_name;
+  r.tp_allreduce = on_fabric() ? "flows on the topology, every iteration"
+                   : c.tensor_parallel > 1 || c.pipeline_parallel > 1 ? "analytic ring over the interconnect"
+                                                                       : "none (tp 1)";
+  r.cost_tables = c.tables_dir;
+  r.roofline_only = c.tables_dir.empty();
+  r.d2h_source = c.last_mile.d2h_source;
+  r.replicas = c.replicas;
+  r.tensor_parallel = c.tensor_parallel;
+  r.pipeline_parallel = c.pipeline_parallel;
+  r.block_size = c.block_size;
+  r.kv_bytes_per_token = c.model.kv_bytes_per_token();
+  r.model_parameters = c.model.parameters();
+  r.model_embedding_parameters = static_cast<double>(c.model.vocab) * c.model.hidden;
+  r.peak_bf16_flops = c.hardware.peak_bf16_flops;
+  r.effective_flops = c.hardware.effective_flops();
+  r.effective_bandwidth_Bps = c.hardware.effective_bandwidth_Bps();
+  if (c.prefill_slicing.policy != PrefillSlicing::None)
+    r.prefill_slicing = c.prefill_slicing.policy == PrefillSlicing::Uniform ? "uniform" : "terapipe";
+  r.capacity_per_gpu = mem_.capacity_per_gpu;
+  r.weights_per_gpu = mem_.weights_per_gpu;
+  r.activation_per_gpu = mem_.activation_per_gpu;
+  r.kv_per_gpu = mem_.kv_per_gpu;
+  r.kv_tokens_per_replica = mem_.kv_tokens_per_replica;
+  r.blocks_per_replica = mem_.blocks_per_replica;
+  r.blocks_per_engine = mem_.blocks_per_engine;
+  r.announced = total_;
+  r.completed = completed_;
+  r.rejected_too_long = rejected_;
+  r.rejected_overload = rejected_overload_;
+  r.failed = failed_;
+  r.max_in_flight = c.max_in_flight;
+  r.in_flight_high_water = live_high_water_;
+  r.truncated = truncated_;
+  r.faults = faults_enabled_;
+  r.retried = retried_;
+  r.reprefilled = reprefilled_;
+  r.replica_failures = replica_failures_;
+  r.replica_down_ns = replica_down_ns();
+  r.outages_ns = outages_ns_;
+  r.first_arrival_ns = first_arrival_ns_;
+  r.last_delivery_ns = last_delivery_ns_;
+  r.end_ns = end_ns();
+  r.events = events();
+  for (size_t i = 0; i < rstats_.size(); ++i) {
+    const ReplicaStats& s = rstats_[i];
+    ServingReplicaResult e;
+    e.iterations = s.iterations;
+    e.prefill_iterations = s.prefill_iterations;
+    e.decode_iterations = s.decode_iterations;
+    e.mixed_iterations = s.mixed_iterations;
+    e.busy_ns = s.busy_ns;
+    e.batch_time_integral = s.batch_time_integral;
+    e.kv_time_integral = s.kv_time_integral;
+    e.kv_max = s.kv_max;
+    e.max_batch = s.max_batch;
+    e.sliced_prefills = s.sliced_prefills;
+    e.prefill_slices = s.prefill_slices;
+    e.preemptions = replicas_[i]->preemptions;
+    e.swap_bytes = replicas_[i]->swap_bytes;
+    r.engines.push_back(e);
+  }
+  r.gaps.count = gaps_.count();
+  if (gaps_.count()) {
+    r.gaps.mean = gaps_.mean();
+    r.gaps.p50 = gaps_.percentile(50);
+    r.gaps.p90 = gaps_.percentile(90);
+    r.gaps.p95 = gaps_.percentile(95);
+    r.gaps.p99 = gaps_.percentile(99);
+    r.gaps.max = static_cast<double>(gaps_.max());
+  }
+  for (const auto& s : samples_) r.samples.push_back(ServingSample{s.t_ns, s.running, s.waiting, s.swapped, s.kv_occupancy, s.busy_fraction});
+  r.trace = trace_enabled();
+  r.traced_iterations = trace_iterations_;
+  r.trace_max_requests = c.trace_max_requests;
+  r.model_tokens_per_llama = c.model_tokens_per_llama;
+  return r;
 }
 
 }  // namespace sluice::serving

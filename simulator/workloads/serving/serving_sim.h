@@ -16,6 +16,7 @@
 #include "network/flow.h"
 #include "recorder/histogram.h"
 #include "recorder/recorder.h"
+#include "recorder/serving_results.h"
 #include "registry/registry.h"
 #include "workloads/serving/router.h"
 #include "workloads/serving/scheduler.h"
@@ -91,6 +92,10 @@ struct ServingConfig {
   // Failures (world faults): a replica that lost a device reloads the model for this long after repair.
   int64_t reload_ns = 0;
   int64_t failover_timeout_ns = 0;  // a request no healthy replica takes within this fails (0: waits forever)
+  // Overload: an arrival that finds this many requests in flight (arrived or made, not yet
+  // ended) is rejected and counted; 0: no bound.
+  int64_t max_in_flight = 0;
+  double model_tokens_per_llama = 1;  // llmperf's counting (tokenizers.yaml)
 };
 
 // Aggregates per replica.
@@ -155,8 +160,19 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   // capacity, busy time within the run.
   void check_conservation() const;
 
-  // Results.
+  // Where each request goes as it ends (answered, rejected, failed); none: not recorded.
+  void set_sink(RequestSink* sink) { sink_ = sink; }
+  // The plain results the recorder formats (ServingResults), after finish().
+  ServingResults results() const;
+
+  // Results. requests(): the request table, one slot per request in flight; a slot is reused
+  // once its request ended, so after a run it holds each slot's last request.
   const std::vector<Request>& requests() const { return reqs_; }
+  // Request slots in use now, and the most in use at once (memory follows it, not the run's length).
+  int64_t live_requests() const { return live_; }
+  int64_t live_high_water() const { return live_high_water_; }
+  int64_t conversation_slots() const { return static_cast<int64_t>(convs_.size()); }
+  int64_t rejected_overload() const { return rejected_overload_; }
   const std::vector<ReplicaStats>& replica_stats() const { return rstats_; }
   const std::vector<std::unique_ptr<Replica>>& replicas() const { return replicas_; }
   const std::vector<TimeSample>& samples() const { return samples_; }
@@ -192,6 +208,18 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   void start_conversation(int64_t now_ns);
   uint32_t make_request(uint32_t conv, int turn, int64_t arrival_ns, int32_t history);
   void on_arrival(uint32_t id);
+  // A request that ended without an answer (too long, overload): counted, its client goes on.
+  void reject(Request& q, bool overload);
+  // Ends a request: its record to the sink, and its slot back to the free list.
+  void release(uint32_t slot);
+  void release_conversation(uint32_t conv_slot);
+  RequestSink* sink_ = nullptr;
+  std::vector<uint32_t> free_slots_, free_convs_;
+  std::vector<uint8_t> slot_used_;
+  std::vector<uint32_t> conv_number_;  // per conversation slot
+  std::vector<uint32_t> ended_;        // slots answered in the iteration being closed
+  int64_t made_ = 0, released_ = 0, answered_ = 0, live_ = 0, live_high_water_ = 0, rejected_overload_ = 0;
+  uint32_t conversations_made_ = 0;
   void try_start(int replica);
   // Defers a scheduling decision to the end of the current instant (Priority::Schedule), so it
   // sees every arrival and completion that happens at the same nanosecond.

@@ -72,6 +72,13 @@ class ServingWorkload final : public Workload {
     sim_ = std::make_unique<ServingSim>(std::move(cfg), world.engine(), &world.trace(), std::move(fabric));
   }
   void start(World& w) override {
+    // Records stream to the recorder as requests end (requests.csv into the run's staging
+    // directory when `sluice run` streams; in memory otherwise).
+    const bool scoped = w.workloads().size() > 1;
+    const std::string prefix = scoped ? name() + "." : "";
+    records_ = std::make_unique<ServingRecords>(w.recorder, requests_csv_ ? prefix + "requests.csv" : "",
+                                                sim_->config().model_tokens_per_llama);
+    sim_->set_sink(records_.get());
     done_ = sim_->config().workload->total_requests() == 0;
     if (!w.faults().empty()) sim_->enable_faults();
     sim_->start(w.progress, [this, &w] {
@@ -106,7 +113,8 @@ class ServingWorkload final : public Workload {
     for (const auto& w : sim_->config().workload->warnings()) notes.warn(w);
     warn_about_run(*sim_, sample_interval_ns_, notes);
     for (const auto& w : notes.warnings()) rec.warn(tag + w);
-    report_serving(*sim_, desc_, rec, requests_csv_, timeseries_, scoped ? name() : std::string());
+    if (!records_) throw std::logic_error("internal: a serving workload reported before it started");
+    report_serving(sim_->results(), *records_, desc_, rec, timeseries_, scoped ? name() : std::string());
   }
 
  private:
@@ -117,6 +125,7 @@ class ServingWorkload final : public Workload {
   std::vector<int> devices_;
   size_t per_replica_ = 1;
   std::unique_ptr<ServingSim> sim_;
+  std::unique_ptr<ServingRecords> records_;
 };
 
 // Deployment problems (memory, GPU count, placement) are configuration errors: point at the deployment.

@@ -222,8 +222,8 @@ class TraceSource final : public WorkloadSource {
       // Tolerate CRLF files and padded cells.
       while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
       if (line.empty() || line[0] == '#') continue;
-      if (rows.size() >= static_cast<size_t>(kMaxRequests))
-        bad(fmt::format("the trace has more than {} requests, the most one run holds", kMaxRequests));
+      if (rows.size() >= static_cast<size_t>(kMaxTraceRequests))
+        bad(fmt::format("the trace has more than {} requests, the most one run holds", kMaxTraceRequests));
       Row r{0, 0, 0, "", ln};
       if (jsonl) {
         // A trace row is flat: nesting deeper than a few levels is refused before parsing (a
@@ -348,7 +348,7 @@ SLUICE_REGISTER(component, serving_loads) {
   Schema s;
   s.section("input_tokens", lengths("550", "150"), "prompt length, drawn as int(gauss(mean, sd)) redrawn until positive");
   s.section("output_tokens", lengths("150", "80"), "output length, drawn the same way");
-  s.add("requests", ParamType::Int, "requests (turns) to complete (each is kept in memory)").def("150").range(1, static_cast<double>(kMaxRequests));
+  s.add("requests", ParamType::Int, "requests (turns) to complete (only those in flight are held in memory)").def("150").range(1, static_cast<double>(kMaxRequests));
   s.component("arrival", &reg, "arrival", "closed_loop", "arrival process: {kind: closed_loop|poisson|gamma, ...}");
   s.section("conversation", conv, "multi-turn conversations");
   s.add("tokenizer", ParamType::String, "tokenizer the lengths are counted in (llmperf: llama); converted to the model's").def("llama");

@@ -49,9 +49,14 @@ class WorkloadSource {
   virtual std::vector<std::string> warnings() const { return {}; }
 };
 
-// The most requests (turns) one run may hold: every request is kept for requests.csv and
-// the percentiles, so this bounds memory (about 2 GB) before anything is allocated.
-inline constexpr int64_t kMaxRequests = 10'000'000;
+// The most requests (turns) one run may have. Memory no longer grows with it: a request's
+// slot is reused once it ends, its record streams to requests.csv and into bounded
+// percentile summaries (deployment.max_in_flight bounds the requests held at once). The
+// bound keeps request numbers within 32 bits, and requests.csv (about 100 bytes a request)
+// within 100 GB.
+inline constexpr int64_t kMaxRequests = 1'000'000'000;
+// The most rows a trace file may have: a replayed trace is read into memory whole.
+inline constexpr int64_t kMaxTraceRequests = 10'000'000;
 // The longest request a trace may name, in tokens (any model's context is far below it).
 inline constexpr int64_t kMaxTraceTokens = 100'000'000;
 

@@ -1,0 +1,90 @@
+// Plain results of a serving deployment, with no serving types in them: what the workload
+// (workloads/serving/serving_sim.cpp) hands the recorder (recorder/serving_report.h).
+//  * One ServingRequestRecord per request, handed to a RequestSink the moment the request
+//    ends (answered, rejected or failed), so records stream to disk as the run goes instead
+//    of being kept for the end.
+//  * One ServingResults at the end: the deployment, per-replica aggregates, counters.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sluice {
+
+// One answered request, as requests.csv has it (times in ns since the run started).
+struct ServingRequestRecord {
+  uint32_t id = 0;  // the request's number in the run (arrival order of its creation)
+  uint32_t conversation = 0, turn = 0;
+  int32_t replica = -1;
+  int64_t arrival_ns = 0, first_scheduled_ns = 0, first_token_ns = 0, last_token_ns = 0, max_gap_ns = 0;
+  int32_t input_tokens = 0, history_tokens = 0, cached_tokens = 0, output_tokens = 0, preemptions = 0;
+  int32_t prompt_len() const { return history_tokens + input_tokens; }
+};
+
+// Where a workload hands its requests as they end. Every request id of the run is handed
+// exactly once: answered() with its record, or ended() when it got no answer (rejected as
+// too long or as overload, or failed); ids still in flight at the end are never handed.
+class RequestSink {
+ public:
+  virtual ~RequestSink() = default;
+  virtual void answered(const ServingRequestRecord& r) = 0;
+  virtual void ended(uint32_t id) = 0;
+};
+
+struct ServingReplicaResult {
+  int64_t iterations = 0, prefill_iterations = 0, decode_iterations = 0, mixed_iterations = 0;
+  int64_t busy_ns = 0;
+  double batch_time_integral = 0, kv_time_integral = 0, kv_max = 0;
+  int64_t max_batch = 0;
+  int64_t sliced_prefills = 0, prefill_slices = 0;
+  int64_t preemptions = 0;
+  double swap_bytes = 0;
+};
+
+struct ServingSample {
+  int64_t t_ns;
+  int64_t running, waiting, swapped;
+  double kv_occupancy, busy_fraction;
+};
+
+// Inter-token gaps of every request, as a log histogram (the workload records them).
+struct GapSummary {
+  uint64_t count = 0;
+  double mean = 0, p50 = 0, p90 = 0, p95 = 0, p99 = 0, max = 0;  // ns
+};
+
+struct ServingResults {
+  // The deployment.
+  std::string hardware, model, topology, tp_allreduce, cost_tables, d2h_source;
+  int replicas = 1, tensor_parallel = 1, pipeline_parallel = 1, block_size = 16;
+  double kv_bytes_per_token = 0;
+  double model_parameters = 0, model_embedding_parameters = 0;  // vocab × hidden
+  double peak_bf16_flops = 0, effective_flops = 0, effective_bandwidth_Bps = 0;
+  bool roofline_only = false;
+  std::string prefill_slicing;  // "" when prefills are not sliced
+  // Memory per GPU.
+  double capacity_per_gpu = 0, weights_per_gpu = 0, activation_per_gpu = 0, kv_per_gpu = 0;
+  int64_t kv_tokens_per_replica = 0, blocks_per_replica = 0, blocks_per_engine = 0;
+  // Requests.
+  int64_t announced = 0, completed = 0, rejected_too_long = 0, rejected_overload = 0, failed = 0;
+  int64_t max_in_flight = 0;           // the bound on requests in flight (0: none)
+  int64_t in_flight_high_water = 0;    // the most requests held at once (live request slots)
+  bool truncated = false;
+  bool faults = false;
+  int64_t retried = 0, reprefilled = 0, replica_failures = 0, replica_down_ns = 0;
+  std::vector<int64_t> outages_ns;
+  // Time.
+  int64_t first_arrival_ns = -1, last_delivery_ns = 0, end_ns = 0;
+  uint64_t events = 0;
+  // Per engine (replica × virtual engine).
+  std::vector<ServingReplicaResult> engines;
+  GapSummary gaps;
+  std::vector<ServingSample> samples;
+  // The trace.
+  bool trace = false;
+  int64_t traced_iterations = 0, trace_max_requests = 0;
+  // llmperf counts output tokens with the Llama tokenizer: model tokens per Llama token.
+  double model_tokens_per_llama = 1;
+};
+
+}  // namespace sluice
