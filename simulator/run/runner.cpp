@@ -20,9 +20,77 @@ std::string default_run_dir(const Scenario& sc) {
   return fmt::format("results/{}/seed{}-{}", sc.name, sc.seed, sc.hash.substr(0, 8));
 }
 
+namespace {
+
+// What a metric's name says it is: a fraction of a whole (in [0, 1]), a quantity that cannot be
+// negative (a latency, delay, duration, size or count), or neither (a gap to a published figure,
+// an error, a difference). Decided by its key and its parents' keys.
+enum class MetricKind { Fraction, NonNegative, Free };
+
+bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+MetricKind metric_kind(const std::vector<std::string>& path) {
+  for (const auto& k : path)
+    if (has(k, "gap") || has(k, "error") || has(k, "delta") || has(k, "diff") || has(k, "change") || has(k, "ci95") ||
+        has(k, "published") || has(k, "vs_") || has(k, "_vs") || has(k, "ratio") || has(k, "gain") || has(k, "speedup") ||
+        has(k, "slope") || has(k, "log"))
+      return MetricKind::Free;
+  for (const auto& k : path)
+    if (has(k, "utilization") || has(k, "availability") || has(k, "occupancy") || has(k, "fraction") || k == "mfu" ||
+        k == "goodput" || k == "goodput_mean")
+      return MetricKind::Fraction;
+  for (const auto& k : path)
+    if (has(k, "ttft") || has(k, "tpot") || has(k, "e2e") || has(k, "itl") || has(k, "latency") || has(k, "delay") ||
+        has(k, "queue") || has(k, "wait") || has(k, "duration") || has(k, "time") || has(k, "bytes") || has(k, "tokens") ||
+        has(k, "requests") || has(k, "count") || has(k, "iterations") || k.ends_with("_ms") || k.ends_with("_s") ||
+        k.ends_with("_ns") || k.ends_with("_h"))
+      return MetricKind::NonNegative;
+  return MetricKind::Free;
+}
+
+void check_metrics(const Json& doc, std::vector<std::string>& path) {
+  if (doc.is_number()) {
+    const double v = doc.get<double>();
+    auto where = [&] {
+      std::string s;
+      for (const auto& k : path) s += (s.empty() ? "" : ".") + k;
+      return s;
+    };
+    switch (metric_kind(path)) {
+      case MetricKind::Fraction:
+        if (!(v >= 0 && v <= 1))
+          throw std::logic_error(fmt::format("metric invariant broken: {} = {} is a fraction outside [0, 1]", where(), v));
+        break;
+      case MetricKind::NonNegative:
+        if (!(v >= 0)) throw std::logic_error(fmt::format("metric invariant broken: {} = {} is negative (a time, size or count)", where(), v));
+        break;
+      case MetricKind::Free:
+        break;
+    }
+  } else if (doc.is_object()) {
+    for (auto it = doc.begin(); it != doc.end(); ++it) {
+      path.push_back(it.key());
+      check_metrics(it.value(), path);
+      path.pop_back();
+    }
+  } else if (doc.is_array()) {
+    for (const auto& e : doc) check_metrics(e, path);
+  }
+}
+
+}  // namespace
+
+void check_metric_invariants(const Json& metrics) {
+  std::vector<std::string> path;
+  check_metrics(metrics, path);
+}
+
 Json run_into(Scenario& sc, Recorder& rec, const std::function<void(double)>& progress) {
   RunEnv env{rec, progress};
   sc.world->run(env);
+  // Every figure a run reports is checked before anything is written: fractions within [0, 1],
+  // no negative time, size or count (a study that computes one is wrong, whatever the cause).
+  check_metric_invariants(rec.metrics());
   Json header = Json::object();
   header["schema_version"] = Recorder::kSchemaVersion;
   header["sluice_version"] = SLUICE_VERSION;

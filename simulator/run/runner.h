@@ -10,6 +10,9 @@
 
 namespace sluice {
 
+// Throws std::logic_error naming the first metric whose name says it is a fraction but lies outside
+// [0, 1], or a time, size or count but is negative (or NaN). run_into calls it on every run.
+void check_metric_invariants(const Json& metrics);
 // Simulates `sc` into `rec` and returns the header that identifies the run in metrics.json.
 Json run_into(Scenario& sc, Recorder& rec, const std::function<void(double)>& progress);
 // The default results directory of a run: results/<scenario>/seed<seed>-<hash8>.

@@ -5,6 +5,7 @@
 #include "test_support.h"
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -358,4 +359,29 @@ TEST_CASE("fuzz finding: input on which YAML::LoadAll loops allocating without e
   CHECK(!msg.empty());
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 5.0);
   CHECK(scenario_error("---\nmodel: llama3-8b\n").empty());  // a leading document marker is fine
+}
+
+TEST_CASE("a metric outside what its name allows stops the run, named") {
+  // Purpose-built bad states: each is what a broken study could report.
+  const auto bad = [](const char* text) { return Json::parse(text); };
+  CHECK_THROWS_WITH_AS(check_metric_invariants(bad(R"({"pod": {"probe_availability": {"8x8x8": 1.0000000000000002}}})")),
+                       doctest::Contains("pod.probe_availability.8x8x8"), std::logic_error);
+  CHECK_THROWS_WITH_AS(check_metric_invariants(bad(R"({"variants": [{"queue_delay_h": {"min": -1.3e-13}}]})")),
+                       doctest::Contains("queue_delay_h.min"), std::logic_error);
+  CHECK_THROWS_WITH_AS(check_metric_invariants(bad(R"({"serving": {"ttft_ms": {"p50": -0.5}}})")), doctest::Contains("negative"),
+                       std::logic_error);
+  CHECK_THROWS_AS(check_metric_invariants(bad(R"({"serving": {"utilization": -0.01}})")), std::logic_error);
+  Json nan = Json::object();
+  nan["training"]["mfu"] = std::nan("");
+  CHECK_THROWS_AS(check_metric_invariants(nan), std::logic_error);
+  // What may be negative or above 1 by its nature passes: gaps to published figures, ratios, gains.
+  CHECK_NOTHROW(check_metric_invariants(bad(R"({"rows": [{"gap_vs_published": -0.158, "gain": 1.6, "tpot_ratio": 2.5}], "utilization": 1, "availability": 0})")));
+}
+
+TEST_CASE("every shipped scenario's figures keep their invariants (checked as each run ends)") {
+  // run_into checks the metrics of every run; the golden test runs every shipped scenario through
+  // it, so a scenario that reported a negative delay or a fraction above 1 would fail there. Here
+  // the check itself is shown to be on: a run's metrics pass it as they are.
+  const Json m = testing::run_text("study: serving\nname: t\nmodel: llama3-8b\nhardware: h200\nworkload: {kind: llmperf, requests: 20, arrival: {kind: closed_loop, clients: 2}}\n");
+  CHECK_NOTHROW(check_metric_invariants(m));
 }
