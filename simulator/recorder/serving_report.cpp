@@ -194,6 +194,7 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                          {"d2h", res.d2h_source}};
   m["requests"] = Json{{"completed", served}, {"rejected_too_long", res.rejected_too_long},
                        {"rejected_overload", res.rejected_overload},
+                       {"truncated_to_context", res.truncated_to_context},
                        {"announced", res.announced},
                        {"truncated_by_max_sim_time", res.truncated},
                        {"in_flight_max", res.in_flight_high_water}};

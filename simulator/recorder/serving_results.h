@@ -67,6 +67,7 @@ struct ServingResults {
   int64_t kv_tokens_per_replica = 0, blocks_per_replica = 0, blocks_per_engine = 0;
   // Requests.
   int64_t announced = 0, completed = 0, rejected_too_long = 0, rejected_overload = 0, failed = 0;
+  int64_t truncated_to_context = 0;    // requests whose drawn lengths exceeded the model's context, served truncated
   int64_t max_in_flight = 0;           // the bound on requests in flight (0: none)
   int64_t in_flight_high_water = 0;    // the most requests held at once (live request slots)
   bool truncated = false;

@@ -253,6 +253,9 @@ TEST_CASE("requests longer than the context are truncated, counted, and the run 
   const Json header = run_into(sc, rec, {});
   REQUIRE(rec.warnings().size() == 1);
   CHECK(rec.warnings()[0].find("2 of 3 trace requests were longer than the model's context") != std::string::npos);
+  // Counted as a figure too, beside rejected_too_long (which stays 0: they were served).
+  CHECK(rec.metrics()["serving"]["requests"]["truncated_to_context"].get<int64_t>() == 2);
+  CHECK(rec.metrics()["serving"]["requests"]["rejected_too_long"].get<int64_t>() == 0);
   rec.write_atomically((tmp / "run").string(), header);
   std::ifstream in(tmp / "run" / "metrics.json");
   const Json doc = Json::parse(in);

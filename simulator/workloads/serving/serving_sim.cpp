@@ -973,6 +973,7 @@ ServingResults ServingSim::results() const {
   r.completed = completed_;
   r.rejected_too_long = rejected_;
   r.rejected_overload = rejected_overload_;
+  r.truncated_to_context = c.workload->truncated_to_context();
   r.failed = failed_;
   r.max_in_flight = c.max_in_flight;
   r.in_flight_high_water = live_high_water_;

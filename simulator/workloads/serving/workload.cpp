@@ -143,6 +143,7 @@ class LlmperfSource final : public WorkloadSource {
     // that adding it to the clock cannot leave the int64 range.
     return static_cast<int64_t>(std::llround(std::min(think_rng_.exponential(static_cast<double>(think_mean_ns_)), 1.26e18)));
   }
+  int64_t truncated_to_context() const override { return truncated_; }
   std::vector<std::string> warnings() const override {
     if (truncated_ == 0) return {};
     return {fmt::format("{} of {} requests drawn were longer than the model's context of {} tokens and were truncated "
@@ -318,6 +319,7 @@ class TraceSource final : public WorkloadSource {
   const ArrivalSpec& arrival() const override { return arrival_; }
   int64_t total_requests() const override { return total_; }
   int64_t think_time_ns() override { return 0; }
+  int64_t truncated_to_context() const override { return truncated_; }
   std::vector<std::string> warnings() const override {
     if (truncated_ == 0) return {};
     return {fmt::format("{} of {} trace requests were longer than the model's context of {} tokens and were truncated "

@@ -47,6 +47,9 @@ class WorkloadSource {
   // What the run should be told about the requests issued so far (lengths truncated to the
   // context, ...); the study hands these to the recorder's warnings.
   virtual std::vector<std::string> warnings() const { return {}; }
+  // Requests issued so far whose lengths exceeded the model's context and were truncated to it
+  // (served, not rejected: `requests.truncated_to_context`, beside `rejected_too_long`).
+  virtual int64_t truncated_to_context() const { return 0; }
 };
 
 // The most requests (turns) one run may have. Memory no longer grows with it: a request's
