@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "config/binding.h"
 #include "config/units.h"
 #include "recorder/training_report.h"
 #include "registry/registry.h"
@@ -707,21 +708,28 @@ SLUICE_REGISTER(workload, training_workload) {
   Schema s;
   s.add("name", ParamType::String, "the workload's name (metrics under workloads.<name>)");
   s.ref("model", {"models/llm"}, model_schema(), "the model: a catalog name (gpt3-13b, llama3-8b) or an inline shape");
+  using T = TrainingConfig;
   auto par = std::make_shared<Schema>();
-  par->add("tp", ParamType::Int, "tensor parallel ranks per stage (inside one server)").def("1").range(1, 64);
-  par->add("pp", ParamType::Int, "pipeline stages").def("1").range(1, 512);
-  par->add("dp", ParamType::Int, "data-parallel replicas of the pipeline").def("1").range(1, 65536);
-  par->enumeration("schedule", {"1f1b", "gpipe"}, "pipeline schedule").def("1f1b");
-  par->add("micro_batches", ParamType::Int, "micro-batches per replica per iteration").def("8").range(1, 65536);
-  par->add("micro_batch_size", ParamType::Int, "sequences per micro-batch").def("1").range(1, 65536);
+  Binding<T> par_keys(*par);
+  par_keys.integer("tp", &T::tp, "tensor parallel ranks per stage (inside one server)").def("1").range(1, 64);
+  par_keys.integer("pp", &T::pp, "pipeline stages").def("1").range(1, 512);
+  par_keys.integer("dp", &T::dp, "data-parallel replicas of the pipeline").def("1").range(1, 65536);
+  par_keys.choice<Schedule>("schedule", {{"1f1b", Schedule::OneFOneB}, {"gpipe", Schedule::GPipe}}, &T::schedule, "pipeline schedule")
+      .def("1f1b");
+  par_keys.integer("micro_batches", &T::micro_batches, "micro-batches per replica per iteration").def("8").range(1, 65536);
+  par_keys.integer("micro_batch_size", &T::micro_batch_size, "sequences per micro-batch").def("1").range(1, 65536);
   s.section("parallel", par, "tensor x pipeline x data parallelism and the pipeline schedule");
-  s.add("sequence", ParamType::Int, "tokens per sequence").def("2048").range(1, 1 << 20);
-  s.add("iterations", ParamType::Int, "iterations to run (0: as long as the other workloads run)").def("2").range(0, 1e6);
-  s.add("recompute", ParamType::Bool, "full activation recomputation: activations kept per layer input only, one more forward in the backward").def("false");
-  std::vector<std::string> allreduces;  // the registered all-reduce collectives (`sluice list collective`)
+  Binding<T> keys(s);
+  keys.integer("sequence", &T::sequence, "tokens per sequence").def("2048").range(1, 1 << 20);
+  keys.integer("iterations", &T::iterations, "iterations to run (0: as long as the other workloads run)").def("2").range(0, 1e6);
+  keys.flag("recompute", &T::recompute,
+            "full activation recomputation: activations kept per layer input only, one more forward in the backward")
+      .def("false");
+  std::vector<std::pair<std::string, net::CollectiveKind>> allreduces;  // the registered all-reduces (`sluice list collective`)
   for (const auto* c : reg.in("collective"))
-    if (c->name.rfind("allreduce-", 0) == 0) allreduces.push_back(c->name);
-  s.enumeration("dp_algorithm", allreduces, "data-parallel gradient all-reduce, one per stage and tensor-parallel rank")
+    if (c->name.rfind("allreduce-", 0) == 0) allreduces.emplace_back(c->name, *net::parse_collective(c->name));
+  keys.choice<net::CollectiveKind>("dp_algorithm", allreduces, &T::dp_algorithm,
+                                   "data-parallel gradient all-reduce, one per stage and tensor-parallel rank")
       .def("allreduce-ring");
   s.add("cost_tables", ParamType::String, "auto (the hardware's calibration), none (roofline only), or a directory").def("auto");
   s.section("slicing", slicing_schema(),
@@ -733,28 +741,29 @@ SLUICE_REGISTER(workload, training_workload) {
       .def("false");
   s.section("place", placement_schema(reg), "the devices it runs on: tp x pp x dp of them (tensor parallel fastest, then data parallel)");
   auto rec = std::make_shared<Schema>();
-  rec->quantity("checkpoint_interval", UnitKind::Time, "a checkpoint after the first iteration that ends this long after the last one (0s: none)").def("30min").nonneg();
-  rec->quantity("checkpoint_write", UnitKind::Time, "the pause to write a checkpoint").def("30s").nonneg();
-  rec->quantity("restart", UnitKind::Time, "from healthy devices to training again: reload the checkpoint, re-initialise").def("5min").nonneg();
-  rec->quantity("collective_timeout", UnitKind::Time, "a job whose transfers make no progress this long (group cut off) fails (0s: never)").def("10min").nonneg();
+  Binding<T> rec_keys(*rec);
+  rec_keys.time_ns("checkpoint_interval", &T::checkpoint_interval_ns,
+                   "a checkpoint after the first iteration that ends this long after the last one (0s: none)")
+      .def("30min")
+      .nonneg();
+  rec_keys.time_ns("checkpoint_write", &T::checkpoint_write_ns, "the pause to write a checkpoint").def("30s").nonneg();
+  rec_keys.time_ns("restart", &T::restart_ns, "from healthy devices to training again: reload the checkpoint, re-initialise")
+      .def("5min")
+      .nonneg();
+  rec_keys.time_ns("collective_timeout", &T::collective_timeout_ns,
+                   "a job whose transfers make no progress this long (group cut off) fails (0s: never)")
+      .def("10min")
+      .nonneg();
   s.section("recovery", rec, "what a failure costs: checkpoints, restart, and the timeout of a cut-off collective (used when the world has faults)");
   reg.add("workload", "training",
           "a training job: forward and backward per stage from the cost model, GPipe/1F1B pipelines, TP/PP/DP transfers as flows",
-          std::move(s), WorkloadKindFactory([&reg](const Params& p, World& world, const WorkloadContext& ctx) -> std::unique_ptr<Workload> {
-            TrainingConfig c;
+          std::move(s), WorkloadKindFactory([&reg, keys, par_keys, rec_keys](const Params& p, World& world, const WorkloadContext& ctx) -> std::unique_ptr<Workload> {
+            TrainingConfig c = keys.make(p);
+            const Params& par = p.section("parallel");
+            par_keys.fill(par, c);
+            rec_keys.fill(p.section("recovery"), c);
             c.model = model_from_params(p.section("model"));
             c.hardware = world.hardware();
-            const Params& par = p.section("parallel");
-            c.tp = static_cast<int>(par.integer("tp"));
-            c.pp = static_cast<int>(par.integer("pp"));
-            c.dp = static_cast<int>(par.integer("dp"));
-            c.schedule = par.str("schedule") == "gpipe" ? Schedule::GPipe : Schedule::OneFOneB;
-            c.micro_batches = static_cast<int>(par.integer("micro_batches"));
-            c.micro_batch_size = static_cast<int>(par.integer("micro_batch_size"));
-            c.sequence = static_cast<int>(p.integer("sequence"));
-            c.iterations = static_cast<int>(p.integer("iterations"));
-            c.recompute = p.flag("recompute");
-            c.dp_algorithm = *net::parse_collective(p.str("dp_algorithm"));
             if (c.model.heads % c.tp != 0)
               par.fail("tp", fmt::format("{} has {} heads; tensor parallelism must divide them", c.model.name, c.model.heads), "a divisor of the head count");
             if (c.pp > c.model.layers)
@@ -778,11 +787,6 @@ SLUICE_REGISTER(workload, training_workload) {
                                              format_bytes(mem.optimizer), format_bytes(mem.activations), c.hardware.name,
                                              format_bytes(c.hardware.hbm_bytes)),
                      "more tensor or pipeline parallelism, fewer micro-batches in flight (1f1b), recompute: true, or smaller micro-batches");
-            const Params& rp = p.section("recovery");
-            c.checkpoint_interval_ns = rp.time("checkpoint_interval").count_ns();
-            c.checkpoint_write_ns = rp.time("checkpoint_write").count_ns();
-            c.restart_ns = rp.time("restart").count_ns();
-            c.collective_timeout_ns = rp.time("collective_timeout").count_ns();
             if (p.section("place").given("slice") && world.is_pod()) {
               const Node& sn = p.section("place").node("slice");
               for (size_t i = 0; i < 3 && i < sn.seq.size(); ++i)
