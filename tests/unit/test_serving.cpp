@@ -618,3 +618,20 @@ outputs: {trace: false}
   CHECK(sim.requests()[0].first_token_ns == T0 + T1);
   CHECK(sim.requests()[1].first_token_ns == T0 + 2 * T1);
 }
+
+TEST_CASE("a serving deployment can cost its iterations from derived tables (another device's, scaled by the ratio of ceilings)") {
+  const std::string base = "study: serving\nname: t\nmodel: llama3-8b\nhardware: h100-sxm\n"
+                           "workload: {kind: llmperf, requests: 40, arrival: {kind: closed_loop, clients: 4}}\n";
+  const Json derived = testing::run_text(base, {"deployment.cost_tables=derived"});
+  const Json roofline = testing::run_text(base, {"deployment.cost_tables=none"});
+  const Json h200 = testing::run_text(base, {"hardware=h200"});
+  const double tpot_d = derived["serving"]["latency_ms"]["tpot"]["mean"].get<double>();
+  const double tpot_r = roofline["serving"]["latency_ms"]["tpot"]["mean"].get<double>();
+  const double tpot_h200 = h200["serving"]["latency_ms"]["tpot"]["mean"].get<double>();
+  CHECK(derived["serving"]["deployment"]["cost_tables"].get<std::string>().find("derived") != std::string::npos);
+  CHECK(tpot_d != doctest::Approx(tpot_r).epsilon(1e-3));  // the tables, not the roofline
+  CHECK(tpot_d > tpot_h200);                                // an H100 has less bandwidth than an H200
+  // A device whose catalog names no source of derived tables is refused, at the key.
+  CHECK_THROWS_WITH_AS(testing::run_text(base, {"hardware=h200", "deployment.cost_tables=derived"}), doctest::Contains("derive"),
+                       ConfigError);
+}

@@ -87,9 +87,21 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   if (tables == "auto") {
     if (!c.hardware.calibration.empty())
       c.tables_dir = (std::filesystem::path(catalog_root()) / "results" / "calibration" / c.hardware.calibration).string();
+  } else if (tables == "derived") {
+    // Another device's measured tables scaled to this one by the ratio of their ceilings, as
+    // `sluice cost --tables derived` does (the catalog names the device: derive_tables_from).
+    if (c.hardware.derive_tables_from.empty())
+      d.fail("cost_tables", fmt::format("{} names no device to derive tables from", c.hardware.name),
+             "auto, none, a directory, or derived on a device whose catalog file sets derive_tables_from (h100-sxm, a100-80gb)");
+    auto from = std::make_shared<HardwareSpec>(load_hardware(c.hardware.derive_tables_from, d.value("cost_tables").origin));
+    c.tables_dir = default_tables_dir(*from);
+    if (c.tables_dir.empty())
+      d.fail("cost_tables", fmt::format("{}, which {} derives its tables from, has no measured tables", from->name, c.hardware.name),
+             "auto, none, or a directory of calibration CSVs");
+    c.tables_device = std::move(from);
   } else if (tables != "none") {
     const auto found = find_input_path(tables, /*want_directory=*/true);
-    if (!found) d.fail("cost_tables", "no such tables directory", "auto, none, or a directory of calibration CSVs");
+    if (!found) d.fail("cost_tables", "no such tables directory", "auto, none, derived, or a directory of calibration CSVs");
     bool has_csv = false;
     std::error_code ec;
     for (std::filesystem::directory_iterator it(*found, ec), end; !ec && it != end && !has_csv; it.increment(ec))
@@ -164,7 +176,10 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
   dep->enumeration("preemption", {"recompute", "swap"}, "what happens to a preempted sequence's KV cache").def("recompute");
   dep->quantity("swap_space", UnitKind::Bytes, "host memory per replica for swapped KV").def("16GiB").nonneg();
   dep->add("prefix_reuse", ParamType::Bool, "keep a finished turn's KV resident for the conversation's next turn").def("true");
-  dep->add("cost_tables", ParamType::String, "auto (the hardware's calibration), none (roofline only), or a directory").def("auto");
+  dep->add("cost_tables", ParamType::String,
+           "auto (the hardware's calibration), none (roofline only), derived (the tables of the device the catalog's "
+           "derive_tables_from names, scaled by the ratio of ceilings), or a directory")
+      .def("auto");
   dep->enumeration("implementation", {"pytorch-lean", "pytorch-naive", "fused"},
                    "how the model is executed: its kernels per layer (sluice cost --implementation)").def("pytorch-lean");
   dep->add("fused_elementwise", ParamType::Bool, "the same as implementation: fused (kept for old scenarios)").def("false");

@@ -18,6 +18,7 @@ CostOptions cost_options(const ServingConfig& cfg) {
   o.tensor_parallel = cfg.tensor_parallel;
   o.pipeline_parallel = cfg.pipeline_parallel;
   o.tables_dir = cfg.tables_dir;
+  o.tables_device = cfg.tables_device;
   o.allreduce_ns = cfg.allreduce_ns;
   o.fused_elementwise = cfg.fused_elementwise;
   o.implementation = cfg.implementation;
@@ -947,7 +948,9 @@ ServingResults ServingSim::results() const {
   r.tp_allreduce = on_fabric() ? "flows on the topology, every iteration"
                    : c.tensor_parallel > 1 || c.pipeline_parallel > 1 ? "analytic ring over the interconnect"
                                                                        : "none (tp 1)";
-  r.cost_tables = c.tables_dir;
+  r.cost_tables = c.tables_device ? fmt::format("{} (derived: {}'s tables scaled to {} by the ratio of ceilings)", c.tables_dir,
+                                                c.tables_device->name, c.hardware.name)
+                                  : c.tables_dir;
   r.roofline_only = c.tables_dir.empty();
   r.d2h_source = c.last_mile.d2h_source;
   r.replicas = c.replicas;

@@ -75,6 +75,9 @@ struct ServingConfig {
   double swap_space_bytes = 0;  // per replica
   bool prefix_reuse = true;
   std::string tables_dir;
+  // `cost_tables: derived`: the device whose tables tables_dir holds, scaled to this one by the
+  // ratio of their ceilings (null: the tables are this device's own).
+  std::shared_ptr<const HardwareSpec> tables_device;
   bool fused_elementwise = false;
   Implementation implementation = Implementation::PytorchLean;
   std::string topology_name;                        // "" when none was named
