@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "config/shapes.h"
 #include "run/scenario.h"
 #include "network/collective.h"
 #include "network/generators.h"
@@ -15,27 +16,6 @@ namespace sluice::net {
 
 namespace {
 
-// A list parameter, or its default when absent (list defaults cannot be schema defaults).
-Node list_param(const Params& p, const std::string& key, const std::string& fallback) {
-  if (p.has(key)) return p.node(key);
-  return load_yaml_string(fallback, "(default)");
-}
-
-// A list of [x, y, z] triples, each element checked, errors at the element.
-std::array<int, 3> triple(const Node& n, const std::string& path) {
-  if (!n.is_seq() || n.seq.size() != 3)
-    throw ConfigError(n.origin, path, n.brief(), "expected a shape of 3 extents", "a list such as [4, 4, 8]");
-  std::array<int, 3> out{};
-  for (size_t i = 0; i < 3; ++i) {
-    auto v = n.seq[i].is_scalar() ? parse_int(n.seq[i].scalar) : std::nullopt;
-    if (!v || *v < 1 || *v > 4096)
-      throw ConfigError(n.seq[i].origin, fmt::format("{}[{}]", path, i), n.seq[i].brief(), "not a valid extent", "an integer in [1, 4096]");
-    out[i] = static_cast<int>(*v);
-  }
-  return out;
-}
-
-std::string shape_text(const std::array<int, 3>& s) { return fmt::format("{}x{}x{}", s[0], s[1], s[2]); }
 
 // ---------------------------------------------------------------- twisted vs regular torus
 
@@ -44,7 +24,7 @@ class TwistStudy final : public Study {
   explicit TwistStudy(const StudyContext& ctx) : p_(ctx.params) {
     const Node shapes = list_param(p_, "shapes", "[[4, 4, 8], [4, 8, 8]]");
     for (size_t i = 0; i < shapes.seq.size(); ++i) {
-      const auto s = triple(shapes.seq[i], fmt::format("shapes[{}]", i));
+      const auto s = shape_triple(shapes.seq[i], fmt::format("shapes[{}]", i));
       if (!twist_allowed({s[0], s[1], s[2]}))
         throw ConfigError(shapes.seq[i].origin, fmt::format("shapes[{}]", i), shapes.seq[i].brief(), "this shape cannot be twisted",
                           "a shape k×k×2k or k×2k×2k, e.g. [4, 4, 8] or [4, 8, 8]");

@@ -24,6 +24,7 @@
 
 #include <fmt/format.h>
 
+#include "config/shapes.h"
 #include "config/units.h"
 #include "hardware/cost_model.h"
 #include "network/generators.h"
@@ -39,27 +40,6 @@ namespace sluice::cluster {
 
 namespace {
 
-// A list parameter, or its default when absent (list defaults cannot be schema defaults).
-Node list_param(const Params& p, const std::string& key, const std::string& fallback) {
-  if (p.has(key)) return p.node(key);
-  return load_yaml_string(fallback, "(default)");
-}
-
-// A list of [x, y, z] triples, each element checked, errors at the element.
-std::array<int, 3> triple(const Node& n, const std::string& path) {
-  if (!n.is_seq() || n.seq.size() != 3)
-    throw ConfigError(n.origin, path, n.brief(), "expected a shape of 3 extents", "a list such as [4, 4, 8]");
-  std::array<int, 3> out{};
-  for (size_t i = 0; i < 3; ++i) {
-    auto v = n.seq[i].is_scalar() ? parse_int(n.seq[i].scalar) : std::nullopt;
-    if (!v || *v < 1 || *v > 4096)
-      throw ConfigError(n.seq[i].origin, fmt::format("{}[{}]", path, i), n.seq[i].brief(), "not a valid extent", "an integer in [1, 4096]");
-    out[i] = static_cast<int>(*v);
-  }
-  return out;
-}
-
-std::string shape_text(const std::array<int, 3>& s) { return fmt::format("{}x{}x{}", s[0], s[1], s[2]); }
 
 // The schema of a training job class in `jobs.shapes`.
 std::shared_ptr<Schema> job_class_schema() {
@@ -106,7 +86,7 @@ class PodStudy final : public Study {
     const Params& p = ctx.params;
     const Params& pod = p.section("pod");
     const Node cubes = list_param(pod, "cubes", "[4, 4, 4]");
-    const auto g = triple(cubes, "pod.cubes");
+    const auto g = shape_triple(cubes, "pod.cubes");
     if (g[0] * g[1] * g[2] > 64) pod.fail("cubes", "more than 64 cubes", "at most 64 cubes (a TPU v4 pod has 4×4×4)");
     cfg_.grid = g;
     edge_ = static_cast<int>(pod.integer("cube_edge"));
@@ -123,7 +103,7 @@ class PodStudy final : public Study {
     measure_iterations_ = static_cast<int>(j.integer("measure_iterations"));
     hardware_ = hardware_from_params(p.section("hardware"));
     auto shape_of = [&](const Node& n, const std::string& path) {
-      const auto s = triple(n, path);
+      const auto s = shape_triple(n, path);
       for (size_t i = 0; i < 3; ++i)
         if (s[i] % edge_ != 0 || s[i] / edge_ > std::max({g[0], g[1], g[2]}))
           throw ConfigError(n.seq[i].origin, fmt::format("{}[{}]", path, i), n.seq[i].brief(),
@@ -143,7 +123,7 @@ class PodStudy final : public Study {
       JobClass jc;
       if (e.find("model")) {
         const Params cp = parse_params(e, *class_schema, path);
-        jc = training_class(cp, path, shape_of(*e.find("shape"), path + ".shape"), triple(*e.find("shape"), path + ".shape"));
+        jc = training_class(cp, path, shape_of(*e.find("shape"), path + ".shape"), shape_triple(*e.find("shape"), path + ".shape"));
       } else {
         // The old form: an abstract job of the stream's duration.
         for (size_t k = 0; k < e.map.size(); ++k)
@@ -160,7 +140,7 @@ class PodStudy final : public Study {
           jc.weight = *v;
         }
         jc.shape = shape_of(*e.find("shape"), path + ".shape");
-        jc.name = shape_text(triple(*e.find("shape"), path + ".shape"));
+        jc.name = shape_text(shape_triple(*e.find("shape"), path + ".shape"));
       }
       for (const auto& other : classes_)
         if (other.name == jc.name) {
@@ -177,7 +157,7 @@ class PodStudy final : public Study {
     const Node probes = list_param(p, "probes", "[]");
     for (size_t i = 0; i < probes.seq.size(); ++i) {
       cfg_.probes.push_back(shape_of(probes.seq[i], fmt::format("probes[{}]", i)));
-      probe_names_.push_back(shape_text(triple(probes.seq[i], "probes")));
+      probe_names_.push_back(shape_text(shape_triple(probes.seq[i], "probes")));
     }
     // The job stream: Poisson arrivals, classes by weight, sizes lognormal (or exponential)
     // around the class's mean (training) or duration_mean (abstract jobs).
@@ -363,13 +343,7 @@ class PodStudy final : public Study {
     if (edge_ % c.tp != 0)
       par.fail("tp", fmt::format("{}: a tensor-parallel group of {} would span cubes (edge {})", jc.name, c.tp, edge_),
                fmt::format("a divisor of the cube edge {}", edge_));
-    if (c.model.heads % c.tp != 0)
-      par.fail("tp", fmt::format("{} has {} heads; tensor parallelism must divide them", c.model.name, c.model.heads), "a divisor of the head count");
-    if (c.pp > c.model.layers)
-      par.fail("pp", fmt::format("{} has {} layers", c.model.name, c.model.layers), fmt::format("at most {}", c.model.layers));
-    if (c.sequence > c.model.max_context)
-      cp.fail("sequence", fmt::format("longer than {}'s context of {} tokens", c.model.name, c.model.max_context),
-              fmt::format("at most {}", c.model.max_context));
+    training::check_training_shape(c, cp, par);
     jc.memory = training::training_memory(c);
     if (jc.memory.total() > c.hardware.hbm_bytes)
       cp.fail("parallel",

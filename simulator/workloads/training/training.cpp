@@ -704,6 +704,17 @@ SlicingConfig slicing_from_params(const Params& p, const TrainingConfig& c, cons
 
 }  // namespace
 
+void check_training_shape(const TrainingConfig& c, const Params& job, const Params& parallel) {
+  if (c.model.heads % c.tp != 0)
+    parallel.fail("tp", fmt::format("{} has {} heads; tensor parallelism must divide them", c.model.name, c.model.heads),
+                  "a divisor of the head count");
+  if (c.pp > c.model.layers)
+    parallel.fail("pp", fmt::format("{} has {} layers", c.model.name, c.model.layers), fmt::format("at most {}", c.model.layers));
+  if (c.sequence > c.model.max_context)
+    job.fail("sequence", fmt::format("longer than {}'s context of {} tokens", c.model.name, c.model.max_context),
+             fmt::format("at most {}", c.model.max_context));
+}
+
 SLUICE_REGISTER(workload, training_workload) {
   Schema s;
   s.add("name", ParamType::String, "the workload's name (metrics under workloads.<name>)");
@@ -764,13 +775,7 @@ SLUICE_REGISTER(workload, training_workload) {
             rec_keys.fill(p.section("recovery"), c);
             c.model = model_from_params(p.section("model"));
             c.hardware = world.hardware();
-            if (c.model.heads % c.tp != 0)
-              par.fail("tp", fmt::format("{} has {} heads; tensor parallelism must divide them", c.model.name, c.model.heads), "a divisor of the head count");
-            if (c.pp > c.model.layers)
-              par.fail("pp", fmt::format("{} has {} layers", c.model.name, c.model.layers), fmt::format("at most {}", c.model.layers));
-            if (c.sequence > c.model.max_context)
-              p.fail("sequence", fmt::format("longer than {}'s context of {} tokens", c.model.name, c.model.max_context),
-                     fmt::format("at most {}", c.model.max_context));
+            check_training_shape(c, p, par);
             c.slicing = slicing_from_params(p.section("slicing"), c, par);
             const std::string& tables = p.str("cost_tables");
             if (tables == "auto") c.tables_dir = default_tables_dir(c.hardware);

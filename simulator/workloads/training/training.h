@@ -58,6 +58,9 @@ struct TrainingMemory {
 // once (GPipe: all m; 1F1B: at most pp on the first stage), after Korthikanti et al. (2022):
 // s·b·h·(34 + 5·a·s/h)/tp per layer, or 2·s·b·h per layer with full recomputation.
 TrainingMemory training_memory(const TrainingConfig& c);
+// The checks a job's shape must pass, each failing at its key: tensor parallelism divides the
+// heads (in `parallel`), no more stages than layers, the sequence within the context (in `job`).
+void check_training_shape(const TrainingConfig& c, const Params& job, const Params& parallel);
 
 // What one job measured.
 struct TrainingResults {
