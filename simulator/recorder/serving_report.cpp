@@ -77,6 +77,11 @@ void ServingRecords::answered(const ServingRequestRecord& q) {
   if (state_[k] != 0) throw std::logic_error(fmt::format("internal: request {} ended twice", q.id));
   state_[k] = 1;
   waiting_[k] = q;
+  drain();
+}
+
+// Writes the rows that are now in id order (ended requests leave a gap that needs no row).
+void ServingRecords::drain() {
   reorder_high_water_ = std::max(reorder_high_water_, state_.size());
   while (!state_.empty() && state_.front() != 0) {
     if (state_.front() == 1) row(waiting_.front());
@@ -95,13 +100,7 @@ void ServingRecords::ended(uint32_t id) {
     waiting_.resize(k + 1);
   }
   state_[k] = 2;
-  reorder_high_water_ = std::max(reorder_high_water_, state_.size());
-  while (!state_.empty() && state_.front() != 0) {
-    if (state_.front() == 1) row(waiting_.front());
-    state_.pop_front();
-    waiting_.pop_front();
-    ++next_id_;
-  }
+  drain();
 }
 
 // A single-token request has no gap between tokens: its TPOT is undefined, so its tpot_ms

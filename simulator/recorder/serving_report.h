@@ -48,6 +48,7 @@ class ServingRecords final : public RequestSink {
   std::deque<uint8_t> state_;
   std::deque<ServingRequestRecord> waiting_;
   size_t reorder_high_water_ = 0;
+  void drain();
   bool closed_ = false;
 };
 
