@@ -22,12 +22,7 @@ namespace {
 
 using sluice::testing::registry;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using sluice::testing::slurp;
 
 std::vector<fs::path> files_in(const fs::path& dir, const std::string& ext) {
   std::vector<fs::path> out;

@@ -30,14 +30,7 @@ using namespace sluice::serving;
 namespace fs = std::filesystem;
 using sluice::testing::registry;
 
-namespace {
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-}  // namespace
+using sluice::testing::slurp;
 
 TEST_CASE("streamed percentiles: exact up to 2^20 values, a 0.1% sketch beyond, and the summary says which") {
   std::mt19937_64 rng(7);

@@ -1,5 +1,8 @@
 // Shared helpers of the unit tests.
 #pragma once
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +21,14 @@ inline Json run_text(const std::string& yaml, const std::vector<std::string>& se
   Recorder rec;
   run_into(sc, rec, {});
   return rec.metrics();
+}
+
+// A whole file's bytes.
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 }  // namespace sluice::testing

@@ -19,12 +19,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using sluice::testing::slurp;
 
 SweepSpec spec_of(const std::string& yaml) { return parse_sweep_block(load_yaml_string(yaml, "test")); }
 
