@@ -61,6 +61,13 @@ class Engine {
     }
     control.check(since);
   }
+  // True when the run goes on and no event is due at or before `t_ns`: what a handler does
+  // at now() with nothing else due at this instant is what a zero-delay event would have
+  // done when popped (a stopped run pops nothing more).
+  bool nothing_due_by(int64_t t_ns) const { return !stopped_ && (queue_.empty() || queue_.top().time_ns() > t_ns); }
+  // A handler did inline the work of an event it would otherwise have scheduled for now()
+  // (see nothing_due_by): counted as processed, so event counts do not depend on it.
+  void count_inline_event() { ++processed_; }
   void stop() { stopped_ = true; }
   size_t pending() const { return queue_.size(); }
   uint64_t events_processed() const { return processed_; }

@@ -11,6 +11,7 @@
 #include <iterator>
 #include <stdexcept>
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 namespace fs = std::filesystem;
@@ -81,21 +82,21 @@ void TraceWriter::dump_to(const std::function<void(const std::string&)>& sink) c
     switch (e.ph) {
       case 'P':
       case 'T':
-        fmt::format_to(out, "{{\"ph\":\"M\",\"pid\":{},\"tid\":{},\"name\":\"{}\",\"args\":{{\"name\":", e.pid, e.tid,
+        fmt::format_to(out, FMT_COMPILE("{{\"ph\":\"M\",\"pid\":{},\"tid\":{},\"name\":\"{}\",\"args\":{{\"name\":"), e.pid, e.tid,
                        e.ph == 'P' ? "process_name" : "thread_name");
         json_string(s, names_[e.name]);
         s += "}}";
         break;
       case 'X':
-        fmt::format_to(out, "{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"name\":", e.pid, e.tid);
+        fmt::format_to(out, FMT_COMPILE("{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"name\":"), e.pid, e.tid);
         json_string(s, names_[e.name]);
-        fmt::format_to(out, ",\"cat\":\"{}\",\"ts\":{},\"dur\":{}", e.category, static_cast<double>(e.ts_ns) / 1e3,
+        fmt::format_to(out, FMT_COMPILE(",\"cat\":\"{}\",\"ts\":{},\"dur\":{}"), e.category, static_cast<double>(e.ts_ns) / 1e3,
                        static_cast<double>(e.dur_ns) / 1e3);
         break;
       case 'C':
-        fmt::format_to(out, "{{\"ph\":\"C\",\"pid\":{},\"name\":", e.pid);
+        fmt::format_to(out, FMT_COMPILE("{{\"ph\":\"C\",\"pid\":{},\"name\":"), e.pid);
         json_string(s, names_[e.name]);
-        fmt::format_to(out, ",\"ts\":{}", static_cast<double>(e.ts_ns) / 1e3);
+        fmt::format_to(out, FMT_COMPILE(",\"ts\":{}"), static_cast<double>(e.ts_ns) / 1e3);
         break;
     }
     if (e.ph == 'X' || e.ph == 'C') {
@@ -103,7 +104,7 @@ void TraceWriter::dump_to(const std::function<void(const std::string&)>& sink) c
         s += ",\"args\":{";
         for (uint32_t a = 0; a < e.args_count; ++a) {
           const TraceArg& arg = args_[e.args_begin + a];
-          fmt::format_to(out, "{}\"{}\":{}", a ? "," : "", arg.key, std::isfinite(arg.value) ? arg.value : 0.0);
+          fmt::format_to(out, FMT_COMPILE("{}\"{}\":{}"), a ? "," : "", arg.key, std::isfinite(arg.value) ? arg.value : 0.0);
         }
         s += '}';
       }

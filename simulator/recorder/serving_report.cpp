@@ -1,5 +1,7 @@
 #include "recorder/serving_report.h"
 
+#include "recorder/csv_format.h"
+
 #include <fmt/format.h>
 
 #include "config/schema.h"
@@ -106,16 +108,27 @@ void ServingRecords::ended(uint32_t id) {
 // A single-token request has no gap between tokens: its TPOT is undefined, so its tpot_ms
 // cell is empty (not 0).
 void ServingRecords::row(const ServingRequestRecord& q) {
-  const double t = (q.first_token_ns - q.arrival_ns) / 1e6;
+  using csv::put_fixed, csv::put_int, csv::put_scaled;
   const double e = (q.last_token_ns - q.arrival_ns) / 1e6;
-  const double il = e / q.output_tokens;
-  const double qd = (q.first_scheduled_ns - q.arrival_ns) / 1e6;
   std::string& b = csv_->buffer();
-  auto out = std::back_inserter(b);
-  fmt::format_to(out, "{},{},{},{},{:.9f},{},{},{},{},{:.6f},{:.6f},{:.6f},", q.id, q.conversation, q.turn, q.replica,
-                 q.arrival_ns / 1e9, q.input_tokens, q.history_tokens, q.cached_tokens, q.output_tokens, qd, t, e);
-  if (q.output_tokens > 1) fmt::format_to(out, "{:.6f}", (q.last_token_ns - q.first_token_ns) / 1e6 / (q.output_tokens - 1));
-  fmt::format_to(out, ",{:.6f},{:.6f},{}\n", il, q.max_gap_ns / 1e6, q.preemptions);
+  // Times are integer ns: arrival in s with 9 decimals and the spans in ms with 6 are exact.
+  put_int(b, q.id), b += ',';
+  put_int(b, q.conversation), b += ',';
+  put_int(b, q.turn), b += ',';
+  put_int(b, q.replica), b += ',';
+  put_scaled(b, q.arrival_ns, 9), b += ',';
+  put_int(b, q.input_tokens), b += ',';
+  put_int(b, q.history_tokens), b += ',';
+  put_int(b, q.cached_tokens), b += ',';
+  put_int(b, q.output_tokens), b += ',';
+  put_scaled(b, q.first_scheduled_ns - q.arrival_ns, 6), b += ',';
+  put_scaled(b, q.first_token_ns - q.arrival_ns, 6), b += ',';
+  put_scaled(b, q.last_token_ns - q.arrival_ns, 6), b += ',';
+  if (q.output_tokens > 1) put_fixed(b, (q.last_token_ns - q.first_token_ns) / 1e6 / (q.output_tokens - 1), 6);
+  b += ',';
+  put_fixed(b, e / q.output_tokens, 6), b += ',';
+  put_scaled(b, q.max_gap_ns, 6), b += ',';
+  put_int(b, q.preemptions), b += '\n';
   csv_->maybe_flush();
 }
 
@@ -279,10 +292,14 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
 
   if (timeseries_csv && !res.samples.empty()) {
     std::string ts = "t_s,running,waiting,swapped,kv_occupancy,busy_fraction\n";
-    auto out = std::back_inserter(ts);
-    for (const auto& s : res.samples)
-      fmt::format_to(out, "{:.6f},{},{},{},{:.6f},{:.6f}\n", s.t_ns / 1e9, s.running, s.waiting, s.swapped, s.kv_occupancy,
-                     s.busy_fraction);
+    for (const auto& s : res.samples) {
+      csv::put_fixed(ts, s.t_ns / 1e9, 6), ts += ',';
+      csv::put_int(ts, s.running), ts += ',';
+      csv::put_int(ts, s.waiting), ts += ',';
+      csv::put_int(ts, s.swapped), ts += ',';
+      csv::put_fixed(ts, s.kv_occupancy, 6), ts += ',';
+      csv::put_fixed(ts, s.busy_fraction, 6), ts += '\n';
+    }
     rec.file(file_prefix + "timeseries.csv", ts);
   }
 

@@ -1,5 +1,6 @@
 // A serving request and the work one iteration does on it.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -21,8 +22,23 @@ inline constexpr uint32_t kPaddingSlot = 0xFFFFFFFFu;
 // the requests in flight, not every request of the run). `serial` is the request's number in
 // the run (requests.csv's id), `conversation` the conversation's number (the KV cache's key)
 // and `conv_slot` its slot in the table of conversations in progress.
-struct Request {
+struct alignas(64) Request {
+  // Hot: what every iteration reads and writes of a running sequence, in its first cache
+  // line (a replica's batch touches each member several times an iteration).
   uint32_t id = 0;
+  int32_t computed = 0;
+  int32_t generated = 0;
+  int32_t history_tokens = 0;  // earlier turns' prompts and answers, resent with this turn
+  int32_t input_tokens = 0;    // this turn's new prompt tokens
+  int32_t output_tokens = 0;   // tokens to generate
+  int32_t blocks = 0;          // KV blocks held on its replica
+  ReqState state = ReqState::Pending;
+  // Timestamps (ns); -1 until known.
+  int64_t first_scheduled_ns = -1;
+  int64_t first_token_ns = -1;   // delivered to the client
+  int64_t last_token_ns = -1;
+  int64_t max_gap_ns = 0;
+  // Cold: identity, admission and failure bookkeeping.
   uint32_t serial = 0;
   uint32_t conv_slot = 0;
   uint32_t conversation = 0;
@@ -31,14 +47,7 @@ struct Request {
   int32_t replica = -1;
   uint32_t client = 0;       // closed-loop client that issued it
   int64_t arrival_ns = 0;
-  int32_t history_tokens = 0;  // earlier turns' prompts and answers, resent with this turn
-  int32_t input_tokens = 0;    // this turn's new prompt tokens
-  int32_t output_tokens = 0;   // tokens to generate
-  // Progress.
-  int32_t computed = 0;
-  int32_t generated = 0;
   int32_t cached_tokens = 0;   // prompt tokens whose KV was reused from a resident cache
-  int32_t blocks = 0;          // KV blocks held on its replica
   int32_t preemptions = 0;
   bool history_truncated = false;  // oldest history dropped to fit the context: no cached prefix applies
   bool rejected = false;           // can never fit the replica's KV cache (vLLM ignores such requests)
@@ -47,12 +56,6 @@ struct Request {
   int32_t retries = 0;             // times a failure sent it back to the router
   int32_t reprefills = 0;          // times it lost computed KV to a failure and prefilled again
   int64_t park_deadline_ns = 0;
-  ReqState state = ReqState::Pending;
-  // Timestamps (ns); -1 until known.
-  int64_t first_scheduled_ns = -1;
-  int64_t first_token_ns = -1;   // delivered to the client
-  int64_t last_token_ns = -1;
-  int64_t max_gap_ns = 0;
 
   int32_t prompt_len() const { return history_tokens + input_tokens; }
   int32_t length() const { return prompt_len() + generated; }
@@ -61,6 +64,7 @@ struct Request {
   bool in_prefill() const { return computed < length() - 1; }
   bool finished() const { return generated >= output_tokens; }
 };
+static_assert(offsetof(Request, max_gap_ns) + sizeof(int64_t) <= 64, "a request's hot fields fill its first cache line");
 
 // One sequence's share of an iteration.
 struct BatchEntry {

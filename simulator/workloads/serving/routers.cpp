@@ -9,8 +9,14 @@ namespace {
 // Every router sends only to healthy replicas; -1 when none is.
 int least_outstanding(const std::vector<std::unique_ptr<Replica>>& rs) {
   int best = -1;
-  for (int i = 0; i < static_cast<int>(rs.size()); ++i)
-    if (rs[i]->healthy && (best < 0 || rs[i]->outstanding() < rs[best]->outstanding())) best = i;  // ties: lowest index
+  size_t least = 0;
+  for (int i = 0; i < static_cast<int>(rs.size()); ++i) {
+    const Replica& r = *rs[i];
+    if (r.healthy && (best < 0 || r.load() < least)) {  // ties: lowest index
+      best = i;
+      least = r.load();
+    }
+  }
   return best;
 }
 
@@ -45,7 +51,7 @@ class KvAffinity final : public Router {
     if (least < 0) return -1;
     if (q.turn > 0) {
       for (int i = 0; i < static_cast<int>(rs.size()); ++i)
-        if (rs[i]->healthy && rs[i]->kv.resident(q.conversation) && rs[i]->outstanding() <= rs[least]->outstanding() + max_imbalance_)
+        if (rs[i]->healthy && rs[i]->kv.resident(q.conversation) && rs[i]->load() <= rs[least]->load() + max_imbalance_)
           return i;
     }
     return least;

@@ -343,6 +343,7 @@ void ServingSim::dispatch(uint32_t id) {
   }
   q.state = ReqState::Waiting;
   replicas_[q.replica]->waiting.push_back(id);
+  ++replicas_[q.replica]->routed;
   request_schedule(q.replica);
 }
 
@@ -397,6 +398,7 @@ void ServingSim::replica_down(int r) {
     rep.running.clear();
     rep.swapped.clear();
     rep.waiting.clear();
+    rep.routed = 0;
     rep.swapped_tokens = 0;
     // The KV cache is gone with the device (resident conversation caches included).
     rep.kv = BlockManager(rep.kv.total_blocks(), rep.kv.block_size(), cfg_.watermark, rep.reuse);
@@ -459,6 +461,9 @@ void ServingSim::check_conservation() const {
                   parked == static_cast<int64_t>(parked_.size()) && made_ - completed_ == queued + running + swapped + parked + pending &&
                   made_ <= total_;
   for (size_t i = 0; i < replicas_.size(); ++i) {
+    if (replicas_[i]->routed != replicas_[i]->outstanding())
+      throw std::logic_error(fmt::format("routing count broken on engine {}: the routers see {} requests, its queues hold {}", i,
+                                         replicas_[i]->routed, replicas_[i]->outstanding()));
     const auto& kv = replicas_[i]->kv;
     if (kv.free_blocks() < 0 || kv.cached_blocks() < 0 || kv.used_blocks() < 0 || kv.free_blocks() + kv.cached_blocks() > kv.total_blocks())
       throw std::logic_error(fmt::format("KV invariant broken on engine {}: {} free, {} cached, {} used of {} blocks", i, kv.free_blocks(),
@@ -817,6 +822,11 @@ void ServingSim::on_iteration_end(int ri) {
   const double detok = cfg_.last_mile.detokenize_ns, stream = cfg_.last_mile.stream_ns;
   double t = static_cast<double>(std::max(now, detok_free_ns_[ri]));
   ended_.clear();
+  // The batch's requests were last touched when the iteration started, and every other
+  // replica's iterations have run since: ask for all their lines at once rather than
+  // missing the cache on each in turn.
+  for (const auto& en : b.entries)
+    if (en.req != kPaddingSlot) __builtin_prefetch(&reqs_[en.req], 1);
   for (const auto& en : b.entries) {
     if (en.req == kPaddingSlot) continue;
     Request& q = reqs_[en.req];
@@ -842,11 +852,22 @@ void ServingSim::on_iteration_end(int ri) {
     }
   }
   detok_free_ns_[ri] = round_ns(t);
-  // Drop finished sequences from the running list.
-  r.running.erase(std::remove_if(r.running.begin(), r.running.end(),
-                                 [&](uint32_t id) { return reqs_[id].state == ReqState::Done; }),
-                  r.running.end());
+  // Drop finished sequences from the running list (only those that ended here are Done).
+  if (!ended_.empty()) {
+    r.running.erase(std::remove_if(r.running.begin(), r.running.end(),
+                                   [&](uint32_t id) { return reqs_[id].state == ReqState::Done; }),
+                    r.running.end());
+    r.routed -= ended_.size();
+  }
   for (uint32_t slot : ended_) release(slot);  // now that nothing names them
+  if (!busy_[ri] && decide_pending_ns_[ri] != now && engine_.nothing_due_by(now)) {
+    // Nothing else happens at this instant (finishing requests may have queued arrivals for
+    // now; then it waits for them): decide the next iteration at once, as the Decide event
+    // would have the moment it was popped. Counted as that event.
+    engine_.count_inline_event();
+    try_start(ri);
+    return;
+  }
   request_schedule(ri);
 }
 

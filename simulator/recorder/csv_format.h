@@ -1,0 +1,48 @@
+// Appending numbers to CSV text without a format string: the per-request and per-sample
+// rows are written once per request, and fmt's fixed-precision path (Dragon4 for {:.6f})
+// cost more than the simulation of a small scenario.
+//   put_int:    an integer.
+//   put_fixed:  a double with `decimals` digits after the point, correctly rounded by
+//               std::to_chars (the digits fmt's {:.Nf} prints).
+//   put_scaled: an integer count of small units shown in a unit 10^decimals times larger
+//               (ns as ms with 6 decimals, as s with 9), exactly: no double in between.
+#pragma once
+#include <charconv>
+#include <cstdint>
+#include <string>
+
+namespace sluice::csv {
+
+inline void put_int(std::string& s, int64_t v) {
+  char b[24];
+  const auto r = std::to_chars(b, b + sizeof b, v);
+  s.append(b, r.ptr);
+}
+
+inline void put_fixed(std::string& s, double v, int decimals) {
+  char b[64];
+  const auto r = std::to_chars(b, b + sizeof b, v, std::chars_format::fixed, decimals);
+  if (r.ec == std::errc()) s.append(b, r.ptr);
+  else s += std::to_string(v);  // beyond 64 characters (|v| > 1e50): never a time or a count here
+}
+
+inline void put_scaled(std::string& s, int64_t v, int decimals) {
+  int64_t unit = 1;
+  for (int i = 0; i < decimals; ++i) unit *= 10;
+  uint64_t a = v < 0 ? static_cast<uint64_t>(-(v + 1)) + 1 : static_cast<uint64_t>(v);
+  if (v < 0) s += '-';
+  char b[24];
+  auto r = std::to_chars(b, b + sizeof b, a / static_cast<uint64_t>(unit));
+  s.append(b, r.ptr);
+  if (decimals <= 0) return;
+  s += '.';
+  uint64_t frac = a % static_cast<uint64_t>(unit);
+  char d[20];
+  for (int i = decimals - 1; i >= 0; --i) {
+    d[i] = static_cast<char>('0' + frac % 10);
+    frac /= 10;
+  }
+  s.append(d, static_cast<size_t>(decimals));
+}
+
+}  // namespace sluice::csv
