@@ -386,8 +386,13 @@ TEST_CASE("routers: round-robin cycles, least-outstanding picks the emptiest, KV
   CHECK(rr->route(reqs[0], rs) == 1);
   CHECK(rr->route(reqs[0], rs) == 2);
   CHECK(rr->route(reqs[0], rs) == 0);
-  rs[0]->waiting = {0, 0};
-  rs[1]->waiting = {0};
+  // Routers read the count the simulation keeps as it routes and ends requests.
+  auto hold = [&](int r, size_t n) {
+    rs[static_cast<size_t>(r)]->waiting.assign(n, 0);
+    rs[static_cast<size_t>(r)]->routed = n;
+  };
+  hold(0, 2);
+  hold(1, 1);
   auto lo = make("least_outstanding");
   CHECK(lo->route(reqs[0], rs) == 2);
   // Conversation 3's previous turn is cached on replica 1.
@@ -396,7 +401,7 @@ TEST_CASE("routers: round-robin cycles, least-outstanding picks the emptiest, KV
   rs[1]->kv.retain(prev, 8);
   auto kv = make("{kind: kv_affinity, max_imbalance: 2}");
   CHECK(kv->route(reqs[0], rs) == 1);
-  rs[1]->waiting = {0, 0, 0, 0};  // 4 outstanding vs 0: beyond the allowed imbalance
+  hold(1, 4);  // 4 outstanding vs 0: beyond the allowed imbalance
   CHECK(kv->route(reqs[0], rs) == 2);
 }
 

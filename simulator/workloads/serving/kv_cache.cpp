@@ -31,7 +31,7 @@ bool BlockManager::evict_until(int64_t need) {
   return free_ >= need;
 }
 
-bool BlockManager::grow_to(Request& r, int64_t tokens, bool admission) {
+bool BlockManager::grow_slow(Request& r, int64_t tokens, bool admission) {
   const int64_t need = blocks_for(tokens) - r.blocks;
   if (need <= 0) return true;
   if (!can_allocate(need, admission)) return false;

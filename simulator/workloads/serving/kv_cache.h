@@ -26,7 +26,10 @@ class BlockManager {
   bool can_allocate(int64_t extra, bool admission) const;
   // Grows a request's allocation to hold `tokens` tokens, evicting cached conversations
   // if needed. Returns false (and changes nothing) if it cannot.
-  bool grow_to(Request& r, int64_t tokens, bool admission = false);
+  bool grow_to(Request& r, int64_t tokens, bool admission = false) {
+    if (tokens <= static_cast<int64_t>(r.blocks) * block_size_) return true;  // the common case: its last block has room
+    return grow_slow(r, tokens, admission);
+  }
   // Releases every block the request holds.
   void release(Request& r);
   // After a turn finishes: keep its blocks resident as the conversation's cache (replacing
@@ -43,6 +46,7 @@ class BlockManager {
   bool resident(uint32_t conversation) const { return cache_.count(conversation) > 0; }
 
  private:
+  bool grow_slow(Request& r, int64_t tokens, bool admission);
   struct Entry {
     int64_t tokens;
     int64_t blocks;

@@ -94,7 +94,11 @@ int reserve_decode_slots(Replica& r, Batch& batch);
 // Brings swapped sequences back while blocks allow (charging the copy time) and adds each
 // to the batch as a decode.
 void swap_in(Replica& r, Batch& batch, size_t max_running);
-void add(Batch& b, const Request& q, int32_t new_tokens);
+inline void add(Batch& b, const Request& q, int32_t new_tokens) {
+  b.entries.push_back(BatchEntry{q.id, new_tokens, q.computed});
+  if (q.in_prefill()) ++b.prefill_entries;
+  else ++b.decode_entries;
+}
 }  // namespace mech
 
 }  // namespace sluice::serving

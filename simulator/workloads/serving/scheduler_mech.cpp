@@ -4,12 +4,6 @@
 
 namespace sluice::serving::mech {
 
-void add(Batch& b, const Request& q, int32_t new_tokens) {
-  b.entries.push_back(BatchEntry{q.id, new_tokens, q.computed});
-  if (q.in_prefill()) ++b.prefill_entries;
-  else ++b.decode_entries;
-}
-
 void preempt(Replica& r, uint32_t victim, Batch& batch) {
   Request& q = r.req(victim);
   r.running.erase(std::find(r.running.begin(), r.running.end(), victim));

@@ -289,7 +289,7 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   std::vector<int64_t> stage_free_ns_;  // per replica and pipeline stage: when the stage is next free
   int pp_ = 1;                          // virtual engines (batches in flight) per replica
   std::vector<double> kv_last_occ_;
-  std::vector<bool> busy_;
+  std::vector<uint8_t> busy_;  // bytes, not bits: read and written every iteration
   std::vector<ReplicaStats> rstats_;
   std::vector<TimeSample> samples_;
   std::vector<SeqWork> work_;
