@@ -640,3 +640,57 @@ TEST_CASE("a serving deployment can cost its iterations from derived tables (ano
   CHECK_THROWS_WITH_AS(testing::run_text(base, {"hardware=h200", "deployment.cost_tables=derived"}), doctest::Contains("derive"),
                        ConfigError);
 }
+
+TEST_CASE("every deployment key reaches the config field it is bound to") {
+  const Node n = load_yaml_string(R"(
+model: tinyllama-1.1b
+hardware: h200
+deployment: {replicas: 3, tensor_parallel: 2, pipeline_parallel: 2, nodes: 2, gpus_per_node: 4, max_in_flight: 777,
+             gpu_memory_utilization: 0.8, block_size: 32, watermark: 0.05, preemption: swap, swap_space: 8GiB,
+             prefix_reuse: false, cost_tables: none, implementation: pytorch-naive, fused_elementwise: true,
+             prefill_slicing: {policy: uniform, slices: 3, granularity: 32, min_tokens: 512}}
+last_mile: {d2h: fixed, d2h_latency: 21us, detokenize_per_token: 7us, stream_per_token: 3us}
+outputs: {trace_max_requests: 9, trace_max_iterations: 11, sample_interval: 2s}
+recovery: {reload: 30s, failover_timeout: 5s}
+)", "t.yaml");
+  auto parsed = registry().parse(n, "study", "", "serving");
+  const ServingConfig c = build_serving_config(parsed.params, registry(), 1, nullptr);
+  CHECK(c.replicas == 3);
+  CHECK(c.tensor_parallel == 2);
+  CHECK(c.pipeline_parallel == 2);
+  CHECK(c.nodes == 2);
+  CHECK(c.gpus_per_node == 4);
+  CHECK(c.max_in_flight == 777);
+  CHECK(c.gpu_memory_utilization == doctest::Approx(0.8));
+  CHECK(c.block_size == 32);
+  CHECK(c.watermark == doctest::Approx(0.05));
+  CHECK(c.preemption == PreemptionMode::Swap);
+  CHECK(c.swap_space_bytes == doctest::Approx(8.0 * (1 << 30)));
+  CHECK_FALSE(c.prefix_reuse);
+  CHECK(c.tables_dir.empty());
+  CHECK(c.implementation == Implementation::PytorchNaive);
+  CHECK(c.fused_elementwise);
+  CHECK(c.prefill_slicing.policy == PrefillSlicing::Uniform);
+  CHECK(c.prefill_slicing.slices == 3);
+  CHECK(c.prefill_slicing.granularity == 32);
+  CHECK(c.prefill_slicing.min_tokens == 512);
+  CHECK(c.last_mile.d2h_fixed_ns == doctest::Approx(21e3));
+  CHECK(c.last_mile.detokenize_ns == doctest::Approx(7e3));
+  CHECK(c.last_mile.stream_ns == doctest::Approx(3e3));
+  CHECK(c.trace_max_requests == 9);
+  CHECK(c.trace_max_iterations == 11);
+  CHECK(c.sample_interval_ns == 2'000'000'000);
+  CHECK(c.reload_ns == 30'000'000'000);
+  CHECK(c.failover_timeout_ns == 5'000'000'000);
+  // The defaults, and the time series switched off.
+  auto d = registry().parse(load_yaml_string("model: tinyllama-1.1b\noutputs: {timeseries: false}\n", "d.yaml"), "study", "", "serving");
+  const ServingConfig z = build_serving_config(d.params, registry(), 1, nullptr);
+  CHECK(z.replicas == 1);
+  CHECK(z.block_size == 16);
+  CHECK(z.preemption == PreemptionMode::Recompute);
+  CHECK(z.implementation == Implementation::PytorchLean);
+  CHECK(z.prefill_slicing.policy == PrefillSlicing::None);
+  CHECK(z.sample_interval_ns == 0);
+  CHECK(z.reload_ns == 120'000'000'000);
+  CHECK(z.max_in_flight == 1'000'000);
+}

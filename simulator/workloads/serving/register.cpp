@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "config/binding.h"
 #include "config/scenario.h"
 #include "run/study.h"
 #include "hardware/spec.h"
@@ -40,6 +41,97 @@ void warn_about_run(const ServingSim& sim, int64_t asked_interval_ns, Recorder& 
 }
 
 
+// A deployment's keys, each declared with the ServingConfig field it fills: the schema
+// (add_serving_keys) and the config (build_serving_config) both come from here. Keys that
+// are interpreted rather than copied stay plain schema keys, read where they are resolved:
+// cost_tables (a directory, derived or the roofline), the last mile's d2h and d2h_mode (which
+// table rows), and the outputs' trace, requests_csv and timeseries switches.
+struct ServingKeys {
+  Binding<ServingConfig> deployment, outputs, recovery;
+  Binding<PrefillSlicingConfig> slicing;
+  Binding<LastMile> last_mile;
+};
+
+static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, Schema& out, Schema& rec, bool short_form) {
+  using C = ServingConfig;
+  ServingKeys k{Binding<C>(dep), Binding<C>(out), Binding<C>(rec), Binding<PrefillSlicingConfig>(slicing), Binding<LastMile>(lm)};
+  auto& d = k.deployment;
+  d.integer("replicas", &C::replicas, "model replicas behind the router").def("1").range(1, 1e5);  // 1e6 took 1.8 GB to build
+  d.integer("tensor_parallel", &C::tensor_parallel, "GPUs per pipeline stage (inside one node)").def("1").range(1, 64);
+  d.integer("pipeline_parallel", &C::pipeline_parallel, "pipeline stages per replica").def("1").range(1, 256);
+  if (short_form) {
+    d.integer("nodes", &C::nodes, "nodes in the cluster").def("1").range(1, 1e6);
+    d.integer("gpus_per_node", &C::gpus_per_node, "GPUs per node (NVLink domain)").def("8").range(1, 1024);
+  }
+  d.integer("max_in_flight", &C::max_in_flight,
+            "overload bound: an arrival that finds this many requests in flight (queued, running, swapped, waiting for a "
+            "replica) is rejected and counted as requests.rejected_overload, so an overloaded run keeps its memory bounded "
+            "(0: no bound)")
+      .def("1000000").range(0, 1e9);
+  d.real("gpu_memory_utilization", &C::gpu_memory_utilization, "fraction of HBM the server may use (vLLM's setting)").def("0.9").range(0.05, 1.0);
+  d.integer("block_size", &C::block_size, "tokens per KV-cache block").def("16").range(1, 4096);
+  d.real("watermark", &C::watermark, "fraction of blocks kept free when admitting new sequences").def("0.01").range(0, 0.5);
+  d.choice<PreemptionMode>("preemption", {{"recompute", PreemptionMode::Recompute}, {"swap", PreemptionMode::Swap}}, &C::preemption,
+                           "what happens to a preempted sequence's KV cache")
+      .def("recompute");
+  d.quantity("swap_space", UnitKind::Bytes, &C::swap_space_bytes, "host memory per replica for swapped KV").def("16GiB").nonneg();
+  d.flag("prefix_reuse", &C::prefix_reuse, "keep a finished turn's KV resident for the conversation's next turn").def("true");
+  dep.add("cost_tables", ParamType::String,
+          "auto (the hardware's calibration), none (roofline only), derived (the tables of the device the catalog's "
+          "derive_tables_from names, scaled by the ratio of ceilings), or a directory")
+      .def("auto");
+  d.choice<Implementation>("implementation",
+                           {{"pytorch-lean", Implementation::PytorchLean}, {"pytorch-naive", Implementation::PytorchNaive},
+                            {"fused", Implementation::Fused}},
+                           &C::implementation, "how the model is executed: its kernels per layer (sluice cost --implementation)")
+      .def("pytorch-lean");
+  d.flag("fused_elementwise", &C::fused_elementwise, "the same as implementation: fused (kept for old scenarios)").def("false");
+  using P = PrefillSlicingConfig;
+  k.slicing.choice<PrefillSlicing>("policy",
+                                   {{"none", PrefillSlicing::None}, {"uniform", PrefillSlicing::Uniform}, {"terapipe", PrefillSlicing::TeraPipe}},
+                                   &P::policy,
+                                   "none: a prefill passes the stages whole; uniform: `slices` equal slices; terapipe: the DP minimising "
+                                   "sum t + (stages - 1) max t")
+      .def("none");
+  k.slicing.integer("slices", &P::slices, "uniform: slices per sliced prefill").def("2").range(2, 64);
+  k.slicing.integer("granularity", &P::granularity, "slice lengths in steps of this many tokens (the DP coarsens it to at most 256 steps)")
+      .def("64")
+      .range(1, 1 << 20);
+  k.slicing.integer("min_tokens", &P::min_tokens, "prefills of fewer new tokens are not sliced").def("1024").range(2, 1 << 24);
+  lm.enumeration("d2h", {"table", "fixed"}, "device-to-host copy of sampled token ids: measured table or fixed").def("table");
+  lm.enumeration("d2h_mode", {"pinned", "pageable", "item"}, "which d2h.csv rows to use").def("pinned");
+  k.last_mile.time_ns("d2h_latency", &LastMile::d2h_fixed_ns, "copy time when no table is available").def("15us").range(0, 1e9);  // at most 1 s
+  k.last_mile.time_ns("detokenize_per_token", &LastMile::detokenize_ns, "host CPU time to detokenize one token (estimate)")
+      .def("10us")
+      .range(0, 1e9);  // at most 1 s: it is added per hop or token
+  k.last_mile.time_ns("stream_per_token", &LastMile::stream_ns, "time to stream one token to the client").def("5us").range(0, 1e9);  // at most 1 s: it is added per hop or token
+  out.add("trace", ParamType::Bool, "write trace.json (Perfetto)").def("true");
+  k.outputs.integer("trace_max_requests", &C::trace_max_requests,
+                    "request tracks in the trace: the first N requests by id (metrics.json says how many were cut; raise it to trace more)")
+      .def("200").range(0, 1e7);
+  k.outputs.integer("trace_max_iterations", &C::trace_max_iterations,
+                    "iteration slices (with KV and batch counters) in the trace: the first N iterations of replicas 0-63 "
+                    "(metrics.json says how many were cut; raise it to trace more)")
+      .def("2000").range(0, 1e8);
+  out.add("requests_csv", ParamType::Bool, "write requests.csv, a row per request").def("true");
+  out.add("timeseries", ParamType::Bool, "write timeseries.csv (queues, KV occupancy, busy replicas)").def("true");
+  k.outputs.time_ns("sample_interval", &C::sample_interval_ns, "time-series sampling interval").def("1s").positive();  // 0 below when timeseries is off
+  k.recovery.time_ns("reload", &C::reload_ns, "after its devices are repaired, a replica loads the model this long before serving").def("2min").nonneg();
+  k.recovery.time_ns("failover_timeout", &C::failover_timeout_ns, "a request no healthy replica takes within this fails (0s: waits for a repair)")
+      .def("60s")
+      .nonneg();
+  return k;
+}
+
+// The bindings alone, to fill a config (the schemas they were declared on are thrown away;
+// a key the study's own schema lacks, such as nodes outside the short form, is not in its
+// parameters and leaves its field as it was).
+static const ServingKeys& serving_keys() {
+  static Schema dep, slicing, lm, out, rec;
+  static const ServingKeys k = bind_serving_keys(dep, slicing, lm, out, rec, true);
+  return k;
+}
+
 // Builds a ServingConfig from a validated `serving` study (also used by benchmarks and tests).
 ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_t seed, std::string* workload_desc,
                                    const HardwareSpec* cluster_hardware) {
@@ -47,20 +139,12 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   c.hardware = cluster_hardware ? *cluster_hardware : hardware_from_params(p.section("hardware"));
   c.model = model_from_params(p.section("model"));
   const Params& d = p.section("deployment");
-  c.replicas = static_cast<int>(d.integer("replicas"));
-  c.tensor_parallel = static_cast<int>(d.integer("tensor_parallel"));
-  c.pipeline_parallel = static_cast<int>(d.integer("pipeline_parallel"));
-  if (d.has("nodes")) {
-    c.nodes = static_cast<int>(d.integer("nodes"));
-    c.gpus_per_node = static_cast<int>(d.integer("gpus_per_node"));
-  }
-  c.gpu_memory_utilization = d.real("gpu_memory_utilization");
-  c.max_in_flight = d.integer("max_in_flight");
-  c.block_size = static_cast<int>(d.integer("block_size"));
-  c.watermark = d.real("watermark");
-  c.preemption = d.str("preemption") == "swap" ? PreemptionMode::Swap : PreemptionMode::Recompute;
-  c.swap_space_bytes = d.real("swap_space");
-  c.prefix_reuse = d.flag("prefix_reuse");
+  const ServingKeys& keys = serving_keys();
+  keys.deployment.fill(d, c);
+  keys.slicing.fill(d.section("prefill_slicing"), c.prefill_slicing);
+  keys.last_mile.fill(p.section("last_mile"), c.last_mile);
+  keys.outputs.fill(p.section("outputs"), c);
+  keys.recovery.fill(p.section("recovery"), c);
   if (c.preemption == PreemptionMode::Swap && c.hardware.pcie_Bps <= 0)
     d.fail("preemption", fmt::format("swap needs a host link, but {} has no pcie_bandwidth", c.hardware.name),
            "recompute, or hardware with pcie_bandwidth > 0");
@@ -71,18 +155,11 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   if (c.model.layers % c.pipeline_parallel != 0)
     d.fail("pipeline_parallel", fmt::format("{} has {} layers, not divisible into {} stages", c.model.name, c.model.layers, c.pipeline_parallel),
            "a divisor of the layer count");
-  c.fused_elementwise = d.flag("fused_elementwise");
   {
     const Params& ps = d.section("prefill_slicing");
-    const std::string& pol = ps.str("policy");
-    c.prefill_slicing.policy = pol == "uniform" ? PrefillSlicing::Uniform : pol == "terapipe" ? PrefillSlicing::TeraPipe : PrefillSlicing::None;
-    c.prefill_slicing.slices = static_cast<int>(ps.integer("slices"));
-    c.prefill_slicing.granularity = static_cast<int>(ps.integer("granularity"));
-    c.prefill_slicing.min_tokens = static_cast<int>(ps.integer("min_tokens"));
     if (c.prefill_slicing.policy != PrefillSlicing::None && c.pipeline_parallel < 2)
       ps.fail("policy", "slices pass through pipeline stages, and this deployment has one", "none, or deployment.pipeline_parallel >= 2");
   }
-  c.implementation = implementation_from_name(d.str("implementation"));
   const std::string& tables = d.str("cost_tables");
   if (tables == "auto") {
     if (!c.hardware.calibration.empty())
@@ -127,9 +204,6 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   c.model_tokens_per_llama = TokenizerTable::ratio("llama", c.model.tokenizer, Origin{"model", 0, 0}, "tokenizer");
   if (workload_desc) *workload_desc = wb.description;
   const Params& lm = p.section("last_mile");
-  c.last_mile.detokenize_ns = static_cast<double>(lm.time("detokenize_per_token").count_ns());
-  c.last_mile.stream_ns = static_cast<double>(lm.time("stream_per_token").count_ns());
-  c.last_mile.d2h_fixed_ns = static_cast<double>(lm.time("d2h_latency").count_ns());
   c.last_mile.d2h_source = fmt::format("fixed {}", lm.time("d2h_latency").str());
   try {
     if (lm.str("d2h") == "table" && !c.tables_dir.empty() && c.last_mile.d2h.load(c.tables_dir, lm.str("d2h_mode")))
@@ -137,10 +211,7 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   } catch (const std::runtime_error& e) {  // a malformed d2h.csv (found by fuzzing: it escaped as a raw error)
     d.fail("cost_tables", e.what(), "a directory of well-formed calibration tables (see results/calibration/h200-torch/README.md)");
   }
-  const Params& o = p.section("outputs");
-  c.sample_interval_ns = o.flag("timeseries") ? o.time("sample_interval").count_ns() : 0;
-  c.trace_max_requests = static_cast<int>(o.integer("trace_max_requests"));
-  c.trace_max_iterations = static_cast<int>(o.integer("trace_max_iterations"));
+  if (!p.section("outputs").flag("timeseries")) c.sample_interval_ns = 0;
   c.max_sim_time_ns = p.has("max_sim_time") ? p.time("max_sim_time").count_ns() : 0;
   return c;
 }
@@ -158,41 +229,11 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
           "tensor-parallel all-reduces and pipeline hand-offs become flows on its links")
         .optional();
   auto dep = std::make_shared<Schema>();
-  dep->add("replicas", ParamType::Int, "model replicas behind the router").def("1").range(1, 1e5);  // 1e6 took 1.8 GB to build
-  dep->add("tensor_parallel", ParamType::Int, "GPUs per pipeline stage (inside one node)").def("1").range(1, 64);
-  dep->add("pipeline_parallel", ParamType::Int, "pipeline stages per replica").def("1").range(1, 256);
-  if (short_form) {
-    dep->add("nodes", ParamType::Int, "nodes in the cluster").def("1").range(1, 1e6);
-    dep->add("gpus_per_node", ParamType::Int, "GPUs per node (NVLink domain)").def("8").range(1, 1024);
-  }
-  dep->add("max_in_flight", ParamType::Int,
-           "overload bound: an arrival that finds this many requests in flight (queued, running, swapped, waiting for a "
-           "replica) is rejected and counted as requests.rejected_overload, so an overloaded run keeps its memory bounded "
-           "(0: no bound)")
-      .def("1000000").range(0, 1e9);
-  dep->add("gpu_memory_utilization", ParamType::Real, "fraction of HBM the server may use (vLLM's setting)").def("0.9").range(0.05, 1.0);
-  dep->add("block_size", ParamType::Int, "tokens per KV-cache block").def("16").range(1, 4096);
-  dep->add("watermark", ParamType::Real, "fraction of blocks kept free when admitting new sequences").def("0.01").range(0, 0.5);
-  dep->enumeration("preemption", {"recompute", "swap"}, "what happens to a preempted sequence's KV cache").def("recompute");
-  dep->quantity("swap_space", UnitKind::Bytes, "host memory per replica for swapped KV").def("16GiB").nonneg();
-  dep->add("prefix_reuse", ParamType::Bool, "keep a finished turn's KV resident for the conversation's next turn").def("true");
-  dep->add("cost_tables", ParamType::String,
-           "auto (the hardware's calibration), none (roofline only), derived (the tables of the device the catalog's "
-           "derive_tables_from names, scaled by the ratio of ceilings), or a directory")
-      .def("auto");
-  dep->enumeration("implementation", {"pytorch-lean", "pytorch-naive", "fused"},
-                   "how the model is executed: its kernels per layer (sluice cost --implementation)").def("pytorch-lean");
-  dep->add("fused_elementwise", ParamType::Bool, "the same as implementation: fused (kept for old scenarios)").def("false");
   auto slicing = std::make_shared<Schema>();
-  slicing->enumeration("policy", {"none", "uniform", "terapipe"},
-                       "none: a prefill passes the stages whole; uniform: `slices` equal slices; terapipe: the DP minimising "
-                       "sum t + (stages - 1) max t")
-      .def("none");
-  slicing->add("slices", ParamType::Int, "uniform: slices per sliced prefill").def("2").range(2, 64);
-  slicing->add("granularity", ParamType::Int, "slice lengths in steps of this many tokens (the DP coarsens it to at most 256 steps)")
-      .def("64")
-      .range(1, 1 << 20);
-  slicing->add("min_tokens", ParamType::Int, "prefills of fewer new tokens are not sliced").def("1024").range(2, 1 << 24);
+  auto lm = std::make_shared<Schema>();
+  auto out = std::make_shared<Schema>();
+  auto rec = std::make_shared<Schema>();
+  bind_serving_keys(*dep, *slicing, *lm, *out, *rec, short_form);
   dep->section("prefill_slicing", slicing,
                "token-level pipelining of long prompts (pipeline_parallel > 1): an iteration that is one prompt's prefill runs "
                "as slices entering the stages one after another");
@@ -200,29 +241,8 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
   s.component("scheduler", &reg, "scheduler", "vllm", "batching scheduler");
   s.component("router", &reg, "router", "round_robin", "router across replicas");
   s.component("workload", &reg, "load", "llmperf", "requests to serve (see `sluice list load`)");
-  auto lm = std::make_shared<Schema>();
-  lm->enumeration("d2h", {"table", "fixed"}, "device-to-host copy of sampled token ids: measured table or fixed").def("table");
-  lm->enumeration("d2h_mode", {"pinned", "pageable", "item"}, "which d2h.csv rows to use").def("pinned");
-  lm->quantity("d2h_latency", UnitKind::Time, "copy time when no table is available").def("15us").range(0, 1e9);  // at most 1 s
-  lm->quantity("detokenize_per_token", UnitKind::Time, "host CPU time to detokenize one token (estimate)").def("10us").range(0, 1e9);  // at most 1 s: it is added per hop or token
-  lm->quantity("stream_per_token", UnitKind::Time, "time to stream one token to the client").def("5us").range(0, 1e9);  // at most 1 s: it is added per hop or token
   s.section("last_mile", lm, "the GPU-to-client path of every token");
-  auto out = std::make_shared<Schema>();
-  out->add("trace", ParamType::Bool, "write trace.json (Perfetto)").def("true");
-  out->add("trace_max_requests", ParamType::Int,
-           "request tracks in the trace: the first N requests by id (metrics.json says how many were cut; raise it to trace more)")
-      .def("200").range(0, 1e7);
-  out->add("trace_max_iterations", ParamType::Int,
-           "iteration slices (with KV and batch counters) in the trace: the first N iterations of replicas 0-63 "
-           "(metrics.json says how many were cut; raise it to trace more)")
-      .def("2000").range(0, 1e8);
-  out->add("requests_csv", ParamType::Bool, "write requests.csv, a row per request").def("true");
-  out->add("timeseries", ParamType::Bool, "write timeseries.csv (queues, KV occupancy, busy replicas)").def("true");
-  out->quantity("sample_interval", UnitKind::Time, "time-series sampling interval").def("1s").positive();
   s.section("outputs", out, "what to write besides metrics.json");
-  auto rec = std::make_shared<Schema>();
-  rec->quantity("reload", UnitKind::Time, "after its devices are repaired, a replica loads the model this long before serving").def("2min").nonneg();
-  rec->quantity("failover_timeout", UnitKind::Time, "a request no healthy replica takes within this fails (0s: waits for a repair)").def("60s").nonneg();
   s.section("recovery", rec, "what a replica failure costs (used when the world has faults)");
   if (short_form)
     s.component_list("faults", &reg, "fault", "fault processes on the deployment's cluster (see `sluice list fault`)").optional();

@@ -159,8 +159,6 @@ std::unique_ptr<Study> make_serving_short_form(const StudyContext& ctx, const Re
   const Params& p = ctx.params;
   std::string desc;
   ServingConfig cfg = build_serving_config(p, reg, ctx.seed, &desc, nullptr);
-  cfg.reload_ns = p.section("recovery").time("reload").count_ns();
-  cfg.failover_timeout_ns = p.section("recovery").time("failover_timeout").count_ns();
   Cluster cl;
   cl.hardware = cfg.hardware;
   const Params& d = p.section("deployment");
@@ -207,8 +205,6 @@ SLUICE_REGISTER(workload, serving_workload) {
           std::move(s), WorkloadKindFactory([&reg](const Params& p, World& world, const WorkloadContext& ctx) -> std::unique_ptr<Workload> {
             std::string desc;
             ServingConfig cfg = build_serving_config(p, reg, ctx.seed, &desc, &world.hardware());
-            cfg.reload_ns = p.section("recovery").time("reload").count_ns();
-            cfg.failover_timeout_ns = p.section("recovery").time("failover_timeout").count_ns();
             const std::string tables_dir = cfg.tables_dir;
             return at_deployment(p, tables_dir, [&]() -> std::unique_ptr<Workload> {
               const auto devices = place_devices(world, p.section("place"), devices_needed(p), ctx.name, reg);
