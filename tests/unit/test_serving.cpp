@@ -694,3 +694,31 @@ recovery: {reload: 30s, failover_timeout: 5s}
   CHECK(z.reload_ns == 120'000'000'000);
   CHECK(z.max_in_flight == 1'000'000);
 }
+
+TEST_CASE("llmperf and arrival keys reach the load they are bound to") {
+  auto load = [](const std::string& workload) {
+    auto parsed = registry().parse(load_yaml_string("model: tinyllama-1.1b\nworkload: " + workload + "\n", "w.yaml"), "study", "", "serving");
+    return build_serving_config(parsed.params, registry(), 1, nullptr);
+  };
+  ServingConfig g = load(
+      "{kind: llmperf, requests: 12, input_tokens: {mean: 40, sd: 0}, output_tokens: {mean: 7, sd: 0}, "
+      "conversation: {turns: 3, think_time: 2s}, arrival: {kind: gamma, rate: 4/s, cv: 3}}");
+  CHECK(g.workload->total_requests() == 12);
+  CHECK(g.workload->arrival().kind == ArrivalSpec::Kind::Gamma);
+  CHECK(g.workload->arrival().rate_per_s == doctest::Approx(4));
+  CHECK(g.workload->arrival().cv == doctest::Approx(3));
+  const auto conv = g.workload->next(0);
+  REQUIRE(conv);
+  REQUIRE(conv->turns.size() == 3);
+  CHECK(conv->turns[0].input_tokens == 40);
+  CHECK(conv->turns[0].output_tokens == 7);
+  CHECK(g.workload->think_time_ns() > 0);
+  ServingConfig p = load("{kind: llmperf, arrival: {kind: poisson, rate: 9/s}}");
+  CHECK(p.workload->arrival().kind == ArrivalSpec::Kind::Poisson);
+  CHECK(p.workload->arrival().rate_per_s == doctest::Approx(9));
+  CHECK(p.workload->total_requests() == 150);
+  CHECK(p.workload->think_time_ns() == 0);
+  ServingConfig c = load("{kind: llmperf, arrival: {kind: closed_loop, clients: 33}}");
+  CHECK(c.workload->arrival().clients == 33);
+  CHECK(load("{kind: llmperf}").workload->arrival().clients == 10);
+}

@@ -1,5 +1,7 @@
 #include "workloads/serving/workload.h"
 
+#include "config/binding.h"
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -41,22 +43,97 @@ double TokenizerTable::ratio(const std::string& from, const std::string& to, con
 
 namespace {
 
+// The arrival processes' keys, each bound to its ArrivalSpec field: registration declares
+// them on the schemas it registers, and parse_arrival fills from the same declarations.
+struct ArrivalKeys {
+  Binding<ArrivalSpec> poisson, gamma, closed_loop;
+};
+ArrivalKeys bind_arrival_keys(Schema& pois, Schema& gam, Schema& cl) {
+  ArrivalKeys k{Binding<ArrivalSpec>(pois), Binding<ArrivalSpec>(gam), Binding<ArrivalSpec>(cl)};
+  k.poisson.quantity("rate", UnitKind::Rate, &ArrivalSpec::rate_per_s, "mean arrivals per second of conversations, e.g. 20/s").positive();
+  k.gamma.quantity("rate", UnitKind::Rate, &ArrivalSpec::rate_per_s, "mean arrivals per second, e.g. 20/s").positive();
+  k.gamma.real("cv", &ArrivalSpec::cv, "coefficient of variation of the gaps (>1 is bursty)").def("2").positive();
+  k.closed_loop.integer("clients", &ArrivalSpec::clients, "concurrent clients, each sending its next request when the last completes")
+      .def("10")
+      .range(1, 1e7);
+  return k;
+}
+const ArrivalKeys& arrival_keys() {
+  static Schema pois, gam, cl;
+  static const ArrivalKeys k = bind_arrival_keys(pois, gam, cl);
+  return k;
+}
+
 ArrivalSpec parse_arrival(const Params& wp) {
   const Params& p = wp.section("arrival");
   const std::string& k = wp.str("arrival");
+  const ArrivalKeys& keys = arrival_keys();
   ArrivalSpec a;
   if (k == "poisson") {
     a.kind = ArrivalSpec::Kind::Poisson;
-    a.rate_per_s = p.real("rate");
+    keys.poisson.fill(p, a);
   } else if (k == "gamma") {
     a.kind = ArrivalSpec::Kind::Gamma;
-    a.rate_per_s = p.real("rate");
-    a.cv = p.real("cv");
+    keys.gamma.fill(p, a);
   } else {
     a.kind = ArrivalSpec::Kind::ClosedLoop;
-    a.clients = static_cast<int>(p.integer("clients"));
+    keys.closed_loop.fill(p, a);
   }
   return a;
+}
+
+// llmperf's keys, each bound to the field it fills: lengths (one binding for both length
+// sections, with their own defaults), the request count and the conversation shape.
+struct LengthDist {
+  double mean = 0, sd = 0;
+};
+struct LlmperfConfig {
+  LengthDist input, output;
+  int64_t requests = 0;
+  int turns = 1;
+  int64_t think_mean_ns = 0;
+};
+struct LlmperfKeys {
+  Binding<LengthDist> input, output;
+  Binding<LlmperfConfig> top, conversation;
+};
+LlmperfKeys bind_llmperf_keys(Schema& in, Schema& out, Schema& top, Schema& conv) {
+  LlmperfKeys k{Binding<LengthDist>(in), Binding<LengthDist>(out), Binding<LlmperfConfig>(top), Binding<LlmperfConfig>(conv)};
+  auto lengths = [](Binding<LengthDist>& b, const char* mean, const char* sd) {
+    b.real("mean", &LengthDist::mean, "mean length in tokens").def(mean).range(1, 1e7);
+    b.real("sd", &LengthDist::sd, "standard deviation in tokens (0: fixed length)").def(sd).nonneg();
+  };
+  lengths(k.input, "550", "150");
+  lengths(k.output, "150", "80");
+  k.conversation.integer("turns", &LlmperfConfig::turns, "turns per conversation; each resends the history").def("1").range(1, 1000);
+  k.conversation.time_ns("think_time", &LlmperfConfig::think_mean_ns, "mean (exponential) gap between an answer and the next turn")
+      .def("0s")
+      .range(0, 365 * 86400e9);
+  // `top` declares requests when registration places it (between the sections and arrival).
+  return k;
+}
+void bind_llmperf_requests(Binding<LlmperfConfig>& top) {
+  top.integer("requests", &LlmperfConfig::requests, "requests (turns) to complete (only those in flight are held in memory)")
+      .def("150")
+      .range(1, static_cast<double>(kMaxRequests));
+}
+const LlmperfKeys& llmperf_keys() {
+  static Schema in, out, top, conv;
+  static const LlmperfKeys k = [] {
+    LlmperfKeys b = bind_llmperf_keys(in, out, top, conv);
+    bind_llmperf_requests(b.top);
+    return b;
+  }();
+  return k;
+}
+LlmperfConfig llmperf_config(const Params& p) {
+  const LlmperfKeys& k = llmperf_keys();
+  LlmperfConfig c;
+  k.input.fill(p.section("input_tokens"), c.input);
+  k.output.fill(p.section("output_tokens"), c.output);
+  k.top.fill(p, c);
+  k.conversation.fill(p.section("conversation"), c);
+  return c;
 }
 
 // Gap to the next open-loop arrival.
@@ -90,18 +167,18 @@ void check_arrival_horizon(const Params& wp, const ArrivalSpec& a, int64_t reque
 
 class LlmperfSource final : public WorkloadSource {
  public:
-  LlmperfSource(const Params& p, uint64_t seed, double ratio, int max_context)
+  LlmperfSource(const Params& p, const LlmperfConfig& cfg, uint64_t seed, double ratio, int max_context)
       : rng_(seed, "workload.llmperf"),
         arrival_rng_(seed, "workload.arrivals"),
         think_rng_(seed, "workload.think"),
         arrival_(parse_arrival(p)),
-        in_mean_(p.section("input_tokens").real("mean")),
-        in_sd_(p.section("input_tokens").real("sd")),
-        out_mean_(p.section("output_tokens").real("mean")),
-        out_sd_(p.section("output_tokens").real("sd")),
-        requests_(p.integer("requests")),
-        turns_(static_cast<int>(p.section("conversation").integer("turns"))),
-        think_mean_ns_(p.section("conversation").time("think_time").count_ns()),
+        in_mean_(cfg.input.mean),
+        in_sd_(cfg.input.sd),
+        out_mean_(cfg.output.mean),
+        out_sd_(cfg.output.sd),
+        requests_(cfg.requests),
+        turns_(cfg.turns),
+        think_mean_ns_(cfg.think_mean_ns),
         ratio_(ratio),
         max_context_(max_context) {
     if (in_mean_ + out_mean_ > max_context_)
@@ -338,19 +415,12 @@ class TraceSource final : public WorkloadSource {
 }  // namespace
 
 SLUICE_REGISTER(component, serving_loads) {
-  auto lengths = [](const char* mean, const char* sd) {
-    auto s = std::make_shared<Schema>();
-    s->add("mean", ParamType::Real, "mean length in tokens").def(mean).range(1, 1e7);
-    s->add("sd", ParamType::Real, "standard deviation in tokens (0: fixed length)").def(sd).nonneg();
-    return s;
-  };
-  auto conv = std::make_shared<Schema>();
-  conv->add("turns", ParamType::Int, "turns per conversation; each resends the history").def("1").range(1, 1000);
-  conv->quantity("think_time", UnitKind::Time, "mean (exponential) gap between an answer and the next turn").def("0s").range(0, 365 * 86400e9);
+  auto in = std::make_shared<Schema>(), out = std::make_shared<Schema>(), conv = std::make_shared<Schema>();
   Schema s;
-  s.section("input_tokens", lengths("550", "150"), "prompt length, drawn as int(gauss(mean, sd)) redrawn until positive");
-  s.section("output_tokens", lengths("150", "80"), "output length, drawn the same way");
-  s.add("requests", ParamType::Int, "requests (turns) to complete (only those in flight are held in memory)").def("150").range(1, static_cast<double>(kMaxRequests));
+  LlmperfKeys keys = bind_llmperf_keys(*in, *out, s, *conv);
+  s.section("input_tokens", in, "prompt length, drawn as int(gauss(mean, sd)) redrawn until positive");
+  s.section("output_tokens", out, "output length, drawn the same way");
+  bind_llmperf_requests(keys.top);
   s.component("arrival", &reg, "arrival", "closed_loop", "arrival process: {kind: closed_loop|poisson|gamma, ...}");
   s.section("conversation", conv, "multi-turn conversations");
   s.add("tokenizer", ParamType::String, "tokenizer the lengths are counted in (llmperf: llama); converted to the model's").def("llama");
@@ -359,10 +429,10 @@ SLUICE_REGISTER(component, serving_loads) {
             const double ratio = TokenizerTable::ratio(p.str("tokenizer"), model_tok, p.value("tokenizer").origin,
                                                        join_path(p.path(), "tokenizer"));
             WorkloadBuild b;
-            b.source = std::make_unique<LlmperfSource>(p, seed, ratio, max_ctx);
-            b.description = fmt::format("llmperf {}±{} in / {}±{} out ({} tokens)", p.section("input_tokens").real("mean"),
-                                        p.section("input_tokens").real("sd"), p.section("output_tokens").real("mean"),
-                                        p.section("output_tokens").real("sd"), p.str("tokenizer"));
+            const LlmperfConfig c = llmperf_config(p);
+            b.source = std::make_unique<LlmperfSource>(p, c, seed, ratio, max_ctx);
+            b.description = fmt::format("llmperf {}±{} in / {}±{} out ({} tokens)", c.input.mean, c.input.sd, c.output.mean,
+                                        c.output.sd, p.str("tokenizer"));
             return b;
           }));
 
@@ -380,15 +450,10 @@ SLUICE_REGISTER(component, serving_loads) {
             return b;
           }));
 
-  Schema pois;
-  pois.quantity("rate", UnitKind::Rate, "mean arrivals per second of conversations, e.g. 20/s").positive();
+  Schema pois, gam, cl;
+  bind_arrival_keys(pois, gam, cl);
   reg.add("arrival", "poisson", "open loop, exponential gaps", pois);
-  Schema gam;
-  gam.quantity("rate", UnitKind::Rate, "mean arrivals per second, e.g. 20/s").positive();
-  gam.add("cv", ParamType::Real, "coefficient of variation of the gaps (>1 is bursty)").def("2").positive();
   reg.add("arrival", "gamma", "open loop, gamma-distributed gaps (bursty when cv > 1)", gam);
-  Schema cl;
-  cl.add("clients", ParamType::Int, "concurrent clients, each sending its next request when the last completes").def("10").range(1, 1e7);
   reg.add("arrival", "closed_loop", "closed loop: N concurrent clients (llmperf's mode)", cl);
 }
 
