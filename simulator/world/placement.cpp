@@ -47,6 +47,11 @@ std::shared_ptr<Schema> placement_schema(const Registry& reg) {
          "a TPU v4 pod slice in chips, e.g. [4, 4, 8]: any free cubes wired into its own torus with OCS, a contiguous "
          "block of free cubes on a static pod (the policy picks which)")
       .optional();
+  s->add("twisted", ParamType::Bool,
+         "wire an OCS slice as a twisted torus where its shape in chips allows (k×k×2k, k×2k×2k, k >= 3), as TPU v4 "
+         "offers: shorter paths across (4x4x8: 6 hops instead of 8, for all-to-all), but a ring along a short dimension "
+         "loses its one-hop closing link (world.slices in metrics.json says how each slice was wired)")
+      .def("false");
   s->enumeration("policy", [&] {
       std::vector<std::string> v;
       for (const auto* i : reg.in("placement")) v.push_back(i->name);
@@ -96,7 +101,7 @@ std::vector<int> place_devices(World& world, const Params& place, int needed, co
                  "a smaller slice, or fewer other workloads on the pod");
     std::vector<int> chosen;
     for (uint64_t r = *mask; r; r &= r - 1) chosen.push_back(std::countr_zero(r));
-    devs = world.form_slice(chosen, cubes);
+    devs = world.form_slice(chosen, cubes, place.flag("twisted"), who);
   } else if (place.given("servers")) {
     if (dn) place.fail("devices", "give devices or servers, not both", "one of the two");
     std::map<int, std::vector<int>> by;

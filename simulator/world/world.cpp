@@ -1,10 +1,13 @@
 #include "world/world.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <stdexcept>
 
 #include <fmt/format.h>
+
+#include "network/generators.h"
 
 namespace sluice {
 
@@ -50,7 +53,7 @@ World::World(uint64_t seed, Cluster cluster)
   }
 }
 
-std::vector<int> World::form_slice(const std::vector<int>& cubes, std::array<int, 3> shape) {
+std::vector<int> World::form_slice(const std::vector<int>& cubes, std::array<int, 3> shape, bool twist, const std::string& who) {
   auto& t = *cluster_.topology;
   const int e = pod_edge_;
   const auto& g = pod_grid_;
@@ -106,6 +109,11 @@ std::vector<int> World::form_slice(const std::vector<int>& cubes, std::array<int
     for (int v = 0; v < t.node_count(); ++v)
       if (t.node(v).kind == net::NodeKind::Ocs) ocs_ids.push_back(v);
     const std::array<int, 3> D{X, Y, Z};
+    // Twisted (TPU v4's OCS slices of shape k×k×2k or k×2k×2k): a wrap-around link of a short
+    // dimension (extent k) lands k further along every long one (extent 2k). k is a multiple
+    // of the cube edge, so the far end keeps its face position: the same OCS carries it.
+    const bool twisted = twist && net::twist_allowed({X, Y, Z});
+    const int k_short = std::min({X, Y, Z});
     for (int z = 0; z < Z; ++z)
       for (int y = 0; y < Y; ++y)
         for (int x = 0; x < X; ++x) {
@@ -114,6 +122,9 @@ std::vector<int> World::form_slice(const std::vector<int>& cubes, std::array<int
             if (c[static_cast<size_t>(d)] % e != e - 1) continue;  // inside a cube: electrical
             std::array<int, 3> n = c;
             n[static_cast<size_t>(d)] = (c[static_cast<size_t>(d)] + 1) % D[static_cast<size_t>(d)];
+            if (twisted && c[static_cast<size_t>(d)] == D[static_cast<size_t>(d)] - 1 && D[static_cast<size_t>(d)] == k_short)
+              for (int l = 0; l < 3; ++l)
+                if (D[static_cast<size_t>(l)] == 2 * k_short) n[static_cast<size_t>(l)] = (n[static_cast<size_t>(l)] + k_short) % (2 * k_short);
             const int a = at[static_cast<size_t>(c[0] + X * (c[1] + Y * c[2]))];
             const int b = at[static_cast<size_t>(n[0] + X * (n[1] + Y * n[2]))];
             const int u = c[static_cast<size_t>((d + 1) % 3)] % e, w = c[static_cast<size_t>((d + 2) % 3)] % e;
@@ -128,6 +139,9 @@ std::vector<int> World::form_slice(const std::vector<int>& cubes, std::array<int
           }
         }
     router_.invalidate();
+    slices_.push_back(SliceRecord{who, {X, Y, Z}, twisted ? "twisted torus" : "torus"});
+  } else {
+    slices_.push_back(SliceRecord{who, {X, Y, Z}, "static block"});
   }
   // Ring order: a boustrophedon snake over the slice, so ring neighbours are torus neighbours.
   std::vector<int> order;
@@ -184,6 +198,12 @@ void World::report(Recorder& rec) const {
   m["workloads"] = workloads_.size();
   m["simulated_s"] = ran_until_.to_seconds();
   m["events"] = engine_.events_processed();
+  if (!slices_.empty()) {
+    Json sl = Json::array();
+    for (const auto& r : slices_)
+      sl.push_back(Json{{"workload", r.workload}, {"chips", fmt::format("{}x{}x{}", r.chips[0], r.chips[1], r.chips[2])}, {"wiring", r.wiring}});
+    m["slices"] = sl;
+  }
   m["flows"] = Json{{"started", fs.started}, {"completed", fs.completed}, {"rate_recomputations", fs.recomputes},
                     {"max_concurrent", fs.max_active}};
   if (!faults_.empty()) {

@@ -123,8 +123,18 @@ class World {
   // snake over the slice's own torus coordinates). With OCS the slice is wired as a torus of
   // its own: the circuits between its cubes' faces are programmed (the pod starts with none).
   // A slice formed while the run goes on (a re-formed slice) has its circuits up only
-  // `cluster.ocs_reconfigure` later; flows on them wait until then.
-  std::vector<int> form_slice(const std::vector<int>& cubes, std::array<int, 3> shape);
+  // `cluster.ocs_reconfigure` later; flows on them wait until then. `twist` (OCS only): the
+  // wrap-around links of the slice's short dimensions are shifted half-way along its long
+  // ones where the shape in chips allows (k×k×2k, k×2k×2k, k >= 3), as TPU v4 wires such
+  // slices; a static block keeps the pod's own links. `who` names the slice in the metrics.
+  std::vector<int> form_slice(const std::vector<int>& cubes, std::array<int, 3> shape, bool twist, const std::string& who);
+  // Every slice formed so far (re-formed ones again), for the metrics.
+  struct SliceRecord {
+    std::string workload;
+    std::array<int, 3> chips;
+    std::string wiring;  // "twisted torus", "torus" (OCS) or "static block"
+  };
+  const std::vector<SliceRecord>& slices() const { return slices_; }
   int64_t ocs_reconfigure_ns() const { return cluster_.ocs_reconfigure_ns; }
 
   // --- Faults ------------------------------------------------------------------------------
@@ -188,6 +198,7 @@ class World {
   bool running_ = false;  // the run has started: slices formed now pay the OCS reconfiguration
   int pod_edge_ = 0;
   bool pod_ocs_ = false;
+  std::vector<SliceRecord> slices_;
   std::array<int, 3> pod_grid_{0, 0, 0};
   std::vector<int> cube_at_;  // pod: device index by physical chip linear coordinate
   // Faults.

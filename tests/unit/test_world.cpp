@@ -4,12 +4,16 @@
 #include "test_support.h"
 
 #include <fstream>
+#include <map>
 #include <iterator>
 
 #include "run/runner.h"
 #include "world/placement.h"
 #include "world/world.h"
 #include "world/world_study.h"
+#include "network/generators.h"
+#include "config/node.h"
+#include "hardware/spec.h"
 
 using namespace sluice;
 using sluice::testing::registry;
@@ -189,4 +193,77 @@ outputs: {trace: false, requests_csv: false, timeseries: false}
   // The same run with recompute preemption makes no transfer at all.
   const Json rec = run_text(base, {"deployment.preemption=recompute"});
   CHECK(rec["world"]["flows"]["started"].get<double>() == 0);
+}
+
+namespace {
+// Hop diameter of a slice: breadth-first over the device-to-device links among its chips.
+int slice_diameter(const World& w, const std::vector<int>& devs) {
+  const auto& t = w.topology();
+  std::map<int, int> idx;
+  for (size_t i = 0; i < devs.size(); ++i) idx[w.device_node(devs[i])] = static_cast<int>(i);
+  std::vector<std::vector<int>> adj(devs.size());
+  for (int l = 0; l < t.link_count(); ++l) {
+    const auto& k = t.link(l);
+    if (k.up && idx.count(k.src) && idx.count(k.dst)) adj[static_cast<size_t>(idx[k.src])].push_back(idx[k.dst]);
+  }
+  int diameter = 0;
+  for (size_t s = 0; s < devs.size(); ++s) {
+    std::vector<int> dist(devs.size(), -1);
+    std::vector<int> q{static_cast<int>(s)};
+    dist[s] = 0;
+    for (size_t h = 0; h < q.size(); ++h)
+      for (int n : adj[static_cast<size_t>(q[h])])
+        if (dist[static_cast<size_t>(n)] < 0) {
+          dist[static_cast<size_t>(n)] = dist[static_cast<size_t>(q[h])] + 1;
+          q.push_back(n);
+        }
+    for (int d : dist) {
+      REQUIRE(d >= 0);  // the slice is connected
+      diameter = std::max(diameter, d);
+    }
+  }
+  return diameter;
+}
+}  // namespace
+
+TEST_CASE("OCS slices: a 4x4x8 slice is wired as a twisted torus, shorter across than the regular one") {
+  std::vector<int> circuits;
+  for (const bool twist : {true, false}) {
+    CAPTURE(twist);
+    Cluster c;
+    c.topology = std::make_shared<net::Topology>(
+        net::load_topology(load_yaml_string("{catalog: tpu-v4-pod-ocs, cubes: [4, 4, 4]}", "t.yaml"), registry(), "topology"));
+    c.hardware = load_hardware("tpu-v4");
+    World w(1, c);
+    const auto devs = w.form_slice({5, 9}, {1, 1, 2}, twist, "j");  // two cubes anywhere: OCS wires them as 4x4x8
+    REQUIRE(devs.size() == 128);
+    REQUIRE(w.slices().size() == 1);
+    CHECK(w.slices()[0].wiring == (twist ? "twisted torus" : "torus"));
+    // Regular 4x4x8: 2 + 2 + 4 hops. Twisted: a wrap of a short ring also moves 4 along the
+    // long one, which cuts the farthest pairs' distance.
+    const int diameter = slice_diameter(w, devs);
+    if (twist) CHECK(diameter < 8);
+    else CHECK(diameter == 8);
+    // The same circuits either way (one per cube-face chip and dimension: 32 + 32 + 32), only
+    // the wrap-arounds land elsewhere; every chip keeps six neighbours.
+    int slice_links = 0;
+    std::map<int, int> degree;
+    for (int l = 0; l < w.topology().link_count(); ++l) {
+      const auto& k = w.topology().link(l);
+      slice_links += k.label == "ici-ocs-slice";
+      if (k.label == "ici-ocs-slice" || k.label == "ici") ++degree[k.src];
+    }
+    circuits.push_back(slice_links);
+    for (int d : devs) CHECK(degree[w.device_node(d)] == 6);
+  }
+  CHECK(circuits[0] == circuits[1]);
+  CHECK(circuits[0] == 2 * 96);  // each circuit a link per direction
+  // A shape that cannot be twisted (4x4x4) stays a regular torus whatever `twist` says.
+  Cluster c;
+  c.topology = std::make_shared<net::Topology>(
+      net::load_topology(load_yaml_string("{catalog: tpu-v4-pod-ocs, cubes: [4, 4, 4]}", "t.yaml"), registry(), "topology"));
+  c.hardware = load_hardware("tpu-v4");
+  World w(1, c);
+  w.form_slice({3}, {1, 1, 1}, true, "k");
+  CHECK(w.slices()[0].wiring == "torus");
 }

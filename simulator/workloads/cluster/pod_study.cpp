@@ -12,8 +12,9 @@
 // placement of it (OCS: the first cubes; static: the block at cube 0), so the cache does not
 // depend on which jobs came first. Static blocks of the same extents elsewhere give the same
 // time exactly (dimension-order routes are translation-invariant); OCS slices elsewhere give
-// it within ~0.02% (equal-cost routes are picked by a hash of node ids). World::form_slice
-// wires OCS slices as regular tori (no twist), so the signature has no twist either.
+// it within ~0.02% (equal-cost routes are picked by a hash of node ids). OCS slices are wired
+// as regular tori (World::form_slice without its twist: the jobs here are ring collectives,
+// which a twist slows down), so the signature has no twist either.
 // Abstract jobs of a duration (the old form) still work.
 #include <algorithm>
 #include <bit>
@@ -371,7 +372,7 @@ class PodStudy final : public Study {
     World world(seed_, std::move(cl));
     std::vector<int> cubes;
     for (uint64_t r = mask; r; r &= r - 1) cubes.push_back(std::countr_zero(r));
-    const auto devs = world.form_slice(cubes, {jc.shape.x, jc.shape.y, jc.shape.z});
+    const auto devs = world.form_slice(cubes, {jc.shape.x, jc.shape.y, jc.shape.z}, /*twist=*/false, jc.name);
     world.claim(devs, jc.name);
     world.add(training::make_training_job(jc.name, jc.cfg, world, devs));
     world.run();

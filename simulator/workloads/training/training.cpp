@@ -578,7 +578,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     }
     w.tear_down_slice(devices_);
     w.release(devices_);
-    const auto devs = w.form_slice(chosen, c_.slice_cubes);
+    const auto devs = w.form_slice(chosen, c_.slice_cubes, c_.slice_twisted, name());
     w.claim(devs, name());
     map_devices(devs);
     ++res_.reformed;
@@ -796,6 +796,7 @@ SLUICE_REGISTER(workload, training_workload) {
               const Node& sn = p.section("place").node("slice");
               for (size_t i = 0; i < 3 && i < sn.seq.size(); ++i)
                 c.slice_cubes[i] = static_cast<int>(std::stol(sn.seq[i].scalar)) / world.pod_cube_edge();
+              c.slice_twisted = p.section("place").flag("twisted");
             }
             const int need = c.tp * c.pp * c.dp;
             const auto devices = place_devices(world, p.section("place"), need, ctx.name, reg);

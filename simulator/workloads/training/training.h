@@ -46,6 +46,7 @@ struct TrainingConfig {
   int64_t restart_ns = 0;              // from healthy devices to training again (reload, re-init)
   int64_t collective_timeout_ns = 0;   // a transfer making no progress this long fails the job (its group is cut off)
   std::array<int, 3> slice_cubes{0, 0, 0};  // the TPU slice shape in cubes when placed as a slice (it may re-form there)
+  bool slice_twisted = false;               // and whether it is wired twisted where its shape allows (place.twisted)
   SlicingConfig slicing;
 };
 
