@@ -71,6 +71,7 @@ struct BatchEntry {
   uint32_t req;
   int32_t new_tokens;
   int32_t context;
+  bool samples = true;  // reaches the sequence's end, so the model samples a token (not a prefill chunk short of it)
 };
 
 // What a scheduler decided for one iteration of one replica.
@@ -78,6 +79,7 @@ struct Batch {
   std::vector<BatchEntry> entries;
   double extra_ns = 0;        // swap traffic etc. on the iteration's critical path
   double swap_bytes = 0;      // of which KV copied over the host link (a flow per device on a fabric)
+  int64_t start_ns = 0;       // when the iteration starts: a request's first scheduling, set as it is added
   int prefill_entries = 0;
   int decode_entries = 0;
   bool empty() const { return entries.empty(); }

@@ -31,7 +31,7 @@ class OrcaScheduler final : public Scheduler {
       if (!mech::admit(r, q, [&](const Request&) { return reserve; })) break;
     }
     for (uint32_t id : r.running) {
-      const Request& q = r.req(id);
+      Request& q = r.req(id);
       mech::add(out, q, q.length() - q.computed);
     }
   }

@@ -24,7 +24,7 @@ class SarathiScheduler final : public Scheduler {
     mech::reserve_decode_slots(r, out);
     int64_t budget = budget_;
     for (uint32_t id : r.running) {
-      const Request& q = r.req(id);
+      Request& q = r.req(id);
       if (!q.in_prefill()) {
         mech::add(out, q, 1);
         --budget;

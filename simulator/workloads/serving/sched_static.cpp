@@ -49,7 +49,7 @@ class StaticScheduler final : public Scheduler {
         out.entries.push_back(BatchEntry{kPaddingSlot, 1, m.final_length});
         ++out.decode_entries;
       } else {
-        const Request& q = r.req(m.slot);
+        Request& q = r.req(m.slot);
         mech::add(out, q, q.length() - q.computed);
       }
     }

@@ -94,8 +94,10 @@ int reserve_decode_slots(Replica& r, Batch& batch);
 // Brings swapped sequences back while blocks allow (charging the copy time) and adds each
 // to the batch as a decode.
 void swap_in(Replica& r, Batch& batch, size_t max_running);
-inline void add(Batch& b, const Request& q, int32_t new_tokens) {
-  b.entries.push_back(BatchEntry{q.id, new_tokens, q.computed});
+// Adds `new_tokens` of `q` to the batch (the first time it is scheduled, at the batch's start).
+inline void add(Batch& b, Request& q, int32_t new_tokens) {
+  if (q.first_scheduled_ns < 0) q.first_scheduled_ns = b.start_ns;
+  b.entries.push_back(BatchEntry{q.id, new_tokens, q.computed, q.computed + new_tokens >= q.length()});
   if (q.in_prefill()) ++b.prefill_entries;
   else ++b.decode_entries;
 }

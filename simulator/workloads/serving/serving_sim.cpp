@@ -505,6 +505,7 @@ void ServingSim::try_start(int ri) {
   Batch& b = batches_[ri];
   b.clear();
   const int64_t now = engine_.now().count_ns();
+  b.start_ns = now;
   schedulers_[ri]->schedule(r, b, now);
   account_kv(ri, now);
   if (b.empty()) {
@@ -522,13 +523,11 @@ void ServingSim::try_start(int ri) {
       work_.push_back(SeqWork{en.new_tokens, en.context, true});
       continue;
     }
-    Request& q = reqs_[en.req];
     // A prefill chunk that stops short of the prompt's end samples no token (no LM-head row).
-    const bool samples = q.state == ReqState::Done || q.computed + en.new_tokens >= q.length();
-    work_.push_back(SeqWork{en.new_tokens, en.context, samples});
-    if (q.state == ReqState::Done) continue;  // static batching padding
-    if (q.first_scheduled_ns < 0) q.first_scheduled_ns = now;
-    if (samples) ++generating;
+    // The scheduler's mech::add noted that, and the request's first scheduling, as it added
+    // the entry: this loop reads no request (their cache lines are cold at 64 replicas).
+    work_.push_back(SeqWork{en.new_tokens, en.context, en.samples});
+    if (en.samples) ++generating;
   }
   const bool swap_flows = fabric_.active() && b.swap_bytes > 0 && !fabric_.host_links.empty() &&
                           !fabric_.host_links[static_cast<size_t>(ri / pp_)].empty();
