@@ -818,8 +818,8 @@ void ServingSim::on_iteration_end(int ri) {
   Batch& b = batches_[ri];
   busy_[ri] = false;
   auto& st = rstats_[ri];
-  const double detok = cfg_.last_mile.detokenize_ns, stream = cfg_.last_mile.stream_ns;
-  double t = static_cast<double>(std::max(now, detok_free_ns_[ri]));
+  const int64_t detok = cfg_.last_mile.detokenize_ns, stream = cfg_.last_mile.stream_ns;
+  int64_t t = std::max(now, detok_free_ns_[ri]);
   ended_.clear();
   // The batch's requests were last touched when the iteration started, and every other
   // replica's iterations have run since: ask for all their lines at once rather than
@@ -836,7 +836,7 @@ void ServingSim::on_iteration_end(int ri) {
     ++q.generated;
     // The last mile: detokenized in order on the replica's host thread, then streamed.
     t += detok;
-    const int64_t delivered = round_ns(t + stream);
+    const int64_t delivered = t + stream;
     if (q.first_token_ns < 0) {
       q.first_token_ns = delivered;
     } else {
@@ -850,7 +850,7 @@ void ServingSim::on_iteration_end(int ri) {
       finish(q, delivered);
     }
   }
-  detok_free_ns_[ri] = round_ns(t);
+  detok_free_ns_[ri] = t;
   // Drop finished sequences from the running list (only those that ended here are Done).
   if (!ended_.empty()) {
     r.running.erase(std::remove_if(r.running.begin(), r.running.end(),

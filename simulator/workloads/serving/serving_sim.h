@@ -44,8 +44,8 @@ struct MemoryPlan {
 struct LastMile {
   D2hTable d2h;
   double d2h_fixed_ns = 0;      // used when no table
-  double detokenize_ns = 0;     // per token, on the replica's host detokenizer thread
-  double stream_ns = 0;         // per token, to the client
+  int64_t detokenize_ns = 0;    // per token, on the replica's host detokenizer thread
+  int64_t stream_ns = 0;        // per token, to the client
   std::string d2h_source;
   double d2h_ns(int tokens) const { return tokens <= 0 ? 0 : d2h.loaded() ? d2h.ns(tokens) : d2h_fixed_ns; }
 };
