@@ -54,6 +54,11 @@ class Binding {
     on(key, [key, field](const Params& p, T& t) { t.*field = static_cast<double>(p.time(key).count_ns()); });
     return s_->quantity(key, UnitKind::Time, std::move(doc));
   }
+  // A time, into a double field of seconds (SimTime::to_seconds of the parsed nanoseconds).
+  ParamSpec& seconds(const std::string& key, double T::*field, std::string doc) {
+    on(key, [key, field](const Params& p, T& t) { t.*field = p.time(key).to_seconds(); });
+    return s_->quantity(key, UnitKind::Time, std::move(doc));
+  }
   ParamSpec& flag(const std::string& key, bool T::*field, std::string doc) {
     on(key, [key, field](const Params& p, T& t) { t.*field = p.flag(key); });
     return s_->add(key, ParamType::Bool, std::move(doc));

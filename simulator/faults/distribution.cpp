@@ -1,8 +1,12 @@
 #include "faults/distribution.h"
 
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
+
+#include "config/binding.h"
 
 namespace sluice::faults {
 
@@ -52,33 +56,53 @@ std::string Distribution::describe() const {
   return "";
 }
 
+namespace {
+
+// A distribution section's keys, declared on `s` with the fields they fill. `kinds` are the
+// choices of `dist`; `lifetime` picks its default and the docs.
+Binding<Distribution> distribution_keys(Schema& s, bool lifetime, std::vector<std::pair<std::string, DistKind>> kinds) {
+  using D = Distribution;
+  Binding<D> b(s);
+  b.choice<DistKind>("dist", std::move(kinds), &D::kind,
+                     lifetime ? "time to failure: exponential (mean = MTBF), Weibull (shape, scale) or fixed" : "repair time: fixed, exponential or lognormal")
+      .def(lifetime ? "exponential" : "fixed");
+  b.seconds("mean", &D::mean_s, lifetime ? "mean time to failure (MTBF) for exponential; the value for fixed" : "mean repair time (MTTR); the value for fixed")
+      .optional()
+      .positive();
+  b.real("shape", &D::shape, "Weibull shape k (1: exponential; >1: wear-out; <1: infant mortality)").def("1").range(0.05, 20);
+  b.seconds("scale", &D::scale_s, "Weibull scale (the 63rd percentile lifetime)").optional().positive();
+  b.real("sigma", &D::sigma, "lognormal: standard deviation of log(repair time)").def("0.5").range(0, 5);
+  return b;
+}
+
+}  // namespace
+
 std::shared_ptr<Schema> distribution_schema(bool lifetime) {
   auto s = std::make_shared<Schema>();
   if (lifetime)
-    s->enumeration("dist", {"exponential", "weibull", "fixed"}, "time to failure: exponential (mean = MTBF), Weibull (shape, scale) or fixed").def("exponential");
+    (void)distribution_keys(*s, true, {{"exponential", DistKind::Exponential}, {"weibull", DistKind::Weibull}, {"fixed", DistKind::Fixed}});
   else
-    s->enumeration("dist", {"fixed", "exponential", "lognormal"}, "repair time: fixed, exponential or lognormal").def("fixed");
-  s->quantity("mean", UnitKind::Time, lifetime ? "mean time to failure (MTBF) for exponential; the value for fixed" : "mean repair time (MTTR); the value for fixed")
-      .optional()
-      .positive();
-  s->add("shape", ParamType::Real, "Weibull shape k (1: exponential; >1: wear-out; <1: infant mortality)").def("1").range(0.05, 20);
-  s->quantity("scale", UnitKind::Time, "Weibull scale (the 63rd percentile lifetime)").optional().positive();
-  s->add("sigma", ParamType::Real, "lognormal: standard deviation of log(repair time)").def("0.5").range(0, 5);
+    (void)distribution_keys(*s, false, {{"fixed", DistKind::Fixed}, {"exponential", DistKind::Exponential}, {"lognormal", DistKind::Lognormal}});
   return s;
 }
 
+Distribution distribution_fields(const Params& p) {
+  // One binding reads a section of either schema: its `dist` knows every kind's name (the
+  // schema it was declared on is a scratch one; the sections were validated by their own).
+  static Schema every_kind;
+  static const Binding<Distribution> keys = distribution_keys(
+      every_kind, true,
+      {{"fixed", DistKind::Fixed}, {"exponential", DistKind::Exponential}, {"weibull", DistKind::Weibull}, {"lognormal", DistKind::Lognormal}});
+  return keys.make(p);
+}
+
 Distribution distribution_from_params(const Params& p) {
-  Distribution d;
-  const std::string& k = p.str("dist");
-  d.kind = k == "fixed" ? DistKind::Fixed : k == "weibull" ? DistKind::Weibull : k == "lognormal" ? DistKind::Lognormal : DistKind::Exponential;
+  const Distribution d = distribution_fields(p);
+  // The parameters a kind needs are optional keys: which ones must be there is logic.
   if (d.kind == DistKind::Weibull) {
     if (!p.has("scale")) p.fail("scale", "a Weibull distribution needs its scale", "a time, e.g. scale: 5000h");
-    d.scale_s = p.time("scale").to_seconds();
-    d.shape = p.real("shape");
-  } else {
-    if (!p.has("mean")) p.fail("mean", fmt::format("a {} distribution needs its mean", k), "a time, e.g. mean: 2000h");
-    d.mean_s = p.time("mean").to_seconds();
-    d.sigma = p.real("sigma");
+  } else if (!p.has("mean")) {
+    p.fail("mean", fmt::format("a {} distribution needs its mean", p.str("dist")), "a time, e.g. mean: 2000h");
   }
   return d;
 }

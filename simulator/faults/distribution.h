@@ -30,6 +30,9 @@ struct Distribution {
 // {dist: exponential|weibull|fixed|lognormal, mean, shape, scale, sigma}; `lifetime` picks
 // the default kind (exponential) and the docs.
 std::shared_ptr<Schema> distribution_schema(bool lifetime);
+// Every key a validated distribution section holds (given or defaulted), in its field; a
+// field whose key is absent keeps Distribution's default. Checks nothing.
+Distribution distribution_fields(const Params& p);
 // Reads a validated distribution section; fails at its keys when the kind's parameters are missing.
 Distribution distribution_from_params(const Params& p);
 

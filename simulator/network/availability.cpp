@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "config/binding.h"
 #include "engine/rng.h"
 #include "network/availability_results.h"
 #include "recorder/availability_report.h"
@@ -332,10 +333,35 @@ std::shared_ptr<Schema> repair_schema() {
   return s;
 }
 
+// What the study's own keys fill. The lists (pod.cubes, slices, availabilities) and the
+// repair and lifetime sections are read by logic: lists are checked and converted item by
+// item, and the lifetime's mean follows from each availability.
+struct AvailabilitySettings {
+  AvailabilityConfig cfg;  // pod.hosts_per_cube, horizon, warmup, job.*
+  int cube_edge = 4;
+  int seeds = 5;
+};
+
+// The bindings of the top-level keys and of the `pod` and `job` sections.
+struct AvailabilityKeys {
+  Binding<AvailabilitySettings> top, pod, job;
+  AvailabilitySettings make(const Params& p) const {
+    AvailabilitySettings st = top.make(p);
+    pod.fill(p.section("pod"), st);
+    job.fill(p.section("job"), st);
+    return st;
+  }
+};
+
 class AvailabilityStudy final : public Study {
  public:
-  explicit AvailabilityStudy(const StudyContext& ctx) : base_seed_(ctx.seed) {
+  AvailabilityStudy(const StudyContext& ctx, const AvailabilityKeys& keys) : base_seed_(ctx.seed) {
     const Params& p = ctx.params;
+    const AvailabilitySettings st = keys.make(p);
+    cfg_ = st.cfg;
+    edge_ = st.cube_edge;
+    chips_per_cube_ = edge_ * edge_ * edge_;
+    seeds_ = st.seeds;
     const Params& pod = p.section("pod");
     const Node cubes = list_or(pod, "cubes", "[4, 4, 4]");
     if (!cubes.is_seq() || cubes.seq.size() != 3) pod.fail("cubes", "expected cubes along x, y, z", "a list such as [4, 4, 4]");
@@ -347,9 +373,6 @@ class AvailabilityStudy final : public Study {
     }
     const int n_cubes = cfg_.grid[0] * cfg_.grid[1] * cfg_.grid[2];
     if (n_cubes > 64) pod.fail("cubes", fmt::format("{} cubes", n_cubes), "at most 64 cubes (a TPU v4 pod has 4×4×4)");
-    edge_ = static_cast<int>(pod.integer("cube_edge"));
-    chips_per_cube_ = edge_ * edge_ * edge_;
-    cfg_.hosts_per_cube = static_cast<int>(pod.integer("hosts_per_cube"));
 
     // Slices: chips (the TPU v4 shape for that many cubes) or a shape in chips.
     const PodAllocator fit(cfg_.grid, false, PlacementPolicy::FirstFit);
@@ -383,17 +406,9 @@ class AvailabilityStudy final : public Study {
       if (life.given(k))
         life.fail(k, "the time to failure follows from the availability: MTBF = A/(1-A) · MTTR",
                   "leave it out and set `availabilities`; only dist (and a Weibull's shape) are read");
-    const std::string& lk = life.str("dist");
-    life_kind_ = lk == "fixed" ? faults::DistKind::Fixed : lk == "weibull" ? faults::DistKind::Weibull : faults::DistKind::Exponential;
-    life_shape_ = life.real("shape");
-
-    cfg_.horizon_ns = p.time("horizon").count_ns();
-    cfg_.warmup_ns = p.time("warmup").count_ns();
-    seeds_ = static_cast<int>(p.integer("seeds"));
-    const Params& job = p.section("job");
-    cfg_.checkpoint_interval_ns = job.time("checkpoint_interval").count_ns();
-    cfg_.checkpoint_cost_ns = job.time("checkpoint_cost").count_ns();
-    cfg_.restart_ns = job.time("restart").count_ns();
+    const faults::Distribution lf = faults::distribution_fields(life);
+    life_kind_ = lf.kind;
+    life_shape_ = lf.shape;
 
     // Refuse a run that would take hours before drawing anything: its host transitions.
     const double mttr = cfg_.repair.mean(), hosts = static_cast<double>(n_cubes) * cfg_.hosts_per_cube;
@@ -531,12 +546,20 @@ class AvailabilityStudy final : public Study {
   double life_shape_ = 1;
 };
 
-Schema availability_schema() {
+// The study's schema, with the bindings of its keys.
+std::pair<Schema, AvailabilityKeys> availability_schema() {
+  using S = AvailabilitySettings;
+  using C = AvailabilityConfig;
   Schema s = common_study_schema();
   auto pod = std::make_shared<Schema>();
+  Binding<S> pod_keys(*pod);
+  Binding<C> pod_cfg(*pod);
   pod->add("cubes", ParamType::List, "cubes along x, y, z, at most 64 cubes (default [4, 4, 4])").optional();
-  pod->add("cube_edge", ParamType::Int, "chips along a cube edge").def("4").range(1, 16);
-  pod->add("hosts_per_cube", ParamType::Int, "hosts per cube (TPU v4: 16 hosts of 4 chips); a cube is healthy when all are up").def("16").range(1, 64);
+  pod_keys.integer("cube_edge", &S::cube_edge, "chips along a cube edge").def("4").range(1, 16);
+  pod_cfg.integer("hosts_per_cube", &C::hosts_per_cube, "hosts per cube (TPU v4: 16 hosts of 4 chips); a cube is healthy when all are up")
+      .def("16")
+      .range(1, 64);
+  pod_keys.nest(&S::cfg, pod_cfg);
   s.section("pod", pod, "the pod");
   s.add("availabilities", ParamType::List, "host availabilities A = MTBF/(MTBF+MTTR), each in (0, 1) (default [0.99, 0.995, 0.999])").optional();
   s.section("repair", repair_schema(), "host repair time (MTTR = its mean)");
@@ -546,26 +569,33 @@ Schema availability_schema() {
         "slice sizes: chips (the TPU v4 shape: 64 4x4x4, 128 4x4x8, 256 4x8x8, 512 8x8x8, 1024 8x8x16, 2048 8x16x16, 4096 16x16x16) or shapes in chips "
         "(default every power of two of cubes that fits the pod)")
       .optional();
-  s.quantity("horizon", UnitKind::Time, "measured wall time per run (at most 100 years)").def("3650d").range(1e9, 3.15e18);
-  s.quantity("warmup", UnitKind::Time, "simulated before measuring (hosts start in their stationary state; this removes what remains of the start)")
+  Binding<S> keys(s);
+  Binding<C> cfg(s);
+  cfg.time_ns("horizon", &C::horizon_ns, "measured wall time per run (at most 100 years)").def("3650d").range(1e9, 3.15e18);
+  cfg.time_ns("warmup", &C::warmup_ns, "simulated before measuring (hosts start in their stationary state; this removes what remains of the start)")
       .def("0s")
       .range(0, 3.15e18);
-  s.add("seeds", ParamType::Int, "independent runs per availability, for the 95% confidence intervals (Student t)").def("10").range(2, 1000);
+  keys.nest(&S::cfg, cfg);
+  keys.integer("seeds", &S::seeds, "independent runs per availability, for the 95% confidence intervals (Student t)").def("10").range(2, 1000);
   auto job = std::make_shared<Schema>();
-  job->quantity("checkpoint_interval", UnitKind::Time, "useful work between checkpoints").def("1h").range(1, 3.15e18);
-  job->quantity("checkpoint_cost", UnitKind::Time, "time to write one checkpoint").def("1min").range(0, 3.15e18);
-  job->quantity("restart", UnitKind::Time, "time from placing the slice to work resuming (reload from the checkpoint)").def("10min").range(0, 3.15e18);
+  Binding<C> job_cfg(*job);
+  job_cfg.time_ns("checkpoint_interval", &C::checkpoint_interval_ns, "useful work between checkpoints").def("1h").range(1, 3.15e18);
+  job_cfg.time_ns("checkpoint_cost", &C::checkpoint_cost_ns, "time to write one checkpoint").def("1min").range(0, 3.15e18);
+  job_cfg.time_ns("restart", &C::restart_ns, "time from placing the slice to work resuming (reload from the checkpoint)").def("10min").range(0, 3.15e18);
+  Binding<S> job_keys(*job);
+  job_keys.nest(&S::cfg, job_cfg);
   s.section("job", job, "the job that needs each slice: goodput = useful work / wall time");
-  return s;
+  return {std::move(s), AvailabilityKeys{std::move(keys), std::move(pod_keys), std::move(job_keys)}};
 }
 
 }  // namespace
 
 SLUICE_REGISTER(study, availability_study) {
+  auto [schema, keys] = availability_schema();
   reg.add("study", "availability",
           "TPU v4 pod under host failures: fraction of time each slice size can be formed and the goodput of a job on it, OCS vs static torus",
-          availability_schema(),
-          StudyFactory([](const StudyContext& c) -> std::unique_ptr<Study> { return std::make_unique<AvailabilityStudy>(c); }));
+          std::move(schema),
+          StudyFactory([keys = std::move(keys)](const StudyContext& c) -> std::unique_ptr<Study> { return std::make_unique<AvailabilityStudy>(c, keys); }));
 }
 
 }  // namespace sluice::net

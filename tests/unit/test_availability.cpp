@@ -259,3 +259,35 @@ TEST_CASE("availability study: bad input fails with the key and the valid range"
   CHECK(config_error("study: availability\nrepair: {dist: lognormal}\n") == "");  // the default mean
   CHECK(config_error(kSmall) == "");
 }
+
+TEST_CASE("availability study: its keys reach the run: pod, horizon, warmup, seeds, job, repair and lifetime") {
+  const auto [m, csv] = run_text(R"(study: availability
+seed: 3
+pod: {cube_edge: 2, hosts_per_cube: 8}
+horizon: 100d
+warmup: 5d
+seeds: 3
+availabilities: [0.99]
+slices: [8, [4, 4, 8]]
+repair: {dist: lognormal, mean: 12h, sigma: 0.3}
+lifetime: {dist: weibull, shape: 2}
+job: {checkpoint_interval: 2h, checkpoint_cost: 2min, restart: 20min}
+)");
+  CHECK(m["pod"]["chips"] == 64 * 8);  // 2x2x2 chips a cube
+  CHECK(m["pod"]["hosts"] == 64 * 8);
+  CHECK(m["pod"]["hosts_per_cube"] == 8);
+  CHECK(m["horizon_days"].get<double>() == doctest::Approx(100));
+  CHECK(m["warmup_days"].get<double>() == doctest::Approx(5));
+  CHECK(m["seeds"] == 3);
+  CHECK(m["job"]["checkpoint_interval_s"].get<double>() == doctest::Approx(7200));
+  CHECK(m["job"]["checkpoint_cost_s"].get<double>() == doctest::Approx(120));
+  CHECK(m["job"]["restart_s"].get<double>() == doctest::Approx(1200));
+  CHECK(m["failures"]["mttr_h"].get<double>() == doctest::Approx(12));
+  CHECK(m["failures"]["repair"].get<std::string>().find("lognormal") != std::string::npos);
+  CHECK(m["failures"]["repair"].get<std::string>().find("sigma 0.3") != std::string::npos);
+  CHECK(m["failures"]["lifetime"] == "Weibull k=2");
+  REQUIRE(m["rows"].size() == 4);
+  CHECK(m["rows"][0]["chips"] == 8);
+  CHECK(m["rows"][2]["chips"] == 128);
+  CHECK(m["rows"][2]["shape"] == "4x4x8");
+}

@@ -172,6 +172,38 @@ TEST_CASE("diffusion serving: Poisson requests batched per step, deterministic, 
   CHECK(pf["completed"] == 30);
 }
 
+TEST_CASE("diffusion keys reach the workload's config: every bound key given a non-default value") {
+  const std::string serving = ", cfg: true, requests: 3, arrival_rate: 5/s, max_batch: 2, implementation: fused";
+  const Json d = run_dit("cfg: 2, pipefusion: 2, patches: 4, warmup_steps: 2", serving, "dit-xl-2", 256, 3);
+  const Json& j = d["job"];
+  CAPTURE(j.dump());
+  CHECK(j["resolution"] == 256);
+  CHECK(j["patch_tokens"] == 256);
+  CHECK(j["steps"] == 3);
+  CHECK(j["cfg"] == true);
+  CHECK(j["requests"] == 3);
+  CHECK(j["arrival_rate_per_s"].get<double>() == 5);
+  CHECK(j["max_batch"] == 2);
+  CHECK(j["implementation"] == "fused");
+  CHECK(j["parallel"]["cfg"] == 2);
+  CHECK(j["parallel"]["pipefusion"] == 2);
+  CHECK(j["parallel"]["patches"] == 4);
+  CHECK(j["parallel"]["warmup_steps"] == 2);
+  CHECK(d["completed"] == 3);
+  // The other degrees, one strategy at a time; patches 0 means as many as stages.
+  const Json usp = run_dit("ulysses: 2, ring: 2", "", "dit-xl-2", 256, 2)["job"]["parallel"];
+  CHECK(usp["ulysses"] == 2);
+  CHECK(usp["ring"] == 2);
+  CHECK(run_dit("tensor: 2", "", "dit-xl-2", 256, 2)["job"]["parallel"]["tensor"] == 2);
+  CHECK(run_dit("distrifusion: 2", "", "dit-xl-2", 256, 2)["job"]["parallel"]["distrifusion"] == 2);
+  CHECK(run_dit("pipefusion: 2", "", "dit-xl-2", 256, 2)["job"]["parallel"]["patches"] == 2);
+  // The defaults, and each key's default from the schema.
+  const Json def = run_dit("", "", "dit-xl-2", 256, 2)["job"];
+  CHECK(def["implementation"] == "pytorch-lean");
+  CHECK(def["max_batch"] == 1);
+  CHECK(def["parallel"]["warmup_steps"] == 1);
+}
+
 TEST_CASE("diffusion bad input: clear errors with the key and what is valid") {
   auto error = [](const std::string& yaml) {
     try {

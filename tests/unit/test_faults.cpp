@@ -98,6 +98,40 @@ TEST_CASE("fault distributions: seeded draws with the right moments") {
   CHECK(wb.mean() == doctest::Approx(500 * std::tgamma(1 + 1 / 1.5)));
 }
 
+TEST_CASE("a distribution section's keys reach their fields: dist, mean, scale and sigma in seconds, shape") {
+  using faults::DistKind;
+  auto read = [](bool lifetime, const std::string& yaml) {
+    static std::vector<std::unique_ptr<Node>> trees;  // Params point into their tree
+    static std::vector<std::shared_ptr<Schema>> schemas;
+    trees.push_back(std::make_unique<Node>(load_yaml_string(yaml, "d.yaml")));
+    schemas.push_back(faults::distribution_schema(lifetime));
+    return faults::distribution_from_params(parse_params(*trees.back(), *schemas.back(), "ttf"));
+  };
+  const faults::Distribution wb = read(true, "{dist: weibull, shape: 2.5, scale: 2h}");
+  CHECK(wb.kind == DistKind::Weibull);
+  CHECK(wb.shape == 2.5);
+  CHECK(wb.scale_s == doctest::Approx(7200));
+  const faults::Distribution fx = read(true, "{dist: fixed, mean: 90min}");
+  CHECK(fx.kind == DistKind::Fixed);
+  CHECK(fx.mean_s == doctest::Approx(5400));
+  const faults::Distribution ex = read(true, "{mean: 1500ms}");  // the lifetime's default kind
+  CHECK(ex.kind == DistKind::Exponential);
+  CHECK(ex.mean_s == doctest::Approx(1.5));
+  const faults::Distribution ln = read(false, "{dist: lognormal, mean: 4h, sigma: 1.25}");
+  CHECK(ln.kind == DistKind::Lognormal);
+  CHECK(ln.mean_s == doctest::Approx(14400));
+  CHECK(ln.sigma == 1.25);
+  const faults::Distribution rx = read(false, "{dist: exponential, mean: 30s}");
+  CHECK(rx.kind == DistKind::Exponential);
+  CHECK(rx.mean_s == doctest::Approx(30));
+  const faults::Distribution rf = read(false, "{mean: 2s}");  // the repair's default kind
+  CHECK(rf.kind == DistKind::Fixed);
+  CHECK(rf.sigma == 0.5);  // defaulted keys fill too
+  // A kind's missing parameter is still refused at its key.
+  CHECK_THROWS_WITH_AS(read(true, "{dist: weibull, shape: 2}"), doctest::Contains("scale"), ConfigError);
+  CHECK_THROWS_WITH_AS(read(false, "{dist: lognormal}"), doctest::Contains("needs its mean"), ConfigError);
+}
+
 TEST_CASE("a fault trace fails a link at exactly its time: the flow stalls and resumes on repair") {
   World w(1, Cluster{dumbbell(1), HardwareSpec{}});
   w.add_fault(make_fault(w, "{kind: trace, events: [\"500ms link:s0~s1 down\", \"2500ms link:s0~s1 up\"]}"));

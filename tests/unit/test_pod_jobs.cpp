@@ -9,8 +9,10 @@
 
 #include "config/error.h"
 #include "engine/rng.h"
+#include "hardware/spec.h"
 #include "test_support.h"
 #include "workloads/cluster/pod_stream.h"
+#include "workloads/training/training.h"
 
 using namespace sluice;
 using namespace sluice::cluster;
@@ -276,4 +278,71 @@ TEST_CASE("pod-scheduling: a slice of the same geometry elsewhere on the pod tra
     if (ocs) CHECK(elsewhere == doctest::Approx(cached).epsilon(1e-3));
     else CHECK(elsewhere == doctest::Approx(cached).epsilon(1e-9));
   }
+}
+
+TEST_CASE("pod-scheduling: a training job class's keys reach its training config") {
+  const Json m = run_text(
+      "study: pod-scheduling\nseed: 3\npod: {cubes: [4, 4, 4]}\njobs:\n  rate: 200/h\n  horizon: 48h\n  measure_iterations: 1\n"
+      "  shapes:\n"
+      "    - {shape: [4, 4, 4], name: mine, weight: 3, model: gpt3-1b, sequence: 1024, recompute: true, iterations: 100,\n"
+      "       parallel: {tp: 2, pp: 2, dp: 16, schedule: gpipe, micro_batches: 4, micro_batch_size: 2}}\n"
+      "    - {shape: [4, 4, 4]}\n"
+      "variants: [{ocs: true}]\n");
+  CHECK(m["measure_iterations"] == 1);
+  REQUIRE(m["geometries"].size() == 1);
+  const Json& g = m["geometries"][0];
+  CAPTURE(g.dump());
+  CHECK(g["class"] == "mine");
+  CHECK(g["tp"] == 2);
+  CHECK(g["pp"] == 2);
+  CHECK(g["dp"] == 16);
+  CHECK(g["tokens_per_iteration"].get<double>() == 2.0 * 1024 * 4 * 16);  // micro_batch_size x sequence x micro_batches x dp
+  // The memory of that configuration (gpipe holds every micro-batch, recompute keeps layer inputs only).
+  training::TrainingConfig c;
+  c.model = load_model("gpt3-1b");
+  c.hardware = load_hardware("tpu-v4");
+  c.tp = 2, c.pp = 2, c.dp = 16, c.micro_batches = 4, c.micro_batch_size = 2, c.sequence = 1024;
+  c.schedule = training::Schedule::GPipe;
+  c.recompute = true;
+  CHECK(g["memory_bytes"].get<double>() == doctest::Approx(training::training_memory(c).total()).epsilon(1e-12));
+  c.recompute = false;
+  CHECK(g["memory_bytes"].get<double>() < training::training_memory(c).total());
+  // weight 3 against 1: three arrivals in four are of the training class.
+  const Json& classes = m["variants"][0]["classes"];
+  REQUIRE(classes.size() == 2);
+  const double a = classes[0]["jobs"].get<double>(), b = classes[1]["jobs"].get<double>();
+  CHECK(a / (a + b) == doctest::Approx(0.75).epsilon(0.03));
+}
+
+TEST_CASE("pod-scheduling: the study's keys reach the run: pod, jobs, failures, backfill and ocs_reconfig") {
+  // Abstract jobs only (no world runs): one cube, or the whole pod.
+  auto scenario = [](const std::string& extra, const std::string& jobs = "  duration_mean: 1h\n") {
+    return "study: pod-scheduling\nseed: 4\npod: {cubes: [4, 4, 4], cube_edge: 2, hosts_per_cube: 4}\n"
+           "jobs:\n  rate: 30/h\n  horizon: 100h\n" + jobs +
+           "  shapes:\n    - {shape: [2, 2, 2], weight: 9}\n    - {shape: [8, 8, 8]}\n"
+           "variants: [{ocs: true}, {ocs: false}]\n" + extra;
+  };
+  const Json m = run_text(scenario("failures: {host_mtbf: 300h, host_repair: 20h, restart_penalty: 2h}\n"));
+  CHECK(m["pod"]["chips"] == 64 * 8);  // cube_edge 2
+  CHECK(m["pod"]["hosts"] == 64 * 4);
+  CHECK(m["host_availability"].get<double>() == doctest::Approx(300.0 / 320));
+  CHECK(m["jobs"].get<double>() == doctest::Approx(3000).epsilon(0.08));  // Poisson: rate x horizon
+  bool interrupted = false;
+  for (const Json& v : m["variants"])
+    for (const Json& c : v["classes"]) {
+      CAPTURE(c.dump());
+      // Each interruption loses the restart penalty of slice time.
+      CHECK(c["lost_slice_h"].get<double>() == doctest::Approx(2.0 * c["interruptions"].get<double>()));
+      interrupted |= c["interruptions"].get<long>() > 0;
+    }
+  CHECK(interrupted);
+  // A non-default value changes the run: each of these keys reaches the stream.
+  const Json base = run_text(scenario(""));
+  CHECK(run_text(scenario("backfill: false\n"))["variants"].dump() != base["variants"].dump());
+  CHECK(run_text(scenario("", "  duration_mean: 1h\n  duration_sigma: 0\n"))["variants"].dump() != base["variants"].dump());
+  CHECK(run_text(scenario("", "  duration_mean: 2h\n"))["variants"].dump() != base["variants"].dump());
+  // ocs_reconfig delays OCS slices only.
+  const Json slow = run_text(scenario("ocs_reconfig: 30min\n"));
+  CHECK(slow["variants"][0].dump() != base["variants"][0].dump());
+  CHECK(slow["variants"][1].dump() == base["variants"][1].dump());
 }

@@ -83,6 +83,23 @@ TEST_CASE("a bound key keeps its range check and its error position") {
   CHECK_THROWS_WITH_AS(parse(s, "{color: green}"), doctest::Contains("red"), ConfigError);
 }
 
+TEST_CASE("a seconds key fills a double field with the time in seconds") {
+  struct Timed {
+    double wait_s = -1;
+    double later_s = -1;
+  };
+  Schema s;
+  Binding<Timed> keys(s);
+  keys.seconds("wait", &Timed::wait_s, "a wait").def("90min");
+  keys.seconds("later", &Timed::later_s, "a later wait").optional();
+  CHECK(s.find("wait")->type == ParamType::Quantity);
+  CHECK(s.find("wait")->unit == UnitKind::Time);
+  const Timed a = keys.make(parse(s, "{later: 250ms}"));
+  CHECK(a.wait_s == 5400);
+  CHECK(a.later_s == 0.25);
+  CHECK(keys.make(parse(s, "{}")).later_s == -1);
+}
+
 TEST_CASE("every component registers itself: each category the built-ins need is filled") {
   const Registry& reg = testing::registry();
   // The linker drops nothing: one component per file, found by name.

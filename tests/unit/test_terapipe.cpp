@@ -222,6 +222,24 @@ TEST_CASE("terapipe training: sliced GPipe bubbles match the formula with free t
   CHECK(dp["training"]["slicing"]["model_speedup"].get<double>() > 1.5);
 }
 
+TEST_CASE("terapipe training: the slicing section's keys reach the job's slicing config") {
+  const Json uni = run_text(sliced_job("{policy: uniform, slices: 4, granularity: 64}"))["training"]["slicing"];
+  CAPTURE(uni.dump());
+  CHECK(uni["policy"] == "uniform");
+  CHECK(uni["slices"] == 4);
+  CHECK(uni["granularity"] == 64);
+  CHECK(uni["tokens"] == Json::array({1024, 1024, 1024, 1024}));
+  const Json def = run_text(sliced_job("{policy: terapipe, granularity: 128}"))["training"]["slicing"];
+  const Json every = run_text(sliced_job("{policy: terapipe, granularity: 128, candidate_gap: 0}"))["training"]["slicing"];
+  CAPTURE(def.dump());
+  CAPTURE(every.dump());
+  CHECK(def["policy"] == "terapipe");
+  CHECK(def["granularity"] == 128);
+  for (const Json& t : def["tokens"]) CHECK(t.get<int>() % 128 == 0);
+  // candidate_gap 0: a DP for every t_max candidate; the default gap shares one among near ones.
+  CHECK(every["dp_evaluated"].get<long>() > def["dp_evaluated"].get<long>());
+}
+
 TEST_CASE("terapipe training: slicing needs GPipe, uniform slices fit the sequence, terapipe chooses its own") {
   CHECK_THROWS_WITH_AS(run_text(sliced_job("{policy: uniform, slices: 4}"), {"workloads.0.parallel.schedule=1f1b"}),
                        doctest::Contains("GPipe"), ConfigError);

@@ -25,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include "config/binding.h"
 #include "config/shapes.h"
 #include "config/units.h"
 #include "hardware/cost_model.h"
@@ -42,28 +43,6 @@ namespace sluice::cluster {
 namespace {
 
 
-// The schema of a training job class in `jobs.shapes`.
-std::shared_ptr<Schema> job_class_schema() {
-  auto s = std::make_shared<Schema>();
-  s->add("name", ParamType::String, "the class's name in the report (default: model and shape)").optional();
-  s->add("shape", ParamType::List, "the slice in chips, e.g. [4, 4, 8]");
-  s->add("weight", ParamType::Real, "relative share of arrivals").def("1").positive();
-  s->ref("model", {"models/llm"}, model_schema(), "the model: a catalog name (gpt3-13b) or an inline shape");
-  auto par = std::make_shared<Schema>();
-  par->add("tp", ParamType::Int, "tensor parallel ranks per stage (inside one cube, a divisor of its edge)").def("1").range(1, 64);
-  par->add("pp", ParamType::Int, "pipeline stages").def("1").range(1, 512);
-  par->add("dp", ParamType::Int, "data-parallel replicas").def("1").range(1, 65536);
-  par->enumeration("schedule", {"1f1b", "gpipe"}, "pipeline schedule").def("1f1b");
-  par->add("micro_batches", ParamType::Int, "micro-batches per replica per iteration").def("8").range(1, 65536);
-  par->add("micro_batch_size", ParamType::Int, "sequences per micro-batch").def("1").range(1, 65536);
-  s->section("parallel", par, "tp x pp x dp, which must equal the slice's chips");
-  s->add("sequence", ParamType::Int, "tokens per sequence").def("2048").range(1, 1 << 20);
-  s->add("recompute", ParamType::Bool, "full activation recomputation").def("false");
-  s->add("iterations", ParamType::Real, "mean job size in iterations (or give tokens)").optional().range(1, 1e12);
-  s->add("tokens", ParamType::Real, "mean job size in training tokens (or give iterations)").optional().range(1, 1e18);
-  return s;
-}
-
 struct JobClass {
   std::string name;
   net::CubeShape shape;
@@ -72,6 +51,68 @@ struct JobClass {
   training::TrainingConfig cfg;  // training classes
   double iterations = 0;         // mean size
   training::TrainingMemory memory;
+};
+
+// The schema of a training job class in `jobs.shapes`, with the bindings of its keys and of
+// its `parallel` section. Logic reads the rest: name (its default follows from the model and
+// shape), shape (a list in chips, checked against the cube edge), model (a catalog
+// reference), iterations and tokens (exactly one of them; tokens become iterations).
+struct JobClassKeys {
+  std::shared_ptr<Schema> schema;
+  Binding<JobClass> top, parallel;
+};
+
+JobClassKeys job_class_keys() {
+  using T = training::TrainingConfig;
+  auto s = std::make_shared<Schema>();
+  Binding<JobClass> keys(*s);
+  Binding<T> cfg(*s);
+  s->add("name", ParamType::String, "the class's name in the report (default: model and shape)").optional();
+  s->add("shape", ParamType::List, "the slice in chips, e.g. [4, 4, 8]");
+  keys.real("weight", &JobClass::weight, "relative share of arrivals").def("1").positive();
+  s->ref("model", {"models/llm"}, model_schema(), "the model: a catalog name (gpt3-13b) or an inline shape");
+  auto par = std::make_shared<Schema>();
+  Binding<T> par_cfg(*par);
+  par_cfg.integer("tp", &T::tp, "tensor parallel ranks per stage (inside one cube, a divisor of its edge)").def("1").range(1, 64);
+  par_cfg.integer("pp", &T::pp, "pipeline stages").def("1").range(1, 512);
+  par_cfg.integer("dp", &T::dp, "data-parallel replicas").def("1").range(1, 65536);
+  par_cfg.choice<training::Schedule>("schedule", {{"1f1b", training::Schedule::OneFOneB}, {"gpipe", training::Schedule::GPipe}}, &T::schedule,
+                                     "pipeline schedule")
+      .def("1f1b");
+  par_cfg.integer("micro_batches", &T::micro_batches, "micro-batches per replica per iteration").def("8").range(1, 65536);
+  par_cfg.integer("micro_batch_size", &T::micro_batch_size, "sequences per micro-batch").def("1").range(1, 65536);
+  Binding<JobClass> par_keys(*par);
+  par_keys.nest(&JobClass::cfg, par_cfg);
+  s->section("parallel", par, "tp x pp x dp, which must equal the slice's chips");
+  cfg.integer("sequence", &T::sequence, "tokens per sequence").def("2048").range(1, 1 << 20);
+  cfg.flag("recompute", &T::recompute, "full activation recomputation").def("false");
+  keys.nest(&JobClass::cfg, cfg);
+  s->add("iterations", ParamType::Real, "mean job size in iterations (or give tokens)").optional().range(1, 1e12);
+  s->add("tokens", ParamType::Real, "mean job size in training tokens (or give iterations)").optional().range(1, 1e18);
+  return {std::move(s), std::move(keys), std::move(par_keys)};
+}
+
+// What the study's own keys fill. Logic reads the rest: pod.cubes, probes, variants and
+// jobs.shapes are lists, checked and converted item by item; the hardware is a catalog reference.
+struct PodSettings {
+  PodRunConfig run;  // pod.hosts_per_cube, backfill, ocs_reconfig, failures.*, jobs.horizon
+  int cube_edge = 4;
+  int measure_iterations = 2;
+  double rate_per_s = 0;        // jobs.rate
+  double duration_mean_ns = 0;  // jobs.duration_mean
+  double duration_sigma = 1;    // jobs.duration_sigma
+};
+
+// The bindings of the top-level keys and of the `pod`, `jobs` and `failures` sections.
+struct PodKeys {
+  Binding<PodSettings> top, pod, jobs, failures;
+  PodSettings make(const Params& p) const {
+    PodSettings st = top.make(p);
+    pod.fill(p.section("pod"), st);
+    jobs.fill(p.section("jobs"), st);
+    failures.fill(p.section("failures"), st);
+    return st;
+  }
 };
 
 // What a world run measured for one (class, geometry).
@@ -83,25 +124,19 @@ struct Measured {
 
 class PodStudy final : public Study {
  public:
-  explicit PodStudy(const StudyContext& ctx) : seed_(ctx.seed), reg_(ctx.registry) {
+  PodStudy(const StudyContext& ctx, const PodKeys& keys) : seed_(ctx.seed), reg_(ctx.registry) {
     const Params& p = ctx.params;
+    const PodSettings st = keys.make(p);
+    cfg_ = st.run;
+    edge_ = st.cube_edge;
+    measure_iterations_ = st.measure_iterations;
     const Params& pod = p.section("pod");
     const Node cubes = list_param(pod, "cubes", "[4, 4, 4]");
     const auto g = shape_triple(cubes, "pod.cubes");
     if (g[0] * g[1] * g[2] > 64) pod.fail("cubes", "more than 64 cubes", "at most 64 cubes (a TPU v4 pod has 4×4×4)");
     cfg_.grid = g;
-    edge_ = static_cast<int>(pod.integer("cube_edge"));
     cfg_.chips_per_cube = edge_ * edge_ * edge_;
-    cfg_.hosts_per_cube = static_cast<int>(pod.integer("hosts_per_cube"));
-    cfg_.backfill = p.flag("backfill");
-    cfg_.reconfig_ns = p.time("ocs_reconfig").count_ns();
-    const Params& f = p.section("failures");
-    cfg_.host_mtbf_ns = f.time("host_mtbf").count_ns();
-    cfg_.host_repair_ns = f.time("host_repair").count_ns();
-    cfg_.restart_penalty_ns = f.time("restart_penalty").count_ns();
     const Params& j = p.section("jobs");
-    cfg_.horizon_ns = j.time("horizon").count_ns();
-    measure_iterations_ = static_cast<int>(j.integer("measure_iterations"));
     hardware_ = hardware_from_params(p.section("hardware"));
     auto shape_of = [&](const Node& n, const std::string& path) {
       const auto s = shape_triple(n, path);
@@ -113,7 +148,7 @@ class PodStudy final : public Study {
       return net::CubeShape{s[0] / edge_, s[1] / edge_, s[2] / edge_};
     };
     const Node& shapes = j.node("shapes");
-    const auto class_schema = job_class_schema();
+    const JobClassKeys class_keys = job_class_keys();
     double wsum = 0;
     for (size_t i = 0; i < shapes.seq.size(); ++i) {
       const Node& e = shapes.seq[i];
@@ -123,8 +158,8 @@ class PodStudy final : public Study {
                           "e.g. {shape: [4, 4, 8], weight: 2, model: gpt3-13b, parallel: {tp: 4, pp: 4, dp: 8}, iterations: 5000}");
       JobClass jc;
       if (e.find("model")) {
-        const Params cp = parse_params(e, *class_schema, path);
-        jc = training_class(cp, path, shape_of(*e.find("shape"), path + ".shape"), shape_triple(*e.find("shape"), path + ".shape"));
+        const Params cp = parse_params(e, *class_keys.schema, path);
+        jc = training_class(cp, class_keys, path, shape_of(*e.find("shape"), path + ".shape"), shape_triple(*e.find("shape"), path + ".shape"));
       } else {
         // The old form: an abstract job of the stream's duration.
         for (size_t k = 0; k < e.map.size(); ++k)
@@ -163,9 +198,9 @@ class PodStudy final : public Study {
     // The job stream: Poisson arrivals, classes by weight, sizes lognormal (or exponential)
     // around the class's mean (training) or duration_mean (abstract jobs).
     RngStream rng(ctx.seed, "pod.jobs");
-    const double rate = j.real("rate");
-    const double mean_ns = static_cast<double>(j.time("duration_mean").count_ns());
-    const double sigma = j.real("duration_sigma");
+    const double rate = st.rate_per_s;
+    const double mean_ns = st.duration_mean_ns;
+    const double sigma = st.duration_sigma;
     const double horizon_s = static_cast<double>(cfg_.horizon_ns) / 1e9;
     // Every job is kept (and indexed by a 32-bit event argument): bound the stream before drawing it.
     constexpr double kMaxJobs = 1e6;
@@ -316,23 +351,15 @@ class PodStudy final : public Study {
     return out;
   }
 
-  JobClass training_class(const Params& cp, const std::string& path, net::CubeShape shape, std::array<int, 3> chips) {
-    JobClass jc;
+  JobClass training_class(const Params& cp, const JobClassKeys& keys, const std::string& path, net::CubeShape shape, std::array<int, 3> chips) {
+    JobClass jc = keys.top.make(cp);
+    const Params& par = cp.section("parallel");
+    keys.parallel.fill(par, jc);
     jc.training = true;
     jc.shape = shape;
-    jc.weight = cp.real("weight");
     training::TrainingConfig& c = jc.cfg;
     c.model = model_from_params(cp.section("model"));
     c.hardware = hardware_;
-    const Params& par = cp.section("parallel");
-    c.tp = static_cast<int>(par.integer("tp"));
-    c.pp = static_cast<int>(par.integer("pp"));
-    c.dp = static_cast<int>(par.integer("dp"));
-    c.schedule = par.str("schedule") == "gpipe" ? training::Schedule::GPipe : training::Schedule::OneFOneB;
-    c.micro_batches = static_cast<int>(par.integer("micro_batches"));
-    c.micro_batch_size = static_cast<int>(par.integer("micro_batch_size"));
-    c.sequence = static_cast<int>(cp.integer("sequence"));
-    c.recompute = cp.flag("recompute");
     c.iterations = measure_iterations_;
     c.tables_dir = default_tables_dir(c.hardware);
     jc.name = cp.given("name") ? cp.str("name") : fmt::format("{} {}", c.model.name, shape_text(chips));
@@ -431,37 +458,56 @@ class PodStudy final : public Study {
   std::vector<PodGeometry> geometries_;
 };
 
-Schema pod_study_schema() {
+// The study's schema, with the bindings of its keys.
+std::pair<Schema, PodKeys> pod_study_schema() {
+  using S = PodSettings;
+  using R = PodRunConfig;
   Schema s = common_study_schema();
+  Binding<S> keys(s);
+  Binding<R> run(s);
   auto pod = std::make_shared<Schema>();
+  Binding<S> pod_keys(*pod);
+  Binding<R> pod_run(*pod);
   pod->add("cubes", ParamType::List, "cubes along x, y, z, at most 64 cubes (default [4, 4, 4])").optional();
-  pod->add("cube_edge", ParamType::Int, "chips along a cube edge").def("4").range(1, 16);
-  pod->add("hosts_per_cube", ParamType::Int, "hosts per cube (TPU v4: 16 hosts of 4 chips)").def("16").range(1, 64);
+  pod_keys.integer("cube_edge", &S::cube_edge, "chips along a cube edge").def("4").range(1, 16);
+  pod_run.integer("hosts_per_cube", &R::hosts_per_cube, "hosts per cube (TPU v4: 16 hosts of 4 chips)").def("16").range(1, 64);
+  pod_keys.nest(&S::run, pod_run);
   s.section("pod", pod, "the pod; training jobs run on the tpu-v4-pod-ocs or tpu-v4-pod-static topology with these cubes");
   s.ref("hardware", {"models/hardware"}, hardware_schema(), "the chips (training jobs' compute and memory)").def("tpu-v4");
   auto jobs = std::make_shared<Schema>();
-  jobs->quantity("rate", UnitKind::Rate, "job arrival rate (Poisson)").def("1/h").positive();
-  jobs->quantity("horizon", UnitKind::Time, "simulated time (at most 1000 days: cube-time sums are integer nanoseconds)").def("720h").range(1, 8.64e16);
+  Binding<S> job_keys(*jobs);
+  Binding<R> job_run(*jobs);
+  job_keys.quantity("rate", UnitKind::Rate, &S::rate_per_s, "job arrival rate (Poisson)").def("1/h").positive();
+  job_run.time_ns("horizon", &R::horizon_ns, "simulated time (at most 1000 days: cube-time sums are integer nanoseconds)").def("720h").range(1, 8.64e16);
   jobs->add("shapes", ParamType::List,
             "job classes with weights: training jobs {shape: [4, 4, 8], weight: 2, model: gpt3-13b, parallel: {tp, pp, dp, "
             "micro_batches, micro_batch_size, schedule}, sequence, recompute, iterations: N | tokens: T, name}, tp x pp x dp = "
             "the slice's chips; or abstract jobs of duration_mean {shape: [4, 4, 8], weight: 2}");
-  jobs->quantity("duration_mean", UnitKind::Time, "mean duration of an abstract job (a class without a model)").def("8h").positive();
-  jobs->add("duration_sigma", ParamType::Real, "lognormal sigma of job sizes around their mean (0: exponential)").def("1").range(0, 5);
-  jobs->add("measure_iterations", ParamType::Int, "iterations a world runs per job class and slice geometry to find its iteration time (the mean)")
+  job_keys.time_ns("duration_mean", &S::duration_mean_ns, "mean duration of an abstract job (a class without a model)").def("8h").positive();
+  job_keys.real("duration_sigma", &S::duration_sigma, "lognormal sigma of job sizes around their mean (0: exponential)").def("1").range(0, 5);
+  job_keys
+      .integer("measure_iterations", &S::measure_iterations,
+               "iterations a world runs per job class and slice geometry to find its iteration time (the mean)")
       .def("2")
       .range(1, 100);
+  job_keys.nest(&S::run, job_run);
   s.section("jobs", jobs, "the job stream (seeded: every variant sees the same jobs)");
   auto fail = std::make_shared<Schema>();
-  fail->quantity("host_mtbf", UnitKind::Time, "mean time between failures per host (0s: no failures)").def("0s").nonneg();
-  fail->quantity("host_repair", UnitKind::Time, "mean repair time per host").def("24h").nonneg();
-  fail->quantity("restart_penalty", UnitKind::Time, "work redone after an interrupted slice restarts (time since checkpoint)").def("30min").nonneg();
+  Binding<R> fail_run(*fail);
+  fail_run.time_ns("host_mtbf", &R::host_mtbf_ns, "mean time between failures per host (0s: no failures)").def("0s").nonneg();
+  fail_run.time_ns("host_repair", &R::host_repair_ns, "mean repair time per host").def("24h").nonneg();
+  fail_run.time_ns("restart_penalty", &R::restart_penalty_ns, "work redone after an interrupted slice restarts (time since checkpoint)")
+      .def("30min")
+      .nonneg();
+  Binding<S> fail_keys(*fail);
+  fail_keys.nest(&S::run, fail_run);
   s.section("failures", fail, "host failures: a failed host makes its cube unhealthy and interrupts the job on it");
   s.add("variants", ParamType::List, "fabrics and policies to compare: [{ocs: true, placement: first-fit}, ...]");
-  s.add("backfill", ParamType::Bool, "later jobs may start while the head of the queue waits").def("true");
-  s.quantity("ocs_reconfig", UnitKind::Time, "OCS reprogramming before a slice starts (OCS variants)").def("1s").nonneg();
+  run.flag("backfill", &R::backfill, "later jobs may start while the head of the queue waits").def("true");
+  run.time_ns("ocs_reconfig", &R::reconfig_ns, "OCS reprogramming before a slice starts (OCS variants)").def("1s").nonneg();
+  keys.nest(&S::run, run);
   s.add("probes", ParamType::List, "slice shapes (chips) whose availability on an empty pod is tracked (default none)").optional();
-  return s;
+  return {std::move(s), PodKeys{std::move(keys), std::move(pod_keys), std::move(job_keys), std::move(fail_keys)}};
 }
 
 }  // namespace
@@ -471,11 +517,12 @@ Schema pod_study_schema() {
 namespace sluice {
 
 SLUICE_REGISTER(study, pod_scheduling_study) {
+  auto [schema, keys] = cluster::pod_study_schema();
   reg.add("study", "pod-scheduling",
           "a stream of training jobs on a TPU v4 pod: OCS any-cube vs static contiguous placement, first/best fit, host failures; "
           "each job's iteration time from a world run on its slice",
-          cluster::pod_study_schema(),
-          StudyFactory([](const StudyContext& c) -> std::unique_ptr<Study> { return std::make_unique<cluster::PodStudy>(c); }));
+          std::move(schema),
+          StudyFactory([keys = std::move(keys)](const StudyContext& c) -> std::unique_ptr<Study> { return std::make_unique<cluster::PodStudy>(c, keys); }));
 }
 
 }  // namespace sluice

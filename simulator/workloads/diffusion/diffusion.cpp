@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "config/binding.h"
 #include "config/units.h"
 #include "network/collective.h"
 #include "recorder/diffusion_report.h"
@@ -701,54 +702,63 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
 }  // namespace
 
 SLUICE_REGISTER(workload, diffusion_workload) {
+  // Keys bound to DiffusionConfig's fields; logic reads the others: name, model (a catalog
+  // reference), trace (turns the world's trace on), cost_tables (resolved to a directory),
+  // place (the devices), and parallel.patches' 0 (as many as stages).
+  using C = DiffusionConfig;
   Schema s;
+  Binding<C> keys(s);
   s.add("name", ParamType::String, "the workload's name (metrics under workloads.<name>)");
   s.ref("model", {"models/dit"}, dit_schema(), "the diffusion transformer: a models/dit name (dit-xl-2, pixart-sigma-xl, flux1-dev) or an inline shape");
-  s.add("resolution", ParamType::Int, "image side in pixels: (resolution / 8 / patch)^2 patch tokens on the 8x-downsampled latent").def("1024").range(8, 65536);
-  s.add("steps", ParamType::Int, "denoising steps per image").def("28").range(1, 10000);
-  s.add("cfg", ParamType::Bool, "classifier-free guidance: a conditional and an unconditional pass per step (twice the batch unless parallel.cfg is 2)").def("false");
+  keys.integer("resolution", &C::resolution, "image side in pixels: (resolution / 8 / patch)^2 patch tokens on the 8x-downsampled latent")
+      .def("1024")
+      .range(8, 65536);
+  keys.integer("steps", &C::steps, "denoising steps per image").def("28").range(1, 10000);
+  keys.flag("cfg", &C::cfg, "classifier-free guidance: a conditional and an unconditional pass per step (twice the batch unless parallel.cfg is 2)")
+      .def("false");
   auto par = std::make_shared<Schema>();
-  par->add("cfg", ParamType::Int, "CFG parallel: 2 runs the two guidance branches on two device groups (needs cfg: true)").def("1").range(1, 2);
-  par->add("tensor", ParamType::Int, "tensor parallel degree (Megatron: heads and MLP split, two all-reduces per block)").def("1").range(1, 64);
-  par->add("ulysses", ParamType::Int, "Ulysses sequence parallel degree (four all-to-alls per block; with ring: the inner degree)").def("1").range(1, 64);
-  par->add("ring", ParamType::Int, "Ring sequence parallel degree (K/V blocks round a ring beside attention; with ulysses: the outer degree)").def("1").range(1, 64);
-  par->add("distrifusion", ParamType::Int, "DistriFusion degree (patches per device, async all-gather of one-step-stale K/V)").def("1").range(1, 64);
-  par->add("pipefusion", ParamType::Int, "PipeFusion pipeline stages (blocks split into stages, patches pipelined through them)").def("1").range(1, 512);
-  par->add("patches", ParamType::Int, "PipeFusion: patch micro-batches per step (M; 0: as many as stages)").def("0").range(0, 4096);
-  par->add("warmup_steps", ParamType::Int, "PipeFusion and DistriFusion: synchronous warm-up steps with fresh K/V before the stale ones").def("1").range(0, 10000);
+  Binding<C> par_keys(*par);
+  par_keys.integer("cfg", &C::cfg_degree, "CFG parallel: 2 runs the two guidance branches on two device groups (needs cfg: true)").def("1").range(1, 2);
+  par_keys.integer("tensor", &C::tensor, "tensor parallel degree (Megatron: heads and MLP split, two all-reduces per block)").def("1").range(1, 64);
+  par_keys.integer("ulysses", &C::ulysses, "Ulysses sequence parallel degree (four all-to-alls per block; with ring: the inner degree)")
+      .def("1")
+      .range(1, 64);
+  par_keys.integer("ring", &C::ring, "Ring sequence parallel degree (K/V blocks round a ring beside attention; with ulysses: the outer degree)")
+      .def("1")
+      .range(1, 64);
+  par_keys.integer("distrifusion", &C::distrifusion, "DistriFusion degree (patches per device, async all-gather of one-step-stale K/V)")
+      .def("1")
+      .range(1, 64);
+  par_keys.integer("pipefusion", &C::pipefusion, "PipeFusion pipeline stages (blocks split into stages, patches pipelined through them)")
+      .def("1")
+      .range(1, 512);
+  par_keys.integer("patches", &C::patches, "PipeFusion: patch micro-batches per step (M; 0: as many as stages)").def("0").range(0, 4096);
+  par_keys.integer("warmup_steps", &C::warmup_steps, "PipeFusion and DistriFusion: synchronous warm-up steps with fresh K/V before the stale ones")
+      .def("1")
+      .range(0, 10000);
   s.section("parallel", par, "how each image's steps split over devices: degrees multiply to the device count");
-  s.add("requests", ParamType::Int, "image requests").def("1").range(1, 1e7);
-  s.quantity("arrival_rate", UnitKind::Rate, "Poisson arrivals of requests (0/s: every request at time 0)").def("0/s").nonneg();
-  s.add("max_batch", ParamType::Int, "images per step: waiting requests join at step boundaries up to this").def("1").range(1, 4096);
-  s.enumeration("implementation", {"pytorch-lean", "pytorch-naive", "fused"}, "which kernels a step launches (fused: torch.compile-like fusion of the elementwise work)").def("pytorch-lean");
+  keys.integer("requests", &C::requests, "image requests").def("1").range(1, 1e7);
+  keys.quantity("arrival_rate", UnitKind::Rate, &C::rate_per_s, "Poisson arrivals of requests (0/s: every request at time 0)").def("0/s").nonneg();
+  keys.integer("max_batch", &C::max_batch, "images per step: waiting requests join at step boundaries up to this").def("1").range(1, 4096);
+  std::vector<std::pair<std::string, Implementation>> impls;
+  for (Implementation i : {Implementation::PytorchLean, Implementation::PytorchNaive, Implementation::Fused}) impls.emplace_back(implementation_name(i), i);
+  keys.choice<Implementation>("implementation", impls, &C::implementation,
+                              "which kernels a step launches (fused: torch.compile-like fusion of the elementwise work)")
+      .def("pytorch-lean");
   s.add("trace", ParamType::Bool, "write trace.json: a track per device (per stage for PipeFusion) with its steps, the first few thousand").def("false");
   s.add("cost_tables", ParamType::String, "auto (the hardware's calibration, else derived from its derive_tables_from device, else roofline), none (roofline only), or a directory").def("auto");
   s.section("place", placement_schema(reg), "the devices it runs on: cfg x tensor x ulysses x ring x distrifusion x pipefusion of them (group-major; Ulysses ranks fastest)");
   reg.add("workload", "diffusion",
           "diffusion-transformer image generation: denoising steps from the cost model, tensor/Ulysses/Ring/DistriFusion/PipeFusion "
           "(and CFG parallel) with their transfers as flows, requests batched per step",
-          std::move(s), WorkloadKindFactory([&reg](const Params& p, World& world, const WorkloadContext& ctx) -> std::unique_ptr<Workload> {
-            DiffusionConfig c;
+          std::move(s), WorkloadKindFactory([&reg, keys, par_keys](const Params& p, World& world, const WorkloadContext& ctx) -> std::unique_ptr<Workload> {
+            DiffusionConfig c = keys.make(p);
+            const Params& par = p.section("parallel");
+            par_keys.fill(par, c);
+            if (c.patches == 0) c.patches = c.pipefusion;
             const Params& mp = p.section("model");
             c.dit = dit_from_params(mp, p.value("model").text);
             c.hardware = world.hardware();
-            c.resolution = static_cast<int>(p.integer("resolution"));
-            c.steps = static_cast<int>(p.integer("steps"));
-            c.cfg = p.flag("cfg");
-            const Params& par = p.section("parallel");
-            c.cfg_degree = static_cast<int>(par.integer("cfg"));
-            c.tensor = static_cast<int>(par.integer("tensor"));
-            c.ulysses = static_cast<int>(par.integer("ulysses"));
-            c.ring = static_cast<int>(par.integer("ring"));
-            c.distrifusion = static_cast<int>(par.integer("distrifusion"));
-            c.pipefusion = static_cast<int>(par.integer("pipefusion"));
-            c.patches = static_cast<int>(par.integer("patches"));
-            if (c.patches == 0) c.patches = c.pipefusion;
-            c.warmup_steps = static_cast<int>(par.integer("warmup_steps"));
-            c.requests = static_cast<int>(p.integer("requests"));
-            c.rate_per_s = p.real("arrival_rate");
-            c.max_batch = static_cast<int>(p.integer("max_batch"));
-            c.implementation = implementation_from_name(p.str("implementation"));
             const long side_div = 8L * c.dit.patch;
             if (c.resolution % side_div != 0)
               p.fail("resolution", fmt::format("{}'s latent is 1/8 of the image side in patches of {}: the side must divide into {} px", c.dit.name,

@@ -661,29 +661,29 @@ const TrainingResults& training_results(const Workload& job) {
 
 namespace {
 
-std::shared_ptr<Schema> slicing_schema() {
-  auto s = std::make_shared<Schema>();
-  s->enumeration("policy", {"none", "uniform", "terapipe"},
-                 "none: the whole sequence as one slice; uniform: `slices` equal slices; terapipe: the DP minimising "
-                 "sum t + (stages - 1) max t over slice lengths in steps of `granularity`")
+// The `slicing` section's keys, declared on `s` with the fields they fill.
+Binding<SlicingConfig> slicing_keys(Schema& s) {
+  using S = SlicingConfig;
+  Binding<S> b(s);
+  std::vector<std::pair<std::string, SlicingPolicy>> policies;
+  for (SlicingPolicy p : {SlicingPolicy::None, SlicingPolicy::Uniform, SlicingPolicy::TeraPipe}) policies.emplace_back(slicing_policy_name(p), p);
+  b.choice<SlicingPolicy>("policy", policies, &S::policy,
+                          "none: the whole sequence as one slice; uniform: `slices` equal slices; terapipe: the DP minimising "
+                          "sum t + (stages - 1) max t over slice lengths in steps of `granularity`")
       .def("none");
-  s->add("slices", ParamType::Int, "uniform: slices per sequence (at most sequence / granularity)").def("1").range(1, 1 << 20);
-  s->add("granularity", ParamType::Int, "slice lengths in steps of this many tokens").def("8").range(1, 1 << 20);
-  s->add("candidate_gap", ParamType::Real,
+  b.integer("slices", &S::slices, "uniform: slices per sequence (at most sequence / granularity)").def("1").range(1, 1 << 20);
+  b.integer("granularity", &S::granularity, "slice lengths in steps of this many tokens").def("8").range(1, 1 << 20);
+  b.real("candidate_gap", &S::candidate_gap,
          "terapipe: t_max candidates within this relative gap share one DP (T within this factor of the optimum; 0: every candidate)")
       .def("0.001")
       .range(0, 0.5);
-  return s;
+  return b;
 }
 
 // The `slicing` section, checked against the job (schedule, sequence).
-SlicingConfig slicing_from_params(const Params& p, const TrainingConfig& c, const Params& par) {
-  SlicingConfig sc;
+SlicingConfig slicing_from_params(const Params& p, const Binding<SlicingConfig>& keys, const TrainingConfig& c, const Params& par) {
+  const SlicingConfig sc = keys.make(p);
   const std::string& pol = p.str("policy");
-  sc.policy = pol == "uniform" ? SlicingPolicy::Uniform : pol == "terapipe" ? SlicingPolicy::TeraPipe : SlicingPolicy::None;
-  sc.slices = static_cast<int>(p.integer("slices"));
-  sc.granularity = static_cast<int>(p.integer("granularity"));
-  sc.candidate_gap = p.real("candidate_gap");
   if (sc.policy != SlicingPolicy::Uniform && p.given("slices") && sc.slices != 1)
     p.fail("slices", fmt::format("policy {} chooses its own slices", pol), "policy: uniform, or no `slices`");
   if (sc.policy == SlicingPolicy::None) return sc;
@@ -743,7 +743,9 @@ SLUICE_REGISTER(workload, training_workload) {
                                    "data-parallel gradient all-reduce, one per stage and tensor-parallel rank")
       .def("allreduce-ring");
   s.add("cost_tables", ParamType::String, "auto (the hardware's calibration), none (roofline only), or a directory").def("auto");
-  s.section("slicing", slicing_schema(),
+  auto slicing = std::make_shared<Schema>();
+  const Binding<SlicingConfig> sl_keys = slicing_keys(*slicing);
+  s.section("slicing", slicing,
             "token-level pipelining (TeraPipe): each sequence cut into slices that enter the pipeline one after another "
             "(GPipe order, backwards in reverse slice order)");
   s.add("trace", ParamType::Bool,
@@ -768,7 +770,7 @@ SLUICE_REGISTER(workload, training_workload) {
   s.section("recovery", rec, "what a failure costs: checkpoints, restart, and the timeout of a cut-off collective (used when the world has faults)");
   reg.add("workload", "training",
           "a training job: forward and backward per stage from the cost model, GPipe/1F1B pipelines, TP/PP/DP transfers as flows",
-          std::move(s), WorkloadKindFactory([&reg, keys, par_keys, rec_keys](const Params& p, World& world, const WorkloadContext& ctx) -> std::unique_ptr<Workload> {
+          std::move(s), WorkloadKindFactory([&reg, keys, par_keys, rec_keys, sl_keys](const Params& p, World& world, const WorkloadContext& ctx) -> std::unique_ptr<Workload> {
             TrainingConfig c = keys.make(p);
             const Params& par = p.section("parallel");
             par_keys.fill(par, c);
@@ -776,7 +778,7 @@ SLUICE_REGISTER(workload, training_workload) {
             c.model = model_from_params(p.section("model"));
             c.hardware = world.hardware();
             check_training_shape(c, p, par);
-            c.slicing = slicing_from_params(p.section("slicing"), c, par);
+            c.slicing = slicing_from_params(p.section("slicing"), sl_keys, c, par);
             const std::string& tables = p.str("cost_tables");
             if (tables == "auto") c.tables_dir = default_tables_dir(c.hardware);
             else if (tables != "none") {
