@@ -65,6 +65,8 @@ std::vector<int> place_devices(World& world, const Params& place, int needed, co
   const bool explicit_devices = place.given("devices") && place.node("devices").is_seq();
   const Node* dn = place.given("devices") ? &place.node("devices") : nullptr;
   auto count = dn && dn->is_scalar() && dn->scalar.find('-') == std::string::npos ? parse_int(dn->scalar) : std::nullopt;
+  if (place.given("twisted") && !place.given("slice"))
+    place.fail("twisted", "twists the wrap-around links of a TPU pod slice, and no slice is asked for", "a slice: [x, y, z], or leave it out");
   if (place.given("slice")) {
     if (dn || place.given("servers")) place.fail("slice", "give a slice, devices or servers, not several", "one of them");
     if (!world.is_pod())
@@ -101,6 +103,9 @@ std::vector<int> place_devices(World& world, const Params& place, int needed, co
                  "a smaller slice, or fewer other workloads on the pod");
     std::vector<int> chosen;
     for (uint64_t r = *mask; r; r &= r - 1) chosen.push_back(std::countr_zero(r));
+    if (place.flag("twisted") && !world.pod_has_ocs())
+      place.fail("twisted", "a static pod's slice is a block of its fixed torus: only an OCS pod wires a slice's links",
+                 "false, or a tpu-v4-pod-ocs topology");
     devs = world.form_slice(chosen, cubes, place.flag("twisted"), who);
   } else if (place.given("servers")) {
     if (dn) place.fail("devices", "give devices or servers, not both", "one of the two");

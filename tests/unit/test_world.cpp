@@ -171,6 +171,11 @@ TEST_CASE("TPU v4 chips serve and train on pod slices / OCS slices share no link
   // A slice that does not fit what is free is refused before anything runs.
   CHECK_THROWS_WITH_AS(load_scenario_text(text, "t.yaml", {"workloads.1.place.slice=[16, 16, 16]"}, registry()),
                        doctest::Contains("no set of free cubes"), ConfigError);
+  // A twist needs an OCS pod and a slice to twist.
+  CHECK_THROWS_WITH_AS(load_scenario_text(text, "t.yaml", {"cluster.topology=tpu-v4-pod-static", "workloads.1.place.twisted=true"}, registry()),
+                       doctest::Contains("only an OCS pod wires a slice's links"), ConfigError);
+  CHECK_THROWS_WITH_AS(load_scenario_text(text, "t.yaml", {"workloads.1.place={devices: 8, twisted: true}"}, registry()),
+                       doctest::Contains("no slice is asked for"), ConfigError);
 }
 
 TEST_CASE("KV swapped over PCIe is a flow on the host link where the topology has one") {
