@@ -51,15 +51,16 @@ class Engine {
   void run(SimTime until = SimTime::max()) {
     stopped_ = false;
     auto& control = RunControl::get();
-    uint64_t since = 0;
+    // The budget counts every event processed, those a handler did inline included.
+    uint64_t checked = processed_;
     while (!stopped_ && !queue_.empty() && queue_.top().time_ns() <= until.count_ns()) {
       step();
-      if (++since == 4096) {
-        control.check(since);
-        since = 0;
+      if (processed_ - checked >= 4096) {
+        control.check(processed_ - checked);
+        checked = processed_;
       }
     }
-    control.check(since);
+    control.check(processed_ - checked);
   }
   // True when the run goes on and no event is due at or before `t_ns`: what a handler does
   // at now() with nothing else due at this instant is what a zero-delay event would have

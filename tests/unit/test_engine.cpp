@@ -180,3 +180,30 @@ TEST_CASE("round_ns rounds exactly as std::llround") {
   CHECK(round_ns(2.5) == 3);
   CHECK(round_ns(-2.5) == -3);
 }
+
+namespace {
+// Each event stands for two: it does the work of a zero-delay one inline (counted) and
+// schedules its successor.
+struct InlineChain : EventHandler {
+  uint64_t handled = 0;
+  void on_event(Engine& e, uint32_t, uint32_t) override {
+    ++handled;
+    e.count_inline_event();
+    e.schedule_in(SimTime::ns(1), Priority::Default, this, 0);
+  }
+};
+}  // namespace
+
+TEST_CASE("the event budget counts events a handler did inline, as events_processed does") {
+  RunControl::get().set_limits(20000, 0);
+  Engine e(1);
+  InlineChain c;
+  e.schedule_at(SimTime::zero(), Priority::Default, &c, 0);
+  CHECK_THROWS_AS(e.run(), RunStopped);
+  RunControl::get().clear();
+  // Stopped within one check interval (4096) past 20000 counted events: about 12k handled
+  // (each counts two), not 20k-24k as when only popped events were counted.
+  CHECK(e.events_processed() == 2 * c.handled);
+  CHECK(e.events_processed() > 20000);
+  CHECK(e.events_processed() <= 20000 + 4096 + 2);
+}
