@@ -46,18 +46,9 @@ class StreamingSummary {
   // sketched summary adds "method".
   Json json() const {
     if (!sketched_) return summarize(exact_);
-    Json j = Json::object();
-    j["count"] = n_;
-    j["mean"] = mean_;
-    j["min"] = min_;
-    j["p25"] = percentile(25);
-    j["p50"] = percentile(50);
-    j["p75"] = percentile(75);
-    j["p90"] = percentile(90);
-    j["p95"] = percentile(95);
-    j["p99"] = percentile(99);
-    j["max"] = max_;
-    j["stddev"] = n_ > 1 ? std::sqrt(m2_ / static_cast<double>(n_ - 1)) : 0.0;
+    Json j = summary_json(n_, mean_, min_,
+                          {percentile(25), percentile(50), percentile(75), percentile(90), percentile(95), percentile(99)}, max_,
+                          n_ > 1 ? std::sqrt(m2_ / static_cast<double>(n_ - 1)) : 0.0);
     j["method"] = "sketch: log buckets, percentiles within 0.1% (relative); count, mean, min, max, stddev exact";
     return j;
   }

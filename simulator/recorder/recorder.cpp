@@ -268,16 +268,19 @@ Json summarize(std::vector<double> v) {
   const double mean = sum / static_cast<double>(v.size());
   double ss = 0;
   for (double x : v) ss += (x - mean) * (x - mean);
+  return summary_json(v.size(), mean, v.front(), {pct(25), pct(50), pct(75), pct(90), pct(95), pct(99)}, v.back(),
+                      v.size() > 1 ? std::sqrt(ss / static_cast<double>(v.size() - 1)) : 0.0);
+}
+
+Json summary_json(uint64_t count, double mean, double min, const std::array<double, 6>& p, double max, double stddev) {
+  Json j = Json::object();
+  j["count"] = count;
   j["mean"] = mean;
-  j["min"] = v.front();
-  j["p25"] = pct(25);
-  j["p50"] = pct(50);
-  j["p75"] = pct(75);
-  j["p90"] = pct(90);
-  j["p95"] = pct(95);
-  j["p99"] = pct(99);
-  j["max"] = v.back();
-  j["stddev"] = v.size() > 1 ? std::sqrt(ss / static_cast<double>(v.size() - 1)) : 0.0;
+  j["min"] = min;
+  const char* names[] = {"p25", "p50", "p75", "p90", "p95", "p99"};
+  for (size_t k = 0; k < p.size(); ++k) j[names[k]] = p[k];
+  j["max"] = max;
+  j["stddev"] = stddev;
   return j;
 }
 

@@ -1,6 +1,7 @@
 // Recorder: the one place where a run's records become output. Studies hand it metrics
 // (JSON), tables and trace events; it writes them all atomically into a run directory.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -146,5 +147,10 @@ void write_file_atomically(const std::string& path, const std::string& content);
 
 // Percentile summary used by every report: p25 p50 p75 p90 p95 p99 mean min max stddev count.
 Json summarize(std::vector<double> values);
+// The summary object summarize() writes, in its key order (count, mean, min, p25, p50, p75,
+// p90, p95, p99, max, stddev), from figures already computed: StreamingSummary's sketch writes
+// the same object from its buckets.
+Json summary_json(uint64_t count, double mean, double min, const std::array<double, 6>& p25_p50_p75_p90_p95_p99, double max,
+                  double stddev);
 
 }  // namespace sluice

@@ -12,9 +12,9 @@ int least_outstanding(const std::vector<std::unique_ptr<Replica>>& rs) {
   size_t least = 0;
   for (int i = 0; i < static_cast<int>(rs.size()); ++i) {
     const Replica& r = *rs[i];
-    if (r.healthy && (best < 0 || r.load() < least)) {  // ties: lowest index
+    if (r.healthy && (best < 0 || r.routed < least)) {  // ties: lowest index
       best = i;
-      least = r.load();
+      least = r.routed;
     }
   }
   return best;
@@ -51,7 +51,7 @@ class KvAffinity final : public Router {
     if (least < 0) return -1;
     if (q.turn > 0) {
       for (int i = 0; i < static_cast<int>(rs.size()); ++i)
-        if (rs[i]->healthy && rs[i]->kv.resident(q.conversation) && rs[i]->load() <= rs[least]->load() + max_imbalance_)
+        if (rs[i]->healthy && rs[i]->kv.resident(q.conversation) && rs[i]->routed <= rs[least]->routed + max_imbalance_)
           return i;
     }
     return least;

@@ -41,7 +41,6 @@ struct Replica {
       : kv(blocks, block_size, watermark, reuse_cache), reuse(reuse_cache) {}
   Request& req(uint32_t id) { return (*reqs)[id]; }
   size_t outstanding() const { return waiting.size() + running.size() + swapped.size(); }
-  size_t load() const { return routed; }  // == outstanding() whenever a router asks
 };
 
 // The scheduler interface. Implementations are registered by name (category "scheduler").
