@@ -45,6 +45,7 @@ int report_error(const std::exception& e);
 struct RunLimitOptions {
   std::string max_wall;      // a time ("30s", "5min") or plain seconds
   uint64_t max_events = 0;   // 0: no limit
+  bool no_fast_forward = false;  // every serving iteration as its own events (same results)
   void add_to(CLI::App* cmd);
   // Arms RunControl (the wall clock starts now); throws ConfigError on a bad --max-wall.
   void apply() const;

@@ -25,6 +25,8 @@ int report_error(const std::exception& e) {
 void RunLimitOptions::add_to(CLI::App* cmd) {
   cmd->add_option("--max-wall", max_wall, "stop (exit 3, no results) after this much wall-clock time, e.g. 30s or 5min");
   cmd->add_option("--max-events", max_events, "stop (exit 3, no results) after this many simulated events");
+  cmd->add_flag("--no-fast-forward", no_fast_forward,
+                "run every serving iteration as its own events instead of fast-forwarding steady decode (same results, slower)");
 }
 
 void RunLimitOptions::apply() const {
@@ -37,6 +39,7 @@ void RunLimitOptions::apply() const {
     if (!(wall_s > 0)) throw ConfigError(o, "--max-wall", max_wall, "must be positive", "e.g. 30s");
   }
   RunControl::get().set_limits(max_events, wall_s);
+  RunControl::get().set_fast_forward(!no_fast_forward);
 }
 
 void print_warnings(const Recorder& rec) {

@@ -50,6 +50,7 @@ class Engine {
   // Every 4096 events the run's budgets and interrupt are checked (RunStopped on either).
   void run(SimTime until = SimTime::max()) {
     stopped_ = false;
+    until_ = until.count_ns();
     auto& control = RunControl::get();
     // The budget counts every event processed, those a handler did inline included.
     uint64_t checked = processed_;
@@ -60,6 +61,7 @@ class Engine {
         checked = processed_;
       }
     }
+    until_ = SimTime::max().count_ns();
     control.check(processed_ - checked);
   }
   // True when the run goes on and no event is due at or before `t_ns`: what a handler does
@@ -69,6 +71,14 @@ class Engine {
   // A handler did inline the work of an event it would otherwise have scheduled for now()
   // (see nothing_due_by): counted as processed, so event counts do not depend on it.
   void count_inline_event() { ++processed_; }
+  // Fast-forward: a handler that knows what it alone would do up to `t_ns` (nothing else is
+  // due by then, and the run's horizon is not passed) may advance the clock there and do it
+  // inline, counting each event it stands for. can_advance_to says whether it may.
+  bool can_advance_to(int64_t t_ns) const { return t_ns <= until_ && t_ns >= now_.count_ns() && nothing_due_by(t_ns); }
+  void advance_to(int64_t t_ns) {
+    if (!can_advance_to(t_ns)) throw std::logic_error("internal: the clock was advanced past a due event or the run's horizon");
+    now_ = SimTime::ns(t_ns);
+  }
   void stop() { stopped_ = true; }
   size_t pending() const { return queue_.size(); }
   uint64_t events_processed() const { return processed_; }
@@ -81,6 +91,7 @@ class Engine {
   uint64_t seed_;
   uint64_t processed_ = 0;
   bool stopped_ = false;
+  int64_t until_ = SimTime::max().count_ns();  // the horizon of the run in progress
 };
 
 }  // namespace sluice

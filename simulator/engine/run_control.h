@@ -42,6 +42,11 @@ class RunControl {
     events_ = 0;
   }
   void clear() { set_limits(0, 0); }
+  // How runs execute, not what they simulate: with fast-forward off, components that can run
+  // uneventful stretches inline (the serving replicas' steady decode) run them event by event
+  // instead. Results are the same either way; off is slower and serves to check that.
+  void set_fast_forward(bool on) { fast_forward_ = on; }
+  bool fast_forward() const { return fast_forward_; }
   // Async-signal-safe: only stores the number.
   static void interrupt(int signal_number) { get().interrupt_.store(signal_number, std::memory_order_relaxed); }
   int interrupted() const { return interrupt_.load(std::memory_order_relaxed); }
@@ -72,6 +77,7 @@ class RunControl {
   }
   std::atomic<int> interrupt_{0};
   uint64_t max_events_ = 0;
+  bool fast_forward_ = true;
   double max_wall_s_ = 0;
   uint64_t events_ = 0;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();

@@ -9,20 +9,25 @@
 namespace sluice {
 
 class LogHistogram {
+  __extension__ typedef unsigned __int128 Sum;
+
  public:
   static constexpr int kSub = 128;
-  void record(int64_t v) {
+  void record(int64_t v) { record(v, 1); }
+  // `k` samples of value v at once (the same histogram as k calls of record(v)).
+  void record(int64_t v, uint64_t k) {
+    if (k == 0) return;
     if (v < 0) v = 0;
     const size_t b = bucket(static_cast<uint64_t>(v));
     if (b >= counts_.size()) counts_.resize(b + 1, 0);
-    ++counts_[b];
-    ++n_;
-    sum_ += static_cast<double>(v);
+    counts_[b] += k;
+    if (n_ == 0 || v < min_) min_ = v;
+    n_ += k;
+    sum_ += static_cast<Sum>(v) * k;
     if (v > max_) max_ = v;
-    if (n_ == 1 || v < min_) min_ = v;
   }
   uint64_t count() const { return n_; }
-  double mean() const { return n_ ? sum_ / static_cast<double>(n_) : 0; }
+  double mean() const { return n_ ? static_cast<double>(sum_) / static_cast<double>(n_) : 0; }
   int64_t max() const { return max_; }
   int64_t min() const { return min_; }
   // Value at percentile p (0..100): the midpoint of the bucket holding that rank.
@@ -56,7 +61,10 @@ class LogHistogram {
   }
   std::vector<uint64_t> counts_;
   uint64_t n_ = 0;
-  double sum_ = 0;
+  // Exact: a double sum of nanosecond gaps rounds once it passes 2^53 ns (104 days of gaps,
+  // a long run of many tokens); as an integer the mean is exact and independent of how the
+  // samples were grouped. Equal to the double sum wherever that was exact.
+  Sum sum_ = 0;
   int64_t max_ = 0, min_ = 0;
 };
 

@@ -207,3 +207,53 @@ TEST_CASE("the event budget counts events a handler did inline, as events_proces
   CHECK(e.events_processed() > 20000);
   CHECK(e.events_processed() <= 20000 + 4096 + 2);
 }
+
+namespace {
+// At each event, checks what a fast-forward may do from there.
+struct Probe final : EventHandler {
+  std::vector<std::pair<int64_t, bool>> asked;  // (target, answer)
+  std::vector<int64_t> probes;                   // targets to ask at the first event
+  bool advance = false;
+  int64_t advanced_to = -1;
+  void on_event(Engine& e, uint32_t kind, uint32_t) override {
+    if (kind != 1) return;
+    for (int64_t t : probes) asked.emplace_back(t, e.can_advance_to(t));
+    if (advance) {
+      e.advance_to(40);
+      advanced_to = e.now().count_ns();
+      CHECK_THROWS_AS(e.advance_to(60), std::logic_error);  // past the event due at 50
+      CHECK_THROWS_AS(e.advance_to(30), std::logic_error);  // backwards
+    }
+  }
+};
+}  // namespace
+
+TEST_CASE("a handler may advance the clock only up to the next due event and the run's horizon") {
+  Engine e(1);
+  Probe p;
+  p.probes = {10, 49, 50, 51, 5};
+  p.advance = true;
+  e.schedule_at(SimTime::ns(10), Priority::Default, &p, 1);
+  e.schedule_at(SimTime::ns(50), Priority::Stats, &p, 2);  // due at 50: nothing may pass it, whatever its priority
+  e.run(SimTime::ns(100));
+  CHECK(e.now().count_ns() == 50);  // the event at 50 still ran, after the advance to 40
+  // 10 (now), 49: yes; 50 (an event due then), 51: no; 5: the past, no.
+  CHECK(p.asked == std::vector<std::pair<int64_t, bool>>{{10, true}, {49, true}, {50, false}, {51, false}, {5, false}});
+  CHECK(p.advanced_to == 40);
+  // The horizon: run(until 45) lets a handler advance to 45, not beyond, even with nothing due.
+  Engine h(1);
+  Probe q;
+  q.probes = {45, 46, 1'000'000};
+  h.schedule_at(SimTime::ns(10), Priority::Default, &q, 1);
+  h.run(SimTime::ns(45));
+  CHECK(q.asked == std::vector<std::pair<int64_t, bool>>{{45, true}, {46, false}, {1'000'000, false}});
+  // Outside run() (a handler called by step()), only due events bound it; a stopped engine none.
+  Engine s(1);
+  Probe r;
+  r.probes = {1'000'000};
+  s.schedule_at(SimTime::ns(10), Priority::Default, &r, 1);
+  s.step();
+  CHECK(r.asked == std::vector<std::pair<int64_t, bool>>{{1'000'000, true}});
+  s.stop();
+  CHECK(!s.can_advance_to(20));
+}

@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "engine/run_control.h"
 #include "run/runner.h"
 #include "registry/registry.h"
 
@@ -138,6 +139,14 @@ TEST_CASE("the same scenario and seed give byte-identical output files / another
     CHECK(slurp(tmp / "a" / n) == slurp(tmp / "b" / n));
   }
   CHECK(slurp(tmp / "a" / "requests.csv") != slurp(tmp / "c" / "requests.csv"));
+  // Without the steady-decode fast-forward (`sluice run --no-fast-forward`): the same bytes.
+  RunControl::get().set_fast_forward(false);
+  run("d", {});
+  RunControl::get().set_fast_forward(true);
+  for (const auto& n : names) {
+    CAPTURE(n);
+    CHECK(slurp(tmp / "a" / n) == slurp(tmp / "d" / n));
+  }
   // No partial directories are left behind.
   for (const auto& e : fs::directory_iterator(tmp)) CHECK(e.path().filename().string().find("partial") == std::string::npos);
   fs::remove_all(tmp);

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "config/node.h"
+#include "engine/run_control.h"
 #include "recorder/histogram.h"
 #include "recorder/recorder.h"
 #include "recorder/serving_report.h"
@@ -721,4 +722,117 @@ TEST_CASE("llmperf and arrival keys reach the load they are bound to") {
   ServingConfig c = load("{kind: llmperf, arrival: {kind: closed_loop, clients: 33}}");
   CHECK(c.workload->arrival().clients == 33);
   CHECK(load("{kind: llmperf}").workload->arrival().clients == 10);
+}
+
+namespace {
+// Every answered request's record, in the order they end.
+struct KeepRecords final : RequestSink {
+  std::vector<ServingRequestRecord> rows;
+  std::vector<uint32_t> unanswered;
+  void answered(const ServingRequestRecord& r) override { rows.push_back(r); }
+  void ended(uint32_t id) override { unanswered.push_back(id); }
+};
+bool same_record(const ServingRequestRecord& a, const ServingRequestRecord& b) {
+  return a.id == b.id && a.conversation == b.conversation && a.turn == b.turn && a.replica == b.replica &&
+         a.arrival_ns == b.arrival_ns && a.first_scheduled_ns == b.first_scheduled_ns && a.first_token_ns == b.first_token_ns &&
+         a.last_token_ns == b.last_token_ns && a.max_gap_ns == b.max_gap_ns && a.input_tokens == b.input_tokens &&
+         a.history_tokens == b.history_tokens && a.cached_tokens == b.cached_tokens && a.output_tokens == b.output_tokens &&
+         a.preemptions == b.preemptions;
+}
+struct FastForwardRun {
+  KeepRecords records;
+  Json metrics;
+  uint64_t events = 0;
+  int64_t fast_forwarded = 0;
+};
+FastForwardRun run_serving(const std::string& yaml, bool fast_forward) {
+  RunControl::get().set_fast_forward(fast_forward);
+  const Node n = load_yaml_string(yaml, "t.yaml");
+  auto parsed = registry().parse(n, "study", "", "serving");
+  Engine engine(7);
+  ServingSim sim(build_serving_config(parsed.params, registry(), 7, nullptr), engine, nullptr);
+  RunControl::get().set_fast_forward(true);
+  FastForwardRun out;
+  Recorder rec;
+  ServingRecords summary(&rec, "", sim.config().model_tokens_per_llama);
+  struct Both final : RequestSink {
+    RequestSink *a, *b;
+    void answered(const ServingRequestRecord& r) override { a->answered(r); b->answered(r); }
+    void ended(uint32_t id) override { a->ended(id); b->ended(id); }
+  } both;
+  both.a = &out.records;
+  both.b = &summary;
+  sim.set_sink(&both);
+  sim.run({});
+  report_serving(sim.results(), summary, "", rec, true);
+  out.metrics = rec.metrics();
+  out.events = sim.events();
+  out.fast_forwarded = sim.fast_forwarded_iterations();
+  return out;
+}
+}  // namespace
+
+TEST_CASE("steady decode fast-forwards with the results of running every iteration as events") {
+  // Each case exercises a way out of a steady stretch: arrivals, sequences ending, KV running
+  // out (preemption by recompute and by swap), multi-turn cache claims, several replicas'
+  // events interleaving, the time-series sampler, a run cut at max_sim_time, each scheduler
+  // that can be steady.
+  const std::string base = R"(
+hardware: a100-80gb
+model: llama2-7b
+outputs: {trace: false, timeseries: true, sample_interval: 2s}
+)";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"vllm, Vidur's load", R"(
+scheduler: {kind: vllm}
+workload: {kind: llmperf, requests: 300, input_tokens: {mean: 550, sd: 0}, output_tokens: {mean: 150, sd: 0},
+           arrival: {kind: poisson, rate: 2/s}}
+)"},
+      {"vllm, KV tight, recompute", R"(
+deployment: {gpu_memory_utilization: 0.2}
+scheduler: {kind: vllm}
+workload: {kind: llmperf, requests: 300, input_tokens: {mean: 900, sd: 300}, output_tokens: {mean: 400, sd: 200},
+           arrival: {kind: poisson, rate: 40/s}}
+)"},
+      {"vllm, KV tight, swap", R"(
+deployment: {gpu_memory_utilization: 0.2, preemption: swap, swap_space: 2GiB}
+scheduler: {kind: vllm}
+workload: {kind: llmperf, requests: 300, input_tokens: {mean: 900, sd: 300}, output_tokens: {mean: 400, sd: 200},
+           arrival: {kind: poisson, rate: 40/s}}
+)"},
+      {"sarathi, multi-turn with reuse, two replicas", R"(
+deployment: {replicas: 2, prefix_reuse: true}
+router: {kind: kv_affinity}
+scheduler: {kind: sarathi}
+workload: {kind: llmperf, requests: 240, input_tokens: {mean: 300, sd: 100}, output_tokens: {mean: 120, sd: 60},
+           conversation: {turns: 4, think_time: 2s}, arrival: {kind: poisson, rate: 3/s}}
+)"},
+      {"orca, closed loop", R"(
+scheduler: {kind: orca}
+workload: {kind: llmperf, requests: 200, input_tokens: {mean: 400, sd: 100}, output_tokens: {mean: 200, sd: 100},
+           arrival: {kind: closed_loop, clients: 6}}
+)"},
+      {"vllm, cut at max_sim_time", R"(
+max_sim_time: 20s
+scheduler: {kind: vllm}
+workload: {kind: llmperf, requests: 400, input_tokens: {mean: 550, sd: 100}, output_tokens: {mean: 300, sd: 100},
+           arrival: {kind: poisson, rate: 2/s}}
+)"},
+  };
+  for (const auto& [name, yaml] : cases) {
+    CAPTURE(name);
+    const FastForwardRun on = run_serving(base + yaml, true), off = run_serving(base + yaml, false);
+    CHECK(on.fast_forwarded > 0);
+    CHECK(off.fast_forwarded == 0);
+    CHECK(on.events == off.events);
+    REQUIRE(on.records.rows.size() == off.records.rows.size());
+    CHECK(!on.records.rows.empty());
+    size_t differ = 0;
+    for (size_t i = 0; i < on.records.rows.size(); ++i) differ += same_record(on.records.rows[i], off.records.rows[i]) ? 0 : 1;
+    CHECK(differ == 0);
+    CHECK(on.records.unanswered == off.records.unanswered);
+    CHECK(on.metrics.dump() == off.metrics.dump());
+  }
+  // The KV-tight cases do preempt (their stretches end where a sequence cannot grow).
+  CHECK(run_serving(base + cases[1].second, true).metrics["serving"]["kv_cache"]["preemptions"].get<int64_t>() > 0);
 }

@@ -35,6 +35,9 @@ class OrcaScheduler final : public Scheduler {
       mech::add(out, q, q.length() - q.computed);
     }
   }
+  // Nothing waiting: no admission; every running sequence (all past their prompts, as the
+  // simulation checks) adds its one new token.
+  bool steady_decode(const Replica& r) const override { return r.waiting.empty() && r.swapped.empty(); }
   int64_t max_tokens_per_iteration() const override { return static_cast<int64_t>(max_batch_) * 4096; }
 
  private:

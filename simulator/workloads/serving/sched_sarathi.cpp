@@ -52,6 +52,8 @@ class SarathiScheduler final : public Scheduler {
       mech::swap_in(r, out, max_seqs_);
     }
   }
+  // Nothing waiting or swapped (and, as the simulation checks, no running prefill chunk): only decodes.
+  bool steady_decode(const Replica& r) const override { return r.waiting.empty() && r.swapped.empty(); }
   int64_t max_tokens_per_iteration() const override { return budget_ + static_cast<int64_t>(max_seqs_); }
 
  private:

@@ -42,6 +42,8 @@ class VllmScheduler final : public Scheduler {
       mech::swap_in(r, out, max_seqs_);
     }
   }
+  // Nothing waiting or swapped: no prefill iteration, no swap-in; every running sequence decodes.
+  bool steady_decode(const Replica& r) const override { return r.waiting.empty() && r.swapped.empty(); }
   int64_t max_tokens_per_iteration() const override { return std::max<int64_t>(max_tokens_, static_cast<int64_t>(max_seqs_)); }
 
  private:

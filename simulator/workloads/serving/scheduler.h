@@ -51,6 +51,13 @@ class Scheduler {
   virtual void schedule(Replica& r, Batch& out, int64_t now_ns) = 0;
   // For schedulers that wait to fill a batch: when to try again (-1: only on arrivals).
   virtual int64_t wake_at(const Replica&, int64_t /*now_ns*/) const { return -1; }
+  // Steady decode: true when, with nothing arriving, the next schedule() is exactly this:
+  // every running sequence in order grows its KV by one token (reserve_decode_slots) and
+  // decodes one token, and nothing else joins (no admission, no swap-in); the same for every
+  // iteration after it until a sequence ends, a request arrives or blocks run out. The
+  // simulation then runs such iterations without asking (a fast-forward with the same
+  // results); false (the default) always asks.
+  virtual bool steady_decode(const Replica&) const { return false; }
   // The largest number of new tokens one iteration may carry (sizes activation memory).
   virtual int64_t max_tokens_per_iteration() const = 0;
 };

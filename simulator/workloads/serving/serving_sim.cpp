@@ -9,6 +9,7 @@
 
 #include "config/units.h"
 #include "engine/round.h"
+#include "engine/run_control.h"
 #include "workloads/training/terapipe.h"
 
 namespace sluice::serving {
@@ -76,6 +77,9 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
   mem_ = plan_memory(cfg_, probe->max_tokens_per_iteration());
   const int shards = cfg_.tensor_parallel * cfg_.pipeline_parallel;
   pp_ = cfg_.pipeline_parallel;
+  // Steady decode runs inline only where an iteration is one compute step (no pipeline
+  // stages, no transfers of its own on the fabric).
+  fast_forward_ = RunControl::get().fast_forward() && pp_ == 1 && (!fabric_.active() || cfg_.tensor_parallel == 1);
   const int engines = cfg_.replicas * pp_;
   for (int i = 0; i < engines; ++i) {
     auto r = std::make_unique<Replica>(mem_.blocks_per_engine, cfg_.block_size, cfg_.watermark, cfg_.prefix_reuse);
@@ -237,7 +241,7 @@ void ServingSim::on_event(Engine& e, uint32_t kind, uint32_t arg) {
       break;
     case kDecide:
       decide_pending_ns_[arg] = -1;
-      try_start(static_cast<int>(arg));
+      decide_inline(static_cast<int>(arg));
       break;
     case kStageCompute:
       stage_compute_done(static_cast<int>(arg / kMaxSlices), static_cast<int>(arg % kMaxSlices));
@@ -813,6 +817,20 @@ std::vector<int> ServingSim::prefill_slices(int tokens, int context) {
 }
 
 void ServingSim::on_iteration_end(int ri) {
+  end_iteration(ri);
+  const int64_t now = engine_.now().count_ns();
+  if (!busy_[ri] && decide_pending_ns_[ri] != now && engine_.nothing_due_by(now)) {
+    // Nothing else happens at this instant (finishing requests may have queued arrivals for
+    // now; then it waits for them): decide the next iteration at once, as the Decide event
+    // would have the moment it was popped. Counted as that event.
+    engine_.count_inline_event();
+    decide_inline(ri);
+    return;
+  }
+  request_schedule(ri);
+}
+
+void ServingSim::end_iteration(int ri) {
   const int64_t now = engine_.now().count_ns();  // sampled ids are on the host now
   Replica& r = *replicas_[ri];
   Batch& b = batches_[ri];
@@ -859,15 +877,110 @@ void ServingSim::on_iteration_end(int ri) {
     r.routed -= ended_.size();
   }
   for (uint32_t slot : ended_) release(slot);  // now that nothing names them
-  if (!busy_[ri] && decide_pending_ns_[ri] != now && engine_.nothing_due_by(now)) {
-    // Nothing else happens at this instant (finishing requests may have queued arrivals for
-    // now; then it waits for them): decide the next iteration at once, as the Decide event
-    // would have the moment it was popped. Counted as that event.
-    engine_.count_inline_event();
-    try_start(ri);
-    return;
+}
+
+bool ServingSim::steady_now(int ri) const {
+  const Replica& r = *replicas_[static_cast<size_t>(ri)];
+  return fast_forward_ && !busy_[ri] && r.healthy && !r.running.empty() &&
+         !(trace_ && trace_->enabled() && trace_iterations_ < cfg_.trace_max_iterations && ri < 64) &&
+         schedulers_[static_cast<size_t>(ri)]->steady_decode(r);
+}
+
+// The next iteration of an idle replica, decided at now (its Decide event already counted).
+// While the replica is in steady decode (nothing waiting or swapped, every running sequence
+// past its prompt) and nothing else is due before an iteration ends, the iteration is run
+// here to its end: the batch the scheduler would form (each running sequence grows its KV by
+// a token, in order, and decodes one), its time from the cost model, its counters, and its
+// tokens, with the clock advanced to its end and its IterationEnd and the next Decide counted
+// as the events they stand for. Every figure is the one the event path gives (the same
+// operations in the same order); anything else (an arrival due, a sequence that cannot grow,
+// a traced iteration, pipeline stages or transfers on the fabric) goes the event path.
+void ServingSim::decide_inline(int ri) {
+  Replica& r = *replicas_[static_cast<size_t>(ri)];
+  auto& st = rstats_[static_cast<size_t>(ri)];
+  const int64_t detok = cfg_.last_mile.detokenize_ns, stream = cfg_.last_mile.stream_ns;
+  for (;;) {
+    if (!steady_now(ri)) {
+      try_start(ri);
+      return;
+    }
+    const int64_t now = engine_.now().count_ns();
+    const size_t n = r.running.size();
+    work_.resize(n);
+    bool ends = false;
+    for (size_t i = 0; i < n; ++i) {
+      Request& q = reqs_[r.running[i]];
+      // Growing is what the scheduler does first, in this order; a sequence that cannot grow
+      // (a preemption) is left to it: the growths already done are no-ops when it repeats them.
+      if (q.in_prefill() || q.first_token_ns < 0 || !r.kv.grow_to(q, q.computed + 1)) {
+        try_start(ri);
+        return;
+      }
+      work_[i] = SeqWork{1, q.computed, true};
+      ends = ends || q.generated + 1 >= q.output_tokens;
+    }
+    account_kv(ri, now);
+    const double compute_ns = cost_.iteration_ns(work_);  // pp = 1: stage_times' one stage
+    if (!std::isfinite(compute_ns) || compute_ns < 0)
+      throw std::runtime_error(fmt::format("the cost model returned {} ns for an iteration of {} sequences", compute_ns, n));
+    const double extra_ns = 0;  // as an empty batch's: no swap traffic in steady decode
+    const int64_t dur_ns = std::max<int64_t>(1, round_ns(compute_ns + extra_ns + cfg_.last_mile.d2h_ns(static_cast<int>(n))));
+    const int64_t end = now + dur_ns;
+    if (!engine_.can_advance_to(end)) {
+      // Something is due before it ends: the iteration starts as an event (the scheduler
+      // forms this same batch; accounting the KV again at the same instant adds nothing).
+      try_start(ri);
+      return;
+    }
+    ++st.iterations;
+    ++st.decode_iterations;
+    st.max_batch = std::max<int64_t>(st.max_batch, static_cast<int64_t>(n));
+    st.busy_ns += dur_ns;
+    st.batch_time_integral += static_cast<double>(n) * static_cast<double>(dur_ns);
+    last_activity_ns_ = std::max(last_activity_ns_, end);
+    ++fast_forwarded_;
+    engine_.advance_to(end);
+    engine_.count_inline_event();  // its IterationEnd
+    if (ends) {
+      // A sequence ends: the batch as the scheduler forms it, ended the usual way.
+      Batch& b = batches_[static_cast<size_t>(ri)];
+      b.clear();
+      b.start_ns = now;
+      for (uint32_t id : r.running) b.entries.push_back(BatchEntry{id, 1, reqs_[id].computed, true});
+      b.decode_entries = static_cast<int>(n);
+      end_iteration(ri);
+      if (busy_[ri] || decide_pending_ns_[ri] == end || !engine_.nothing_due_by(end)) {
+        request_schedule(ri);
+        return;
+      }
+    } else {
+      // Every sequence decoded a token and none ends (end_iteration's path for each).
+      int64_t t = std::max(end, detok_free_ns_[ri]);
+      // The batch's gaps are mostly one value (the iteration's length): recorded as runs.
+      int64_t run_gap = -1;
+      uint64_t run = 0;
+      for (uint32_t id : r.running) {
+        Request& q = reqs_[id];
+        q.computed += 1;
+        ++q.generated;
+        t += detok;
+        const int64_t delivered = t + stream;
+        const int64_t gap = delivered - q.last_token_ns;
+        if (gap != run_gap) {
+          gaps_.record(run_gap, run);
+          run_gap = gap;
+          run = 0;
+        }
+        ++run;
+        q.max_gap_ns = std::max(q.max_gap_ns, gap);
+        q.last_token_ns = delivered;
+      }
+      gaps_.record(run_gap, run);
+      st.tokens_processed += static_cast<int64_t>(n);
+      detok_free_ns_[ri] = t;
+    }
+    engine_.count_inline_event();  // the next Decide: nothing else is due at this instant
   }
-  request_schedule(ri);
 }
 
 void ServingSim::finish(Request& q, int64_t delivered_ns) {

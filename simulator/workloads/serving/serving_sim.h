@@ -192,6 +192,10 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   bool truncated() const { return truncated_; }
   int64_t traced_iterations() const { return trace_iterations_; }
   bool trace_enabled() const { return trace_ && trace_->enabled(); }
+  // Iterations run inline by the steady-decode fast-forward (decide_inline); off: every
+  // iteration is its own events (the same results, slower; for tests and benchmarks).
+  int64_t fast_forwarded_iterations() const { return fast_forwarded_; }
+  void set_fast_forward(bool on) { fast_forward_ = on; }
 
  private:
   enum Kind : uint32_t { kConversation = 1, kArrival, kIterationEnd, kWake, kDecide, kSample, kStageCompute, kReplicaUp, kParkTimeout };
@@ -228,6 +232,14 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   // sees every arrival and completion that happens at the same nanosecond.
   void request_schedule(int replica);
   void on_iteration_end(int replica);
+  // The end of an iteration: tokens to the last mile, finished requests out.
+  void end_iteration(int replica);
+  // The next iteration of an idle replica decided now: steady decode runs inline to each
+  // iteration's end while nothing else is due (a fast-forward), else try_start.
+  void decide_inline(int replica);
+  bool steady_now(int replica) const;
+  bool fast_forward_ = true;
+  int64_t fast_forwarded_ = 0;
   void finish(Request& q, int64_t delivered_ns);
   void next_for_client(const Request& q, int64_t at_ns);
   void sample();
