@@ -180,6 +180,12 @@ struct CostModel::Impl {
   // is DecodeTable::share(row, (c + 1) * len_scale), for contexts below dshare_ctx.
   std::vector<double> dshare;
   int dshare_ctx = 0;
+  // DecodeTable::bracket of each batch size below 1024 (its two logarithms, once).
+  struct Bracket {
+    size_t lo, hi;
+    double w;
+  };
+  std::vector<Bracket> dbracket;
   int pgroup = -1;
   double prefill_head_scale = 1, slice_head_scale = 1;
   const costtab::ElementwiseTable::Op *e_norm = nullptr, *e_rope = nullptr, *e_act = nullptr, *e_res = nullptr;
@@ -281,6 +287,11 @@ struct CostModel::Impl {
           const Share sh(g.rows[k]);
           for (int c = 0; c < dshare_ctx; ++c)
             dshare[k * static_cast<size_t>(dshare_ctx) + static_cast<size_t>(c)] = sh(static_cast<double>(c + 1) * dplan.len_scale);
+        }
+        dbracket.resize(1024);
+        for (size_t n = 0; n < dbracket.size(); ++n) {
+          Bracket& br = dbracket[n];
+          decode->bracket(g, static_cast<double>(n), &br.lo, &br.hi, &br.w);
         }
       }
     }
@@ -574,7 +585,14 @@ struct CostModel::Impl {
         const auto& g = decode->groups()[static_cast<size_t>(dplan.group)];
         size_t lo = 0, hi = 0;
         double w = 0;
-        decode->bracket(g, static_cast<double>(nd), &lo, &hi, &w);
+        if (static_cast<size_t>(nd) < dbracket.size()) {  // the rows around nd, computed at construction
+          const Bracket& br = dbracket[static_cast<size_t>(nd)];
+          lo = br.lo;
+          hi = br.hi;
+          w = br.w;
+        } else {
+          decode->bracket(g, static_cast<double>(nd), &lo, &hi, &w);
+        }
         const auto& rl = g.rows[lo];
         const auto& rh = g.rows[hi];
         const double r = dplan.len_scale;
@@ -619,8 +637,7 @@ struct CostModel::Impl {
           }
         }
         t = w > 0 ? std::exp((1 - w) * std::log(s_lo) + w * std::log(s_hi)) : s_lo;
-        const double alone = costtab::DecodeTable::longest_alone(g, rl, rh, w, static_cast<double>(nd), lmax);
-        t = t > alone ? t : alone;
+        t = costtab::DecodeTable::at_least_longest_alone(t, g, rl, rh, w, static_cast<double>(nd), lmax);
         t = t > g.min_ns ? t : g.min_ns;
         src = out ? Src::Scaled : Src::Table;
         file = File::Decode;

@@ -139,6 +139,14 @@ class DecodeTable {
   // but never more than a whole batch of n sequences of lmax (measurements are noisy at the
   // launch floor, where a batch can measure faster than one sequence).
   static double longest_alone(const Group& g, const Row& lo, const Row& hi, double w, double n, double lmax);
+  // max(t, longest_alone(...)), the same value, without the whole-batch bound's logarithms
+  // when the sequence alone is already below t (then so is their minimum).
+  static double at_least_longest_alone(double t, const Group& g, const Row& lo, const Row& hi, double w, double n, double lmax) {
+    const double alone = share(g.rows[0], lmax) * g.rows[0].batch;
+    if (!(alone > t)) return t;
+    const double v = longest_alone(g, lo, hi, w, n, lmax);
+    return t > v ? t : v;
+  }
   // Batch rows around n and the log-space weight of the upper one.
   void bracket(const Group& g, double n, size_t* lo, size_t* hi, double* w) const;
   const std::vector<Group>& groups() const { return groups_; }
