@@ -926,10 +926,23 @@ void ServingSim::decide_inline(int ri) {
     const double extra_ns = 0;  // as an empty batch's: no swap traffic in steady decode
     const int64_t dur_ns = std::max<int64_t>(1, round_ns(compute_ns + extra_ns + cfg_.last_mile.d2h_ns(static_cast<int>(n))));
     const int64_t end = now + dur_ns;
+    Batch& b = batches_[static_cast<size_t>(ri)];
+    auto fill_batch = [&] {  // as the scheduler forms it (mech::add of each running sequence)
+      b.clear();
+      b.start_ns = now;
+      for (uint32_t id : r.running) b.entries.push_back(BatchEntry{id, 1, reqs_[id].computed, true});
+      b.decode_entries = static_cast<int>(n);
+    };
     if (!engine_.can_advance_to(end)) {
-      // Something is due before it ends: the iteration starts as an event (the scheduler
-      // forms this same batch; accounting the KV again at the same instant adds nothing).
-      try_start(ri);
+      // Something is due before it ends: the iteration starts as try_start starts it, and
+      // its end is an event.
+      fill_batch();
+      busy_[ri] = true;
+      count_iteration(ri, b);
+      st.busy_ns += dur_ns;
+      st.batch_time_integral += static_cast<double>(b.entries.size()) * static_cast<double>(dur_ns);
+      engine_.schedule_at(SimTime::ns(end), Priority::Compute, this, ekind(kIterationEnd, ri), static_cast<uint32_t>(ri));
+      last_activity_ns_ = std::max(last_activity_ns_, end);
       return;
     }
     ++st.iterations;
@@ -943,11 +956,7 @@ void ServingSim::decide_inline(int ri) {
     engine_.count_inline_event();  // its IterationEnd
     if (ends) {
       // A sequence ends: the batch as the scheduler forms it, ended the usual way.
-      Batch& b = batches_[static_cast<size_t>(ri)];
-      b.clear();
-      b.start_ns = now;
-      for (uint32_t id : r.running) b.entries.push_back(BatchEntry{id, 1, reqs_[id].computed, true});
-      b.decode_entries = static_cast<int>(n);
+      fill_batch();
       end_iteration(ri);
       if (busy_[ri] || decide_pending_ns_[ri] == end || !engine_.nothing_due_by(end)) {
         request_schedule(ri);
