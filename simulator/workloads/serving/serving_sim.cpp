@@ -844,11 +844,14 @@ void ServingSim::end_iteration(int ri) {
   // missing the cache on each in turn.
   for (const auto& en : b.entries)
     if (en.req != kPaddingSlot) __builtin_prefetch(&reqs_[en.req], 1);
+  // Gaps are recorded as runs of equal values (a batch's decodes mostly share one).
+  int64_t run_gap = -1, tokens = 0;
+  uint64_t run = 0;
   for (const auto& en : b.entries) {
     if (en.req == kPaddingSlot) continue;
     Request& q = reqs_[en.req];
     if (q.state == ReqState::Done) continue;
-    st.tokens_processed += en.new_tokens;
+    tokens += en.new_tokens;
     q.computed += en.new_tokens;
     if (q.computed < q.length()) continue;  // a prefill chunk that did not reach the end
     ++q.generated;
@@ -859,7 +862,12 @@ void ServingSim::end_iteration(int ri) {
       q.first_token_ns = delivered;
     } else {
       const int64_t gap = delivered - q.last_token_ns;
-      gaps_.record(gap);
+      if (gap != run_gap) {
+        gaps_.record(run_gap, run);
+        run_gap = gap;
+        run = 0;
+      }
+      ++run;
       q.max_gap_ns = std::max(q.max_gap_ns, gap);
     }
     q.last_token_ns = delivered;
@@ -868,6 +876,8 @@ void ServingSim::end_iteration(int ri) {
       finish(q, delivered);
     }
   }
+  gaps_.record(run_gap, run);
+  st.tokens_processed += tokens;
   detok_free_ns_[ri] = t;
   // Drop finished sequences from the running list (only those that ended here are Done).
   if (!ended_.empty()) {
