@@ -7,6 +7,7 @@
 #include "test_support.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,8 @@
 #include <fmt/format.h>
 
 #include "config/node.h"
+#include "engine/rng.h"
+#include "recorder/csv_format.h"
 #include "recorder/output_dir.h"
 #include "recorder/quantiles.h"
 #include "recorder/serving_report.h"
@@ -229,4 +232,50 @@ TEST_CASE("an overloaded deployment rejects arrivals beyond max_in_flight, keeps
   run_into(open, rec2, {});
   CHECK(rec2.metrics()["serving"]["requests"]["in_flight_max"].get<int64_t>() > 3000);
   CHECK(rec2.metrics()["serving"]["requests"]["rejected_overload"].get<int64_t>() == 0);
+}
+
+TEST_CASE("CSV numbers: put_fixed prints what std::to_chars prints, ties and signs included") {
+  auto reference = [](double v, int decimals) {
+    char b[400];
+    const auto r = std::to_chars(b, b + sizeof b, v, std::chars_format::fixed, decimals);
+    return std::string(b, r.ptr);
+  };
+  auto ours = [](double v, int decimals) {
+    std::string s;
+    csv::put_fixed(s, v, decimals);
+    return s;
+  };
+  // Hand-checked: ties of exact binary values go to even; negatives that round to zero keep
+  // their sign; beyond the fast path's range the digits still match.
+  CHECK(ours(0.0078125, 6) == "0.007812");   // exactly halfway: even
+  CHECK(ours(0.0078135, 6) == reference(0.0078135, 6));
+  // v·10^6 rounds to exactly k + 0.5 while v itself is above or below the tie.
+  CHECK(ours(0.0010065, 6) == "0.001007");  // above 1006.5: up, though 1006 is even
+  CHECK(ours(0.0010015, 6) == "0.001002");  // above 1001.5
+  CHECK(ours(0.0010045, 6) == "0.001004");  // below 1004.5
+  for (double v : {0.0010065, 0.0010015, 0.0010045, 0.0010035}) CHECK(ours(v, 6) == reference(v, 6));
+  CHECK(ours(2.5, 0) == "2");
+  CHECK(ours(3.5, 0) == "4");
+  CHECK(ours(-2.5, 0) == "-2");
+  CHECK(ours(-1e-9, 6) == "-0.000000");
+  CHECK(ours(-0.0, 6) == "-0.000000");
+  CHECK(ours(0.0, 6) == "0.000000");
+  CHECK(ours(123456.0000005, 6) == reference(123456.0000005, 6));
+  CHECK(ours(1e300, 6) == reference(1e300, 6));
+  CHECK(ours(9.0e15, 3) == reference(9.0e15, 3));
+  // A million values across the magnitudes the outputs hold (times in s and ms, fractions),
+  // at every precision the writers use: no string differs.
+  RngStream rng(11, "put_fixed");
+  int differ = 0;
+  std::string first;
+  for (int i = 0; i < 1'000'000; ++i) {
+    const double mag = std::pow(10.0, rng.uniform() * 16 - 8);
+    double v = rng.uniform() * mag * (rng.uniform() < 0.1 ? -1 : 1);
+    if (i % 7 == 0) v = std::ldexp(std::floor(v * 1024), -10);  // binary fractions: exact ties happen
+    const int decimals = i % 10;
+    if (ours(v, decimals) != reference(v, decimals)) {
+      if (differ++ == 0) first = fmt::format("{:a} at {} decimals: {} vs {}", v, decimals, ours(v, decimals), reference(v, decimals));
+    }
+  }
+  CHECK_MESSAGE(differ == 0, first);
 }
