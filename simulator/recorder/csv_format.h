@@ -10,7 +10,11 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <string>
+
+#include <fmt/compile.h>
+#include <fmt/format.h>
 
 namespace sluice::csv {
 
@@ -64,6 +68,33 @@ inline void put_fixed(std::string& s, double v, int decimals) {
   const auto r = std::to_chars(b, b + sizeof b, v, std::chars_format::fixed, decimals);
   if (r.ec == std::errc()) s.append(b, r.ptr);
   else s += std::to_string(v);  // beyond 64 characters (|v| > 1e50): never a time or a count here
+}
+
+// The shortest decimal that reads back as v, as fmt's "{}" prints it ("3", "0.25", "1e-05"),
+// with integral values below 2^53 written directly (the trace's counts and sizes).
+inline void put_shortest(std::string& s, double v) {
+  if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0 && !(v == 0 && std::signbit(v))) {
+    put_int(s, static_cast<int64_t>(v));
+    return;
+  }
+  fmt::format_to(std::back_inserter(s), FMT_COMPILE("{}"), v);
+}
+
+// ns / 1e3 as put_shortest prints that double (microseconds, as trace viewers read them):
+// below 10^15 ns the exact value with at most three decimals is the shortest decimal that
+// reads back as the double, so it is written digit by digit.
+inline void put_us(std::string& s, int64_t ns) {
+  if (ns < 0 || ns >= 1'000'000'000'000'000) {
+    put_shortest(s, static_cast<double>(ns) / 1e3);
+    return;
+  }
+  put_int(s, ns / 1000);
+  int frac = static_cast<int>(ns % 1000);
+  if (frac == 0) return;
+  char d[4] = {'.', static_cast<char>('0' + frac / 100), static_cast<char>('0' + frac / 10 % 10), static_cast<char>('0' + frac % 10)};
+  size_t len = 4;
+  while (d[len - 1] == '0') --len;
+  s.append(d, len);
 }
 
 }  // namespace sluice::csv

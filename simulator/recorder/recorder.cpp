@@ -1,5 +1,7 @@
 #include "recorder/recorder.h"
 
+#include "recorder/csv_format.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -90,13 +92,16 @@ void TraceWriter::dump_to(const std::function<void(const std::string&)>& sink) c
       case 'X':
         fmt::format_to(out, FMT_COMPILE("{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"name\":"), e.pid, e.tid);
         json_string(s, names_[e.name]);
-        fmt::format_to(out, FMT_COMPILE(",\"cat\":\"{}\",\"ts\":{},\"dur\":{}"), e.category, static_cast<double>(e.ts_ns) / 1e3,
-                       static_cast<double>(e.dur_ns) / 1e3);
+        fmt::format_to(out, FMT_COMPILE(",\"cat\":\"{}\",\"ts\":"), e.category);
+        csv::put_us(s, e.ts_ns);
+        s += ",\"dur\":";
+        csv::put_us(s, e.dur_ns);
         break;
       case 'C':
         fmt::format_to(out, FMT_COMPILE("{{\"ph\":\"C\",\"pid\":{},\"name\":"), e.pid);
         json_string(s, names_[e.name]);
-        fmt::format_to(out, FMT_COMPILE(",\"ts\":{}"), static_cast<double>(e.ts_ns) / 1e3);
+        s += ",\"ts\":";
+        csv::put_us(s, e.ts_ns);
         break;
     }
     if (e.ph == 'X' || e.ph == 'C') {
@@ -104,7 +109,8 @@ void TraceWriter::dump_to(const std::function<void(const std::string&)>& sink) c
         s += ",\"args\":{";
         for (uint32_t a = 0; a < e.args_count; ++a) {
           const TraceArg& arg = args_[e.args_begin + a];
-          fmt::format_to(out, FMT_COMPILE("{}\"{}\":{}"), a ? "," : "", arg.key, std::isfinite(arg.value) ? arg.value : 0.0);
+          fmt::format_to(out, FMT_COMPILE("{}\"{}\":"), a ? "," : "", arg.key);
+          csv::put_shortest(s, std::isfinite(arg.value) ? arg.value : 0.0);
         }
         s += '}';
       }

@@ -279,3 +279,39 @@ TEST_CASE("CSV numbers: put_fixed prints what std::to_chars prints, ties and sig
   }
   CHECK_MESSAGE(differ == 0, first);
 }
+
+TEST_CASE("trace numbers: put_us and put_shortest print what fmt's {} prints for the same double") {
+  auto fmt_of = [](double v) { return fmt::format("{}", v); };
+  auto us = [](int64_t ns) {
+    std::string s;
+    csv::put_us(s, ns);
+    return s;
+  };
+  auto shortest = [](double v) {
+    std::string s;
+    csv::put_shortest(s, v);
+    return s;
+  };
+  CHECK(us(0) == "0");
+  CHECK(us(1) == "0.001");
+  CHECK(us(1500) == "1.5");
+  CHECK(us(2'000'000) == "2000");
+  CHECK(us(123'456'789) == "123456.789");
+  CHECK(shortest(3.0) == "3");
+  CHECK(shortest(-0.0) == "-0");
+  CHECK(shortest(0.25) == "0.25");
+  CHECK(shortest(1e-5) == "1e-05");
+  CHECK(shortest(1e16) == "1e+16");
+  RngStream rng(12, "trace-numbers");
+  int differ = 0;
+  std::string first;
+  for (int i = 0; i < 300'000; ++i) {
+    // ns over 1 ns .. 10^16 ns (past the fast path's 10^15), and doubles of every kind.
+    const auto ns = static_cast<int64_t>(std::pow(10.0, rng.uniform() * 16));
+    if (us(ns) != fmt_of(static_cast<double>(ns) / 1e3) && differ++ == 0) first = fmt::format("ns {}: {} vs {}", ns, us(ns), fmt_of(static_cast<double>(ns) / 1e3));
+    double v = std::pow(10.0, rng.uniform() * 40 - 20) * (rng.uniform() < 0.2 ? -1 : 1);
+    if (i % 3 == 0) v = std::round(v);
+    if (shortest(v) != fmt_of(v) && differ++ == 0) first = fmt::format("{:a}: {} vs {}", v, shortest(v), fmt_of(v));
+  }
+  CHECK_MESSAGE(differ == 0, first);
+}
