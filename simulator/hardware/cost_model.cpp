@@ -649,9 +649,12 @@ struct CostModel::Impl {
           bytes = b * hd * (2 * KV * lsum + 2 * H * static_cast<double>(nd));
         }
       } else {
-        double lsum = 0;
+        // The keys read, summed as integers: the same value as a double sum (exact below 2^53)
+        // without its chain of floating-point adds.
+        int64_t keys = 0;
         for (const SeqWork& s : batch)
-          if (s.new_tokens == 1) lsum += s.context + 1;
+          if (s.new_tokens == 1) keys += s.context + 1;
+        const double lsum = static_cast<double>(keys);
         flops = 4 * hd * H * lsum;
         bytes = b * hd * (2 * KV * lsum + 2 * H * static_cast<double>(nd));
         t = roof(flops, bytes);
@@ -971,6 +974,15 @@ OpCost named(const CostModel::Impl* im, const std::string& name, Part p) {
   return OpCost{name, p.ns, std::move(src), p.flops, p.bytes, p.kernels};
 }
 }  // namespace
+
+double CostModel::decode_ns(std::span<const SeqWork> batch) const {
+  const Impl& im = *impl_;
+  const long n = static_cast<long>(batch.size());
+  SumSink sink;
+  Impl::Moved<SumSink> moved{im, sink};
+  im.attention_parts<Impl::Moved<SumSink>, false>(batch, n, moved, im.layers_stage);
+  return im.cached(im.span_cache[0].get(), n, true, im.spans[0]) + im.cached(im.rows_cache.get(), n, false, im.spans[0]) + sink.total;
+}
 
 double CostModel::iteration_ns(std::span<const SeqWork> batch) const {
   const Impl& im = *impl_;

@@ -140,6 +140,9 @@ class CostModel {
   // from a table built at construction). Equal to iteration().total_ns (a unit test holds it to
   // 1e-12 on random batches).
   double iteration_ns(std::span<const SeqWork> batch) const;
+  // iteration_ns of a batch of decodes only (each entry one new token that samples), the
+  // same value without counting the batch's kinds first (the steady-decode hot path).
+  double decode_ns(std::span<const SeqWork> batch) const;
   const HardwareSpec& hardware() const;
   const ModelSpec& model() const;
   const CostOptions& options() const;

@@ -319,6 +319,10 @@ TEST_CASE("cost hot path: iteration_ns and stage_ns agree with the breakdown on 
           const double part = cm.stage_iteration(b, st).total_ns;
           CHECK(std::fabs(cm.stage_ns(b, st) - part) <= 1e-12 * part);
         }
+        // The same batch as decodes only: decode_ns is iteration_ns, to the bit.
+        std::vector<SeqWork> d = b;
+        for (auto& s : d) s = SeqWork{1, s.context, true};
+        CHECK(cm.decode_ns(d) == cm.iteration_ns(d));
       }
     }
 }

@@ -930,7 +930,7 @@ void ServingSim::decide_inline(int ri) {
       ends = ends || q.generated + 1 >= q.output_tokens;
     }
     account_kv(ri, now);
-    const double compute_ns = cost_.iteration_ns(work_);  // pp = 1: stage_times' one stage
+    const double compute_ns = cost_.decode_ns(work_);  // iteration_ns: pp = 1 is stage_times' one stage
     if (!std::isfinite(compute_ns) || compute_ns < 0)
       throw std::runtime_error(fmt::format("the cost model returned {} ns for an iteration of {} sequences", compute_ns, n));
     const double extra_ns = 0;  // as an empty batch's: no swap traffic in steady decode
