@@ -18,9 +18,14 @@ bool D2hTable::load(const std::string& dir, const std::string& mode) {
   table_ = std::move(t);
   mode_ = mode;
   source_ = "table:d2h.csv (" + mode + ")";
+  by_batch_.resize(4097);
+  for (size_t b = 0; b < by_batch_.size(); ++b) by_batch_[b] = table_->us_median(mode_, static_cast<double>(b)) * 1e3;
   return true;
 }
 
-double D2hTable::ns(int batch) const { return table_->us_median(mode_, batch) * 1e3; }
+double D2hTable::ns(int batch) const {
+  if (batch >= 0 && static_cast<size_t>(batch) < by_batch_.size()) return by_batch_[static_cast<size_t>(batch)];
+  return table_->us_median(mode_, batch) * 1e3;
+}
 
 }  // namespace sluice

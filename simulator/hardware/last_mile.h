@@ -5,6 +5,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace sluice {
 
@@ -28,6 +29,7 @@ class D2hTable {
  private:
   std::unique_ptr<costtab::D2hTable> table_;
   std::string mode_, source_;
+  std::vector<double> by_batch_;  // ns(batch) for batches below its size, computed at load (a map lookup and a log-log curve each)
 };
 
 }  // namespace sluice
