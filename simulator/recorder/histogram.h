@@ -26,6 +26,32 @@ class LogHistogram {
     sum_ += static_cast<Sum>(v) * k;
     if (v > max_) max_ = v;
   }
+  // Records a stream of values as runs of equal ones (one record(v, k) per run: a batch's
+  // inter-token gaps mostly share one value); the last run is recorded by flush() or on exit.
+  class Runs {
+   public:
+    explicit Runs(LogHistogram& h) : h_(h) {}
+    Runs(const Runs&) = delete;
+    Runs& operator=(const Runs&) = delete;
+    ~Runs() { flush(); }
+    void add(int64_t v) {
+      if (v != v_) {
+        h_.record(v_, k_);
+        v_ = v;
+        k_ = 0;
+      }
+      ++k_;
+    }
+    void flush() {
+      h_.record(v_, k_);
+      k_ = 0;
+    }
+
+   private:
+    LogHistogram& h_;
+    int64_t v_ = -1;
+    uint64_t k_ = 0;
+  };
   uint64_t count() const { return n_; }
   double mean() const { return n_ ? static_cast<double>(sum_) / static_cast<double>(n_) : 0; }
   int64_t max() const { return max_; }

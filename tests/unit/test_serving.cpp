@@ -321,6 +321,36 @@ TEST_CASE("log histogram percentiles stay within 1%") {
   CHECK(h.mean() == doctest::Approx(50'000'500).epsilon(1e-9));
 }
 
+TEST_CASE("log histogram: runs and counted records equal one record per value, and the sum is exact") {
+  LogHistogram one, runs, counted;
+  std::vector<int64_t> vs;
+  for (int i = 0; i < 5000; ++i) vs.push_back(i % 7 < 4 ? 12'000'000 : 12'000'000 + (i % 13) * 977);  // long runs, some breaks
+  vs.push_back(-5);  // clamped to 0, as record(v) does
+  {
+    LogHistogram::Runs r(runs);
+    for (int64_t v : vs) {
+      one.record(v);
+      r.add(v);
+    }
+  }  // the last run is recorded on exit
+  for (int64_t v : vs) counted.record(v, 1);
+  counted.record(7, 0);  // zero samples: nothing
+  for (const LogHistogram* h : {&runs, &counted}) {
+    CHECK(h->count() == one.count());
+    CHECK(h->mean() == one.mean());
+    CHECK(h->min() == one.min());
+    CHECK(h->max() == one.max());
+    for (double p : {1.0, 50.0, 90.0, 99.0, 100.0}) CHECK(h->percentile(p) == one.percentile(p));
+  }
+  CHECK(one.min() == 0);
+  // Past 2^53 ns in total a double sum would round; the integer sum keeps the mean exact.
+  LogHistogram big;
+  big.record(int64_t{1} << 52, 3);
+  big.record(1, 3);
+  // (3 * 2^52 + 3) / 6 = 2^51 + 0.5 (a double sum drops each +1 past 2^53 and gives 2^51).
+  CHECK(big.mean() == 2251799813685248.5);
+}
+
 TEST_CASE("summaries use linear interpolation between ranks") {
   auto s = summarize({4, 1, 3, 2});
   CHECK(s["p50"].get<double>() == doctest::Approx(2.5));

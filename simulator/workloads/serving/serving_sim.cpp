@@ -844,9 +844,8 @@ void ServingSim::end_iteration(int ri) {
   // missing the cache on each in turn.
   for (const auto& en : b.entries)
     if (en.req != kPaddingSlot) __builtin_prefetch(&reqs_[en.req], 1);
-  // Gaps are recorded as runs of equal values (a batch's decodes mostly share one).
-  int64_t run_gap = -1, tokens = 0;
-  uint64_t run = 0;
+  LogHistogram::Runs gaps(gaps_);
+  int64_t tokens = 0;
   for (const auto& en : b.entries) {
     if (en.req == kPaddingSlot) continue;
     Request& q = reqs_[en.req];
@@ -862,12 +861,7 @@ void ServingSim::end_iteration(int ri) {
       q.first_token_ns = delivered;
     } else {
       const int64_t gap = delivered - q.last_token_ns;
-      if (gap != run_gap) {
-        gaps_.record(run_gap, run);
-        run_gap = gap;
-        run = 0;
-      }
-      ++run;
+      gaps.add(gap);
       q.max_gap_ns = std::max(q.max_gap_ns, gap);
     }
     q.last_token_ns = delivered;
@@ -876,7 +870,7 @@ void ServingSim::end_iteration(int ri) {
       finish(q, delivered);
     }
   }
-  gaps_.record(run_gap, run);
+  gaps.flush();
   st.tokens_processed += tokens;
   detok_free_ns_[ri] = t;
   // Drop finished sequences from the running list (only those that ended here are Done).
@@ -975,9 +969,7 @@ void ServingSim::decide_inline(int ri) {
     } else {
       // Every sequence decoded a token and none ends (end_iteration's path for each).
       int64_t t = std::max(end, detok_free_ns_[ri]);
-      // The batch's gaps are mostly one value (the iteration's length): recorded as runs.
-      int64_t run_gap = -1;
-      uint64_t run = 0;
+      LogHistogram::Runs gaps(gaps_);  // mostly one value: the iteration's length
       for (uint32_t id : r.running) {
         Request& q = reqs_[id];
         q.computed += 1;
@@ -985,16 +977,11 @@ void ServingSim::decide_inline(int ri) {
         t += detok;
         const int64_t delivered = t + stream;
         const int64_t gap = delivered - q.last_token_ns;
-        if (gap != run_gap) {
-          gaps_.record(run_gap, run);
-          run_gap = gap;
-          run = 0;
-        }
-        ++run;
+        gaps.add(gap);
         q.max_gap_ns = std::max(q.max_gap_ns, gap);
         q.last_token_ns = delivered;
       }
-      gaps_.record(run_gap, run);
+      gaps.flush();
       st.tokens_processed += static_cast<int64_t>(n);
       detok_free_ns_[ri] = t;
     }
