@@ -866,3 +866,27 @@ workload: {kind: llmperf, requests: 400, input_tokens: {mean: 550, sd: 100}, out
   // The KV-tight cases do preempt (their stretches end where a sequence cannot grow).
   CHECK(run_serving(base + cases[1].second, true).metrics["serving"]["kv_cache"]["preemptions"].get<int64_t>() > 0);
 }
+
+TEST_CASE("a steady-decode stretch gives the engine back often enough for the run's budgets") {
+  // 64 requests arrive at once, then decode 8000 tokens each with nothing else due: one
+  // stretch could run the whole tail (16,000 events) inside a single engine step. It yields
+  // every 1024 iterations, so an event budget stops the run within the engine's check
+  // interval (4096 events) plus one yield (2 x 1024).
+  const Node n = load_yaml_string(R"(
+hardware: h200
+model: llama3-8b
+scheduler: {kind: vllm}
+workload: {kind: llmperf, requests: 64, input_tokens: {mean: 10, sd: 0}, output_tokens: {mean: 8000, sd: 0},
+           arrival: {kind: poisson, rate: 1000000/s}}
+outputs: {trace: false, timeseries: false}
+)", "t.yaml");
+  auto parsed = registry().parse(n, "study", "", "serving");
+  Engine engine(1);
+  ServingSim sim(build_serving_config(parsed.params, registry(), 1, nullptr), engine, nullptr);
+  RunControl::get().set_limits(1000, 0);
+  CHECK_THROWS_AS(sim.run({}), RunStopped);
+  RunControl::get().clear();
+  CHECK(sim.fast_forwarded_iterations() > 0);
+  CHECK(engine.events_processed() > 1000);
+  CHECK(engine.events_processed() <= 1000 + 4096 + 2 * 1024 + 4);
+}
