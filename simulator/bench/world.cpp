@@ -77,7 +77,7 @@ int bench_vidur(const Registry& reg, bool quick) {
   // the same outputs, for the comparison.
   for (int r = 0; r <= reps; ++r) {
     const bool events_only = r == reps;
-    RunControl::get().set_fast_forward(!events_only);
+    const RunControl::FastForward mode(!events_only);
     const auto t0 = std::chrono::steady_clock::now();
     Scenario sc = load_scenario(file, {}, reg);
     // As `sluice run`: the directory is claimed first and requests.csv streams into it.
@@ -89,7 +89,6 @@ int bench_vidur(const Registry& reg, bool quick) {
     rec.write_into(out, header);
     const auto t2 = std::chrono::steady_clock::now();
     const double wall = std::chrono::duration<double>(t2 - t0).count();
-    RunControl::get().set_fast_forward(true);
     if (events_only) {
       best_events = wall;
       continue;

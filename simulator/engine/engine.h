@@ -51,6 +51,10 @@ class Engine {
   void run(SimTime until = SimTime::max()) {
     stopped_ = false;
     until_ = until.count_ns();
+    struct Horizon {  // back to none however run() ends (a budget or a fault throws)
+      int64_t& h;
+      ~Horizon() { h = SimTime::max().count_ns(); }
+    } horizon{until_};
     auto& control = RunControl::get();
     // The budget counts every event processed, those a handler did inline included.
     uint64_t checked = processed_;
@@ -61,7 +65,6 @@ class Engine {
         checked = processed_;
       }
     }
-    until_ = SimTime::max().count_ns();
     control.check(processed_ - checked);
   }
   // True when the run goes on and no event is due at or before `t_ns`: what a handler does

@@ -47,6 +47,14 @@ class RunControl {
   // instead. Results are the same either way; off is slower and serves to check that.
   void set_fast_forward(bool on) { fast_forward_ = on; }
   bool fast_forward() const { return fast_forward_; }
+  // Sets fast-forward for a scope and restores it after (tests, benchmarks).
+  struct FastForward {
+    bool saved;
+    explicit FastForward(bool on) : saved(get().fast_forward()) { get().set_fast_forward(on); }
+    ~FastForward() { get().set_fast_forward(saved); }
+    FastForward(const FastForward&) = delete;
+    FastForward& operator=(const FastForward&) = delete;
+  };
   // Async-signal-safe: only stores the number.
   static void interrupt(int signal_number) { get().interrupt_.store(signal_number, std::memory_order_relaxed); }
   int interrupted() const { return interrupt_.load(std::memory_order_relaxed); }

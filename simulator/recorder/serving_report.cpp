@@ -314,6 +314,10 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                           res.rejected_too_long ? fmt::format(", {} rejected as longer than a replica's KV cache", res.rejected_too_long) : "",
                           res.rejected_overload ? fmt::format(", {} rejected as overload (more than {} in flight)", res.rejected_overload, res.max_in_flight) : "",
                           res.truncated ? " (stopped at max_sim_time)" : "", res.end_ns / 1e9));
+  int64_t iterations = 0;
+  for (const auto& e : res.engines) iterations += e.iterations;
+  summary(fmt::format("{} events; {} of {} iterations in steady decode run inline (--no-fast-forward: none, the same results)",
+                      res.events, res.fast_forwarded, iterations));
   if (res.faults)
     summary(fmt::format("faults: {} replica failures; {} requests failed, {} retried ({} prefilled again); replicas available {:.2f}%",
                         res.replica_failures, res.failed, res.retried, res.reprefilled,

@@ -77,6 +77,7 @@ struct ServingResults {
   // Time.
   int64_t first_arrival_ns = -1, last_delivery_ns = 0, end_ns = 0;
   uint64_t events = 0;
+  int64_t fast_forwarded = 0;  // iterations run inline by the steady-decode fast-forward (the summary says so; not a metric: results do not depend on it)
   // Per engine (replica × virtual engine).
   std::vector<ServingReplicaResult> engines;
   GapSummary gaps;

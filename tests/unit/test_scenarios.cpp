@@ -140,9 +140,10 @@ TEST_CASE("the same scenario and seed give byte-identical output files / another
   }
   CHECK(slurp(tmp / "a" / "requests.csv") != slurp(tmp / "c" / "requests.csv"));
   // Without the steady-decode fast-forward (`sluice run --no-fast-forward`): the same bytes.
-  RunControl::get().set_fast_forward(false);
-  run("d", {});
-  RunControl::get().set_fast_forward(true);
+  {
+    const RunControl::FastForward off(false);
+    run("d", {});
+  }
   for (const auto& n : names) {
     CAPTURE(n);
     CHECK(slurp(tmp / "a" / n) == slurp(tmp / "d" / n));

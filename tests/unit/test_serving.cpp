@@ -776,12 +776,11 @@ struct FastForwardRun {
   int64_t fast_forwarded = 0;
 };
 FastForwardRun run_serving(const std::string& yaml, bool fast_forward) {
-  RunControl::get().set_fast_forward(fast_forward);
+  const RunControl::FastForward mode(fast_forward);
   const Node n = load_yaml_string(yaml, "t.yaml");
   auto parsed = registry().parse(n, "study", "", "serving");
   Engine engine(7);
   ServingSim sim(build_serving_config(parsed.params, registry(), 7, nullptr), engine, nullptr);
-  RunControl::get().set_fast_forward(true);
   FastForwardRun out;
   Recorder rec;
   ServingRecords summary(&rec, "", sim.config().model_tokens_per_llama);

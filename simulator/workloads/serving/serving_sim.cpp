@@ -77,9 +77,6 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
   mem_ = plan_memory(cfg_, probe->max_tokens_per_iteration());
   const int shards = cfg_.tensor_parallel * cfg_.pipeline_parallel;
   pp_ = cfg_.pipeline_parallel;
-  // Steady decode runs inline only where an iteration is one compute step (no pipeline
-  // stages, no transfers of its own on the fabric).
-  fast_forward_ = RunControl::get().fast_forward() && pp_ == 1 && (!fabric_.active() || cfg_.tensor_parallel == 1);
   const int engines = cfg_.replicas * pp_;
   for (int i = 0; i < engines; ++i) {
     auto r = std::make_unique<Replica>(mem_.blocks_per_engine, cfg_.block_size, cfg_.watermark, cfg_.prefix_reuse);
@@ -131,6 +128,10 @@ void ServingSim::run(const std::function<void(double)>& progress) {
 }
 
 void ServingSim::start(const std::function<void(double)>& progress, std::function<void()> on_done) {
+  // Steady decode runs inline only where an iteration is one compute step (no pipeline
+  // stages, no transfers of its own on the fabric), and unless the run turned it off (read
+  // here, when the run starts: a scenario is built before the CLI applies its options).
+  fast_forward_ = RunControl::get().fast_forward() && pp_ == 1 && (!fabric_.active() || cfg_.tensor_parallel == 1);
   progress_ = progress;
   on_done_ = std::move(on_done);
   const auto& arr = cfg_.workload->arrival();
@@ -1134,6 +1135,7 @@ ServingResults ServingSim::results() const {
   r.last_delivery_ns = last_delivery_ns_;
   r.end_ns = end_ns();
   r.events = events();
+  r.fast_forwarded = fast_forwarded_;
   for (size_t i = 0; i < rstats_.size(); ++i) {
     const ReplicaStats& s = rstats_[i];
     ServingReplicaResult e;
