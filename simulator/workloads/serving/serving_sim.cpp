@@ -616,6 +616,14 @@ void ServingSim::try_start(int ri) {
     }
     dur_ns = t - now + round_ns(cfg_.last_mile.d2h_ns(generating));
   }
+  launch_iteration(ri, dur_ns, occupied_ns, compute_ns);
+}
+
+// An iteration of batches_[ri] starts now, with its end an event: its counters, its trace
+// (while iterations are traced), its IterationEnd.
+void ServingSim::launch_iteration(int ri, int64_t dur_ns, int64_t occupied_ns, double compute_ns) {
+  const int64_t now = engine_.now().count_ns();
+  const Batch& b = batches_[static_cast<size_t>(ri)];
   busy_[ri] = true;
   count_iteration(ri, b);
   auto& st = rstats_[ri];
@@ -946,12 +954,7 @@ void ServingSim::decide_inline(int ri) {
       // Something is due before it ends (or the stretch is long): the iteration starts as
       // try_start starts it, and its end is an event.
       fill_batch();
-      busy_[ri] = true;
-      count_iteration(ri, b);
-      st.busy_ns += dur_ns;
-      st.batch_time_integral += static_cast<double>(b.entries.size()) * static_cast<double>(dur_ns);
-      engine_.schedule_at(SimTime::ns(end), Priority::Compute, this, ekind(kIterationEnd, ri), static_cast<uint32_t>(ri));
-      last_activity_ns_ = std::max(last_activity_ns_, end);
+      launch_iteration(ri, dur_ns, dur_ns, compute_ns);
       return;
     }
     ++st.iterations;

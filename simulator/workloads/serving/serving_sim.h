@@ -193,9 +193,8 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   int64_t traced_iterations() const { return trace_iterations_; }
   bool trace_enabled() const { return trace_ && trace_->enabled(); }
   // Iterations run inline by the steady-decode fast-forward (decide_inline); off: every
-  // iteration is its own events (the same results, slower; for tests and benchmarks).
+  // iteration is its own events (RunControl::set_fast_forward; the same results, slower).
   int64_t fast_forwarded_iterations() const { return fast_forwarded_; }
-  void set_fast_forward(bool on) { fast_forward_ = on; }
 
  private:
   enum Kind : uint32_t { kConversation = 1, kArrival, kIterationEnd, kWake, kDecide, kSample, kStageCompute, kReplicaUp, kParkTimeout };
@@ -228,6 +227,9 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   int64_t made_ = 0, released_ = 0, answered_ = 0, live_ = 0, live_high_water_ = 0, rejected_overload_ = 0;
   uint32_t conversations_made_ = 0;
   void try_start(int replica);
+  // Starts the iteration of batches_[replica] at now, its end an event (pp = 1 and the flow
+  // shop; the fabric path is begin_stage's).
+  void launch_iteration(int replica, int64_t dur_ns, int64_t occupied_ns, double compute_ns);
   // Defers a scheduling decision to the end of the current instant (Priority::Schedule), so it
   // sees every arrival and completion that happens at the same nanosecond.
   void request_schedule(int replica);
