@@ -1,11 +1,14 @@
-// Appending numbers to CSV text without a format string: the per-request and per-sample
-// rows are written once per request, and fmt's fixed-precision path (Dragon4 for {:.6f})
-// cost more than the simulation of a small scenario.
-//   put_int:    an integer.
-//   put_fixed:  a double with `decimals` digits after the point, correctly rounded by
-//               std::to_chars (the digits fmt's {:.Nf} prints).
-//   put_scaled: an integer count of small units shown in a unit 10^decimals times larger
-//               (ns as ms with 6 decimals, as s with 9), exactly: no double in between.
+// Appending numbers to the recorder's text outputs (requests.csv, timeseries.csv, and the
+// numbers of trace.json) without a format string: rows are written once per request, and the
+// general float paths (to_chars' fixed precision, fmt's shortest) cost more than simulating
+// a small scenario. Each prints exactly what the general path would (tests hold them to it).
+//   put_int:      an integer.
+//   put_fixed:    a double with `decimals` digits after the point, correctly rounded (the
+//                 digits std::to_chars and fmt's {:.Nf} print).
+//   put_scaled:   an integer count of small units shown in a unit 10^decimals times larger
+//                 (ns as ms with 6 decimals, as s with 9), exactly: no double in between.
+//   put_shortest: the shortest decimal that reads back as a double, as fmt's {} prints it.
+//   put_us:       integer ns as microseconds, as put_shortest prints ns / 1e3.
 #pragma once
 #include <charconv>
 #include <cmath>
