@@ -975,23 +975,26 @@ OpCost named(const CostModel::Impl* im, const std::string& name, Part p) {
 }
 }  // namespace
 
-double CostModel::decode_ns(std::span<const SeqWork> batch) const {
-  const Impl& im = *impl_;
-  const long n = static_cast<long>(batch.size());
+namespace {
+// The whole model's time of a batch whose totals are known: the parts cached by new tokens M
+// and sampled rows R, and attention over its nd decodes and its chunks.
+double whole_ns(const CostModel::Impl& im, std::span<const SeqWork> batch, long M, long R, long nd) {
   SumSink sink;
-  Impl::Moved<SumSink> moved{im, sink};
-  im.attention_parts<Impl::Moved<SumSink>, false>(batch, n, moved, im.layers_stage);
-  return im.cached(im.span_cache[0].get(), n, true, im.spans[0]) + im.cached(im.rows_cache.get(), n, false, im.spans[0]) + sink.total;
+  CostModel::Impl::Moved<SumSink> moved{im, sink};
+  im.attention_parts<CostModel::Impl::Moved<SumSink>, false>(batch, nd, moved, im.layers_stage);
+  return im.cached(im.span_cache[0].get(), M, true, im.spans[0]) + im.cached(im.rows_cache.get(), R, false, im.spans[0]) +
+         sink.total;
+}
+}  // namespace
+
+double CostModel::decode_ns(std::span<const SeqWork> batch) const {
+  const long n = static_cast<long>(batch.size());
+  return whole_ns(*impl_, batch, n, n, n);
 }
 
 double CostModel::iteration_ns(std::span<const SeqWork> batch) const {
-  const Impl& im = *impl_;
   const auto [M, R, nd] = batch_totals(batch);
-  SumSink sink;
-  Impl::Moved<SumSink> moved{im, sink};
-  im.attention_parts<Impl::Moved<SumSink>, false>(batch, nd, moved, im.layers_stage);
-  return im.cached(im.span_cache[0].get(), M, true, im.spans[0]) + im.cached(im.rows_cache.get(), R, false, im.spans[0]) +
-         sink.total;
+  return whole_ns(*impl_, batch, M, R, nd);
 }
 
 double CostModel::stage_ns(std::span<const SeqWork> batch, int stage) const {
