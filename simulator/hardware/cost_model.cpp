@@ -610,18 +610,30 @@ struct CostModel::Impl {
           const double* th = dshare.data() + hi * static_cast<size_t>(dshare_ctx);
           const auto n = static_cast<unsigned>(dshare_ctx);
           int cmax = -1;
-          for (const SeqWork& s : batch) {
-            if (s.new_tokens != 1) continue;
-            const int c = s.context;
-            cmax = c > cmax ? c : cmax;
-            if (static_cast<unsigned>(c) < n) {
-              s_lo += tl[c];
-              if (two) s_hi += th[c];
-            } else {
-              const double l = static_cast<double>(c + 1) * r;
-              s_lo += sl(l);
-              if (two) s_hi += sh(l);
+          // One loop per case, its tests out of the loop: every sequence decodes (the steady
+          // decode of a serving replica) or not, one row or two. The sums are the same.
+          auto sum = [&]<bool kAllDecode, bool kTwo>() {
+            for (const SeqWork& s : batch) {
+              if (!kAllDecode && s.new_tokens != 1) continue;
+              const int c = s.context;
+              cmax = c > cmax ? c : cmax;
+              if (static_cast<unsigned>(c) < n) {
+                s_lo += tl[c];
+                if (kTwo) s_hi += th[c];
+              } else {
+                const double l = static_cast<double>(c + 1) * r;
+                s_lo += sl(l);
+                if (kTwo) s_hi += sh(l);
+              }
             }
+          };
+          if (static_cast<size_t>(nd) == batch.size()) {
+            if (two) sum.template operator()<true, true>();
+            else sum.template operator()<true, false>();
+          } else if (two) {
+            sum.template operator()<false, true>();
+          } else {
+            sum.template operator()<false, false>();
           }
           const double l = static_cast<double>(cmax + 1) * r;
           lmax = l > 0 ? l : 0;
