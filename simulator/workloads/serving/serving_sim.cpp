@@ -91,6 +91,7 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
   }
   batches_.resize(engines);
   detok_free_ns_.assign(engines, 0);
+  steady_batch_.assign(engines, 0);
   kv_last_ns_.assign(engines, 0);
   wake_pending_ns_.assign(engines, -1);
   decide_pending_ns_.assign(engines, -1);
@@ -408,6 +409,7 @@ void ServingSim::replica_down(int r) {
     // The KV cache is gone with the device (resident conversation caches included).
     rep.kv = BlockManager(rep.kv.total_blocks(), rep.kv.block_size(), cfg_.watermark, rep.reuse);
     batches_[i].clear();
+    steady_batch_[i] = 0;
   }
   for (uint32_t id : back) {
     Request& q = reqs_[id];
@@ -509,6 +511,7 @@ void ServingSim::try_start(int ri) {
   Replica& r = *replicas_[ri];
   Batch& b = batches_[ri];
   b.clear();
+  steady_batch_[ri] = 0;
   const int64_t now = engine_.now().count_ns();
   b.start_ns = now;
   schedulers_[ri]->schedule(r, b, now);
@@ -855,6 +858,26 @@ void ServingSim::end_iteration(int ri) {
     if (en.req != kPaddingSlot) __builtin_prefetch(&reqs_[en.req], 1);
   LogHistogram::Runs gaps(gaps_);
   int64_t tokens = 0;
+  if (steady_batch_[ri]) {
+    // The batch decide_inline formed: every member is a running sequence past its first
+    // token decoding one more (the general loop below, less its tests that cannot fail).
+    for (const auto& en : b.entries) {
+      Request& q = reqs_[en.req];
+      q.computed += 1;
+      ++q.generated;
+      t += detok;
+      const int64_t delivered = t + stream;
+      const int64_t gap = delivered - q.last_token_ns;
+      gaps.add(gap);
+      q.max_gap_ns = std::max(q.max_gap_ns, gap);
+      q.last_token_ns = delivered;
+      if (q.finished()) {
+        ended_.push_back(en.req);
+        finish(q, delivered);
+      }
+    }
+    tokens = static_cast<int64_t>(b.entries.size());
+  } else {
   for (const auto& en : b.entries) {
     if (en.req == kPaddingSlot) continue;
     Request& q = reqs_[en.req];
@@ -878,6 +901,7 @@ void ServingSim::end_iteration(int ri) {
       ended_.push_back(en.req);
       finish(q, delivered);
     }
+  }
   }
   gaps.flush();
   st.tokens_processed += tokens;
@@ -924,9 +948,18 @@ void ServingSim::decide_inline(int ri) {
     const int64_t now = engine_.now().count_ns();
     const size_t n = r.running.size();
     work_.resize(n);
+    // The batch as the scheduler forms it (mech::add of each running sequence), filled as the
+    // sequences grow; try_start forms its own if one cannot.
+    Batch& b = batches_[static_cast<size_t>(ri)];
+    b.clear();
+    b.start_ns = now;
+    b.entries.resize(n);
+    b.decode_entries = static_cast<int>(n);
+    steady_batch_[ri] = 1;
     bool ends = false;
     for (size_t i = 0; i < n; ++i) {
-      Request& q = reqs_[r.running[i]];
+      const uint32_t id = r.running[i];
+      Request& q = reqs_[id];
       // Growing is what the scheduler does first, in this order; a sequence that cannot grow
       // (a preemption) is left to it: the growths already done are no-ops when it repeats them.
       if (q.in_prefill() || q.first_token_ns < 0 || !r.kv.grow_to(q, q.computed + 1)) {
@@ -934,7 +967,8 @@ void ServingSim::decide_inline(int ri) {
         return;
       }
       work_[i] = SeqWork{1, q.computed, true};
-      ends = ends || q.generated + 1 >= q.output_tokens;
+      b.entries[i] = BatchEntry{id, 1, q.computed, true};
+      ends |= q.generated + 1 >= q.output_tokens;
     }
     account_kv(ri, now);
     const double compute_ns = cost_.decode_ns(work_);  // iteration_ns: pp = 1 is stage_times' one stage
@@ -943,17 +977,9 @@ void ServingSim::decide_inline(int ri) {
     const double extra_ns = 0;  // as an empty batch's: no swap traffic in steady decode
     const int64_t dur_ns = std::max<int64_t>(1, round_ns(compute_ns + extra_ns + cfg_.last_mile.d2h_ns(static_cast<int>(n))));
     const int64_t end = now + dur_ns;
-    Batch& b = batches_[static_cast<size_t>(ri)];
-    auto fill_batch = [&] {  // as the scheduler forms it (mech::add of each running sequence)
-      b.clear();
-      b.start_ns = now;
-      for (uint32_t id : r.running) b.entries.push_back(BatchEntry{id, 1, reqs_[id].computed, true});
-      b.decode_entries = static_cast<int>(n);
-    };
     if (stretch >= kMaxStretch || !engine_.can_advance_to(end)) {
       // Something is due before it ends (or the stretch is long): the iteration starts as
       // try_start starts it, and its end is an event.
-      fill_batch();
       launch_iteration(ri, dur_ns, dur_ns, compute_ns);
       return;
     }
@@ -967,8 +993,7 @@ void ServingSim::decide_inline(int ri) {
     engine_.advance_to(end);
     engine_.count_inline_event();  // its IterationEnd
     if (ends) {
-      // A sequence ends: the batch as the scheduler forms it, ended the usual way.
-      fill_batch();
+      // A sequence ends: the batch ended the usual way.
       end_iteration(ri);
       if (busy_[ri] || decide_pending_ns_[ri] == end || !engine_.nothing_due_by(end)) {
         request_schedule(ri);
