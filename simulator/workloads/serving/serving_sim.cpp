@@ -940,26 +940,21 @@ void ServingSim::decide_inline(int ri) {
   // so the run's budgets and interrupt are checked as often as without it (Engine::run checks
   // every 4096 events; each iteration here counts two).
   constexpr int kMaxStretch = 1024;
+  // Asked again only after a sequence ended: until then steady_decode's answer holds (its
+  // contract), and so does the rest of steady_now (no event has run in between).
+  bool steady = false;
   for (int stretch = 0;; ++stretch) {
-    if (!steady_now(ri)) {
+    if (!steady && !steady_now(ri)) {
       try_start(ri);
       return;
     }
+    steady = true;
     const int64_t now = engine_.now().count_ns();
     const size_t n = r.running.size();
     work_.resize(n);
-    // The batch as the scheduler forms it (mech::add of each running sequence), filled as the
-    // sequences grow; try_start forms its own if one cannot.
-    Batch& b = batches_[static_cast<size_t>(ri)];
-    b.clear();
-    b.start_ns = now;
-    b.entries.resize(n);
-    b.decode_entries = static_cast<int>(n);
-    steady_batch_[ri] = 1;
     bool ends = false;
     for (size_t i = 0; i < n; ++i) {
-      const uint32_t id = r.running[i];
-      Request& q = reqs_[id];
+      Request& q = reqs_[r.running[i]];
       // Growing is what the scheduler does first, in this order; a sequence that cannot grow
       // (a preemption) is left to it: the growths already done are no-ops when it repeats them.
       if (q.in_prefill() || q.first_token_ns < 0 || !r.kv.grow_to(q, q.computed + 1)) {
@@ -967,7 +962,6 @@ void ServingSim::decide_inline(int ri) {
         return;
       }
       work_[i] = SeqWork{1, q.computed, true};
-      b.entries[i] = BatchEntry{id, 1, q.computed, true};
       ends |= q.generated + 1 >= q.output_tokens;
     }
     account_kv(ri, now);
@@ -977,9 +971,21 @@ void ServingSim::decide_inline(int ri) {
     const double extra_ns = 0;  // as an empty batch's: no swap traffic in steady decode
     const int64_t dur_ns = std::max<int64_t>(1, round_ns(compute_ns + extra_ns + cfg_.last_mile.d2h_ns(static_cast<int>(n))));
     const int64_t end = now + dur_ns;
+    auto fill_batch = [&] {
+      // The batch as the scheduler forms it (mech::add of each running sequence), from work_:
+      // the requests themselves are not read again.
+      Batch& b = batches_[static_cast<size_t>(ri)];
+      b.clear();
+      b.start_ns = now;
+      b.entries.resize(n);
+      for (size_t i = 0; i < n; ++i) b.entries[i] = BatchEntry{r.running[i], 1, work_[i].context, true};
+      b.decode_entries = static_cast<int>(n);
+      steady_batch_[ri] = 1;
+    };
     if (stretch >= kMaxStretch || !engine_.can_advance_to(end)) {
       // Something is due before it ends (or the stretch is long): the iteration starts as
       // try_start starts it, and its end is an event.
+      fill_batch();
       launch_iteration(ri, dur_ns, dur_ns, compute_ns);
       return;
     }
@@ -994,11 +1000,13 @@ void ServingSim::decide_inline(int ri) {
     engine_.count_inline_event();  // its IterationEnd
     if (ends) {
       // A sequence ends: the batch ended the usual way.
+      fill_batch();
       end_iteration(ri);
       if (busy_[ri] || decide_pending_ns_[ri] == end || !engine_.nothing_due_by(end)) {
         request_schedule(ri);
         return;
       }
+      steady = false;
     } else {
       // Every sequence decoded a token and none ends (end_iteration's path for each).
       int64_t t = std::max(end, detok_free_ns_[ri]);
