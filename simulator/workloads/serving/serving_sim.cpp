@@ -842,6 +842,24 @@ void ServingSim::on_iteration_end(int ri) {
   request_schedule(ri);
 }
 
+namespace {
+// One more token of a sequence in decode: its KV and count grow by one, it is detokenized
+// after `t` on the replica's host thread and streamed; its gap since the last token is
+// recorded. Returns when the client has it. (end_iteration and the inline stretch share it.)
+[[gnu::always_inline]] inline int64_t deliver_decode_token(Request& q, int64_t& t, int64_t detok, int64_t stream,
+                                                            LogHistogram::Runs& gaps) {
+  q.computed += 1;
+  ++q.generated;
+  t += detok;
+  const int64_t delivered = t + stream;
+  const int64_t gap = delivered - q.last_token_ns;
+  gaps.add(gap);
+  q.max_gap_ns = std::max(q.max_gap_ns, gap);
+  q.last_token_ns = delivered;
+  return delivered;
+}
+}  // namespace
+
 void ServingSim::end_iteration(int ri) {
   const int64_t now = engine_.now().count_ns();  // sampled ids are on the host now
   Replica& r = *replicas_[ri];
@@ -863,14 +881,7 @@ void ServingSim::end_iteration(int ri) {
     // token decoding one more (the general loop below, less its tests that cannot fail).
     for (const auto& en : b.entries) {
       Request& q = reqs_[en.req];
-      q.computed += 1;
-      ++q.generated;
-      t += detok;
-      const int64_t delivered = t + stream;
-      const int64_t gap = delivered - q.last_token_ns;
-      gaps.add(gap);
-      q.max_gap_ns = std::max(q.max_gap_ns, gap);
-      q.last_token_ns = delivered;
+      const int64_t delivered = deliver_decode_token(q, t, detok, stream, gaps);
       if (q.finished()) {
         ended_.push_back(en.req);
         finish(q, delivered);
@@ -878,30 +889,30 @@ void ServingSim::end_iteration(int ri) {
     }
     tokens = static_cast<int64_t>(b.entries.size());
   } else {
-  for (const auto& en : b.entries) {
-    if (en.req == kPaddingSlot) continue;
-    Request& q = reqs_[en.req];
-    if (q.state == ReqState::Done) continue;
-    tokens += en.new_tokens;
-    q.computed += en.new_tokens;
-    if (q.computed < q.length()) continue;  // a prefill chunk that did not reach the end
-    ++q.generated;
-    // The last mile: detokenized in order on the replica's host thread, then streamed.
-    t += detok;
-    const int64_t delivered = t + stream;
-    if (q.first_token_ns < 0) {
-      q.first_token_ns = delivered;
-    } else {
-      const int64_t gap = delivered - q.last_token_ns;
-      gaps.add(gap);
-      q.max_gap_ns = std::max(q.max_gap_ns, gap);
+    for (const auto& en : b.entries) {
+      if (en.req == kPaddingSlot) continue;
+      Request& q = reqs_[en.req];
+      if (q.state == ReqState::Done) continue;
+      tokens += en.new_tokens;
+      q.computed += en.new_tokens;
+      if (q.computed < q.length()) continue;  // a prefill chunk that did not reach the end
+      ++q.generated;
+      // The last mile: detokenized in order on the replica's host thread, then streamed.
+      t += detok;
+      const int64_t delivered = t + stream;
+      if (q.first_token_ns < 0) {
+        q.first_token_ns = delivered;
+      } else {
+        const int64_t gap = delivered - q.last_token_ns;
+        gaps.add(gap);
+        q.max_gap_ns = std::max(q.max_gap_ns, gap);
+      }
+      q.last_token_ns = delivered;
+      if (q.finished()) {
+        ended_.push_back(en.req);
+        finish(q, delivered);
+      }
     }
-    q.last_token_ns = delivered;
-    if (q.finished()) {
-      ended_.push_back(en.req);
-      finish(q, delivered);
-    }
-  }
   }
   gaps.flush();
   st.tokens_processed += tokens;
@@ -1011,17 +1022,7 @@ void ServingSim::decide_inline(int ri) {
       // Every sequence decoded a token and none ends (end_iteration's path for each).
       int64_t t = std::max(end, detok_free_ns_[ri]);
       LogHistogram::Runs gaps(gaps_);  // mostly one value: the iteration's length
-      for (uint32_t id : r.running) {
-        Request& q = reqs_[id];
-        q.computed += 1;
-        ++q.generated;
-        t += detok;
-        const int64_t delivered = t + stream;
-        const int64_t gap = delivered - q.last_token_ns;
-        gaps.add(gap);
-        q.max_gap_ns = std::max(q.max_gap_ns, gap);
-        q.last_token_ns = delivered;
-      }
+      for (uint32_t id : r.running) deliver_decode_token(reqs_[id], t, detok, stream, gaps);
       gaps.flush();
       st.tokens_processed += static_cast<int64_t>(n);
       detok_free_ns_[ri] = t;
