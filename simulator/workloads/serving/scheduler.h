@@ -18,6 +18,12 @@ enum class PreemptionMode { Recompute, Swap };
 // One model replica's queues and KV cache, as the scheduler sees and changes them.
 struct Replica {
   std::vector<Request>* reqs = nullptr;
+  // What a router reads of every replica for every arrival, together in the object's first
+  // cache line. Requests routed here and not yet ended (waiting + running + swapped), kept by
+  // the simulation as it routes, ends and requeues them (summing three queues' sizes over
+  // every replica cost a tenth of a serving run):
+  size_t routed = 0;
+  bool healthy = true;  // false from a failure of one of its devices until repaired and reloaded: routers skip it
   std::deque<uint32_t> waiting;   // arrived, not admitted (FCFS; preempted go to the front)
   std::vector<uint32_t> running;  // admitted, in admission order
   std::deque<uint32_t> swapped;   // preempted to host memory
@@ -28,14 +34,9 @@ struct Replica {
   int64_t swap_capacity_tokens = 0;
   int64_t swapped_tokens = 0;
   bool reuse = false;
-  bool healthy = true;  // false from a failure of one of its devices until repaired and reloaded: routers skip it
   // Counters.
   int64_t preemptions = 0;
   double swap_bytes = 0;
-  // Requests routed here and not yet ended (waiting + running + swapped), kept by the
-  // simulation as it routes, ends and requeues them: routers read it for every arrival, and
-  // summing three queues' sizes over every replica cost a tenth of a serving run.
-  size_t routed = 0;
 
   Replica(int64_t blocks, int block_size, double watermark, bool reuse_cache)
       : kv(blocks, block_size, watermark, reuse_cache), reuse(reuse_cache) {}
