@@ -21,56 +21,71 @@
 
 namespace sluice::csv {
 
-inline void put_int(std::string& s, int64_t v) {
-  char b[24];
-  const auto r = std::to_chars(b, b + sizeof b, v);
-  s.append(b, r.ptr);
-}
+// The writers behind put_int, put_scaled and put_fixed, into a caller's buffer with room for
+// kIntRoom, kScaledRoom and kFixedRoom characters; each returns the end of what it wrote. A
+// row of many numbers is written through them into room made once (no append per field).
+inline constexpr size_t kIntRoom = 24, kScaledRoom = 48, kFixedRoom = 400;
 
-inline void put_scaled(std::string& s, int64_t v, int decimals) {
+inline char* write_int(char* p, int64_t v) { return std::to_chars(p, p + kIntRoom, v).ptr; }
+
+// decimals at most 18.
+inline char* write_scaled(char* p, int64_t v, int decimals) {
   int64_t unit = 1;
   for (int i = 0; i < decimals; ++i) unit *= 10;
   uint64_t a = v < 0 ? static_cast<uint64_t>(-(v + 1)) + 1 : static_cast<uint64_t>(v);
-  if (v < 0) s += '-';
-  char b[24];
-  auto r = std::to_chars(b, b + sizeof b, a / static_cast<uint64_t>(unit));
-  s.append(b, r.ptr);
-  if (decimals <= 0) return;
-  s += '.';
+  if (v < 0) *p++ = '-';
+  p = std::to_chars(p, p + 21, a / static_cast<uint64_t>(unit)).ptr;
+  if (decimals <= 0) return p;
+  *p++ = '.';
   uint64_t frac = a % static_cast<uint64_t>(unit);
-  char d[20];
   for (int i = decimals - 1; i >= 0; --i) {
-    d[i] = static_cast<char>('0' + frac % 10);
+    p[i] = static_cast<char>('0' + frac % 10);
     frac /= 10;
   }
-  s.append(d, static_cast<size_t>(decimals));
+  return p + decimals;
 }
 
 // put_fixed's fast path: the integer nearest v·10^decimals (ties to even, as to_chars rounds
 // the exact binary value), from the rounded product and its exact error (an fma), then
-// put_scaled's exact digits. Out of its range (|v|·10^decimals ≥ 2^51, or not finite) it
+// write_scaled's exact digits. Out of its range (|v|·10^decimals ≥ 2^51, or not finite) it
 // falls back to std::to_chars, whose fixed-precision path costs ~500 instructions a number.
-inline void put_fixed(std::string& s, double v, int decimals) {
+inline char* write_fixed(char* p, double v, int decimals) {
   static constexpr double kPow10[] = {1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9};
   if (decimals >= 0 && decimals <= 9) {
-    const double p = kPow10[decimals];
-    const double r = v * p;
+    const double pw = kPow10[decimals];
+    const double r = v * pw;
     if (std::fabs(r) < 2251799813685248.0) {  // 2^51: r's ulp is at most 1/4, so r - k is exact
-      const double err = std::fma(v, p, -r);    // v·p = r + err exactly
+      const double err = std::fma(v, pw, -r);   // v·pw = r + err exactly
       double k = std::nearbyint(r);             // ties to even (the default rounding mode)
       const double d = r - k;
       if (d == 0.5 && err > 0) k += 1;
       else if (d == -0.5 && err < 0) k -= 1;
       const auto n = static_cast<int64_t>(k);
-      if (n == 0 && std::signbit(v)) s += '-';  // to_chars keeps the sign of a negative that rounds to 0
-      put_scaled(s, n, decimals);
-      return;
+      if (n == 0 && std::signbit(v)) *p++ = '-';  // to_chars keeps the sign of a negative that rounds to 0
+      return write_scaled(p, n, decimals);
     }
   }
-  char b[64];
-  const auto r = std::to_chars(b, b + sizeof b, v, std::chars_format::fixed, decimals);
-  if (r.ec == std::errc()) s.append(b, r.ptr);
-  else s += std::to_string(v);  // beyond 64 characters (|v| > 1e50): never a time or a count here
+  const auto r = std::to_chars(p, p + kFixedRoom, v, std::chars_format::fixed, decimals);
+  if (r.ec == std::errc()) return r.ptr;
+  const std::string t = std::to_string(v);  // beyond the room (|v| > 1e300): never a time or a count here
+  const size_t n = t.size() < kFixedRoom ? t.size() : kFixedRoom;
+  t.copy(p, n);
+  return p + n;
+}
+
+inline void put_int(std::string& s, int64_t v) {
+  char b[kIntRoom];
+  s.append(b, write_int(b, v));
+}
+
+inline void put_scaled(std::string& s, int64_t v, int decimals) {
+  char b[kScaledRoom];
+  s.append(b, write_scaled(b, v, decimals));
+}
+
+inline void put_fixed(std::string& s, double v, int decimals) {
+  char b[kFixedRoom];
+  s.append(b, write_fixed(b, v, decimals));
 }
 
 // The shortest decimal that reads back as v, as fmt's "{}" prints it ("3", "0.25", "1e-05"),
