@@ -4,6 +4,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <vector>
 
 namespace sluice {
@@ -33,7 +34,11 @@ class LogHistogram {
     explicit Runs(LogHistogram& h) : h_(h) {}
     Runs(const Runs&) = delete;
     Runs& operator=(const Runs&) = delete;
-    ~Runs() { flush(); }
+    // Records the last run, unless an exception is unwinding past it (then the figures are
+    // discarded anyway, and a bad_alloc from record here would terminate the process).
+    ~Runs() {
+      if (std::uncaught_exceptions() == unwinding_) flush();
+    }
     void add(int64_t v) {
       if (v != v_) {
         h_.record(v_, k_);
@@ -51,6 +56,7 @@ class LogHistogram {
     LogHistogram& h_;
     int64_t v_ = -1;
     uint64_t k_ = 0;
+    int unwinding_ = std::uncaught_exceptions();
   };
   uint64_t count() const { return n_; }
   double mean() const { return n_ ? static_cast<double>(sum_) / static_cast<double>(n_) : 0; }

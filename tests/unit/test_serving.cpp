@@ -321,6 +321,32 @@ TEST_CASE("log histogram percentiles stay within 1%") {
   CHECK(h.mean() == doctest::Approx(50'000'500).epsilon(1e-9));
 }
 
+TEST_CASE("log histogram: a Runs left by an exception records nothing, and one made while unwinding still records") {
+  LogHistogram h;
+  try {
+    LogHistogram::Runs r(h);
+    r.add(5);
+    r.add(5);
+    throw std::runtime_error("abandon the run");
+  } catch (const std::runtime_error&) {
+  }
+  CHECK(h.count() == 0);  // the pending run is discarded, not recorded from a destructor mid-unwind
+  struct Guard {  // a destructor that runs during unwinding and records through its own Runs
+    LogHistogram& h;
+    ~Guard() {
+      LogHistogram::Runs r(h);
+      r.add(9);
+    }
+  };
+  try {
+    Guard g{h};
+    throw std::runtime_error("unwind through the guard");
+  } catch (const std::runtime_error&) {
+  }
+  CHECK(h.count() == 1);
+  CHECK(h.max() == 9);
+}
+
 TEST_CASE("log histogram: runs and counted records equal one record per value, and the sum is exact") {
   LogHistogram one, runs, counted;
   std::vector<int64_t> vs;
