@@ -10,8 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rev=${1:?usage: bench_side_by_side.sh REV [ROUNDS]}
 rounds=${2:-3}
+[ -x build/sluice ] || { echo "build/sluice is missing: build this checkout first (tools/test.sh)"; exit 1; }
 new=$(realpath build/sluice)
-[ -x "$new" ] || { echo "build/sluice is missing: build this checkout first (tools/test.sh)"; exit 1; }
 work=$(mktemp -d)
 old_tree="$work/old"
 cleanup() { git worktree remove --force "$old_tree" >/dev/null 2>&1 || true; rm -rf "$work"; }
