@@ -4,7 +4,6 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
-#include <exception>
 #include <vector>
 
 namespace sluice {
@@ -14,14 +13,17 @@ class LogHistogram {
 
  public:
   static constexpr int kSub = 128;
+  // Every bucket a non-negative int64 can fall in, made once (58 KiB): record never
+  // allocates, so it cannot throw, and Runs may record from its destructor.
+  static constexpr size_t kBuckets = 57 * kSub;  // bucket(2^63 - 1) = 56 * 128 + 127
+  LogHistogram() : counts_(kBuckets, 0) {}
+  size_t buckets() const { return counts_.size(); }
   void record(int64_t v) { record(v, 1); }
   // `k` samples of value v at once (the same histogram as k calls of record(v)).
   void record(int64_t v, uint64_t k) {
     if (k == 0) return;
     if (v < 0) v = 0;
-    const size_t b = bucket(static_cast<uint64_t>(v));
-    if (b >= counts_.size()) counts_.resize(b + 1, 0);
-    counts_[b] += k;
+    counts_[bucket(static_cast<uint64_t>(v))] += k;
     if (n_ == 0 || v < min_) min_ = v;
     n_ += k;
     sum_ += static_cast<Sum>(v) * k;
@@ -34,11 +36,8 @@ class LogHistogram {
     explicit Runs(LogHistogram& h) : h_(h) {}
     Runs(const Runs&) = delete;
     Runs& operator=(const Runs&) = delete;
-    // Records the last run, unless an exception is unwinding past it (then the figures are
-    // discarded anyway, and a bad_alloc from record here would terminate the process).
-    ~Runs() {
-      if (std::uncaught_exceptions() == unwinding_) flush();
-    }
+    // Records the last run: it cannot throw (record never allocates), even while unwinding.
+    ~Runs() { flush(); }
     void add(int64_t v) {
       if (v != v_) {
         h_.record(v_, k_);
@@ -56,7 +55,6 @@ class LogHistogram {
     LogHistogram& h_;
     int64_t v_ = -1;
     uint64_t k_ = 0;
-    int unwinding_ = std::uncaught_exceptions();
   };
   uint64_t count() const { return n_; }
   double mean() const { return n_ ? static_cast<double>(sum_) / static_cast<double>(n_) : 0; }
