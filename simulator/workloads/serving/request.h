@@ -82,12 +82,16 @@ struct Batch {
   int64_t start_ns = 0;       // when the iteration starts: a request's first scheduling, set as it is added
   int prefill_entries = 0;
   int decode_entries = 0;
+  // Set by the simulation only, for a batch its steady decode formed (every entry a running
+  // sequence past its first token, decoding one): its end skips the tests that cannot fail.
+  bool steady_decode = false;
   bool empty() const { return entries.empty(); }
   void clear() {
     entries.clear();
     extra_ns = 0;
     swap_bytes = 0;
     prefill_entries = decode_entries = 0;
+    steady_decode = false;
   }
 };
 

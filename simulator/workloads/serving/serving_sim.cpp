@@ -91,7 +91,6 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
   }
   batches_.resize(engines);
   detok_free_ns_.assign(engines, 0);
-  steady_batch_.assign(engines, 0);
   kv_last_ns_.assign(engines, 0);
   wake_pending_ns_.assign(engines, -1);
   decide_pending_ns_.assign(engines, -1);
@@ -409,7 +408,6 @@ void ServingSim::replica_down(int r) {
     // The KV cache is gone with the device (resident conversation caches included).
     rep.kv = BlockManager(rep.kv.total_blocks(), rep.kv.block_size(), cfg_.watermark, rep.reuse);
     batches_[i].clear();
-    steady_batch_[i] = 0;
   }
   for (uint32_t id : back) {
     Request& q = reqs_[id];
@@ -511,7 +509,6 @@ void ServingSim::try_start(int ri) {
   Replica& r = *replicas_[ri];
   Batch& b = batches_[ri];
   b.clear();
-  steady_batch_[ri] = 0;
   const int64_t now = engine_.now().count_ns();
   b.start_ns = now;
   schedulers_[ri]->schedule(r, b, now);
@@ -876,7 +873,7 @@ void ServingSim::end_iteration(int ri) {
     if (en.req != kPaddingSlot) __builtin_prefetch(&reqs_[en.req], 1);
   LogHistogram::Runs gaps(gaps_);
   int64_t tokens = 0;
-  if (steady_batch_[ri]) {
+  if (b.steady_decode) {
     // The batch decide_inline formed: every member is a running sequence past its first
     // token decoding one more (the general loop below, less its tests that cannot fail).
     for (const auto& en : b.entries) {
@@ -991,7 +988,7 @@ void ServingSim::decide_inline(int ri) {
       b.entries.resize(n);
       for (size_t i = 0; i < n; ++i) b.entries[i] = BatchEntry{r.running[i], 1, work_[i].context, true};
       b.decode_entries = static_cast<int>(n);
-      steady_batch_[ri] = 1;
+      b.steady_decode = true;
     };
     if (stretch >= kMaxStretch || !engine_.can_advance_to(end)) {
       // Something is due before it ends (or the stretch is long): the iteration starts as

@@ -300,9 +300,6 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   std::vector<std::unique_ptr<Scheduler>> schedulers_;
   std::vector<Batch> batches_;
   std::vector<int64_t> detok_free_ns_, kv_last_ns_, wake_pending_ns_, decide_pending_ns_;
-  // 1 while a replica's batch is one decide_inline formed (every member a running sequence
-  // past its prompt, decoding one token): end_iteration then skips the tests that cannot fail.
-  std::vector<char> steady_batch_;
   std::vector<int64_t> stage_free_ns_;  // per replica and pipeline stage: when the stage is next free
   int pp_ = 1;                          // virtual engines (batches in flight) per replica
   std::vector<double> kv_last_occ_;
