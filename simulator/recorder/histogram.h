@@ -17,7 +17,13 @@ class LogHistogram {
   // allocates, so it cannot throw, and Runs may record from its destructor.
   static constexpr size_t kBuckets = 57 * kSub;  // bucket(2^63 - 1) = 56 * 128 + 127
   LogHistogram() : counts_(kBuckets, 0) {}
-  size_t buckets() const { return counts_.size(); }
+  // The bucket of v (public for the check below and its test).
+  static constexpr size_t bucket(uint64_t v) {
+    if (v < kSub) return static_cast<size_t>(v);
+    const int msb = 63 - __builtin_clzll(v);
+    const int shift = msb - 7;  // log2(kSub) = 7
+    return static_cast<size_t>((shift + 1) * kSub + static_cast<int>((v >> shift) - kSub));
+  }
   void record(int64_t v) { record(v, 1); }
   // `k` samples of value v at once (the same histogram as k calls of record(v)).
   void record(int64_t v, uint64_t k) {
@@ -77,12 +83,6 @@ class LogHistogram {
   }
 
  private:
-  static size_t bucket(uint64_t v) {
-    if (v < kSub) return static_cast<size_t>(v);
-    const int msb = 63 - __builtin_clzll(v);
-    const int shift = msb - 7;  // log2(kSub) = 7
-    return static_cast<size_t>((shift + 1) * kSub + static_cast<int>((v >> shift) - kSub));
-  }
   static double lower(size_t b) {
     if (b < kSub) return static_cast<double>(b);
     const size_t shift = b / kSub - 1;
@@ -97,5 +97,8 @@ class LogHistogram {
   Sum sum_ = 0;
   int64_t max_ = 0, min_ = 0;
 };
+
+static_assert(LogHistogram::bucket(uint64_t{INT64_MAX}) == LogHistogram::kBuckets - 1,
+              "every non-negative int64 has a bucket made at construction");
 
 }  // namespace sluice
