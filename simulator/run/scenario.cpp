@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "config/names.h"
 #include "engine/rng.h"
 
 namespace sluice {
@@ -59,13 +60,11 @@ static Scenario build_scenario(Node root, const std::string& file, const std::ve
   sc.study = parsed.info;
   sc.params = std::make_shared<Params>(std::move(parsed.params));
   sc.seed = static_cast<uint64_t>(sc.params->integer("seed"));
-  sc.name = sc.params->has("name") ? sc.params->str("name") : std::filesystem::path(file).stem().string();
-  for (char c : sc.name)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
-      sc.params->fail("name", "a scenario name names a folder: letters, digits, '-', '_' and '.' only", "e.g. quickstart");
-  if (sc.name.empty() || sc.name[0] == '.' || sc.name.size() > 128)
-    sc.params->fail("name", "a scenario name names a folder under results/: it may not be empty, start with '.' ('..' would "
-                            "write outside results/) or be longer than 128 characters", "e.g. quickstart");
+  // The name names a folder under results/; a name derived from the file name is made safe.
+  sc.name = sc.params->has("name") ? sc.params->str("name") : sanitized_name(std::filesystem::path(file).stem().string());
+  if (const std::string why = name_problem(sc.name, NameUse::FileStem); !why.empty())
+    sc.params->fail("name", why + " (a scenario name names a folder under results/, and must not reach outside results/)",
+                    name_rule(NameUse::FileStem) + ", e.g. quickstart");
   sc.resolved = resolved_tree(*sc.params);
   // The study key is spelled 'study' in the file.
   for (auto& [k, v] : sc.resolved.map)

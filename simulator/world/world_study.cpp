@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "config/binding.h"
+#include "config/names.h"
 #include "network/generators.h"
 #include "world/placement.h"
 
@@ -97,6 +98,9 @@ SLUICE_REGISTER(study, world_study) {
             for (const auto& item : items) {
               const std::string kind = item->str("kind");
               const std::string name = item->str("name");
+              // It names files (<name>.requests.csv) and metric keys (workloads.<name>.…).
+              if (const std::string why = name_problem(name, NameUse::MetricKey); !why.empty())
+                item->fail("name", why + " (a workload's name names its files and its metrics)", name_rule(NameUse::MetricKey));
               if (std::find(names.begin(), names.end(), name) != names.end())
                 item->fail("name", "two workloads have this name", "a name of its own for each workload");
               names.push_back(name);
