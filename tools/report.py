@@ -350,17 +350,19 @@ def main(argv):
         print(__doc__)
         return 2
     src, out = argv[1], argv[2]
-    r = Report(src, out)
-    r.sluice = argv[argv.index("--sluice") + 1] if "--sluice" in argv else shutil.which("sluice")
-    if os.path.exists(os.path.join(src, "sweep.json")):
-        r.sweep(src)
-        title = "sluice sweep report"
-    elif os.path.exists(os.path.join(src, "metrics.json")):
-        r.run(src)
-        title = "sluice run report"
-    else:
+    is_sweep = os.path.exists(os.path.join(src, "sweep.json"))
+    if not is_sweep and not os.path.exists(os.path.join(src, "metrics.json")):
+        # Checked before anything is created (sluice report checks this too, and more).
         print(f"report: {src} holds neither metrics.json (a run) nor sweep.json (a sweep)", file=sys.stderr)
         return 2
+    r = Report(src, out)
+    r.sluice = argv[argv.index("--sluice") + 1] if "--sluice" in argv else shutil.which("sluice")
+    if is_sweep:
+        r.sweep(src)
+        title = "sluice sweep report"
+    else:
+        r.run(src)
+        title = "sluice run report"
     r.page(f"{title}: {os.path.basename(os.path.normpath(src))}")
     for name, t, _ in r.figures:
         print(f"  {name}.png / .svg  {t}")

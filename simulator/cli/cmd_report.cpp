@@ -6,13 +6,16 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "config/paths.h"
 #include "config/schema.h"
+#include "recorder/output_dir.h"
 
 namespace sluice::cli {
 
@@ -42,6 +45,49 @@ int run_script(const std::vector<std::string>& argv) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// What `dir` holds, checked before anything is drawn or written: a run's result (metrics.json
+// with its metrics) or a sweep's (sweep.json with its rows). Anything else — a folder that is
+// no result, an empty, truncated or `[]` metrics.json — is refused with the reason (exit 2),
+// and nothing is created inside it.
+void check_report_input(const std::string& dir) {
+  namespace fs = std::filesystem;
+  auto refuse = [&](const std::string& file, const std::string& why) {
+    throw ConfigError(Origin{file, 0, 0}, "", "", why, "a results directory that `sluice run`, `sluice compare` or `sluice sweep` wrote");
+  };
+  auto parse = [&](const fs::path& f) {
+    if (!path_is_regular_file(f)) refuse(f.string(), "not a regular file");
+    try {
+      return nlohmann::json::parse(slurp(f));
+    } catch (const std::exception& e) {
+      refuse(f.string(), fmt::format("not valid JSON (empty or truncated?): {}", e.what()));
+    }
+    return nlohmann::json();
+  };
+  const fs::path sweep = fs::path(dir) / "sweep.json", run = fs::path(dir) / "metrics.json";
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(sweep, ec))) {
+    const auto j = parse(sweep);
+    if (!j.is_object() || !j.contains("rows") || !j["rows"].is_array() || !j.contains("keys") || !j.contains("metrics"))
+      refuse(sweep.string(), "not a sweep's table (an object with keys, metrics and rows)");
+    return;
+  }
+  if (fs::exists(fs::symlink_status(run, ec))) {
+    const auto j = parse(run);
+    if (!j.is_object()) refuse(run.string(), fmt::format("the top level is a JSON {}, not the object a run writes", j.type_name()));
+    if (!j.contains("metrics") || !j["metrics"].is_object() || j["metrics"].empty())
+      refuse(run.string(), "it holds no metrics object (not a complete run's metrics.json)");
+    return;
+  }
+  refuse(dir, "neither a run's result (no metrics.json) nor a sweep's (no sweep.json)");
+}
+
 }  // namespace
 
 void add_report(CLI::App& app, CliContext& ctx) {
@@ -65,15 +111,28 @@ void add_report(CLI::App& app, CliContext& ctx) {
       std::error_code ec;
       const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
       const std::string out = o->out.empty() ? (std::filesystem::path(o->dir) / "report").string() : o->out;
-      std::vector<std::string> argv{python(), script, o->dir, out};
-      if (!self.empty()) {
-        argv.push_back("--sluice");
-        argv.push_back(self);
+      try {
+        check_report_input(o->dir);
+        // The same rule as `run --out`: a new or empty directory, or an earlier report (which a
+        // new one replaces); never a user's index.html. Drawn into staging, renamed into place.
+        OutputDir dest(out, /*replace_result=*/true);
+        std::vector<std::string> argv{python(), script, o->dir, dest.staging().string()};
+        if (!self.empty()) {
+          argv.push_back("--sluice");
+          argv.push_back(self);
+        }
+        const int rc = run_script(argv);
+        if (rc == 2) return 2;  // the script refused its input and said why
+        if (rc != 0) {
+          std::cerr << fmt::format("sluice: the report script failed (exit {}); it needs python3-matplotlib and graphviz (tools/setup.sh)\n", rc);
+          return 1;
+        }
+        dest.commit();
+      } catch (const std::exception& e) {
+        return report_error(e);
       }
-      const int rc = run_script(argv);
-      if (rc == 0) std::cout << fmt::format("report in {}/index.html\n", out);
-      else std::cerr << fmt::format("sluice: the report script failed (exit {}); it needs python3-matplotlib and graphviz (tools/setup.sh)\n", rc);
-      return rc == 0 ? 0 : 1;
+      std::cout << fmt::format("report in {}/index.html\n", out);
+      return 0;
     };
   });
 }

@@ -17,6 +17,8 @@
 
 #include "cli/commands.h"
 #include "config/error.h"
+#include "engine/run_control.h"
+#include "recorder/output_dir.h"
 #include "run/scenario.h"
 #include "run/sweep.h"
 
@@ -123,6 +125,12 @@ int run_sweep_command(const Opts& o, const Registry& reg) {
   } catch (const ConfigError& e) {
     error = e.what();
     error_code = 2;
+  } catch (const OutputError& e) {  // an output directory refused: bad input, as for `run --out`
+    error = e.what();
+    error_code = 2;
+  } catch (const RunStopped& e) {  // a signal or a budget: the README's exit codes
+    error = std::string(e.what()) + "; the points finished so far are kept and resume";
+    error_code = e.why() == RunStopped::Why::Interrupted ? 128 + e.signal_number() : 3;
   } catch (const std::exception& e) {
     error = e.what();
     error_code = 1;

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "config/paths.h"
+#include "recorder/output_dir.h"
 #include "run/runner.h"
 #include "run/scenario.h"
 #include "engine/rng.h"
@@ -242,6 +243,36 @@ uint64_t seed_value(const std::string& v, const Origin& at) {
   }
   throw ConfigError(at, "seed", v, "a swept seed must be a whole number", "an integer in [0, 9e15)");
 }
+// A sweep writes into its directory piece by piece (points/, sweep.csv, sweep.json) and
+// resumes there, so the directory is claimed before any point runs: a new one is made and
+// marked, an empty one is marked, one a sweep marked is resumed; anything else (a user's
+// folder, a file, a symbolic link) is refused, so no user's sweep.csv is ever replaced.
+void claim_sweep_dir(const std::string& out) {
+  constexpr const char* kMarker = ".sluice-sweep";
+  const fs::path dir(out);
+  std::error_code ec;
+  const auto st = fs::symlink_status(dir, ec);
+  auto refuse = [&](const std::string& why) {
+    throw OutputError(fmt::format("the sweep directory '{}' {}; sluice never writes over what it did not create (choose another --out)", out, why));
+  };
+  if (fs::exists(st)) {
+    if (fs::is_symlink(st)) refuse("is a symbolic link");
+    if (!fs::is_directory(st)) refuse("exists and is not a directory");
+    if (path_is_regular_file(dir / kMarker)) {
+      for (const char* f : {"sweep.csv", "sweep.json"})
+        if (fs::exists(fs::symlink_status(dir / f, ec)) && !fs::is_regular_file(fs::symlink_status(dir / f, ec)))
+          refuse(fmt::format("holds a {} that is not a regular file", f));
+      return;  // an earlier sweep's: resumed
+    }
+    if (!fs::is_empty(dir, ec) || ec) refuse(fmt::format("is not empty and is not a sluice sweep (no {} in it)", kMarker));
+  } else {
+    fs::create_directories(dir, ec);
+    if (ec) refuse(fmt::format("cannot be created: {}", ec.message()));
+  }
+  std::ofstream(dir / kMarker) << "a sluice sweep: sweep.csv, sweep.json and points/ are written and resumed here\n";
+  if (!path_is_regular_file(dir / kMarker)) refuse("cannot be written into");
+}
+
 }  // namespace
 
 std::vector<SweepPoint> expand_sweep(const SweepSpec& spec, uint64_t base_seed, const std::vector<std::string>& base_sets) {
@@ -368,6 +399,7 @@ std::vector<PointResult> run_sweep_points(const SweepFile& file, const std::stri
                         "values that validate for every point");
     }
   }
+  claim_sweep_dir(opt.out_dir);
   std::vector<PointResult> results(mine.size());
   std::vector<size_t> todo;
   for (size_t j = 0; j < mine.size(); ++j) {
@@ -375,11 +407,18 @@ std::vector<PointResult> run_sweep_points(const SweepFile& file, const std::stri
     results[j].index = i;
     const fs::path m = fs::path(point_dir(opt.out_dir, i)) / "metrics.json";
     if (!path_exists(m)) {
+      // What is in the way of this point's directory is found now, not after the points
+      // before it ran: a file, a link, or a directory that is not a sluice result.
+      const fs::path dir = point_dir(opt.out_dir, i);
+      std::error_code ec;
+      const auto st = fs::symlink_status(dir, ec);
+      if (fs::exists(st) && (!fs::is_directory(st) || (!fs::is_empty(dir, ec) && !path_exists(dir / ".sluice-result"))))
+        throw OutputError(fmt::format("'{}' is in the way of point {}'s results ({}); sluice does not replace it (another --out, or "
+                                      "remove it yourself)", dir.string(), i, fs::is_directory(st) ? "a directory of other files" : "not a directory"));
       todo.push_back(j);
       // A killed sweep leaves this point's hidden partial directory: it is never read, so drop it.
-      std::error_code ec;
-      const fs::path parent = fs::path(point_dir(opt.out_dir, i)).parent_path();
-      const std::string prefix = "." + fs::path(point_dir(opt.out_dir, i)).filename().string() + ".partial.";
+      const fs::path parent = dir.parent_path();
+      const std::string prefix = "." + dir.filename().string() + ".partial.";
       if (path_is_directory(parent))
         for (const auto& e : fs::directory_iterator(parent, ec))
           if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove_all(e.path(), ec);
