@@ -104,9 +104,20 @@ SLUICE_REGISTER(component, trace_faults) {
             } else {
               const Node& n = p.node("events");
               if (!n.is_seq()) p.fail("events", "expected a list of lines", "e.g. [\"90s node:node1 down\"]");
-              for (size_t i = 0; i < n.seq.size(); ++i)
-                if (auto e = parse_line(n.seq[i].scalar, w, n.seq[i].origin, fmt::format("{}.events[{}]", p.path(), i))) evs.push_back(*e);
+              for (size_t i = 0; i < n.seq.size(); ++i) {
+                const Node& line = n.seq[i];
+                const std::string at = fmt::format("{}.events[{}]", p.path(), i);
+                // A mapping ({at: 1s, node: node0}) is no trace line: it would read as a blank one.
+                if (!line.is_scalar())
+                  throw ConfigError(line.origin, at, line.brief(), fmt::format("expected a trace line but got a {}", line.kind_name()),
+                                    "a string `TIME CLASS:NAME down|up`, e.g. \"90s node:node1 down\"");
+                if (auto e = parse_line(line.scalar, w, line.origin, at)) evs.push_back(*e);
+              }
             }
+            // A trace that can never fail anything is a mistake, not a fault-free run.
+            if (evs.empty())
+              p.fail(p.has("file") ? "file" : "events", "the trace holds no event (only blank lines and comments)",
+                     "at least one `TIME CLASS:NAME down|up` line");
             std::stable_sort(evs.begin(), evs.end(), [](const TraceEvent& a, const TraceEvent& b) { return a.at_ns < b.at_ns; });
             return std::make_unique<TraceFaults>(p.given("name") ? p.str("name") : name, std::move(evs));
           }));

@@ -7,11 +7,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "config/names.h"
 #include "config/paths.h"
 #include "run/runner.h"
 #include "run/scenario.h"
@@ -132,12 +134,6 @@ std::string xml_escape(const std::string& s) {
   return o;
 }
 
-std::string safe_name(const std::string& n) {
-  std::string s;
-  for (char c : n) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
-  return s;
-}
-
 }  // namespace
 
 bool glob_match(const std::string& pattern, const std::string& path) {
@@ -185,9 +181,13 @@ Suite load_suite(const std::string& file, const Registry& reg, const std::vector
                         "one of: suite, description, baselines, tolerances, scenarios");
     }
   }
-  for (char c : s.name)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
-      throw ConfigError(root.origin, "suite", s.name, "a suite name names a folder of baselines", "letters, digits, '-', '_' and '.'");
+  // The suite's name names its folder of baselines (results/baselines/<suite>/), so it may not
+  // reach outside it; one taken from the file name is made safe.
+  const Node* suite_key = root.find("suite");
+  if (!suite_key) s.name = sanitized_name(s.name);
+  if (const std::string why = name_problem(s.name, NameUse::FileStem); !why.empty())
+    throw ConfigError(suite_key ? suite_key->origin : root.origin, "suite", s.name,
+                      why + " (a suite's name names its folder of baselines)", name_rule(NameUse::FileStem));
   s.baselines = baselines.empty() ? (fs::path(catalog_root()) / "results" / "baselines" / s.name).string() : (dir / baselines).string();
   if (!scenarios || !scenarios->is_seq() || scenarios->seq.empty())
     throw ConfigError(scenarios ? scenarios->origin : root.origin, "scenarios", scenarios ? scenarios->brief() : "", "a suite needs a list of scenarios",
@@ -198,11 +198,12 @@ Suite load_suite(const std::string& file, const Registry& reg, const std::vector
     if (!e.is_map()) throw ConfigError(e.origin, at, e.brief(), "expected a mapping", "{name, file, set, tolerances}");
     CheckEntry entry;
     const Node* file_node = nullptr;
+    const Node* name_node = nullptr;
     for (size_t k = 0; k < e.map.size(); ++k) {
       const auto& [key, v] = e.map[k];
       if (key == "name" || key == "file") {
         if (!v.is_scalar()) throw ConfigError(v.origin, at + "." + key, v.brief(), "expected a string", key == "file" ? "a scenario file" : "a name");
-        if (key == "name") entry.name = v.scalar;
+        if (key == "name") entry.name = v.scalar, name_node = &v;
         else file_node = &v;
       } else if (key == "set") {
         entry.sets = string_list(v, at + ".set");
@@ -223,8 +224,11 @@ Suite load_suite(const std::string& file, const Registry& reg, const std::vector
     else
       throw ConfigError(file_node->origin, at + ".file", file_node->scalar, "scenario file not found (relative to the suite file, the working directory or the sluice root)",
                         "an existing scenario file");
-    if (entry.name.empty()) entry.name = fs::path(entry.file).stem().string();
-    entry.name = safe_name(entry.name);
+    // An entry's name names its baseline file (<entry>.json).
+    if (!name_node) entry.name = sanitized_name(fs::path(entry.file).stem().string());
+    if (const std::string why = name_problem(entry.name, NameUse::FileStem); !why.empty())
+      throw ConfigError(name_node ? name_node->origin : e.origin, at + ".name", entry.name, why + " (it names the entry's baseline file)",
+                        name_rule(NameUse::FileStem));
     for (const auto& other : s.entries)
       if (other.name == entry.name)
         throw ConfigError(e.origin, at + ".name", entry.name, "two entries share this name (it names the baseline file)", "distinct names");
@@ -318,9 +322,51 @@ std::string CheckReport::junit(const Suite& s) const {
                      xml_escape(s.name), total, failures, seconds, body);
 }
 
+namespace {
+
+// A stored baseline, read and checked before anything is simulated: a file that is not what
+// `sluice check --update` writes (not JSON, not an object, metrics that are not an object of
+// numbers, none at all) fails the check with the file and the reason, never passes it.
+std::optional<Json> load_baseline(const fs::path& file, const CheckEntry& e, const Suite& suite) {
+  if (!path_exists(file)) return std::nullopt;
+  const Origin at{file.string(), 0, 0};
+  auto bad = [&](const std::string& key, const std::string& value, const std::string& problem) {
+    return ConfigError(at, key, value, "corrupt baseline: " + problem,
+                       fmt::format("a file written by `sluice check --update` for entry '{}' (run it again to rewrite this one)", e.name));
+  };
+  if (!path_is_regular_file(file)) throw bad("", "", "not a regular file");
+  Json base;
+  try {
+    base = Json::parse(slurp(file));
+  } catch (const std::exception& ex) {
+    throw bad("", "", fmt::format("not valid JSON: {}", ex.what()));
+  }
+  if (!base.is_object()) throw bad("", base.dump().substr(0, 40), fmt::format("the top level is a JSON {}, not an object", base.type_name()));
+  const auto m = base.find("metrics");
+  if (m == base.end()) throw bad("metrics", "", "it has no `metrics` object");
+  if (!m->is_object()) throw bad("metrics", m->dump().substr(0, 40), fmt::format("`metrics` is a JSON {}, not an object", m->type_name()));
+  if (m->empty()) throw bad("metrics", "{}", "`metrics` is empty, so nothing would be checked");
+  for (auto it = m->begin(); it != m->end(); ++it)
+    if (!it.value().is_number() || !std::isfinite(it.value().get<double>()))
+      throw bad("metrics." + it.key(), it.value().dump().substr(0, 40), fmt::format("the value is a JSON {}, not a finite number", it.value().type_name()));
+  // A baseline none of whose metrics a tolerance covers would check nothing: that is no pass.
+  bool any = false;
+  for (auto it = m->begin(); it != m->end() && !any; ++it) any = tolerance_for(it.key(), e, suite) != nullptr;
+  if (!any) throw bad("metrics", "", "none of its metrics is one the suite's tolerances check");
+  if (const auto en = base.find("entry"); en != base.end() && !(en->is_string() && en->get<std::string>() == e.name))
+    throw bad("entry", en->dump().substr(0, 40), fmt::format("it is the baseline of another entry, not of '{}'", e.name));
+  if (const Json* h = json_path(base, "scenario.hash"); h && !h->is_string()) throw bad("scenario.hash", h->dump().substr(0, 40), "the hash is not a string");
+  return base;
+}
+
+}  // namespace
+
 CheckReport run_check(const Suite& suite, const Registry& reg, int threads, bool update) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t n = suite.entries.size();
+  std::vector<std::optional<Json>> baselines(n);
+  if (!update)
+    for (size_t i = 0; i < n; ++i) baselines[i] = load_baseline(fs::path(suite.baselines) / (suite.entries[i].name + ".json"), suite.entries[i], suite);
   std::vector<Json> metrics(n), hashes(n);
   std::vector<double> secs(n, 0);
   std::vector<std::exception_ptr> errors(n);
@@ -370,26 +416,21 @@ CheckReport run_check(const Suite& suite, const Registry& reg, int threads, bool
       rep.notes.push_back(fmt::format("{}: baseline written to {} ({} metrics)", e.name, file.string(), m.size()));
       continue;
     }
-    if (!path_exists(file)) {
+    if (!baselines[i]) {
       rep.failed_entries.push_back(e.name);
       rep.notes.push_back(fmt::format("{}: no baseline ({}); run `sluice check {} --update` to create it", e.name, file.string(), suite.file));
       continue;
     }
-    Json base;
-    try {
-      base = Json::parse(slurp(file));
-    } catch (const std::exception& ex) {
-      throw ConfigError(Origin{file.string(), 0, 0}, "", "", fmt::format("baseline is not valid JSON: {}", ex.what()), "a file written by sluice check --update");
-    }
+    const Json& base = *baselines[i];
     const Json* bh = json_path(base, "scenario.hash");
-    if (bh && bh->is_string() && bh->get<std::string>() != hashes[i].get<std::string>())
+    if (bh && bh->get<std::string>() != hashes[i].get<std::string>())
       rep.notes.push_back(fmt::format("{}: the scenario differs from the baseline's (hash {} then, {} now): its inputs changed, not only the code",
                                       e.name, bh->get<std::string>().substr(0, 8), hashes[i].get<std::string>().substr(0, 8)));
-    const Json& bm = base.contains("metrics") ? base["metrics"] : Json::object();
+    const Json& bm = base["metrics"];
     std::map<std::string, double> now(leaves.begin(), leaves.end());
     for (auto it = bm.begin(); it != bm.end(); ++it) {
       const Tolerance* t = tolerance_for(it.key(), e, suite);
-      if (!t || !it.value().is_number()) continue;
+      if (!t) continue;
       MetricCheck c;
       c.entry = e.name;
       c.metric = it.key();

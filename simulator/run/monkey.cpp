@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "config/error.h"
 #include "engine/engine.h"
@@ -51,21 +52,14 @@ Outcome run_once(const std::string& file, const std::vector<std::string>& sets, 
 MonkeyReport run_monkey(const std::string& file, const std::vector<std::string>& sets, const Registry& reg, const MonkeyOptions& o,
                         const std::function<void(const MonkeyRun&, int, int)>& progress) {
   MonkeyReport rep;
-  // The baseline: its length spreads the failure instants, its events size the hang budget.
-  Json m;
-  const Outcome base = run_once(file, sets, reg, 0, &m);
-  if (base.kind != "ok") throw std::runtime_error(fmt::format("the scenario fails without any injected fault: {}", base.message));
-  const Json* sim = json_path(m, "world.simulated_s");
-  const Json* ev = json_path(m, "world.events");
-  if (!sim || !ev) throw std::runtime_error("the monkey runs world scenarios (cluster: and workloads:), and this is not one");
-  rep.baseline_s = sim->get<double>();
-  rep.baseline_events = ev->get<uint64_t>();
-  const uint64_t budget = static_cast<uint64_t>(o.event_factor * static_cast<double>(rep.baseline_events)) + 100000;
-
-  // The components, from the world the scenario builds.
+  // The components, from the world the scenario builds: known (and refused when there are
+  // none) before the baseline runs.
+  for (const auto& cl : o.classes)
+    if (!parse_fault_class(cl))
+      throw ConfigError(Origin{"--classes", 0, 0}, "--classes", cl, "not a component class", fault_class_list());
   Scenario sc = load_scenario(file, sets, reg);
   auto* ws = dynamic_cast<WorldStudy*>(sc.world.get());
-  if (!ws) throw std::runtime_error("the monkey runs world scenarios (cluster: and workloads:), and this is not one");
+  if (!ws) throw ConfigError(Origin{file, 0, 0}, "", "", "the monkey runs world scenarios, and this is not one", "a scenario with cluster: and workloads:");
   World& w = ws->world();
   std::vector<std::string> targets;
   for (int c = 0; c < kFaultClasses; ++c) {
@@ -77,8 +71,22 @@ MonkeyReport run_monkey(const std::string& file, const std::vector<std::string>&
     const size_t n = comps.size(), k = o.per_class > 0 ? std::min(n, static_cast<size_t>(o.per_class)) : n;
     for (size_t i = 0; i < k; ++i) targets.push_back(cname + ":" + comps[i * n / k].name);
   }
-  for (const auto& cl : o.classes)
-    if (!parse_fault_class(cl)) throw std::invalid_argument(fmt::format("'{}' is not a component class ({})", cl, fault_class_list()));
+  // A monkey that fails nothing would report a clean bill after 0 runs.
+  if (targets.empty())
+    throw ConfigError(Origin{file, 0, 0}, "--classes", o.classes.empty() ? "" : fmt::format("{}", fmt::join(o.classes, ",")),
+                      fmt::format("the cluster '{}' has no component of {} to fail", w.topology().name(), o.classes.empty() ? "any class" : "these classes"),
+                      "classes the cluster has (see `sluice topo`)");
+
+  // The baseline: its length spreads the failure instants, its events size the hang budget.
+  Json m;
+  const Outcome base = run_once(file, sets, reg, 0, &m);
+  if (base.kind != "ok") throw std::runtime_error(fmt::format("the scenario fails without any injected fault: {}", base.message));
+  const Json* sim = json_path(m, "world.simulated_s");
+  const Json* ev = json_path(m, "world.events");
+  if (!sim || !ev) throw std::runtime_error("the monkey runs world scenarios (cluster: and workloads:), and this is not one");
+  rep.baseline_s = sim->get<double>();
+  rep.baseline_events = ev->get<uint64_t>();
+  const uint64_t budget = static_cast<uint64_t>(o.event_factor * static_cast<double>(rep.baseline_events)) + 100000;
   const int total = static_cast<int>(targets.size()) * o.instants;
   for (const auto& t : targets)
     for (int i = 0; i < o.instants; ++i) {

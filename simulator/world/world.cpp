@@ -184,6 +184,13 @@ void World::run(SimTime until) {
   ran_until_ = engine_.now();
   flows_.check_invariants();
   for (const auto& w : workloads_) w->finish(*this);
+  // Every workload agrees: one that still holds the run open when nothing is left to happen
+  // has stalled, and the run fails (workloads say why in finish(); this is the backstop).
+  if (engine_.pending() == 0)
+    for (const auto& w : workloads_)
+      if (w->holds_world())
+        throw std::runtime_error(fmt::format("workload '{}' stalled at {}: it is not done and nothing is left to happen", w->name(),
+                                             engine_.now().str()));
 }
 
 void World::report(Recorder& rec) const {

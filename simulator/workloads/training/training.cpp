@@ -109,6 +109,16 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   void finish(World& w) override {
     res_.flows = flows_;
     const int64_t now = w.engine().now().count_ns();
+    // Nothing is left to happen and the job is not done: it stalled (a transfer whose group is
+    // cut off, with no watchdog to fail it). That is an error, as it is for serving, not a run
+    // that reports success with fewer iterations than asked.
+    if (holds_world() && w.engine().pending() == 0)
+      throw std::runtime_error(fmt::format(
+          "training job '{}' stalled at {}: {} of {} iterations done and nothing left that could finish it ({})", name(),
+          w.engine().now().str(), res_.iteration_s.size(), c_.iterations,
+          state_ == State::Recovering ? "it waits for failed devices that are never repaired: give the fault a repair"
+                                      : "a transfer's group is cut off and collective_timeout is off: set it (e.g. 60s) to fail the job instead, "
+                                        "or give the fault a repair"));
     if (!done_) {
       // The run ended with the job still going: the work since the last checkpoint is kept
       // (nothing failed it), an unfinished write or recovery counts as such.
