@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# Hostile-input checks of issue 27 (parts 1 and 2), each a regression test of a finding:
+# nothing is written outside its place or over a user's file, and no gate passes silently.
+# usage: hardening.sh SLUICE ROOT CASE   (one CTest entry per CASE; an unknown CASE fails)
+set -u
+S=$1
+R=$2
+CASE=$3
+t=$(mktemp -d)
+trap 'rm -rf "$t"' EXIT
+cd "$t" || exit 1
+Q=$R/scenarios/quickstart.yaml
+W=$R/scenarios/cluster-shared-fabric.yaml
+SMALL=(--set workload.requests=20)
+
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+# expect RC CMD...: runs CMD (stdout in out, stderr in err) and wants exit status RC.
+expect() {
+  local want=$1
+  shift
+  "$@" > out 2> err
+  local rc=$?
+  [ "$rc" -eq "$want" ] || { cat out err; fail "exit $rc, wanted $want: $*"; }
+}
+# said TEXT: stderr of the last command holds TEXT.
+said() { grep -qF -- "$1" err || { cat err; fail "stderr lacks '$1'"; }; }
+
+case "$CASE" in
+  workload_names)
+    # A workload's name becomes file names and metric keys: refused where it is declared.
+    for bad in '../../esc' '/tmp/sluice-abs' 'a/b' '.hidden' 'a.b' '"a\nb"' '"a\0b"' '""' 'a b'; do
+      expect 2 "$S" validate "$W" --set "workloads.0.name=$bad"
+      said "workloads[0].name"
+    done
+    expect 2 "$S" validate "$W" --set "workloads.0.name=$(printf 'n%.0s' {1..65})"
+    said "too long"
+    expect 2 "$S" validate "$W" --set workloads.1.name=chat
+    said "two workloads have this name"
+    expect 0 "$S" validate "$W" --set workloads.0.name=chat-2_B
+    # From a nested working directory, nothing lands above it, and no result is left.
+    mkdir -p a/b && cd a/b || exit 1
+    expect 2 "$S" run "$W" --set 'workloads.0.name=../../esc' --out o
+    cd "$t" || exit 1
+    [ -z "$(find . -name '*esc*')" ] || fail "a file named by the workload was written: $(find . -name '*esc*')"
+    [ ! -e a/b/o ] || fail "a result was left"
+    # The scenario's own name still may not leave results/, and one from an odd file name is made safe.
+    expect 2 "$S" validate "$Q" --set name=..
+    grep -v "^name:" "$Q" > ./..odd.yaml
+    expect 0 "$S" run ./..odd.yaml "${SMALL[@]}"
+    ls results | grep -qx 'odd' || fail "the results folder of ..odd.yaml is $(ls results)"
+    ;;
+
+  sweep_out)
+    # A user's directory holding sweep.csv is never written into; a link is never followed.
+    mkdir u && echo mine > u/sweep.csv
+    expect 2 "$S" sweep "$Q" "${SMALL[@]}" --grid seed=1,2 --out u --no-progress
+    said "not a sluice sweep"
+    [ "$(cat u/sweep.csv)" = mine ] && [ ! -e u/points ] || fail "the user's directory changed: $(ls -A u)"
+    mkdir real && ln -s real link
+    expect 2 "$S" sweep "$Q" "${SMALL[@]}" --grid seed=1,2 --out link --no-progress
+    said "symbolic link"
+    [ -z "$(ls -A real)" ] || fail "written through the link"
+    echo mine > f
+    expect 2 "$S" sweep "$Q" "${SMALL[@]}" --grid seed=1,2 --out f --no-progress
+    [ "$(cat f)" = mine ] || fail "a regular file was replaced"
+    # A new directory is claimed and marked; running again resumes it.
+    expect 0 "$S" sweep "$Q" "${SMALL[@]}" --grid seed=1,2 --out s --no-progress
+    [ -f s/.sluice-sweep ] && [ -f s/sweep.csv ] || fail "no marked sweep: $(ls -A s)"
+    expect 0 "$S" sweep "$Q" "${SMALL[@]}" --grid seed=1,2 --out s --no-progress
+    grep -q "0 points run, 2 resumed" out || { cat out; fail "not resumed"; }
+    # A point's directory that is a regular file is found before any point runs.
+    mkdir -p p/points && touch p/.sluice-sweep && echo x > p/points/p0001
+    expect 2 "$S" sweep "$Q" "${SMALL[@]}" --grid seed=1,2 --out p --no-progress
+    said "p0001"
+    [ ! -e p/points/p0000 ] || fail "point 0 ran before the blocked point 1 was found"
+    ;;
+
+  report_out)
+    expect 0 "$S" run "$Q" "${SMALL[@]}" --out r
+    # A user's index.html is never replaced.
+    mkdir o && echo mine > o/index.html
+    expect 2 "$S" report r --out o
+    [ "$(cat o/index.html)" = mine ] || fail "the user's index.html was replaced"
+    # The default place, and again (a report replaces the earlier report).
+    expect 0 "$S" report r
+    [ -s r/report/index.html ] && [ -f r/report/.sluice-result ] || fail "no report: $(ls -A r/report)"
+    expect 0 "$S" report r
+    [ -z "$(ls -A r | grep partial)" ] || fail "staging left behind"
+    ;;
+
+  report_input)
+    # A folder that is no result: refused with the reason, nothing created in it, matplotlib not blamed.
+    mkdir plain && echo hi > plain/notes.txt
+    expect 2 "$S" report plain
+    said "neither a run's result"
+    [ ! -e plain/report ] || fail "report/ was created inside a folder that is no result"
+    ! grep -q matplotlib err || fail "matplotlib blamed"
+    expect 0 "$S" run "$Q" "${SMALL[@]}" --out r
+    for what in empty brackets truncated nometrics; do
+      mkdir "$what" && touch "$what/.sluice-result"
+      case $what in
+        empty) : > "$what/metrics.json" ;;
+        brackets) echo '[]' > "$what/metrics.json" ;;
+        truncated) head -c 200 r/metrics.json > "$what/metrics.json" ;;
+        nometrics) echo '{"schema_version": 1}' > "$what/metrics.json" ;;
+      esac
+      expect 2 "$S" report "$what"
+      said "metrics.json"
+      [ ! -e "$what/report" ] || fail "report/ created for $what"
+      ! grep -q -e Traceback -e matplotlib err || fail "$what: $(cat err)"
+    done
+    ;;
+
+  check_baselines)
+    cat > suite.yaml << EOF
+suite: mini
+tolerances:
+  - {metric: "*.latency_ms.ttft.p99", relative: 5%, worse: higher}
+scenarios:
+  - {name: q, file: $Q, set: [workload.requests=20]}
+EOF
+    expect 0 "$S" check suite.yaml --baselines b --update
+    expect 0 "$S" check suite.yaml --baselines b
+    cp b/q.json good.json
+    # Each corrupt baseline fails the check with the file and the reason, before anything runs.
+    for bad in '[1,2,3]' '{"metrics":[1,2]}' '{"metrics":{"serving.latency_ms.ttft.p99":"12"}}' '{"metrics":{}}' \
+               '{"metrics":{"unchecked.metric":1}}' '{"entry":"other","metrics":{"serving.latency_ms.ttft.p99":1}}' '{"metr'; do
+      echo "$bad" > b/q.json
+      expect 2 "$S" check suite.yaml --baselines b
+      said "b/q.json"
+      said "corrupt baseline"
+      ! grep -q -e invalid_iterator -e "0 regressions" out err || fail "$bad: $(cat out err)"
+    done
+    cp good.json b/q.json
+    expect 0 "$S" check suite.yaml --baselines b
+    # A suite or an entry whose name would reach outside the baselines' folder is refused.
+    sed 's/^suite: mini/suite: ../' suite.yaml > dotdot.yaml
+    expect 2 "$S" check dotdot.yaml --update
+    said "suite"
+    sed 's/name: q,/name: ..\/q,/' suite.yaml > entry.yaml
+    expect 2 "$S" check entry.yaml --baselines b --update
+    said "scenarios.0.name"
+    [ ! -e q.json ] && [ ! -e "$R/results/baselines/q.json" ] && [ ! -e "$R/results/q.json" ] || fail "a baseline was written outside its folder"
+    ;;
+
+  fault_events)
+    F=$R/scenarios/spine-failure.yaml
+    # A fault event written as a mapping is no trace line: an error, not silently dropped.
+    expect 2 "$S" validate "$F" --set 'faults=[{kind: trace, events: [{at: 1s, node: node0}]}]'
+    said "faults[0].events[0]"
+    said "expected a trace line"
+    # A trace that can never fail anything is an error too.
+    expect 2 "$S" validate "$F" --set 'faults=[{kind: trace, events: ["# nothing but a comment"]}]'
+    said "holds no event"
+    expect 2 "$S" validate "$F" --set 'faults=[{kind: trace, events: []}]'
+    said "holds no event"
+    expect 0 "$S" validate "$F" --set 'faults=[{kind: trace, events: ["1s switch:spine0 down"]}]'
+    ;;
+
+  training_stall)
+    # A training job that can never finish fails the run (exit 1) as serving does, instead of
+    # reporting success with fewer iterations than asked.
+    T=$R/tests/cli/training-stall.yaml
+    expect 1 "$S" run "$T" --out r
+    said "stalled"
+    said "0 of 2 iterations"
+    [ ! -e r ] || fail "a result was written"
+    expect 1 "$S" run "$T" --out r --set 'faults=[{kind: trace, events: ["1ms node:node2 down"]}]'
+    said "never repaired"
+    # With the watchdog on, the job fails and the run reports it (exit 0).
+    expect 0 "$S" run "$T" --out w --set workloads.0.recovery.collective_timeout=1s
+    grep -q '"failed": true' w/metrics.json || { grep -n fail w/metrics.json; fail "the job did not fail"; }
+    ;;
+
+  monkey_nothing)
+    # A monkey with nothing to fail exits 2 before running anything, not 0 after 0 runs.
+    expect 2 "$S" monkey "$R/scenarios/spine-failure.yaml" --classes ocs
+    said "no component"
+    expect 2 "$S" monkey "$R/scenarios/spine-failure.yaml" --classes nonsense
+    said "not a component class"
+    ;;
+
+  *)
+    fail "unknown case '$CASE'"
+    ;;
+esac
+echo "ok: $CASE"
