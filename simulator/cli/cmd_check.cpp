@@ -33,6 +33,8 @@ void add_check(CLI::App& app, CliContext& ctx) {
     ctx.action = [o, &ctx]() -> int {
       Suite suite = load_suite(o->suite, ctx.registry, o->sets);
       if (!o->baselines.empty()) suite.baselines = o->baselines;
+      // Where the JUnit XML goes is checked before the suite runs, not after.
+      if (!o->junit.empty()) check_writable_file(o->junit, "--junit");
       const int threads = o->threads > 0 ? o->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       const CheckReport rep = run_check(suite, ctx.registry, threads, o->update);
       std::cout << fmt::format("sluice check {} · {} scenario{}{}\n", suite.name, suite.entries.size(), suite.entries.size() == 1 ? "" : "s",

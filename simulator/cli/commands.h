@@ -51,6 +51,11 @@ struct RunLimitOptions {
   void apply() const;
 };
 
+// Checks, before anything runs, that `path` can be written later by write_file_atomically:
+// not a directory, a link or a device, and its folder creatable and writable (a probe file is
+// made and removed there). Throws OutputError naming `option`.
+void check_writable_file(const std::string& path, const std::string& option);
+
 // Prints the run's warnings on stderr ("sluice: warning: ...").
 void print_warnings(const Recorder& rec);
 

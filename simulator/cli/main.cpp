@@ -1,5 +1,13 @@
 // sluice: a discrete-event simulator of AI clusters and their token pipelines.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
+
+#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "config/error.h"
@@ -20,6 +28,22 @@ int report_error(const std::exception& e) {
   }
   std::cerr << "sluice: " << e.what() << "\n";
   return dynamic_cast<const ConfigError*>(&e) || dynamic_cast<const OutputError*>(&e) ? 2 : 1;
+}
+
+void check_writable_file(const std::string& path, const std::string& option) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  const auto st = fs::symlink_status(p, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st))
+    throw OutputError(fmt::format("{} '{}' exists and is not a regular file; sluice does not replace it", option, path));
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  fs::create_directories(dir, ec);
+  const fs::path probe = dir / fmt::format(".{}.probe.{}", p.filename().string(), ::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) throw OutputError(fmt::format("{} '{}' cannot be written: {}", option, path, std::strerror(errno)));
+  ::close(fd);
+  fs::remove(probe, ec);
 }
 
 void RunLimitOptions::add_to(CLI::App* cmd) {

@@ -15,6 +15,7 @@
 
 #include "config/names.h"
 #include "config/paths.h"
+#include "recorder/output_dir.h"
 #include "run/runner.h"
 #include "run/scenario.h"
 
@@ -365,8 +366,24 @@ CheckReport run_check(const Suite& suite, const Registry& reg, int threads, bool
   const auto t0 = std::chrono::steady_clock::now();
   const size_t n = suite.entries.size();
   std::vector<std::optional<Json>> baselines(n);
-  if (!update)
-    for (size_t i = 0; i < n; ++i) baselines[i] = load_baseline(fs::path(suite.baselines) / (suite.entries[i].name + ".json"), suite.entries[i], suite);
+  for (size_t i = 0; i < n; ++i) {
+    const fs::path file = fs::path(suite.baselines) / (suite.entries[i].name + ".json");
+    if (!update) {
+      baselines[i] = load_baseline(file, suite.entries[i], suite);
+      continue;
+    }
+    // --update replaces earlier baselines of the same entry, never a file of someone else's.
+    if (!fs::exists(fs::symlink_status(file))) continue;
+    Json old;
+    try {
+      old = Json::parse(slurp(file));
+    } catch (const std::exception&) {
+    }
+    const bool ours = path_is_regular_file(file) && old.is_object() && old.contains("metrics") && old.value("entry", Json()) == suite.entries[i].name;
+    if (!ours)
+      throw OutputError(fmt::format("'{}' is not a sluice baseline of entry '{}'; --update never replaces a file it did not write "
+                                    "(choose another --baselines, or remove it yourself)", file.string(), suite.entries[i].name));
+  }
   std::vector<Json> metrics(n), hashes(n);
   std::vector<double> secs(n, 0);
   std::vector<std::exception_ptr> errors(n);

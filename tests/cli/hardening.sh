@@ -136,6 +136,18 @@ EOF
     done
     cp good.json b/q.json
     expect 0 "$S" check suite.yaml --baselines b
+    # --update never replaces a file that is not this entry's baseline.
+    mkdir mine && echo '{"my": "notes"}' > mine/q.json
+    expect 2 "$S" check suite.yaml --baselines mine --update
+    said "not a sluice baseline"
+    [ "$(cat mine/q.json)" = '{"my": "notes"}' ] || fail "a user's file was replaced by --update"
+    # An unwritable --junit is found before the suite runs (the run would take its time first).
+    mkdir jdir
+    expect 2 "$S" check suite.yaml --baselines b --junit jdir
+    said "--junit"
+    ! grep -q "PASS\|FAIL" out || fail "the suite ran before --junit was checked"
+    expect 2 "$S" check suite.yaml --baselines b --junit /dev/null/x.xml
+    said "cannot be written"
     # A suite or an entry whose name would reach outside the baselines' folder is refused.
     sed 's/^suite: mini/suite: ../' suite.yaml > dotdot.yaml
     expect 2 "$S" check dotdot.yaml --update
