@@ -101,7 +101,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // Help and --version exit 0; every command-line error is bad input, exit 2 as the README
+    // says (CLI11's own codes, 105 for a missing file and so on, are not ours).
+    return app.exit(e) == 0 ? 0 : 2;
   }
   install_interrupt_handlers();
   try {

@@ -4,9 +4,13 @@
 
 #include <algorithm>
 
+#include <filesystem>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "config/binding.h"
+#include "config/paths.h"
 
 namespace sluice {
 
@@ -145,6 +149,19 @@ HardwareSpec hardware_from_params(const Params& p) {
            "a bandwidth > 0, e.g. 25GB/s");
   if (h.calibration.find('/') != std::string::npos || h.calibration.find("..") != std::string::npos)
     p.fail("calibration", "must be a folder name under results/calibration/, not a path", "a name such as h200-torch");
+  // A folder that is not there is found here, at the key, not when a workload loads its tables.
+  if (!h.calibration.empty()) {
+    const std::filesystem::path root = std::filesystem::path(catalog_root()) / "results" / "calibration";
+    if (!path_is_directory(root / h.calibration)) {
+      std::vector<std::string> have;
+      std::error_code ec;
+      for (std::filesystem::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))
+        if (it->is_directory(ec)) have.push_back(it->path().filename().string());
+      std::sort(have.begin(), have.end());
+      p.fail("calibration", "no such folder under results/calibration/",
+             have.empty() ? std::string("\"\" (no measured tables)") : fmt::format("\"\" (no measured tables) or one of {}", fmt::join(have, ", ")));
+    }
+  }
   return h;
 }
 

@@ -500,7 +500,9 @@ SweepTable combine_sweep(const std::string& scenario_name, const SweepSpec& spec
   };
 
   t.csv = "point,replication,seed";
-  for (const auto& k : t.keys) t.csv += "," + csv_field(k);
+  // A swept seed is the point's base seed (replications derive theirs from it): its column is
+  // named for that, not a second `seed`.
+  for (const auto& k : t.keys) t.csv += "," + csv_field(k == "seed" ? "base_seed" : k);
   for (const auto& m : t.metrics) t.csv += "," + csv_field(m);
   t.csv += "\n";
   Json rows = Json::array();

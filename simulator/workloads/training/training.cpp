@@ -804,14 +804,15 @@ SLUICE_REGISTER(workload, training_workload) {
                                              format_bytes(mem.optimizer), format_bytes(mem.activations), c.hardware.name,
                                              format_bytes(c.hardware.hbm_bytes)),
                      "more tensor or pipeline parallelism, fewer micro-batches in flight (1f1b), recompute: true, or smaller micro-batches");
+            const int need = c.tp * c.pp * c.dp;
+            const auto devices = place_devices(world, p.section("place"), need, ctx.name, reg);
+            // The slice's extents, read once place_devices has checked them (it names the bad one).
             if (p.section("place").given("slice") && world.is_pod()) {
               const Node& sn = p.section("place").node("slice");
               for (size_t i = 0; i < 3 && i < sn.seq.size(); ++i)
-                c.slice_cubes[i] = static_cast<int>(std::stol(sn.seq[i].scalar)) / world.pod_cube_edge();
+                c.slice_cubes[i] = static_cast<int>(parse_int(sn.seq[i].scalar).value_or(0)) / world.pod_cube_edge();
               c.slice_twisted = p.section("place").flag("twisted");
             }
-            const int need = c.tp * c.pp * c.dp;
-            const auto devices = place_devices(world, p.section("place"), need, ctx.name, reg);
             for (int g = 0; g < need; g += c.tp)
               for (int k = 1; k < c.tp; ++k)
                 if (world.group_of(devices[static_cast<size_t>(g + k)]) != world.group_of(devices[static_cast<size_t>(g)]))
