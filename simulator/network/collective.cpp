@@ -60,13 +60,21 @@ void Collective::plan() {
     o.steps = steps;
     return o;
   };
+  // Rings run as NCCL's channels, each carrying its share of the bytes.
+  auto rings = [&](int steps) {
+    const auto orders = opt_.channels == 1 ? std::vector<std::vector<int>>{devices_} : ring_channels(sim_.topology(), devices_);
+    const double share = bytes_ / static_cast<double>(orders.size());
+    std::vector<Op> ops;
+    for (const auto& order : orders) ops.push_back(ring(order, share / n, steps));
+    return ops;
+  };
   switch (kind_) {
     case CollectiveKind::AllReduceRing:
-      phases_.push_back({ring(devices_, bytes_ / n, 2 * (n - 1))});
+      phases_.push_back(rings(2 * (n - 1)));
       break;
     case CollectiveKind::AllGather:
     case CollectiveKind::ReduceScatter:
-      phases_.push_back({ring(devices_, bytes_ / n, n - 1)});
+      phases_.push_back(rings(n - 1));
       break;
     case CollectiveKind::AllToAll: {
       Op o{Op::AllToAll, devices_};
@@ -319,6 +327,42 @@ SimTime collective_time(const Topology& topo, CollectiveKind kind, const std::ve
   engine.run();
   if (!c.finished()) throw std::logic_error(fmt::format("{} did not finish (a link with no capacity?)", collective_name(kind)));
   return c.duration();
+}
+
+std::vector<std::vector<int>> ring_channels(const Topology& topo, const std::vector<int>& devices) {
+  // A torus (TPU ICI, a GPU torus) has no NICs: its ring follows the wiring (ring_order).
+  if (topo.torus) return {devices};
+  std::vector<int> keys;
+  std::vector<std::vector<int>> servers;
+  for (int d : devices) {
+    const int g = topo.node(d).group;
+    if (g < 0) return {devices};
+    auto it = std::find(keys.begin(), keys.end(), g);
+    if (it == keys.end()) {
+      keys.push_back(g);
+      servers.push_back({d});
+    } else {
+      servers[static_cast<size_t>(it - keys.begin())].push_back(d);
+    }
+  }
+  const size_t m = servers.front().size();
+  if (servers.size() < 2 || m < 2) return {devices};
+  for (const auto& s : servers)
+    if (s.size() != m) return {devices};
+  const long K = static_cast<long>(servers.size()), M = static_cast<long>(m);
+  std::vector<std::vector<int>> channels(m);
+  // Channel c enters an even server at local rank c and walks up to c - 1; the next (odd)
+  // server it enters at c - 1 and walks down to c; so every crossing joins equal ranks.
+  for (long c = 0; c < M; ++c) {
+    auto& order = channels[static_cast<size_t>(c)];
+    order.reserve(devices.size());
+    for (long k = 0; k < K; ++k) {
+      const auto& s = servers[static_cast<size_t>(k)];
+      for (long i = 0; i < M; ++i)
+        order.push_back(s[static_cast<size_t>(k % 2 == 0 ? (c + i) % M : ((c - 1 - i) % M + M) % M)]);
+    }
+  }
+  return channels;
 }
 
 std::vector<int> ring_order(const Topology& topo) {

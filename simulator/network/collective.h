@@ -30,6 +30,11 @@ struct CollectiveOptions {
   // Fused rings: the collective stands for this many back-to-back collectives of bytes/count
   // each (a stage's per-layer all-reduces): each pays its steps' latencies.
   int fused_count = 1;
+  // Rings (all-reduce, all-gather, reduce-scatter) over a group that spans servers with several
+  // of its devices on each: 0 runs NCCL's channels (ring_channels: one per device a server
+  // holds, so with a NIC per GPU every NIC carries a share); 1 a single ring through the
+  // group's order, whose server crossings share one NIC each.
+  int channels = 0;
 };
 
 // One collective over `devices` (node ids) moving `bytes`: the per-device buffer for
@@ -86,6 +91,15 @@ class Collective final : public FlowSink, public EventHandler {
 // Runs one collective alone on an idle topology and returns how long it takes.
 SimTime collective_time(const Topology& topo, CollectiveKind kind, const std::vector<int>& devices, double bytes,
                         CollectiveOptions opt = {}, RoutePolicy policy = RoutePolicy::Auto, SimTime quantum = SimTime::zero());
+
+// NCCL's rings over `devices` (its channels): when the group spans two or more servers (node
+// groups) holding the same number m >= 2 of its devices each, m rings through every device.
+// Ring c enters an even-numbered server at local rank c and walks up to rank c - 1, then
+// enters the next server at rank c - 1 and walks down to rank c, and so on: every device's
+// NIC sends one ring's share and receives one, and every crossing joins the same local rank
+// (rail to rail) but, with an odd number of servers, the one closing the ring. Otherwise (and
+// on a torus, whose rings follow its wiring) one ring, in the given order.
+std::vector<std::vector<int>> ring_channels(const Topology& topo, const std::vector<int>& devices);
 
 // A ring order of all devices that keeps ring neighbours adjacent: a boustrophedon snake on
 // a torus (closing through the wrap-around), the device list order elsewhere.

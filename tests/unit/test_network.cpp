@@ -4,7 +4,9 @@
 #include "test_support.h"
 
 #include <cmath>
+#include <algorithm>
 #include <bit>
+#include <map>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -154,14 +156,19 @@ TEST_CASE("collectives: all-gather, reduce-scatter, send/recv, tree and hierarch
   const SimTime tree16 = collective_time(t, CollectiveKind::AllReduceTree, devs, S, many);
   CHECK(tree16 < tree1);
   CHECK(tree1 > SimTime::zero());
-  // Hierarchical all-reduce on a fat-tree: groups are servers; faster than one flat ring.
+  // Hierarchical all-reduce on a fat-tree: groups are servers; faster than one flat ring (whose
+  // server crossings share one NIC each), slower than NCCL's channels (every NIC, no phases).
   ClosSpec c;
   c.servers = 4;
   c.server.host_cpus = 0;
   const Topology ft = build_clos(c, "ft");
-  const SimTime flat = collective_time(ft, CollectiveKind::AllReduceRing, ft.devices(), 1e9);
+  CollectiveOptions single;
+  single.channels = 1;
+  const SimTime flat = collective_time(ft, CollectiveKind::AllReduceRing, ft.devices(), 1e9, single);
   const SimTime hier = collective_time(ft, CollectiveKind::AllReduceHierarchical, ft.devices(), 1e9);
+  const SimTime channels = collective_time(ft, CollectiveKind::AllReduceRing, ft.devices(), 1e9);
   CHECK(hier < flat);
+  CHECK(channels < hier);
 }
 
 TEST_CASE("collectives: all-to-all through one switch is limited by each NIC") {
@@ -358,4 +365,68 @@ TEST_CASE("topology: a torus with a 2-ring cannot be twisted (no separate wrap l
   CHECK_FALSE(twist_allowed({2, 4}));
   CHECK(twist_allowed({4, 4, 8}));
   CHECK(twist_allowed({4, 8, 8}));
+}
+
+TEST_CASE("collectives as NCCL runs them: a data-parallel ring over two 8-GPU servers uses every NIC, on fat-tree and rail-optimized alike") {
+  // tp 1, dp 16 on two servers with eight 400 Gb/s NICs each: NCCL's bus bandwidth is about
+  // the sum of the NICs, so the all-reduce takes 2(n-1)/n S / (8 x 50 GB/s); the NVLink hops
+  // inside the servers (450 GB/s) and the latencies add a little.
+  const double S = 2.6e9;
+  const double ideal_s = 2.0 * 15 / 16 * S / (8 * 50e9);
+  for (const bool rail : {false, true}) {
+    CAPTURE(rail);
+    ClosSpec c;
+    c.servers = 2;
+    c.rail_optimized = rail;
+    c.server.host_cpus = 0;
+    const Topology t = build_clos(c, rail ? "rail" : "fat-tree");
+    const std::vector<int> devs = t.devices();
+    REQUIRE(devs.size() == 16);
+    const double got = collective_time(t, CollectiveKind::AllReduceRing, devs, S).to_seconds();
+    CAPTURE(got);
+    CHECK(got >= ideal_s);
+    CHECK(got <= 1.15 * ideal_s);
+    // One ring crosses each server boundary through one NIC: about 8x slower.
+    CollectiveOptions one;
+    one.channels = 1;
+    CHECK(collective_time(t, CollectiveKind::AllReduceRing, devs, S, one).to_seconds() > 6 * ideal_s);
+    // All-gather and reduce-scatter run the same channels: half the all-reduce's bytes.
+    CHECK(collective_time(t, CollectiveKind::AllGather, devs, S).to_seconds() <= 1.15 * ideal_s / 2);
+    // Hierarchical stays an explicit choice: its phases inside the servers come on top.
+    CHECK(collective_time(t, CollectiveKind::AllReduceHierarchical, devs, S).to_seconds() <= 1.5 * ideal_s);
+  }
+}
+
+TEST_CASE("ring channels: every device sends and receives one channel across servers, rail to rail") {
+  ClosSpec c;
+  c.servers = 4;
+  c.rail_optimized = true;
+  c.server.host_cpus = 0;
+  const Topology t = build_clos(c, "rail");
+  const std::vector<int> devs = t.devices();
+  const auto channels = ring_channels(t, devs);
+  REQUIRE(channels.size() == 8);
+  std::map<int, int> sends, receives;
+  for (const auto& ring : channels) {
+    std::vector<int> sorted = ring;
+    std::sort(sorted.begin(), sorted.end());
+    CHECK(sorted == std::vector<int>(devs.begin(), devs.end()));  // a permutation of the group
+    for (size_t i = 0; i < ring.size(); ++i) {
+      const int a = ring[i], b = ring[(i + 1) % ring.size()];
+      if (t.node(a).group == t.node(b).group) continue;
+      ++sends[a];
+      ++receives[b];
+      // Rail to rail: the same local rank on both sides (an even number of servers, so the
+      // crossing that closes the ring too).
+      const auto rank = [&](int d) { return static_cast<int>(std::find(devs.begin(), devs.end(), d) - devs.begin()) % 8; };
+      CHECK(rank(a) == rank(b));
+    }
+  }
+  CHECK(sends.size() == 32);  // every device's NIC sends...
+  CHECK(receives.size() == 32);
+  for (const auto& [d, n] : sends) CHECK(n == 1);  // ...one channel's share
+  for (const auto& [d, n] : receives) CHECK(n == 1);
+  // One device per server, or a group inside one server: a single ring in the given order.
+  CHECK(ring_channels(t, {devs[0], devs[8], devs[16]}).size() == 1);
+  CHECK(ring_channels(t, std::vector<int>(devs.begin(), devs.begin() + 8)).size() == 1);
 }
