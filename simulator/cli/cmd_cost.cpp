@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "config/error.h"
 #include "hardware/cost_model.h"
+#include "hardware/cost_source.h"
 #include "hardware/dit.h"
 #include "hardware/tables.h"
 
@@ -31,21 +32,14 @@ struct CostArgs {
 const Origin kCommandLine{"command line", 0, 0};
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-std::string resolve_tables(const CostArgs& a, const HardwareSpec& hw) {
-  if (a.tables == "none") return "";
-  if (a.tables == "derived") {
-    if (hw.derive_tables_from.empty())
-      throw ConfigError(kCommandLine, "--tables", a.tables, fmt::format("{} names no device to derive tables from", hw.name),
-                        "a device whose catalog file sets derive_tables_from (h100-sxm, a100-80gb)");
-    return default_tables_dir(load_hardware(hw.derive_tables_from, kCommandLine));
-  }
-  if (a.tables.empty()) return default_tables_dir(hw);
-  return a.tables;
+// --tables through the one cost-source policy (hardware/cost_source.h): empty is auto.
+CostSource resolve_tables(const CostArgs& a, const HardwareSpec& hw) {
+  return resolve_cost_source(a.tables.empty() ? "auto" : a.tables, hw, "--tables");
 }
 
 int run_loo(const CostArgs& a) {
   const HardwareSpec hw = load_hardware(a.hardware, kCommandLine);
-  const std::string dir = resolve_tables(a, hw);
+  const std::string dir = resolve_tables(a, hw).tables_dir;
   if (dir.empty())
     throw ConfigError(kCommandLine, "--tables", a.tables,
                       fmt::format("no tables to check: {} has no calibration and --tables names none", hw.name),
@@ -98,7 +92,7 @@ std::vector<SeqWork> build_batch(const CostArgs& a) {
 }
 
 // One DiT denoising step over `tokens` patch tokens (per image, --batch images).
-int run_dit(const CostArgs& a, const HardwareSpec& hw, const CostOptions& opt) {
+int run_dit(const CostArgs& a, const HardwareSpec& hw, const CostOptions& opt, const CostSource& source) {
   const DitSpec d = load_dit(a.model, kCommandLine);
   if (a.tokens <= 0)
     throw ConfigError(kCommandLine, "--tokens", "0", fmt::format("{} is a diffusion transformer: a step needs its patch tokens", d.name),
@@ -119,6 +113,7 @@ int run_dit(const CostArgs& a, const HardwareSpec& hw, const CostOptions& opt) {
                                         {"text_tokens", d.text_tokens},
                                         {"batch", a.batch},
                                         {"tables_dir", opt.tables_dir},
+                                        {"cost_source", source.describe(hw)},
                                         {"total_ns", it.total_ns},
                                         {"kernels", it.kernels},
                                         {"launch_floor_share", it.total_ns > 0 ? launch_ns / it.total_ns : 0.0},
@@ -131,10 +126,7 @@ int run_dit(const CostArgs& a, const HardwareSpec& hw, const CostOptions& opt) {
   std::cout << fmt::format("{} on {}: one denoising step of {} x {} patch tokens{}; {} blocks{}\n", d.name, hw.name, a.batch,
                            a.tokens, d.text_tokens ? fmt::format(" and {} text tokens", d.text_tokens) : "", d.layers,
                            d.single_layers ? fmt::format(" double-stream + {} single-stream", d.single_layers) : "");
-  std::cout << fmt::format("tables: {}{}\n", opt.tables_dir.empty() ? "none (roofline only)" : opt.tables_dir,
-                           opt.tables_device ? fmt::format(" (derived from {}'s, scaled by the ratio of ceilings)",
-                                                           opt.tables_device->name)
-                                             : "");
+  std::cout << fmt::format("costs: {}\n", source.describe(hw));
   std::cout << fmt::format("implementation: {}; {:.0f} kernels, {:.1f}% of the step at the {:.2f} us launch floor\n",
                            implementation_name(cm.implementation()), it.kernels, 100 * launch_ns / it.total_ns,
                            cm.kernel_ns() / 1e3);
@@ -153,11 +145,11 @@ int run_cost(const CostArgs& a) {
   if (is_dit(a.model)) {
     const HardwareSpec hw = load_hardware(a.hardware, kCommandLine);
     CostOptions opt;
-    opt.tables_dir = resolve_tables(a, hw);
-    if (a.tables == "derived") opt.tables_device = std::make_shared<HardwareSpec>(load_hardware(hw.derive_tables_from, kCommandLine));
+    const CostSource source = resolve_tables(a, hw);
+    source.apply(opt);
     opt.fused_elementwise = a.fused;
     opt.implementation = implementation_from_name(a.implementation);
-    return run_dit(a, hw, opt);
+    return run_dit(a, hw, opt, source);
   }
   if (a.tokens > 0)
     throw ConfigError(kCommandLine, "--tokens", std::to_string(a.tokens), fmt::format("{} is not a diffusion transformer", a.model),
@@ -167,8 +159,8 @@ int run_cost(const CostArgs& a) {
   CostOptions opt;
   opt.tensor_parallel = a.tp;
   opt.pipeline_parallel = a.pp;
-  opt.tables_dir = resolve_tables(a, hw);
-  if (a.tables == "derived") opt.tables_device = std::make_shared<HardwareSpec>(load_hardware(hw.derive_tables_from, kCommandLine));
+  const CostSource source = resolve_tables(a, hw);
+  source.apply(opt);
   opt.fused_elementwise = a.fused;
   try {
     opt.implementation = implementation_from_name(a.implementation);
@@ -232,6 +224,7 @@ int run_cost(const CostArgs& a) {
                              {"stage_layers", cm->stage_layers()},
                              {"tables_dir", opt.tables_dir},
                              {"tables_derived_from", opt.tables_device ? opt.tables_device->name : ""},
+                             {"cost_source", source.describe(hw)},
                              {"new_tokens", tokens},
                              {"sampled_rows", rows},
                              {"total_ns", it.total_ns},
@@ -274,11 +267,8 @@ int run_cost(const CostArgs& a) {
   else what = fmt::format("decode, batch {} at context {}", a.batch, batch.front().context);
   std::cout << fmt::format("{} on {}: {}; tp {}, pp {} ({} of {} layers on the costed last stage)\n", m.name, hw.name,
                            what, a.tp, a.pp, cm->stage_layers(), m.layers);
-  std::cout << fmt::format("tables: {}{}\n", opt.tables_dir.empty() ? "none (roofline only)" : opt.tables_dir,
-                           opt.tables_device ? fmt::format(" (derived: {}'s tables scaled to {} by the ratio of their "
-                                                           "ceilings, launch floors swapped; not measured on {})",
-                                                           opt.tables_device->name, hw.name, hw.name)
-                                             : "");
+  std::cout << fmt::format("costs: {}{}\n", source.describe(hw),
+                           source.derived() ? fmt::format("; launch floors swapped, not measured on {}", hw.name) : "");
   if (opt.tables_dir.empty())
     std::cout << fmt::format("note: no measured kernel tables: every kernel is a roofline over {} ceilings ({:.0f} TFLOP/s, "
                              "{:.2f} TB/s{}), prefill attention at {:.0f}% of the FLOP ceiling at 2048 tokens\n",
@@ -335,8 +325,8 @@ void add_cost(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--pp", a->pp, "pipeline-parallel degree; the last stage is costed (default 1)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--tables", a->tables,
-                  "folder of measured CSV tables, 'none' for the roofline alone, or 'derived' for another device's "
-                  "tables scaled to this one (its derive_tables_from) (default results/calibration/<hardware calibration>)");
+                  "auto (default: the device's measured tables, else derived from its derive_tables_from, else the "
+                  "roofline), 'derived', 'none' for the roofline alone, or a folder of measured CSV tables");
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->add_option("--implementation", a->implementation,
                   "how the model is executed: pytorch-lean (default: the kernels the h200-torch tables measure), "

@@ -293,11 +293,13 @@ static Params::Value parse_value(const Node& n, const ParamSpec& spec, const std
       auto resolved = std::make_shared<Node>();
       if (n.is_scalar()) {
         v.text = n.scalar;
+        v.catalog = n.scalar;
         *resolved = load_catalog_entry(spec.ref_folders, n.scalar, n.origin, path);
       } else if (n.is_map()) {
         if (const Node* base = n.find("catalog")) {
           if (!base->is_scalar()) throw ConfigError(base->origin, path + ".catalog", base->brief(), "expected a catalog name", "a name such as 'h200'");
           v.text = base->scalar;
+          v.catalog = base->scalar;
           *resolved = load_catalog_entry(spec.ref_folders, base->scalar, base->origin, path + ".catalog");
           Node over = n;
           for (size_t i = 0; i < over.map.size(); ++i)

@@ -92,6 +92,7 @@ class Params {
     std::vector<std::shared_ptr<Params>> items;  // ComponentList: one per element (its `kind` included)
     const Node* node = nullptr;  // List/Any: the raw node (owned by the scenario tree or `owned`)
     std::shared_ptr<Node> owned; // Ref: the resolved (catalog + overrides) tree
+    std::string catalog;         // Ref: the catalog entry it was loaded from ("" for an inline definition)
     Origin origin;
     bool given = false;          // present in the input (not a default)
   };

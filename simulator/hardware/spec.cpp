@@ -239,6 +239,21 @@ HardwareSpec load_hardware(const std::string& name, const Origin& at) {
   Node n = load_catalog_entry({"models/hardware"}, name, at, "hardware");
   HardwareSpec h = hardware_from_params(parse_params(n, *hardware_schema(), "hardware"));
   if (h.name.empty()) h.name = name;
+  h.catalog = name;
+  return h;
+}
+
+HardwareSpec hardware_from_ref(const Params& parent, const std::string& key) {
+  HardwareSpec h = hardware_from_params(parent.section(key));
+  const Params::Value& v = parent.value(key);
+  if (v.catalog.empty()) return h;
+  h.catalog = v.catalog;
+  const HardwareSpec base = load_hardware(v.catalog, v.origin);
+  if (h.name.empty()) h.name = base.name;
+  if (h.measured_gemm_flops == base.measured_gemm_flops && h.peak_bf16_flops != base.peak_bf16_flops && base.peak_bf16_flops > 0)
+    h.measured_gemm_flops *= h.peak_bf16_flops / base.peak_bf16_flops;
+  if (h.measured_copy_Bps == base.measured_copy_Bps && h.hbm_bandwidth_Bps != base.hbm_bandwidth_Bps && base.hbm_bandwidth_Bps > 0)
+    h.measured_copy_Bps *= h.hbm_bandwidth_Bps / base.hbm_bandwidth_Bps;
   return h;
 }
 

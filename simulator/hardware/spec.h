@@ -11,6 +11,7 @@ namespace sluice {
 // One accelerator or host CPU (models/hardware/<name>.yaml).
 struct HardwareSpec {
   std::string name;
+  std::string catalog;                // the catalog entry it was loaded from (models/hardware/<catalog>.yaml), "" if inline
   std::string kind;                   // gpu | tpu | cpu
   double peak_bf16_flops = 0;         // FLOP/s, datasheet dense bf16
   double hbm_bytes = 0;               // device memory the runtime reports as its total (what frameworks plan with)
@@ -69,6 +70,12 @@ struct ModelSpec {
 std::shared_ptr<Schema> hardware_schema();
 std::shared_ptr<Schema> model_schema();
 HardwareSpec hardware_from_params(const Params& p);
+// The device of `parent`'s catalog reference `key` (`hardware: h200`, `{catalog: h200, ...}` or
+// an inline mapping). A catalog device remembers its entry (HardwareSpec::catalog), and a
+// datasheet ceiling the scenario overrides (peak_bf16, hbm_bandwidth) moves the measured one
+// with it (measured_gemm, measured_copy keep their measured fraction of the datasheet), unless
+// the scenario overrides the measured one too: an override always changes the costs.
+HardwareSpec hardware_from_ref(const Params& parent, const std::string& key);
 ModelSpec model_from_params(const Params& p);  // validates consistency (heads % kv_heads, ...)
 
 // Catalog lookups by name (models/hardware/<name>.yaml, models/llm/<name>.yaml); a bad name

@@ -25,7 +25,7 @@ void report_diffusion(const diffusion::DiffusionResults& r, const diffusion::Dif
                   {"steps", c.steps},
                   {"cfg", c.cfg},
                   {"implementation", implementation_name(c.implementation)},
-                  {"tables", c.tables_dir.empty() ? std::string("roofline") : c.tables_device ? "derived from " + c.tables_device->name : std::string("own")},
+                  {"cost_source", c.cost_source},
                   {"requests", c.requests},
                   {"arrival_rate_per_s", c.rate_per_s},
                   {"max_batch", c.max_batch}};
@@ -72,6 +72,7 @@ void report_diffusion(const diffusion::DiffusionResults& r, const diffusion::Dif
                       format_bytes(r.formula_bytes_per_step_per_device), 100 * util_mean,
                       format_bytes(r.memory.total()), format_bytes(c.hardware.hbm_bytes), format_bytes(r.memory.weights),
                       format_bytes(r.memory.activations), format_bytes(r.memory.kv_buffers)));
+  summary(fmt::format("costs: {}", c.cost_source));
 }
 
 }  // namespace sluice

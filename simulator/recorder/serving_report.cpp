@@ -10,18 +10,6 @@
 
 namespace sluice {
 
-// Paths inside the sluice tree are reported relative to it, so outputs do not depend on
-// where the checkout lives.
-static std::string relative_to_root(const std::string& p) {
-  const std::string root = catalog_root();
-  if (p.rfind(root, 0) == 0) {
-    std::string rel = p.substr(root.size());
-    while (!rel.empty() && rel.front() == '/') rel.erase(rel.begin());
-    return rel;
-  }
-  return p;
-}
-
 int64_t llmperf_counted_tokens(int64_t model_tokens, double model_per_llama) {
   return model_per_llama > 0 ? std::llround(static_cast<double>(model_tokens) / model_per_llama) : model_tokens;
 }
@@ -210,7 +198,7 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                          {"tensor_parallel", res.tensor_parallel}, {"pipeline_parallel", res.pipeline_parallel},
                          {"topology", res.topology.empty() ? std::string("none (nodes x gpus_per_node)") : res.topology},
                          {"tp_allreduce", res.tp_allreduce},
-                         {"cost_tables", res.cost_tables.empty() ? std::string("none (roofline)") : relative_to_root(res.cost_tables)},
+                         {"cost_source", res.cost_source},
                          {"d2h", res.d2h_source}};
   m["requests"] = Json{{"completed", served}, {"rejected_too_long", res.rejected_too_long},
                        {"rejected_overload", res.rejected_overload},
@@ -349,11 +337,8 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                           "is not MFU: the iterations ran at MFU {:.1f}%, weight reads {} per GPU",
                           out_tokens_lc / span_s, R.itl_lc.count() == 0 ? 0.0 : pct(lat["itl_llmperf_counted_tokens"], "mean"),
                           100 * busy / end / nrep, 100 * mfu, format_bandwidth(weight_Bps)));
-  if (res.roofline_only)
-    summary(fmt::format("costs: roofline only ({} has no measured kernel tables here; ceilings {:.0f} TFLOP/s, {}; "
-                            "d2h {})",
-                            res.hardware, res.effective_flops / 1e12,
-                            format_bandwidth(res.effective_bandwidth_Bps), res.d2h_source));
+  summary(fmt::format("costs: {}; ceilings {:.0f} TFLOP/s, {}; d2h {}", res.cost_source, res.effective_flops / 1e12,
+                      format_bandwidth(res.effective_bandwidth_Bps), res.d2h_source));
   summary(fmt::format("memory/GPU: weights {}, KV {} ({} tokens/replica); KV occupancy mean {:.1f}% max {:.1f}%; "
                           "preemptions {}{}",
                           format_bytes(res.weights_per_gpu), format_bytes(res.kv_per_gpu), res.kv_tokens_per_replica,

@@ -55,12 +55,11 @@ struct GapSummary {
 
 struct ServingResults {
   // The deployment.
-  std::string hardware, model, topology, tp_allreduce, cost_tables, d2h_source;
+  std::string hardware, model, topology, tp_allreduce, cost_source, d2h_source;
   int replicas = 1, tensor_parallel = 1, pipeline_parallel = 1, block_size = 16;
   double kv_bytes_per_token = 0;
   double model_parameters = 0, model_embedding_parameters = 0;  // vocab × hidden
   double peak_bf16_flops = 0, effective_flops = 0, effective_bandwidth_Bps = 0;
-  bool roofline_only = false;
   std::string prefill_slicing;  // "" when prefills are not sliced
   // Memory per GPU.
   double capacity_per_gpu = 0, weights_per_gpu = 0, activation_per_gpu = 0, kv_per_gpu = 0;

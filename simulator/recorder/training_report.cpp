@@ -28,6 +28,7 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                   {"sequence", c.sequence},
                   {"recompute", c.recompute},
                   {"dp_algorithm", net::collective_name(c.dp_algorithm)},
+                  {"cost_source", c.cost_source},
                   {"backward", "2x the forward time (the forward operations' FLOPs x2 at the same measured efficiency; no backward tables)"}};
   m["iterations"] = r.iteration_s.size();
   Json its = Json::array();
@@ -101,6 +102,7 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                         r.slice_tokens.empty() ? 0 : *std::min_element(r.slice_tokens.begin(), r.slice_tokens.end()),
                         r.slice_tokens.empty() ? 0 : *std::max_element(r.slice_tokens.begin(), r.slice_tokens.end()), r.slice_model_ms,
                         r.unsliced_model_ms, r.slice_model_ms > 0 ? r.unsliced_model_ms / r.slice_model_ms : 0.0));
+  summary(fmt::format("costs: {}", c.cost_source));
   summary(fmt::format("memory/device: {} of {} (weights {}, gradients {}, optimizer {}, activations {})", format_bytes(r.memory.total()),
                       format_bytes(c.hardware.hbm_bytes), format_bytes(r.memory.weights), format_bytes(r.memory.gradients),
                       format_bytes(r.memory.optimizer), format_bytes(r.memory.activations)));

@@ -90,7 +90,7 @@ SLUICE_REGISTER(study, world_study) {
             const Params& c = p.section("cluster");
             Cluster cl = keys.make(c);
             cl.topology = std::make_shared<net::Topology>(net::load_topology(c.node("topology"), reg, "cluster.topology"));
-            cl.hardware = hardware_from_params(c.section("hardware"));
+            cl.hardware = hardware_from_ref(c, "hardware");
             auto world = std::make_unique<World>(ctx.seed, std::move(cl));
             const auto& items = p.items("workloads");
             if (items.empty()) p.fail("workloads", "no workloads", "a list of {kind: serving|training, name: ..., ...}");

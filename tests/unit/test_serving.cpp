@@ -687,7 +687,7 @@ TEST_CASE("a serving deployment can cost its iterations from derived tables (ano
   const double tpot_d = derived["serving"]["latency_ms"]["tpot"]["mean"].get<double>();
   const double tpot_r = roofline["serving"]["latency_ms"]["tpot"]["mean"].get<double>();
   const double tpot_h200 = h200["serving"]["latency_ms"]["tpot"]["mean"].get<double>();
-  CHECK(derived["serving"]["deployment"]["cost_tables"].get<std::string>().find("derived") != std::string::npos);
+  CHECK(derived["serving"]["deployment"]["cost_source"].get<std::string>().find("derived") != std::string::npos);
   CHECK(tpot_d != doctest::Approx(tpot_r).epsilon(1e-3));  // the tables, not the roofline
   CHECK(tpot_d > tpot_h200);                                // an H100 has less bandwidth than an H200
   // A device whose catalog names no source of derived tables is refused, at the key.

@@ -137,7 +137,7 @@ class PodStudy final : public Study {
     cfg_.grid = g;
     cfg_.chips_per_cube = edge_ * edge_ * edge_;
     const Params& j = p.section("jobs");
-    hardware_ = hardware_from_params(p.section("hardware"));
+    hardware_ = hardware_from_ref(p, "hardware");
     auto shape_of = [&](const Node& n, const std::string& path) {
       const auto s = shape_triple(n, path);
       for (size_t i = 0; i < 3; ++i)

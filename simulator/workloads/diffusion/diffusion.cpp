@@ -21,6 +21,7 @@
 
 #include "config/binding.h"
 #include "config/units.h"
+#include "hardware/cost_source.h"
 #include "network/collective.h"
 #include "recorder/diffusion_report.h"
 #include "registry/registry.h"
@@ -746,7 +747,7 @@ SLUICE_REGISTER(workload, diffusion_workload) {
                               "which kernels a step launches (fused: torch.compile-like fusion of the elementwise work)")
       .def("pytorch-lean");
   s.add("trace", ParamType::Bool, "write trace.json: a track per device (per stage for PipeFusion) with its steps, the first few thousand").def("false");
-  s.add("cost_tables", ParamType::String, "auto (the hardware's calibration, else derived from its derive_tables_from device, else roofline), none (roofline only), or a directory").def("auto");
+  s.add("cost_tables", ParamType::String, kCostTablesDoc).def("auto");
   s.section("place", placement_schema(reg), "the devices it runs on: cfg x tensor x ulysses x ring x distrifusion x pipefusion of them (group-major; Ulysses ranks fastest)");
   reg.add("workload", "diffusion",
           "diffusion-transformer image generation: denoising steps from the cost model, tensor/Ulysses/Ring/DistriFusion/PipeFusion "
@@ -786,18 +787,11 @@ SLUICE_REGISTER(workload, diffusion_workload) {
             if (c.pipefusion > 1 && P % c.patches != 0)
               par.fail("patches", fmt::format("{} patch tokens do not split into {} equal patches", P, c.patches), fmt::format("a divisor of {}", P));
             if (c.pipefusion > 1 && c.patches > 4095) par.fail("patches", "too many patches", "at most 4095");
-            const std::string& tables = p.str("cost_tables");
-            if (tables == "auto") {
-              c.tables_dir = default_tables_dir(c.hardware);
-              if (c.tables_dir.empty() && !c.hardware.derive_tables_from.empty()) {
-                const HardwareSpec from = load_hardware(c.hardware.derive_tables_from, p.value("cost_tables").origin);
-                c.tables_dir = default_tables_dir(from);
-                if (!c.tables_dir.empty()) c.tables_device = std::make_shared<HardwareSpec>(from);
-              }
-            } else if (tables != "none") {
-              const auto found = find_input_path(tables, true);
-              if (!found) p.fail("cost_tables", "no such tables directory", "auto, none, or a directory of calibration CSVs");
-              c.tables_dir = *found;
+            {
+              const CostSource src = resolve_cost_source(p.str("cost_tables"), c.hardware, p, "cost_tables");
+              c.tables_dir = src.tables_dir;
+              c.tables_device = src.tables_device;
+              c.cost_source = src.describe(c.hardware);
             }
             const DiffusionMemory mem = diffusion_memory(c);
             if (mem.total() > c.hardware.hbm_bytes)

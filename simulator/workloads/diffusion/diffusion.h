@@ -23,7 +23,8 @@ struct DiffusionConfig {
   DitSpec dit;
   HardwareSpec hardware;
   std::string tables_dir;
-  std::shared_ptr<const HardwareSpec> tables_device;  // derived tables (the hardware's derive_tables_from)
+  std::shared_ptr<const HardwareSpec> tables_device;  // derived tables: the device they were measured on
+  std::string cost_source;                            // how it is costed, in words (CostSource::describe)
   Implementation implementation = Implementation::PytorchLean;
   int resolution = 1024;  // px
   int steps = 28;

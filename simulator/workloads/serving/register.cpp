@@ -8,6 +8,7 @@
 #include "config/binding.h"
 #include "config/scenario.h"
 #include "run/study.h"
+#include "hardware/cost_source.h"
 #include "hardware/spec.h"
 #include "network/collective.h"
 #include "network/generators.h"
@@ -76,10 +77,7 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
       .def("recompute");
   d.quantity("swap_space", UnitKind::Bytes, &C::swap_space_bytes, "host memory per replica for swapped KV").def("16GiB").nonneg();
   d.flag("prefix_reuse", &C::prefix_reuse, "keep a finished turn's KV resident for the conversation's next turn").def("true");
-  dep.add("cost_tables", ParamType::String,
-          "auto (the hardware's calibration), none (roofline only), derived (the tables of the device the catalog's "
-          "derive_tables_from names, scaled by the ratio of ceilings), or a directory")
-      .def("auto");
+  dep.add("cost_tables", ParamType::String, kCostTablesDoc).def("auto");
   d.choice<Implementation>("implementation",
                            {{"pytorch-lean", Implementation::PytorchLean}, {"pytorch-naive", Implementation::PytorchNaive},
                             {"fused", Implementation::Fused}},
@@ -136,7 +134,7 @@ static const ServingKeys& serving_keys() {
 ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_t seed, std::string* workload_desc,
                                    const HardwareSpec* cluster_hardware) {
   ServingConfig c;
-  c.hardware = cluster_hardware ? *cluster_hardware : hardware_from_params(p.section("hardware"));
+  c.hardware = cluster_hardware ? *cluster_hardware : hardware_from_ref(p, "hardware");
   c.model = model_from_params(p.section("model"));
   const Params& d = p.section("deployment");
   const ServingKeys& keys = serving_keys();
@@ -160,32 +158,11 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
     if (c.prefill_slicing.policy != PrefillSlicing::None && c.pipeline_parallel < 2)
       ps.fail("policy", "slices pass through pipeline stages, and this deployment has one", "none, or deployment.pipeline_parallel >= 2");
   }
-  const std::string& tables = d.str("cost_tables");
-  if (tables == "auto") {
-    if (!c.hardware.calibration.empty())
-      c.tables_dir = (std::filesystem::path(catalog_root()) / "results" / "calibration" / c.hardware.calibration).string();
-  } else if (tables == "derived") {
-    // Another device's measured tables scaled to this one by the ratio of their ceilings, as
-    // `sluice cost --tables derived` does (the catalog names the device: derive_tables_from).
-    if (c.hardware.derive_tables_from.empty())
-      d.fail("cost_tables", fmt::format("{} names no device to derive tables from", c.hardware.name),
-             "auto, none, a directory, or derived on a device whose catalog file sets derive_tables_from (h100-sxm, a100-80gb)");
-    auto from = std::make_shared<HardwareSpec>(load_hardware(c.hardware.derive_tables_from, d.value("cost_tables").origin));
-    c.tables_dir = default_tables_dir(*from);
-    if (c.tables_dir.empty())
-      d.fail("cost_tables", fmt::format("{}, which {} derives its tables from, has no measured tables", from->name, c.hardware.name),
-             "auto, none, or a directory of calibration CSVs");
-    c.tables_device = std::move(from);
-  } else if (tables != "none") {
-    const auto found = find_input_path(tables, /*want_directory=*/true);
-    if (!found) d.fail("cost_tables", "no such tables directory", "auto, none, derived, or a directory of calibration CSVs");
-    bool has_csv = false;
-    std::error_code ec;
-    for (std::filesystem::directory_iterator it(*found, ec), end; !ec && it != end && !has_csv; it.increment(ec))
-      has_csv = it->path().extension() == ".csv";
-    if (!has_csv)  // it used to mean the roofline, silently
-      d.fail("cost_tables", "the directory holds no .csv table", "auto, none (the roofline), or a directory of calibration CSVs");
-    c.tables_dir = *found;
+  {
+    const CostSource src = resolve_cost_source(d.str("cost_tables"), c.hardware, d, "cost_tables");
+    c.tables_dir = src.tables_dir;
+    c.tables_device = src.tables_device;
+    c.cost_source = src.describe(c.hardware);
   }
   if (const Params& sp = p.section("scheduler");
       p.str("scheduler") == "vllm" && sp.given("max_num_batched_tokens") && sp.integer("max_num_batched_tokens") < c.model.max_context)

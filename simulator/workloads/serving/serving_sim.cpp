@@ -1126,10 +1126,7 @@ ServingResults ServingSim::results() const {
   r.tp_allreduce = on_fabric() ? "flows on the topology, every iteration"
                    : c.tensor_parallel > 1 || c.pipeline_parallel > 1 ? "analytic ring over the interconnect"
                                                                        : "none (tp 1)";
-  r.cost_tables = c.tables_device ? fmt::format("{} (derived: {}'s tables scaled to {} by the ratio of ceilings)", c.tables_dir,
-                                                c.tables_device->name, c.hardware.name)
-                                  : c.tables_dir;
-  r.roofline_only = c.tables_dir.empty();
+  r.cost_source = c.cost_source.empty() ? (c.tables_dir.empty() ? "roofline" : c.tables_dir) : c.cost_source;
   r.d2h_source = c.last_mile.d2h_source;
   r.replicas = c.replicas;
   r.tensor_parallel = c.tensor_parallel;

@@ -78,6 +78,7 @@ struct ServingConfig {
   // `cost_tables: derived`: the device whose tables tables_dir holds, scaled to this one by the
   // ratio of their ceilings (null: the tables are this device's own).
   std::shared_ptr<const HardwareSpec> tables_device;
+  std::string cost_source;  // how it is costed, in words (CostSource::describe)
   bool fused_elementwise = false;
   Implementation implementation = Implementation::PytorchLean;
   std::string topology_name;                        // "" when none was named

@@ -10,6 +10,7 @@
 
 #include "config/binding.h"
 #include "config/units.h"
+#include "hardware/cost_source.h"
 #include "recorder/training_report.h"
 #include "registry/registry.h"
 #include "network/pod.h"
@@ -40,6 +41,7 @@ CostOptions cost_options(const TrainingConfig& c) {
   o.tensor_parallel = c.tp;
   o.pipeline_parallel = c.pp;
   o.tables_dir = c.tables_dir;
+  o.tables_device = c.tables_device;
   o.comm_on_fabric = true;
   return o;
 }
@@ -752,7 +754,7 @@ SLUICE_REGISTER(workload, training_workload) {
   keys.choice<net::CollectiveKind>("dp_algorithm", allreduces, &T::dp_algorithm,
                                    "data-parallel gradient all-reduce, one per stage and tensor-parallel rank")
       .def("allreduce-ring");
-  s.add("cost_tables", ParamType::String, "auto (the hardware's calibration), none (roofline only), or a directory").def("auto");
+  s.add("cost_tables", ParamType::String, kCostTablesDoc).def("auto");
   auto slicing = std::make_shared<Schema>();
   const Binding<SlicingConfig> sl_keys = slicing_keys(*slicing);
   s.section("slicing", slicing,
@@ -789,12 +791,11 @@ SLUICE_REGISTER(workload, training_workload) {
             c.hardware = world.hardware();
             check_training_shape(c, p, par);
             c.slicing = slicing_from_params(p.section("slicing"), sl_keys, c, par);
-            const std::string& tables = p.str("cost_tables");
-            if (tables == "auto") c.tables_dir = default_tables_dir(c.hardware);
-            else if (tables != "none") {
-              const auto found = find_input_path(tables, true);
-              if (!found) p.fail("cost_tables", "no such tables directory", "auto, none, or a directory of calibration CSVs");
-              c.tables_dir = *found;
+            {
+              const CostSource src = resolve_cost_source(p.str("cost_tables"), c.hardware, p, "cost_tables");
+              c.tables_dir = src.tables_dir;
+              c.tables_device = src.tables_device;
+              c.cost_source = src.describe(c.hardware);
             }
             const TrainingMemory mem = training_memory(c);
             if (mem.total() > c.hardware.hbm_bytes)

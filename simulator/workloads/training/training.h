@@ -39,6 +39,8 @@ struct TrainingConfig {
   bool recompute = false;      // full activation recomputation (one more forward in the backward)
   net::CollectiveKind dp_algorithm = net::CollectiveKind::AllReduceRing;
   std::string tables_dir;
+  std::shared_ptr<const HardwareSpec> tables_device;  // derived tables: the device they were measured on
+  std::string cost_source;                            // how it is costed, in words (CostSource::describe)
   double optimizer_bytes_per_param = 28;  // Adam, mixed precision: read and write fp32 master, m, v and bf16 weight
   // Failures: a failure stops the job; it restarts from its last checkpoint.
   int64_t checkpoint_interval_ns = 0;  // 0: no checkpoints (a failure loses everything since the start)
