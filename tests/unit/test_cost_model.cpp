@@ -351,7 +351,7 @@ TEST_CASE("cost tables: leave-one-out error of every table") {
   CHECK(stats[2].median < 0.15);
 }
 
-// PUBLISHED.md (ChatGLM2-6B): the README reports +42% generation speed at batch 1 on an
+// docs/REFERENCES.md#chatglm2-6b: the ChatGLM2-6B README reports +42% generation speed at batch 1 on an
 // A100-80G over ChatGLM-6B; a bandwidth model gives MQA only a few percent of that at batch
 // 1 (the weights dominate the bytes read), the rest being implementation. Here: the same
 // model with 32 KV heads instead of 2 spends only a few percent more on decode attention.

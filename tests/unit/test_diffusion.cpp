@@ -1,6 +1,6 @@
 // Diffusion-transformer inference (workloads/diffusion): per-step communication of every
-// parallel strategy counted from the flows it starts and checked against PUBLISHED.md's
-// formulas, the one-device run against dit_step, overlap, CFG, serving and bad input.
+// parallel strategy counted from the flows it starts and checked against the published
+// formulas (docs/REFERENCES.md#communication-and-memory-per-strategy), the one-device run against dit_step, overlap, CFG, serving and bad input.
 #include <doctest/doctest.h>
 
 #include "test_support.h"
@@ -228,7 +228,7 @@ TEST_CASE("diffusion bad input: clear errors with the key and what is valid") {
 }
 
 TEST_CASE("diffusion xDiT: Flux.1-dev 1024 px, 28 steps on 4 x H100 against the published latencies") {
-  // PUBLISHED.md: 1 GPU 4.30 s; Ulysses-4 1.63 s; Ring-4 1.98 s; Ulysses-2 x Ring-2 1.80 s.
+  // docs/REFERENCES.md#xdit-latencies: 1 GPU 4.30 s; Ulysses-4 1.63 s; Ring-4 1.98 s; Ulysses-2 x Ring-2 1.80 s.
   // Measured here (H200 tables derived to the H100, pytorch-lean kernels): 4.313 s, 1.576 s,
   // 1.666 s and 1.576 s. One GPU and Ulysses land within 4%; Ring and the hybrid are 16% and
   // 12% fast: their K/V P2P is taken as wholly hidden behind attention at the full NVLink rate,

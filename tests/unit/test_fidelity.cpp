@@ -199,7 +199,7 @@ TEST_CASE("fidelity DiT: catalog shapes, kernels per block and one denoising ste
   // Cross-attention to 300 text tokens (PixArt) costs something on the same backbone.
   const CostModel cp(h200, pixart.as_model(), o);
   CHECK(dit_step(cp, pixart, 1024).total_ns > s1k.total_ns);
-  // Flux.1-dev at 1024 px (4096 image + 512 text tokens): PUBLISHED.md's one-H100 run took
+  // Flux.1-dev at 1024 px (4096 image + 512 text tokens): xDiT's one-H100 run (docs/REFERENCES.md#xdit-latencies) took
   // 4.30 s for 28 steps (153.6 ms a step, torch.compile); the H200's tables, at the same
   // tensor-core rate, should land within a quarter of that.
   const CostModel cf(h200, flux.as_model(), o);

@@ -53,7 +53,7 @@ struct DiffusionMemory {
 DiffusionMemory diffusion_memory(const DiffusionConfig& c);
 
 // Bytes one step puts on the fabric, per device, as the published formulas count them
-// (PUBLISHED.md, PipeFusion/xDiT), for B images of p tokens and hidden hs, O = B·p·hs·2 bytes:
+// (docs/REFERENCES.md#communication-and-memory-per-strategy), for B images of p tokens and hidden hs, O = B·p·hs·2 bytes:
 // tensor 4·O·L, DistriFusion 2·O·L, Ring 2·O·L, Ulysses (4/N)·O·L (each times (N-1)/N, the
 // share a ring or all-to-all sends of what the O() counts); PipeFusion 2·O in and out of a stage.
 double formula_bytes_per_device(const DiffusionConfig& c, int batch);

@@ -1,5 +1,5 @@
 // The sweep planner: which points each table measures. The default points are those of the
-// PyTorch reference tables (../shared/calibration/h200-torch) so the two compare row by row,
+// PyTorch reference tables (results/calibration/h200-torch, copied from the team's measurements) so the two compare row by row,
 // plus head_dim 64 and the Llama-3-8B / Llama-2-70B (tensor-parallel) linear layers.
 #pragma once
 #include <cstdint>

@@ -347,7 +347,7 @@ TEST_CASE("the writer emits the reference CSV columns, meta.json and README.md a
   CHECK(format_bool(true) == "True");
   CHECK_THROWS_AS(format_ms(std::nan("")), std::invalid_argument);
 
-  // The header lines of ../shared/calibration/h200-torch, verbatim.
+  // The header lines of results/calibration/h200-torch, verbatim.
   const std::map<std::string, std::string> reference_headers = {
       {"attention_decode.csv", "heads,kv_heads,head_dim,batch,kv_len,ms"},
       {"attention_prefill.csv", "heads,kv_heads,head_dim,batch,seq,causal,ms"},
