@@ -42,6 +42,7 @@ void FlowSim::sync_links() {
   rem_.resize(n);
   cnt_.resize(n);
   link_mark_.resize(n);
+  link_bytes_.resize(n);
 }
 
 uint32_t FlowSim::alloc() {
@@ -56,6 +57,33 @@ uint32_t FlowSim::alloc() {
 }
 
 uint32_t FlowSim::start(int src, int dst, double bytes, FlowSink* sink, uint64_t tag, uint64_t salt) {
+  const int parts = adaptive_ ? router_.spray_width(src, dst) : 1;
+  if (parts > 1) {
+    uint32_t s;
+    if (!free_sprays_.empty()) {
+      s = free_sprays_.back();
+      free_sprays_.pop_back();
+    } else {
+      s = static_cast<uint32_t>(sprays_.size());
+      sprays_.emplace_back();
+    }
+    sprays_[s] = Spray{sink, tag, static_cast<uint32_t>(parts)};
+    ++stats_.sprayed;
+    uint32_t first = 0;
+    for (int i = 0; i < parts; ++i) {
+      const uint32_t f = alloc();
+      Flow& fl = flows_[f];
+      fl.path.clear();
+      router_.route_part(src, dst, salt, i, fl.path);
+      fl.left_bytes = bytes / parts;
+      fl.sink = sink;
+      fl.tag = tag;
+      fl.spray = s;
+      begin(f);
+      if (i == 0) first = f;
+    }
+    return first;
+  }
   const uint32_t f = alloc();
   Flow& fl = flows_[f];
   fl.path.clear();
@@ -63,6 +91,7 @@ uint32_t FlowSim::start(int src, int dst, double bytes, FlowSink* sink, uint64_t
   fl.left_bytes = bytes;
   fl.sink = sink;
   fl.tag = tag;
+  fl.spray = kNoSpray;
   begin(f);
   return f;
 }
@@ -74,6 +103,7 @@ uint32_t FlowSim::start_on_path(const std::vector<int>& path, double bytes, Flow
   fl.left_bytes = bytes;
   fl.sink = sink;
   fl.tag = tag;
+  fl.spray = kNoSpray;
   begin(f);
   return f;
 }
@@ -86,8 +116,10 @@ void FlowSim::begin(uint32_t f) {
   fl.rate_Bps = 0;
   fl.settled_ns = now;
   fl.gen = (fl.gen + 1) & kGenMask;
+  fl.shared = false;
   ++stats_.started;
   stats_.bytes_started += fl.left_bytes;
+  for (int l : fl.path) link_bytes_[static_cast<size_t>(l)] += fl.left_bytes;
   if (fl.path.empty() || fl.left_bytes <= 0) {
     // Nothing to share: the bytes (if any) are local, or only the latency remains.
     fl.left_bytes = 0;
@@ -174,6 +206,8 @@ std::pair<int, int> FlowSim::reroute(const std::vector<int>& links, int64_t pena
     }
     settle(fl, now);
     detach(f);
+    for (int l : fl.path) link_bytes_[static_cast<size_t>(l)] -= fl.left_bytes;
+    for (int l : np) link_bytes_[static_cast<size_t>(l)] += fl.left_bytes;
     fl.path = np;
     fl.latency_ns = router_.latency_ns(fl.path) + penalty_ns;
     fl.rate_Bps = 0;
@@ -378,11 +412,13 @@ void FlowSim::recompute() {
       std::push_heap(heap_.begin(), heap_.end(), std::greater<Entry>());
       continue;
     }
-    for_each_at_least(l, level, [this, share](uint32_t f) {
+    const bool below = share < cap_[li] * (1 - 1e-12);  // the bottleneck is shared (or partly taken)
+    for_each_at_least(l, level, [this, share, below](uint32_t f) {
       Flow& fl = flows_[f];
       if (fl.frozen == epoch_) return;
       fl.frozen = epoch_;
       fl.new_rate_Bps = share;
+      fl.shared |= below;
       for (int l2 : fl.path) {
         const size_t l2i = static_cast<size_t>(l2);
         rem_[l2i] -= share;
@@ -437,6 +473,12 @@ void FlowSim::on_event(Engine& engine, uint32_t kind, uint32_t arg) {
       fl.state = State::Free;
       free_.push_back(arg);
       ++stats_.completed;
+      stats_.shared_bottleneck += fl.shared;
+      if (fl.spray != kNoSpray) {  // a part of a split flow: the flow is delivered with its last part
+        Spray& s = sprays_[fl.spray];
+        if (--s.left > 0) return;
+        free_sprays_.push_back(fl.spray);
+      }
       if (sink) sink->on_flow_done(engine, tag);
       return;
     }

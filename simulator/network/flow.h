@@ -37,15 +37,26 @@ struct FlowStats {
   uint64_t max_active = 0;
   uint64_t reschedules = 0;   // completion events (re)scheduled after a rate change
   uint64_t rerouted = 0;      // flows moved off failed links
+  uint64_t shared_bottleneck = 0;  // completed flows that at some time ran below their bottleneck link's capacity (shared it)
+  uint64_t sprayed = 0;            // flows split over equal-cost paths (adaptive routing), each counted once
 };
 
 class FlowSim final : public EventHandler {
  public:
   FlowSim(Engine& engine, const Topology& topo, Router& router);
 
-  // Starts a flow of `bytes` from src to dst now; `salt` picks among equal-cost routes.
-  // The sink's on_flow_done(tag) runs when the last byte is delivered. Returns the flow id.
+  // Starts a flow of `bytes` from src to dst now; `salt` picks among equal-cost routes (with
+  // adaptive routing the flow is split evenly over them instead: Router::route_part).
+  // The sink's on_flow_done(tag) runs when the last byte is delivered. Returns the flow id
+  // (of its first part when split).
   uint32_t start(int src, int dst, double bytes, FlowSink* sink, uint64_t tag, uint64_t salt = 0);
+  // Adaptive routing / packet spraying (InfiniBand AR, Spectrum-X): every flow started from
+  // now on is split into Router::spray_width equal parts, one per equal-cost path, and is
+  // delivered when its last part is. Off: per-flow ECMP by hash.
+  void set_adaptive(bool on) { adaptive_ = on; }
+  bool adaptive() const { return adaptive_; }
+  // Bytes each directed link was given to carry so far (flows started on it, moved with reroutes).
+  const std::vector<double>& link_bytes() const { return link_bytes_; }
   // Starts a flow on an explicit route (a list of directed link ids, possibly empty).
   uint32_t start_on_path(const std::vector<int>& path, double bytes, FlowSink* sink, uint64_t tag);
   // Changes a directed link's capacity now (0: it carries nothing); flows re-share at once.
@@ -101,6 +112,14 @@ class FlowSim final : public EventHandler {
     uint32_t frozen = 0;
     State state = State::Free;
     bool keyed = false;  // its link-heap keys hold rate_Bps (false until its first rating)
+    bool shared = false; // it ran below its bottleneck link's capacity at some rating
+    uint32_t spray = kNoSpray;  // the split flow it is a part of, if any
+  };
+  static constexpr uint32_t kNoSpray = 0xFFFFFFFFu;
+  struct Spray {  // a flow split over equal-cost paths: delivered when its last part is
+    FlowSink* sink = nullptr;
+    uint64_t tag = 0;
+    uint32_t left = 0;
   };
   uint32_t alloc();
   void begin(uint32_t f);
@@ -141,6 +160,11 @@ class FlowSim final : public EventHandler {
     double Bps;
   };
   std::vector<CapChange> cap_changes_;
+  std::vector<Spray> sprays_;
+  std::vector<uint32_t> free_sprays_;
+  std::vector<double> link_bytes_;
+  std::vector<int> part_path_;
+  bool adaptive_ = false;
   uint32_t epoch_ = 0;
   int64_t quantum_ns_ = 0;
   bool recompute_pending_ = false;

@@ -134,11 +134,20 @@ void Router::route(int src, int dst, uint64_t salt, std::vector<int>& out) {
     if (!down) return;
     out.resize(at);  // a failed link on the dimension-order route: the shortest healthy path instead
   }
+  route_walk(src, dst, salt, -1, out);
+}
+
+const std::vector<int32_t>& Router::distances(int src, int dst) {
   const std::vector<int32_t>* dp = &dist_to(dst, false);
   if ((*dp)[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max()) dp = &dist_to(dst, true);
-  const auto& dist = *dp;
-  if (dist[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max())
+  if ((*dp)[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max())
     throw TopologyError(fmt::format("no route from '{}' to '{}'", t_.node(src).name, t_.node(dst).name));
+  return *dp;
+}
+
+void Router::route_walk(int src, int dst, uint64_t salt, int part, std::vector<int>& out) {
+  const auto& dist = distances(src, dst);
+  const uint64_t pair = static_cast<uint64_t>(src) << 32 | static_cast<uint32_t>(dst);
   int v = src;
   int hop = 0;
   while (v != dst) {
@@ -148,12 +157,41 @@ void Router::route(int src, int dst, uint64_t salt, std::vector<int>& out) {
       const int32_t dw = dist[static_cast<size_t>(w)];
       if (dw != std::numeric_limits<int32_t>::max() && dw + weight(e) == dist[static_cast<size_t>(v)]) cand_.push_back(e);
     }
-    const int e = cand_.size() == 1 ? cand_[0]
-                                    : cand_[static_cast<size_t>(route_hash(static_cast<uint64_t>(src) << 32 | static_cast<uint32_t>(dst), salt, static_cast<uint64_t>(hop)) % cand_.size())];
+    size_t pick = 0;
+    if (cand_.size() > 1) {
+      const uint64_t h = route_hash(pair, salt ^ seed_mix_, static_cast<uint64_t>(hop));
+      pick = part < 0 ? h % cand_.size() : (static_cast<uint64_t>(part) + h) % cand_.size();
+    }
+    const int e = cand_[pick];
     out.push_back(e);
     v = t_.link(e).dst;
     ++hop;
   }
+}
+
+int Router::spray_width(int src, int dst) {
+  if (src == dst || dor_) return 1;
+  const auto& dist = distances(src, dst);
+  int v = src;
+  while (v != dst) {
+    int n = 0, next = -1;
+    for (int e : t_.out_links(v)) {
+      const int w = t_.link(e).dst;
+      const int32_t dw = dist[static_cast<size_t>(w)];
+      if (dw != std::numeric_limits<int32_t>::max() && dw + weight(e) == dist[static_cast<size_t>(v)]) {
+        if (n == 0) next = w;
+        ++n;
+      }
+    }
+    if (n > 1) return std::min(n, kMaxSpray);
+    v = next;
+  }
+  return 1;
+}
+
+void Router::route_part(int src, int dst, uint64_t salt, int part, std::vector<int>& out) {
+  if (src == dst) return;
+  route_walk(src, dst, salt, part, out);
 }
 
 int64_t Router::latency_ns(const std::vector<int>& path) const {

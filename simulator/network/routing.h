@@ -10,6 +10,14 @@
 
 namespace sluice::net {
 
+// A mixing hash of a few integers, for deterministic equal-cost choices.
+inline uint64_t route_hash(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t x = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^ c * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  x *= 0xD6E8FEB86659FD93ull;
+  return x ^ (x >> 32);
+}
+
 // How routes are chosen: auto picks dimension-order on regular tori, shortest path elsewhere.
 enum class RoutePolicy { Auto, ShortestPath, DimensionOrder };
 
@@ -25,6 +33,17 @@ class Router {
     route(src, dst, salt, r);
     return r;
   }
+  // Adaptive routing / packet spraying: how many ways a flow from src to dst is split (the
+  // equal-cost choices at the first hop that has several, at most kMaxSpray; 1 when there is
+  // one path or routing is dimension-order), and the route of part `part` of them: at every
+  // hop with c equal-cost choices it takes choice (part + a per-hop offset) mod c, so the parts
+  // spread evenly over the first branching and keep spreading past it.
+  static constexpr int kMaxSpray = 16;
+  int spray_width(int src, int dst);
+  void route_part(int src, int dst, uint64_t salt, int part, std::vector<int>& out);
+  // ECMP's hash seed: 0 is the built-in choice; another seed re-draws every equal-cost choice
+  // (a switch vendor's hash function and seed), so the luck of a placement can be swept.
+  void set_hash_seed(uint64_t seed) { seed_mix_ = seed == 0 ? 0 : route_hash(seed, 0x5EEDull, 0x48A54ull); }
   // Sum of the per-hop latencies of a route.
   int64_t latency_ns(const std::vector<int>& path) const;
   bool dimension_order() const { return dor_; }
@@ -39,6 +58,9 @@ class Router {
 
  private:
   void route_dor(int src, int dst, uint64_t salt, std::vector<int>& out) const;
+  // The shortest-path walk: part < 0 picks by hash, else route_part's choice.
+  void route_walk(int src, int dst, uint64_t salt, int part, std::vector<int>& out);
+  const std::vector<int32_t>& distances(int src, int dst);
   // Distances to dst. Unless `complete`, only those below a torn-down circuit's weight
   // (the rest are left unknown, the max): what every route over live links needs, without
   // exploring the whole of a large pod whose idle circuits are down.
@@ -52,14 +74,7 @@ class Router {
   std::vector<int32_t> weights_;  // weight() per link, until invalidate() (links added, failed or torn down)
   std::vector<int> link_dst_;     // each link's far end, beside its weight (the Dijkstra's inner loop)  // destinations whose cached distances stop at a torn-down circuit
   std::vector<int> cand_;
+  uint64_t seed_mix_ = 0;
 };
-
-// A mixing hash of a few integers, for deterministic equal-cost choices.
-inline uint64_t route_hash(uint64_t a, uint64_t b, uint64_t c) {
-  uint64_t x = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^ c * 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  x *= 0xD6E8FEB86659FD93ull;
-  return x ^ (x >> 32);
-}
 
 }  // namespace sluice::net

@@ -38,6 +38,8 @@ World::World(uint64_t seed, Cluster cluster)
       router_(*cluster_.topology, has_ocs(*cluster_.topology) ? net::RoutePolicy::ShortestPath : net::RoutePolicy::Auto),
       flows_(engine_, *cluster_.topology, router_),
       owner_(cluster_.topology->devices().size()) {
+  router_.set_hash_seed(static_cast<uint64_t>(cluster_.hash_seed));
+  flows_.set_adaptive(cluster_.adaptive_routing);
   const auto& t = *cluster_.topology;
   if (t.family.rfind("tpu-v4-pod", 0) == 0 && t.torus) {
     pod_ocs_ = has_ocs(t);
@@ -213,6 +215,26 @@ void World::report(Recorder& rec) const {
   }
   m["flows"] = Json{{"started", fs.started}, {"completed", fs.completed}, {"rate_recomputations", fs.recomputes},
                     {"max_concurrent", fs.max_active}};
+  // How the fabric was used: the routing, the link that carried the most bytes, and how many
+  // flows ran below their bottleneck link's capacity because another flow shared it.
+  {
+    const auto& topo = topology();
+    Json r{{"routing", cluster_.adaptive_routing ? "adaptive" : "ecmp"}, {"hash_seed", cluster_.hash_seed},
+           {"flows_split", fs.sprayed},
+           {"shared_bottleneck_fraction", fs.completed > 0 ? static_cast<double>(fs.shared_bottleneck) / static_cast<double>(fs.completed) : 0.0}};
+    const auto& lb = flows_.link_bytes();
+    int top = -1;
+    for (size_t l = 0; l < lb.size(); ++l)
+      if (lb[l] > 0 && (top < 0 || lb[l] > lb[static_cast<size_t>(top)])) top = static_cast<int>(l);
+    if (top >= 0) {
+      const auto& link = topo.link(top);
+      const double T = ran_until_.to_seconds();
+      r["most_loaded_link"] = Json{{"link", fmt::format("{} -> {}", topo.node(link.src).name, topo.node(link.dst).name)},
+                                   {"bytes", lb[static_cast<size_t>(top)]},
+                                   {"mean_utilization", T > 0 && link.bandwidth_Bps > 0 ? lb[static_cast<size_t>(top)] / (link.bandwidth_Bps * T) : 0.0}};
+    }
+    m["fabric"] = r;
+  }
   if (!faults_.empty()) {
     // Availability per component class: 1 − (time components were down) / (components × run time).
     Json& f = m["faults"];

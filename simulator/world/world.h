@@ -57,6 +57,8 @@ struct Cluster {
   int chips_per_host = 4;        // TPU pods: chips per host (a GPU server is one host)
   int64_t reroute_penalty_ns = 0;  // what a flow pays to move off a failed link (path recomputation, transport restart)
   int64_t ocs_reconfigure_ns = 0;  // OCS pods: circuits programmed during the run carry traffic this long after (mirrors settle)
+  bool adaptive_routing = false;   // flows split evenly over equal-cost paths (AR, packet spraying); else ECMP by hash
+  int64_t hash_seed = 0;           // ECMP's hash seed (0: the built-in choice)
 };
 
 // What can fail, by class. Correlated failures follow the cluster's structure: a rack takes

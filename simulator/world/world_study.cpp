@@ -58,6 +58,14 @@ Binding<Cluster> cluster_keys(Schema& cluster) {
       .def("4")
       .range(1, 64);
   b.time_ns("reroute_penalty", &Cluster::reroute_penalty_ns, "what a flow pays to move off a failed link onto another route").def("1ms").nonneg();
+  b.choice<bool>("routing", {{"ecmp", false}, {"adaptive", true}}, &Cluster::adaptive_routing,
+                 "how flows use equal-cost paths: ecmp (each flow on one path, chosen by a hash of its ends: luck decides "
+                 "collisions) or adaptive (each flow split evenly over them, as InfiniBand adaptive routing and Spectrum-X "
+                 "packet spraying do)")
+      .def("ecmp");
+  b.integer("hash_seed", &Cluster::hash_seed, "ECMP's hash seed (0: the built-in one); sweep it to see how much of a result is luck")
+      .def("0")
+      .range(0, 9e15);
   b.time_ns("ocs_reconfigure", &Cluster::ocs_reconfigure_ns,
             "TPU pods with OCS: a slice re-formed during the run has its circuits after this (an estimate: MEMS mirrors settle "
             "in milliseconds)")

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <map>
+#include <set>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -429,4 +430,118 @@ TEST_CASE("ring channels: every device sends and receives one channel across ser
   // One device per server, or a group inside one server: a single ring in the given order.
   CHECK(ring_channels(t, {devs[0], devs[8], devs[16]}).size() == 1);
   CHECK(ring_channels(t, std::vector<int>(devs.begin(), devs.begin() + 8)).size() == 1);
+}
+
+TEST_CASE("routing: the ECMP hash seed re-draws equal-cost choices deterministically, seed 0 is the built-in hash") {
+  ClosSpec c;
+  c.servers = 16;
+  c.server.host_cpus = 0;
+  c.switch_radix = 16;  // several leaves and spines: choices at the leaf
+  const Topology t = build_clos(c, "ft");
+  const auto devs = t.devices();
+  auto routes = [&](uint64_t seed) {
+    Router r(t);
+    r.set_hash_seed(seed);
+    std::vector<std::vector<int>> all;
+    for (size_t i = 0; i < devs.size(); i += 9) all.push_back(r.route(devs[i], devs[(i + 64) % devs.size()], i));
+    return all;
+  };
+  Router plain(t);
+  std::vector<std::vector<int>> builtin;
+  for (size_t i = 0; i < devs.size(); i += 9) builtin.push_back(plain.route(devs[i], devs[(i + 64) % devs.size()], i));
+  CHECK(routes(0) == builtin);
+  CHECK(routes(7) == routes(7));
+  CHECK(routes(7) != routes(0));
+  for (const auto& r : routes(7)) CHECK(r.size() == builtin.front().size());  // still shortest
+}
+
+TEST_CASE("adaptive routing: a flow is split evenly over the equal-cost paths and delivered once") {
+  ClosSpec c;
+  c.servers = 16;
+  c.server.host_cpus = 0;
+  c.switch_radix = 16;
+  const Topology t = build_clos(c, "ft");
+  const auto devs = t.devices();
+  Engine e(1);
+  Router r(t);
+  FlowSim sim(e, t, r);
+  sim.set_adaptive(true);
+  const int width = r.spray_width(devs[0], devs[100]);
+  REQUIRE(width > 1);
+  // Its parts take distinct first branches.
+  std::set<std::vector<int>> paths;
+  for (int i = 0; i < width; ++i) {
+    std::vector<int> p;
+    r.route_part(devs[0], devs[100], 0, i, p);
+    paths.insert(p);
+  }
+  CHECK(static_cast<int>(paths.size()) == width);
+  Sink s;
+  sim.start(devs[0], devs[100], 1e9, &s, 42);
+  e.run();
+  REQUIRE(s.done.size() == 1);
+  CHECK(s.done[0].first == 42);
+  CHECK(sim.stats().sprayed == 1);
+  CHECK(sim.stats().completed == static_cast<uint64_t>(width));
+  // Every part crossed a link of its own past the leaf: together they carried the bytes once.
+  double leaf_up = 0;
+  for (int l = 0; l < t.link_count(); ++l)
+    if (t.node(t.link(l).src).kind == NodeKind::Switch && t.node(t.link(l).dst).kind == NodeKind::Switch) leaf_up += sim.link_bytes()[static_cast<size_t>(l)];
+  CHECK(leaf_up > 0);
+  CHECK(sim.stats().bytes_started == doctest::Approx(1e9));
+  // A dimension-order torus has one path: nothing is split.
+  TorusSpec ts;
+  ts.dims = {4, 4, 1};
+  const Topology torus = build_torus(ts, "t");
+  Router rt(torus);
+  CHECK(rt.spray_width(torus.devices()[0], torus.devices()[5]) == 1);
+}
+
+TEST_CASE("routing you choose: a fat-tree's DP all-reduce is ECMP luck, adaptive routing reaches rail-optimized's") {
+  // GPT-3 13B (training-gpt3-13b.yaml): per-flow ECMP collides the DP rings on the spine
+  // uplinks depending on the hash; split flows do not, and match rail-optimized wiring.
+  const std::string file = std::string(SLUICE_TESTS_DIR) + "/../scenarios/training-gpt3-13b.yaml";
+  auto dp_ms = [&](std::vector<std::string> sets) {
+    sets.push_back("workloads.0.iterations=1");
+    Scenario sc = load_scenario(file, sets, registry());
+    Recorder rec;
+    run_into(sc, rec, {});
+    return rec.metrics()["training"]["dp_allreduce_ms"].get<double>();
+  };
+  const double rail = dp_ms({"cluster.topology=rail-optimized"});
+  const double adaptive = dp_ms({"cluster.routing=adaptive"});
+  double lo = 1e18, hi = 0;
+  for (int seed = 0; seed < 6; ++seed) {
+    const double x = dp_ms({fmt::format("cluster.hash_seed={}", seed)});
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+  }
+  CAPTURE(rail);
+  CAPTURE(adaptive);
+  CAPTURE(lo);
+  CAPTURE(hi);
+  CHECK(adaptive == doctest::Approx(rail).epsilon(0.02));
+  CHECK(lo > 1.5 * adaptive);  // every seed collides somewhere
+  CHECK(hi > 1.2 * lo);        // and how much is luck
+  CHECK(dp_ms({"cluster.topology=rail-optimized", "cluster.hash_seed=3"}) == doctest::Approx(rail));
+  // The fabric's own account: the routing, the most loaded link, and how many flows shared
+  // their bottleneck (ECMP's collisions make some; split flows' parts nearly all share links,
+  // with each other, so the fraction is no measure of adaptive routing's gain).
+  auto fabric = [&](const std::string& routing) {
+    Scenario sc = load_scenario(file, {"workloads.0.iterations=1", "cluster.routing=" + routing}, registry());
+    Recorder rec;
+    run_into(sc, rec, {});
+    return rec.metrics()["world"]["fabric"];
+  };
+  const Json ecmp = fabric("ecmp"), ar = fabric("adaptive");
+  CHECK(ecmp["routing"] == "ecmp");
+  CHECK(ar["routing"] == "adaptive");
+  CHECK(ar["flows_split"].get<double>() > 0);
+  CHECK(ecmp["flows_split"].get<double>() == 0);
+  CHECK(ecmp["most_loaded_link"]["bytes"].get<double>() > 0);
+  CHECK(ecmp["most_loaded_link"]["mean_utilization"].get<double>() > 0);
+  CHECK(ecmp["most_loaded_link"]["mean_utilization"].get<double>() <= 1);
+  CHECK(ecmp["shared_bottleneck_fraction"].get<double>() > 0);
+  CHECK(ecmp["shared_bottleneck_fraction"].get<double>() <= 1);
+  CHECK(ar["shared_bottleneck_fraction"].get<double>() <= 1);
 }
