@@ -102,6 +102,49 @@ std::vector<Tolerance> parse_tolerances(const Node& list, const std::string& pat
   return out;
 }
 
+std::vector<Published> parse_published(const Node& list, const std::string& path) {
+  if (!list.is_seq() || list.seq.empty())
+    throw ConfigError(list.origin, path, list.brief(), "expected a list of published figures",
+                      "e.g. [{metric: diffusion.latency_s.max, value: 4.30, tolerance: 2%, figure: ..., source: ...}]");
+  std::vector<Published> out;
+  const std::vector<std::string> keys{"metric", "value", "tolerance", "figure", "source", "known_gap"};
+  for (size_t i = 0; i < list.seq.size(); ++i) {
+    const Node& t = list.seq[i];
+    const std::string at = fmt::format("{}.{}", path, i);
+    if (!t.is_map()) throw ConfigError(t.origin, at, t.brief(), "expected a mapping", "{metric, value, tolerance, figure, source[, known_gap]}");
+    Published p;
+    bool has_value = false, has_tol = false;
+    for (size_t k = 0; k < t.map.size(); ++k) {
+      const auto& [key, v] = t.map[k];
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+        const std::string hint = closest(key, keys);
+        throw ConfigError(t.key_origins[k], at + "." + key, key, hint.empty() ? "unknown key" : fmt::format("unknown key (did you mean '{}'?)", hint),
+                          "one of: metric, value, tolerance, figure, source, known_gap");
+      }
+      if (key == "value") {
+        const auto x = v.is_scalar() ? parse_real(v.scalar) : std::nullopt;
+        if (!x || !std::isfinite(*x) || *x == 0)
+          throw ConfigError(v.origin, at + ".value", v.brief(), "expected the published value, a non-zero number", "e.g. 4.30");
+        p.value = *x;
+        has_value = true;
+      } else if (key == "tolerance") {
+        p.tolerance = parse_fraction(v, at + ".tolerance");
+        has_tol = true;
+      } else {
+        if (!v.is_scalar() || v.scalar.empty()) throw ConfigError(v.origin, at + "." + key, v.brief(), "expected a non-empty string", key);
+        (key == "metric" ? p.metric : key == "figure" ? p.figure : key == "source" ? p.source : p.known_gap) = v.scalar;
+      }
+    }
+    for (const char* need : {"metric", "figure", "source"})
+      if ((std::string(need) == "metric" ? p.metric : std::string(need) == "figure" ? p.figure : p.source).empty())
+        throw ConfigError(t.origin, at + "." + need, "", fmt::format("a published figure needs its {}", need), "metric, value, tolerance, figure, source");
+    if (!has_value || !has_tol)
+      throw ConfigError(t.origin, at + (has_value ? ".tolerance" : ".value"), "", "a published figure needs its value and tolerance", "e.g. value: 4.30, tolerance: 2%");
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 const Tolerance* tolerance_for(const std::string& metric, const CheckEntry& e, const Suite& s) {
   for (const auto& t : e.tolerances)
     if (glob_match(t.pattern, metric)) return &t;
@@ -210,10 +253,12 @@ Suite load_suite(const std::string& file, const Registry& reg, const std::vector
         entry.sets = string_list(v, at + ".set");
       } else if (key == "tolerances") {
         entry.tolerances = parse_tolerances(v, at + ".tolerances");
+      } else if (key == "published") {
+        entry.published = parse_published(v, at + ".published");
       } else {
-        const std::string hint = closest(key, {"name", "file", "set", "tolerances"});
+        const std::string hint = closest(key, {"name", "file", "set", "tolerances", "published"});
         throw ConfigError(e.key_origins[k], at + "." + key, key, hint.empty() ? "unknown key" : fmt::format("unknown key (did you mean '{}'?)", hint),
-                          "one of: name, file, set, tolerances");
+                          "one of: name, file, set, tolerances, published");
       }
     }
     if (!file_node) throw ConfigError(e.origin, at + ".file", "", "every suite entry names a scenario file", "e.g. file: ../quickstart.yaml");
@@ -247,10 +292,63 @@ Suite load_suite(const std::string& file, const Registry& reg, const std::vector
 int CheckReport::regressions() const {
   int n = static_cast<int>(failed_entries.size());
   for (const auto& c : checks) n += c.failed();
+  for (const auto& v : validation) n += v.failed();
   return n;
 }
 
+namespace {
+std::string fmt_value(double x) { return fmt::format("{:.4g}", x); }
+// A path as the sluice root sees it (so a generated page does not depend on the working directory).
+std::string from_root(const std::string& path) {
+  std::error_code ec;
+  const fs::path root = fs::weakly_canonical(catalog_root(), ec);
+  const fs::path rel = fs::weakly_canonical(path, ec).lexically_relative(root);
+  return !ec && !rel.empty() && *rel.begin() != ".." ? rel.string() : path;
+}
+std::string fmt_error(const ValidationCheck& v) { return v.verdict == "missing" ? "-" : fmt::format("{:+.1f}%", 100 * v.error); }
+}  // namespace
+
+std::string CheckReport::validation_markdown(const Suite& s) const {
+  int pass = 0, fail = 0, gaps = 0;
+  for (const auto& v : validation) (v.failed() ? fail : v.verdict == "pass" ? pass : gaps) += 1;
+  std::string out = fmt::format(
+      "# Validation against published figures\n\n"
+      "Generated by `sluice check {} --markdown docs/VALIDATION.md` (a test fails when this page is stale); "
+      "CI runs the same suite. Each row is one published figure (sources restated in `docs/REFERENCES.md`), the "
+      "metric of the scenario that reproduces it, and the relative tolerance it must meet. A known gap is a figure "
+      "sluice does not reproduce yet: it is listed with its reason and does not fail the suite.\n\n"
+      "{} figures: {} within tolerance, {} known gaps, {} failing.\n\n"
+      "| figure | source | scenario | metric | published | sluice | error | tolerance | verdict |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+      from_root(s.file), validation.size(), pass, gaps, fail);
+  for (const auto& v : validation) {
+    std::string shown;
+    for (const auto& e : s.entries)
+      if (e.name == v.entry) {
+        shown = "`" + from_root(e.file) + "`";
+        for (const auto& set : e.sets) shown += " `" + set + "`";
+      }
+    out += fmt::format("| {} | {} | {} | `{}` | {} | {} | {} | {:g}% | {}{} |\n", v.figure.figure, v.figure.source, shown, v.figure.metric,
+                       fmt_value(v.figure.value), v.verdict == "missing" ? "-" : fmt_value(v.now), fmt_error(v), 100 * v.figure.tolerance,
+                       v.verdict, v.figure.known_gap.empty() ? "" : ": " + v.figure.known_gap);
+  }
+  return out;
+}
+
 std::string CheckReport::table() const {
+  std::string head;
+  if (!validation.empty()) {
+    head += fmt::format("{:<44}  {:>10}  {:>10}  {:>8}  {:>6}  {}\n", "published figure", "published", "sluice", "error", "tol", "verdict");
+    for (const auto& v : validation) {
+      const std::string fig = v.figure.figure.size() > 44 ? v.figure.figure.substr(0, 43) + "…" : v.figure.figure;
+      head += fmt::format("{:<44}  {:>10}  {:>10}  {:>8}  {:>5g}%  {}\n", fig, fmt_value(v.figure.value), v.verdict == "missing" ? "-" : fmt_value(v.now),
+                          fmt_error(v), 100 * v.figure.tolerance, v.verdict);
+    }
+    if (checks.empty() && failed_entries.empty()) {
+      for (const auto& n : notes) head += "note: " + n + "\n";
+      return head;
+    }
+  }
   std::vector<const MetricCheck*> moved;
   for (const auto& c : checks)
     if (c.verdict != "ok" || c.now != c.baseline) moved.push_back(&c);
@@ -279,7 +377,7 @@ std::string CheckReport::table() const {
     out += fmt::format("{} of {} checked metrics moved\n", moved.size(), checks.size());
   }
   for (const auto& n : notes) out += "note: " + n + "\n";
-  return out;
+  return head + out;
 }
 
 std::string CheckReport::junit(const Suite& s) const {
@@ -299,6 +397,20 @@ std::string CheckReport::junit(const Suite& s) const {
                            xml_escape(s.name), xml_escape(names[i]));
       ++n;
       ++f;
+    }
+    for (const auto& v : validation) {
+      if (v.entry != names[i]) continue;
+      ++n;
+      cases += fmt::format("    <testcase classname=\"{}.{}\" name=\"{}\" time=\"0\"", xml_escape(s.name), xml_escape(v.entry), xml_escape(v.figure.figure));
+      const std::string msg = fmt::format("{}: published {:.6g}, sluice {}, tolerance {:g}%{}", v.figure.metric, v.figure.value,
+                                          v.verdict == "missing" ? std::string("missing") : fmt::format("{:.6g}", v.now), 100 * v.figure.tolerance,
+                                          v.figure.known_gap.empty() ? "" : " (known gap: " + v.figure.known_gap + ")");
+      if (v.failed()) {
+        ++f;
+        cases += fmt::format(">\n      <failure type=\"published\" message=\"{}\"/>\n    </testcase>\n", xml_escape(msg));
+      } else {
+        cases += fmt::format(">\n      <system-out>{}: {}</system-out>\n    </testcase>\n", xml_escape(v.verdict), xml_escape(msg));
+      }
     }
     for (const auto& c : checks) {
       if (c.entry != names[i]) continue;
@@ -367,6 +479,7 @@ CheckReport run_check(const Suite& suite, const Registry& reg, int threads, bool
   const size_t n = suite.entries.size();
   std::vector<std::optional<Json>> baselines(n);
   for (size_t i = 0; i < n; ++i) {
+    if (!suite.entries[i].published.empty()) continue;  // checked against published figures, not a baseline
     const fs::path file = fs::path(suite.baselines) / (suite.entries[i].name + ".json");
     if (!update) {
       baselines[i] = load_baseline(file, suite.entries[i], suite);
@@ -419,6 +532,26 @@ CheckReport run_check(const Suite& suite, const Registry& reg, int threads, bool
     const CheckEntry& e = suite.entries[i];
     std::vector<std::pair<std::string, double>> leaves;
     numeric_leaves(metrics[i], "", leaves);
+    if (!e.published.empty()) {
+      // A published figure: the metric against its value, within the relative tolerance.
+      std::map<std::string, double> now(leaves.begin(), leaves.end());
+      for (const auto& p : e.published) {
+        ValidationCheck v;
+        v.entry = e.name;
+        v.figure = p;
+        const auto found = now.find(p.metric);
+        if (found == now.end() || !std::isfinite(found->second)) {
+          v.verdict = "missing";
+        } else {
+          v.now = found->second;
+          v.error = (v.now - p.value) / std::fabs(p.value);
+          const bool within = std::fabs(v.error) <= p.tolerance;
+          v.verdict = within ? (p.known_gap.empty() ? "pass" : "pass (was a known gap)") : p.known_gap.empty() ? "FAIL" : "known gap";
+        }
+        rep.validation.push_back(std::move(v));
+      }
+      continue;
+    }
     const fs::path file = fs::path(suite.baselines) / (e.name + ".json");
     if (update) {
       Json m = Json::object();

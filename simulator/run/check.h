@@ -21,12 +21,22 @@ struct Tolerance {
   Worse worse = Worse::Either;
 };
 
+// A published figure an entry reproduces (a validation suite): the metric that stands for it,
+// the published value and the relative tolerance, what was published and where. A known gap
+// (with its reason) is reported beside the others but does not fail the check.
+struct Published {
+  std::string metric, figure, source, known_gap;
+  double value = 0, tolerance = 0;
+};
+
 // One scenario of a suite: a file (resolved relative to the suite file), overrides, tolerances
-// tried before the suite's.
+// tried before the suite's. An entry with published figures is checked against them, not
+// against a stored baseline.
 struct CheckEntry {
   std::string name, file, shown;
   std::vector<std::string> sets;
   std::vector<Tolerance> tolerances;
+  std::vector<Published> published;
 };
 
 struct Suite {
@@ -47,7 +57,17 @@ struct MetricCheck {
   bool failed() const { return verdict == "regression" || verdict == "missing"; }
 };
 
+// The verdict on one published figure: pass, FAIL, known gap, or missing (the run has no such metric).
+struct ValidationCheck {
+  std::string entry;
+  Published figure;
+  double now = 0, error = 0;  // error: (now - published) / published
+  std::string verdict;
+  bool failed() const { return verdict == "FAIL" || verdict == "missing"; }
+};
+
 struct CheckReport {
+  std::vector<ValidationCheck> validation;  // every published figure, in entry order
   std::vector<MetricCheck> checks;   // every checked metric, in entry then metric order
   std::vector<std::string> notes;    // per entry: baseline missing, scenario changed since baseline ...
   std::vector<std::string> failed_entries;  // entries without a baseline
@@ -56,6 +76,9 @@ struct CheckReport {
   int regressions() const;
   std::string table() const;        // what moved, readable
   std::string junit(const Suite& s) const;
+  // The validation table as Markdown (figure, source, published, sluice, error, tolerance,
+  // verdict), deterministic: no timings, so a generated page can be held current by a test.
+  std::string validation_markdown(const Suite& s) const;
 };
 
 // Runs every entry (on `threads` threads) and compares with the baselines; with `update`,

@@ -112,3 +112,43 @@ TEST_CASE("a malformed suite is refused before anything runs, naming the key") {
   refuse("suite: x\nscenarios: [{file: scenarios/quickstart.yaml, set: [scheduler.max_num_seqs=0]}]\n", "max_num_seqs");
   fs::remove(tmp);
 }
+
+TEST_CASE("check against published figures: within tolerance passes, outside fails, a known gap is reported, a missing metric fails") {
+  const fs::path dir = fs::temp_directory_path() / ("sluice-published-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string quick = std::string(SLUICE_TESTS_DIR) + "/../scenarios/quickstart.yaml";
+  auto suite_with = [&](const std::string& published) {
+    const fs::path f = dir / "v.yaml";
+    std::ofstream(f) << "suite: v\nscenarios:\n  - {name: q, file: " << quick << ", set: [workload.requests=20], published: [" << published << "]}\n";
+    return load_suite(f.string(), builtin_registry());
+  };
+  // The run's own value, read once, then published figures around it.
+  const CheckReport probe = run_check(suite_with("{metric: serving.requests.completed, value: 20, tolerance: 0%, figure: f, source: s}"),
+                                      builtin_registry(), 1, false);
+  REQUIRE(probe.validation.size() == 1);
+  CHECK(probe.validation[0].verdict == "pass");
+  CHECK(probe.regressions() == 0);
+  const CheckReport off = run_check(suite_with("{metric: serving.requests.completed, value: 25, tolerance: 10%, figure: f, source: s}"),
+                                    builtin_registry(), 1, false);
+  CHECK(off.validation[0].verdict == "FAIL");
+  CHECK(off.validation[0].error == doctest::Approx(-0.2));
+  CHECK(off.regressions() == 1);
+  CHECK(off.junit(suite_with("{metric: serving.requests.completed, value: 25, tolerance: 10%, figure: f, source: s}")).find("type=\"published\"") !=
+        std::string::npos);
+  const CheckReport gap = run_check(
+      suite_with("{metric: serving.requests.completed, value: 25, tolerance: 10%, figure: f, source: s, known_gap: why}"), builtin_registry(), 1, false);
+  CHECK(gap.validation[0].verdict == "known gap");
+  CHECK(gap.regressions() == 0);
+  const Suite gs = suite_with("{metric: serving.requests.completed, value: 25, tolerance: 10%, figure: f, source: s, known_gap: why}");
+  CHECK(gap.validation_markdown(gs).find("| known gap: why |") != std::string::npos);
+  const CheckReport missing = run_check(suite_with("{metric: serving.no.such.metric, value: 1, tolerance: 10%, figure: f, source: s}"),
+                                        builtin_registry(), 1, false);
+  CHECK(missing.validation[0].verdict == "missing");
+  CHECK(missing.regressions() == 1);
+  // Malformed figures are refused at their key before anything runs.
+  CHECK_THROWS_WITH_AS(suite_with("{metric: m, value: 1, tolerance: 5%, figure: f}"), doctest::Contains("needs its source"), ConfigError);
+  CHECK_THROWS_WITH_AS(suite_with("{metric: m, value: 0, tolerance: 5%, figure: f, source: s}"), doctest::Contains("non-zero"), ConfigError);
+  CHECK_THROWS_WITH_AS(suite_with("{metric: m, value: 1, tolerence: 5%, figure: f, source: s}"), doctest::Contains("did you mean 'tolerance'"),
+                       ConfigError);
+  fs::remove_all(dir);
+}
