@@ -165,6 +165,19 @@ void FlowSim::set_link_capacity(int link, double Bps) {
   request_recompute();
 }
 
+std::vector<double> FlowSim::carried_link_bytes() const {
+  std::vector<double> carried = link_bytes_;
+  const int64_t now = engine_.now().count_ns();
+  for (const Flow& fl : flows_) {
+    if (fl.state != State::Sending) continue;
+    const double sent = now > fl.settled_ns ? fl.rate_Bps * static_cast<double>(now - fl.settled_ns) * 1e-9 : 0.0;
+    const double left = std::max(0.0, fl.left_bytes - sent);
+    for (int l : fl.path) carried[static_cast<size_t>(l)] -= left;
+  }
+  for (double& b : carried) b = std::max(0.0, b);
+  return carried;
+}
+
 void FlowSim::check_invariants() const {
   if (recompute_pending_) return;
   for (size_t l = 0; l < link_flows_.size(); ++l) {

@@ -55,8 +55,9 @@ class FlowSim final : public EventHandler {
   // delivered when its last part is. Off: per-flow ECMP by hash.
   void set_adaptive(bool on) { adaptive_ = on; }
   bool adaptive() const { return adaptive_; }
-  // Bytes each directed link was given to carry so far (flows started on it, moved with reroutes).
-  const std::vector<double>& link_bytes() const { return link_bytes_; }
+  // Bytes each directed link has carried by now: what the flows started on it were given
+  // (moved with reroutes), less what the flows still sending there have left.
+  std::vector<double> carried_link_bytes() const;
   // Starts a flow on an explicit route (a list of directed link ids, possibly empty).
   uint32_t start_on_path(const std::vector<int>& path, double bytes, FlowSink* sink, uint64_t tag);
   // Changes a directed link's capacity now (0: it carries nothing); flows re-share at once.

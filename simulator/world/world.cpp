@@ -222,7 +222,7 @@ void World::report(Recorder& rec) const {
     Json r{{"routing", cluster_.adaptive_routing ? "adaptive" : "ecmp"}, {"hash_seed", cluster_.hash_seed},
            {"flows_split", fs.sprayed},
            {"shared_bottleneck_fraction", fs.completed > 0 ? static_cast<double>(fs.shared_bottleneck) / static_cast<double>(fs.completed) : 0.0}};
-    const auto& lb = flows_.link_bytes();
+    const auto lb = flows_.carried_link_bytes();
     int top = -1;
     for (size_t l = 0; l < lb.size(); ++l)
       if (lb[l] > 0 && (top < 0 || lb[l] > lb[static_cast<size_t>(top)])) top = static_cast<int>(l);

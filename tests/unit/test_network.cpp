@@ -486,7 +486,7 @@ TEST_CASE("adaptive routing: a flow is split evenly over the equal-cost paths an
   // Every part crossed a link of its own past the leaf: together they carried the bytes once.
   double leaf_up = 0;
   for (int l = 0; l < t.link_count(); ++l)
-    if (t.node(t.link(l).src).kind == NodeKind::Switch && t.node(t.link(l).dst).kind == NodeKind::Switch) leaf_up += sim.link_bytes()[static_cast<size_t>(l)];
+    if (t.node(t.link(l).src).kind == NodeKind::Switch && t.node(t.link(l).dst).kind == NodeKind::Switch) leaf_up += sim.carried_link_bytes()[static_cast<size_t>(l)];
   CHECK(leaf_up > 0);
   CHECK(sim.stats().bytes_started == doctest::Approx(1e9));
   // A dimension-order torus has one path: nothing is split.

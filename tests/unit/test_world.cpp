@@ -95,6 +95,20 @@ TEST_CASE("serving latency rises when a training job's gradient rings cross its 
   CHECK(shared["world"]["flows"]["started"].get<double>() > 0);
 }
 
+TEST_CASE("contention that matters: two DP jobs whose rings share 3:1 uplinks each get half of them, against disjoint leaves") {
+  const Json shared = run_file("contention-shared-uplinks.yaml");
+  const Json disjoint = run_file("contention-shared-uplinks.yaml", {"workloads.1.place.servers=[12, 14, 16, 18, 20, 22]"});
+  const auto dp = [](const Json& m) { return m["workloads"]["a"]["dp_allreduce_ms"].get<double>(); };
+  CAPTURE(dp(shared));
+  CAPTURE(dp(disjoint));
+  CHECK(dp(shared) == doctest::Approx(2 * dp(disjoint)).epsilon(0.05));  // two equal jobs halve the uplinks
+  CHECK(shared["workloads"]["a"]["iteration_s_mean"].get<double>() > 1.5 * disjoint["workloads"]["a"]["iteration_s_mean"].get<double>());
+  // The fabric's account names a spine-leaf link as the most loaded, busy most of the run.
+  const Json& top = shared["world"]["fabric"]["most_loaded_link"];
+  CHECK(top["link"].get<std::string>().find("spine") != std::string::npos);
+  CHECK(top["mean_utilization"].get<double>() > 0.7);
+}
+
 TEST_CASE("GPipe and 1F1B bubbles match (K-1)/(m+K-1) with equal stages and free transfers") {
   for (const char* schedule : {"gpipe", "1f1b"}) {
     CAPTURE(schedule);
