@@ -63,6 +63,10 @@ TEST_CASE("diffusion tensor parallel: 4·O(p·hs)·L per step, two ring all-redu
   // Half the blocks, half the bytes: the factor L.
   const Json h = run_dit("tensor: 4", "", "{catalog: dit-xl-2, layers: 14}");
   CHECK(counted(h) == doctest::Approx(counted(d) / 2).epsilon(1e-12));
+  // Cross-attention adds a third all-reduce a block (PixArt): 1.5x, in the fabric and the formula alike.
+  const Json x = run_dit("tensor: 4", "", "{catalog: dit-xl-2, cross_attention: true, text_tokens: 300}");
+  CHECK(counted(x) == doctest::Approx(1.5 * counted(d)).epsilon(1e-12));
+  CHECK(x["communication"]["formula_bytes_per_step_per_device"].get<double>() == doctest::Approx(counted(x)).epsilon(1e-12));
 }
 
 TEST_CASE("diffusion Ulysses: (4/N)·O(p·hs)·L per step, four all-to-alls a block") {
@@ -103,14 +107,16 @@ TEST_CASE("diffusion DistriFusion: 2·O(p·hs)·L per step, async all-gather of 
   CHECK(counted(w) == doctest::Approx(counted(d)).epsilon(1e-12));
 }
 
-TEST_CASE("diffusion PipeFusion: 2·O(p·hs) per step in and out of a stage, no factor L") {
+TEST_CASE("diffusion PipeFusion: 2·O(p·hs) per step in and out of a stage, O·(N-1)/N sent per device, no factor L") {
   const Json d = run_dit("pipefusion: 4, patches: 4");
   // Stage 1 receives every patch's activations from stage 0 and sends them to stage 2.
   CHECK(d["communication"]["pipefusion_stage_io_bytes_per_step"].get<double>() == doctest::Approx(2 * kO).epsilon(1e-12));
-  CHECK(d["communication"]["formula_bytes_per_step_per_device"].get<double>() == doctest::Approx(2 * kO).epsilon(1e-12));
-  // Activations cross the 3 stage boundaries once a step: (N-1)·O on the fabric in all.
+  // Activations cross the 3 stage boundaries once a step: (N-1)·O on the fabric in all, and
+  // per device the formula's O·(N-1)/N: one byte count, the one the fabric carries.
   const double act = d["communication"]["bytes_per_step_per_device"].get<double>() * 4;
   CHECK(act == doctest::Approx(3 * kO).epsilon(1e-12));
+  CHECK(d["communication"]["formula_bytes_per_step_per_device"].get<double>() ==
+        doctest::Approx(d["communication"]["bytes_per_step_per_device"].get<double>()).epsilon(1e-12));
   // Half the blocks: the same bytes.
   const Json h = run_dit("pipefusion: 4, patches: 4", "", "{catalog: dit-xl-2, layers: 14}");
   CHECK(h["communication"]["pipefusion_stage_io_bytes_per_step"].get<double>() == doctest::Approx(2 * kO).epsilon(1e-12));

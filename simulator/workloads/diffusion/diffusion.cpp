@@ -60,6 +60,10 @@ Strategy DiffusionConfig::strategy() const {
 namespace {
 constexpr double kBytes = 2;  // bf16 activations and weights
 int blocks(const DitSpec& d) { return d.layers + d.single_layers; }
+// Tensor parallel (Megatron): an all-reduce after each row-split GEMM over every row (text rows
+// too in joint blocks): attention out and MLP out per block (2), cross-attention out (PixArt:
+// 3); Flux's single-stream blocks fuse both into linear2 (1). The paper's 4·O·L assumes 2.
+int tensor_allreduces(const DitSpec& d) { return d.layers * (2 + (d.cross_attention ? 1 : 0)) + d.single_layers; }
 double latent_out_channels(const DitSpec& d) { return static_cast<double>(d.latent_channels) * d.patch * d.patch; }
 }  // namespace
 
@@ -70,7 +74,7 @@ double formula_bytes_per_device(const DiffusionConfig& c, int batch) {
   const double share = (N - 1) / N;  // what a ring or an all-to-all sends of the buffer the O() counts
   switch (c.strategy()) {
     case Strategy::Single: return 0;
-    case Strategy::Tensor: return 4 * O * L * share;
+    case Strategy::Tensor: return 2 * tensor_allreduces(c.dit) * O * share;  // 4·O·L with two all-reduces a block
     case Strategy::DistriFusion: return 2 * O * L * share;
     case Strategy::Ring: return 2 * O * L * share;
     case Strategy::Ulysses: return 4 / N * O * L * share;
@@ -78,7 +82,11 @@ double formula_bytes_per_device(const DiffusionConfig& c, int batch) {
       const double u = c.ulysses, r = c.ring;
       return 4 / u * (O / r) * L * (u - 1) / u + 2 * (O / u) * L * (r - 1) / r;
     }
-    case Strategy::PipeFusion: return 2 * batch * static_cast<double>(c.patch_tokens()) * c.dit.hidden * kBytes;
+    case Strategy::PipeFusion:
+      // The paper's 2·O(p·hs) is what an interior stage takes in and sends out (each byte
+      // counted at both ends); sent per device, as every other row counts, it is O from each
+      // of the N - 1 stages that hand activations on: O·(N-1)/N on average.
+      return batch * static_cast<double>(c.patch_tokens()) * c.dit.hidden * kBytes * share;
   }
   return 0;
 }
@@ -355,11 +363,8 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
     switch (c_.strategy()) {
       case Strategy::Single: case Strategy::PipeFusion: ph.push_back({rest + attn, {}}); break;
       case Strategy::Tensor: {
-        // Megatron: an all-reduce after each row-split GEMM over every row (text rows too in
-        // joint blocks): attention out and MLP out per block (2), cross-attention out (PixArt:
-        // 3); Flux's single-stream blocks fuse both into linear2 (1).
         const double rows_O = O;
-        const int count = c_.dit.layers * (2 + (c_.dit.cross_attention ? 1 : 0)) + c_.dit.single_layers;
+        const int count = tensor_allreduces(c_.dit);
         ph.push_back({rest + attn, {}});
         ph.push_back({0, {{Comm::AllReduce, count * rows_O, count}}});
         break;

@@ -54,8 +54,11 @@ DiffusionMemory diffusion_memory(const DiffusionConfig& c);
 
 // Bytes one step puts on the fabric, per device, as the published formulas count them
 // (docs/REFERENCES.md#communication-and-memory-per-strategy), for B images of p tokens and hidden hs, O = B·p·hs·2 bytes:
-// tensor 4·O·L, DistriFusion 2·O·L, Ring 2·O·L, Ulysses (4/N)·O·L (each times (N-1)/N, the
-// share a ring or all-to-all sends of what the O() counts); PipeFusion 2·O in and out of a stage.
+// tensor 4·O·L (2·O per all-reduce, two a block; three with cross-attention, one per fused
+// single-stream block), DistriFusion 2·O·L, Ring 2·O·L, Ulysses (4/N)·O·L (each times (N-1)/N,
+// the share a ring or all-to-all sends of what the O() counts); PipeFusion O·(N-1)/N (the
+// paper's 2·O is an interior stage's in and out; sent per device it is O from N - 1 stages).
+// Every strategy's fabric bytes per step per device equal it (tests/unit/test_diffusion.cpp).
 double formula_bytes_per_device(const DiffusionConfig& c, int batch);
 
 struct DiffusionResults {
