@@ -43,8 +43,10 @@ void add_monkey(CLI::App& app, CliContext& ctx) {
             std::cout << fmt::format("[{}/{}] {} down at {:.6g} s: {}{}\n", done, total, r.component, r.at_s, r.outcome,
                                      r.message.empty() ? "" : " — " + r.message);
         });
-        std::cout << fmt::format("monkey: {} runs (baseline {:.6g} s, {} events); {} hangs, {} crashes, {} invariant violations\n",
-                                 rep.runs, rep.baseline_s, rep.baseline_events, rep.hangs, rep.crashes, rep.invariants);
+        std::cout << fmt::format("monkey: {} runs (baseline {:.6g} s, {} events); {} hangs, {} crashes, {} invariant violations{}\n",
+                                 rep.runs, rep.baseline_s, rep.baseline_events, rep.hangs, rep.crashes, rep.invariants,
+                                 rep.stalls ? fmt::format("; {} stalls (a workload waits for a failure never repaired: --repair-after)", rep.stalls)
+                                            : std::string());
         return rep.hangs + rep.crashes + rep.invariants > 0 ? 1 : 0;
       } catch (const std::exception& e) {
         return report_error(e);

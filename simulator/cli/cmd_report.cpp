@@ -45,6 +45,10 @@ int run_script(const std::vector<std::string>& argv) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
+// Marks a report's directory, beside OutputDir's result marker: only such a directory is
+// replaced by a later report.
+constexpr const char* kReportMarker = ".sluice-report";
+
 std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::stringstream ss;
@@ -113,9 +117,20 @@ void add_report(CLI::App& app, CliContext& ctx) {
       const std::string out = o->out.empty() ? (std::filesystem::path(o->dir) / "report").string() : o->out;
       try {
         check_report_input(o->dir);
-        // The same rule as `run --out`: a new or empty directory, or an earlier report (which a
-        // new one replaces); never a user's index.html. Drawn into staging, renamed into place.
+        // The same rule as `run --out`: a new or empty directory, or an earlier report (marked
+        // .sluice-report, which a new one replaces); never a user's index.html, never a run's
+        // or a sweep's results (they carry .sluice-result too), never the input or a folder
+        // holding it. Drawn into staging, renamed into place.
+        namespace fs = std::filesystem;
+        std::error_code e1, e2;
+        const fs::path in_abs = fs::weakly_canonical(o->dir, e1), out_abs = fs::weakly_canonical(out, e2);
+        const fs::path rel = in_abs.lexically_relative(out_abs);
+        if (!e1 && !e2 && !rel.empty() && (rel == "." || *rel.begin() != ".."))
+          throw OutputError(fmt::format("the report's --out '{}' is the results directory it reads or holds it; choose another (default DIR/report)", out));
+        if (OutputDir::is_result(out) && !path_exists(fs::path(out) / kReportMarker))
+          throw OutputError(fmt::format("'{}' holds sluice results, not an earlier report; a report never replaces them (choose another --out)", out));
         OutputDir dest(out, /*replace_result=*/true);
+        std::ofstream(dest.staging() / kReportMarker) << "a sluice report (index.html and its pictures); `sluice report` replaces it\n";
         std::vector<std::string> argv{python(), script, o->dir, dest.staging().string()};
         if (!self.empty()) {
           argv.push_back("--sluice");

@@ -100,6 +100,14 @@ std::string catalog_root() {
   return SLUICE_SOURCE_ROOT;
 }
 
+std::string relative_to_root(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path root = std::filesystem::weakly_canonical(catalog_root(), ec);
+  if (ec) return path;
+  const std::filesystem::path rel = std::filesystem::weakly_canonical(path, ec).lexically_relative(root);
+  return !ec && !rel.empty() && *rel.begin() != ".." ? rel.string() : path;
+}
+
 std::optional<std::string> find_input_path(const std::string& path, bool want_directory) {
   auto ok = [&](const std::filesystem::path& p) { return want_directory ? path_is_directory(p) : path_is_regular_file(p); };
   if (ok(path)) return path;

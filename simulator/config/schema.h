@@ -129,6 +129,9 @@ std::string join_path(const std::string& a, const std::string& b);
 
 // Root of the catalogs (models/, topologies/): $SLUICE_HOME, else the source tree sluice was built from.
 std::string catalog_root();
+// `path` relative to catalog_root() when it lies inside it (so outputs and generated pages do
+// not depend on where the checkout or the working directory is), else as given.
+std::string relative_to_root(const std::string& path);
 // A file (or directory) a scenario names: as given (relative to the working directory), else
 // relative to the sluice root; nullopt when neither exists.
 std::optional<std::string> find_input_path(const std::string& path, bool want_directory = false);

@@ -84,14 +84,6 @@ CostSource resolve(const std::string& value, const HardwareSpec& hw, const Origi
   return s;
 }
 
-std::string relative_to_root(const std::string& dir) {
-  std::error_code ec;
-  const auto root = std::filesystem::weakly_canonical(catalog_root(), ec);
-  const auto d = std::filesystem::weakly_canonical(dir, ec);
-  const auto rel = d.lexically_relative(root);
-  return !ec && !rel.empty() && *rel.begin() != ".." ? rel.string() : dir;
-}
-
 }  // namespace
 
 std::string CostSource::describe(const HardwareSpec& hw) const {

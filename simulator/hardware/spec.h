@@ -74,7 +74,8 @@ HardwareSpec hardware_from_params(const Params& p);
 // an inline mapping). A catalog device remembers its entry (HardwareSpec::catalog), and a
 // datasheet ceiling the scenario overrides (peak_bf16, hbm_bandwidth) moves the measured one
 // with it (measured_gemm, measured_copy keep their measured fraction of the datasheet), unless
-// the scenario overrides the measured one too: an override always changes the costs.
+// the measured one differs from the catalog's too (the scenario gave it a value of its own; a
+// value equal to the catalog's reads as not overridden): an override always changes the costs.
 HardwareSpec hardware_from_ref(const Params& parent, const std::string& key);
 ModelSpec model_from_params(const Params& p);  // validates consistency (heads % kv_heads, ...)
 

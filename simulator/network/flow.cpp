@@ -67,7 +67,7 @@ uint32_t FlowSim::start(int src, int dst, double bytes, FlowSink* sink, uint64_t
       s = static_cast<uint32_t>(sprays_.size());
       sprays_.emplace_back();
     }
-    sprays_[s] = Spray{sink, tag, static_cast<uint32_t>(parts)};
+    sprays_[s] = Spray{static_cast<uint32_t>(parts)};
     ++stats_.sprayed;
     uint32_t first = 0;
     for (int i = 0; i < parts; ++i) {
@@ -486,7 +486,10 @@ void FlowSim::on_event(Engine& engine, uint32_t kind, uint32_t arg) {
       fl.state = State::Free;
       free_.push_back(arg);
       ++stats_.completed;
-      stats_.shared_bottleneck += fl.shared;
+      if (fl.spray == kNoSpray) {  // a split flow's parts share links with each other by design: not counted
+        ++stats_.unsplit_completed;
+        stats_.shared_bottleneck += fl.shared;
+      }
       if (fl.spray != kNoSpray) {  // a part of a split flow: the flow is delivered with its last part
         Spray& s = sprays_[fl.spray];
         if (--s.left > 0) return;

@@ -37,7 +37,8 @@ struct FlowStats {
   uint64_t max_active = 0;
   uint64_t reschedules = 0;   // completion events (re)scheduled after a rate change
   uint64_t rerouted = 0;      // flows moved off failed links
-  uint64_t shared_bottleneck = 0;  // completed flows that at some time ran below their bottleneck link's capacity (shared it)
+  uint64_t unsplit_completed = 0;  // completed flows that were not split (adaptive routing splits the others)
+  uint64_t shared_bottleneck = 0;  // of those, the ones that at some time ran below their bottleneck link's capacity (shared it)
   uint64_t sprayed = 0;            // flows split over equal-cost paths (adaptive routing), each counted once
 };
 
@@ -118,8 +119,6 @@ class FlowSim final : public EventHandler {
   };
   static constexpr uint32_t kNoSpray = 0xFFFFFFFFu;
   struct Spray {  // a flow split over equal-cost paths: delivered when its last part is
-    FlowSink* sink = nullptr;
-    uint64_t tag = 0;
     uint32_t left = 0;
   };
   uint32_t alloc();

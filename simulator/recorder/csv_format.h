@@ -26,6 +26,15 @@ namespace sluice::csv {
 // row of many numbers is written through them into room made once (no append per field).
 inline constexpr size_t kIntRoom = 24, kScaledRoom = 48, kFixedRoom = 400;
 
+// A text field as RFC 4180 writes it: quoted (quotes doubled) when it holds a comma, a quote
+// or a line break, as it is otherwise (a variant's or an axis's name in a header).
+inline std::string field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
 inline char* write_int(char* p, int64_t v) { return std::to_chars(p, p + kIntRoom, v).ptr; }
 
 // decimals at most 18.

@@ -298,13 +298,6 @@ int CheckReport::regressions() const {
 
 namespace {
 std::string fmt_value(double x) { return fmt::format("{:.4g}", x); }
-// A path as the sluice root sees it (so a generated page does not depend on the working directory).
-std::string from_root(const std::string& path) {
-  std::error_code ec;
-  const fs::path root = fs::weakly_canonical(catalog_root(), ec);
-  const fs::path rel = fs::weakly_canonical(path, ec).lexically_relative(root);
-  return !ec && !rel.empty() && *rel.begin() != ".." ? rel.string() : path;
-}
 std::string fmt_error(const ValidationCheck& v) { return v.verdict == "missing" ? "-" : fmt::format("{:+.1f}%", 100 * v.error); }
 }  // namespace
 
@@ -320,12 +313,12 @@ std::string CheckReport::validation_markdown(const Suite& s) const {
       "{} figures: {} within tolerance, {} known gaps, {} failing.\n\n"
       "| figure | source | scenario | metric | published | sluice | error | tolerance | verdict |\n"
       "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
-      from_root(s.file), validation.size(), pass, gaps, fail);
+      relative_to_root(s.file), validation.size(), pass, gaps, fail);
   for (const auto& v : validation) {
     std::string shown;
     for (const auto& e : s.entries)
       if (e.name == v.entry) {
-        shown = "`" + from_root(e.file) + "`";
+        shown = "`" + relative_to_root(e.file) + "`";
         for (const auto& set : e.sets) shown += " `" + set + "`";
       }
     out += fmt::format("| {} | {} | {} | `{}` | {} | {} | {} | {:g}% | {}{} |\n", v.figure.figure, v.figure.source, shown, v.figure.metric,
@@ -369,7 +362,10 @@ std::string CheckReport::table() const {
       std::string change = "-";
       if (has && c->baseline != 0) change = fmt::format("{:+.2f}%", 100 * (c->now - c->baseline) / std::fabs(c->baseline));
       else if (has) change = fmt::format("{:+.3g}", c->now - c->baseline);
-      const std::string verdict = c->failed() ? "REGRESSION" + std::string(c->verdict == "missing" ? " (missing)" : "") : c->verdict;
+      const std::string verdict = c->failed() ? "REGRESSION" + std::string(c->verdict == "missing" ? " (missing)"
+                                                                             : c->verdict == "new" ? " (not in the baseline)"
+                                                                                                   : "")
+                                              : c->verdict;
       out += fmt::format("{:<{}}  {:<{}}  {:>12}  {:>12}  {:>9}  {:<22}  {}\n", clip(c->entry, we), we, clip(c->metric, wm), wm,
                          c->verdict == "new" ? "-" : fmt::format("{:.6g}", c->baseline), c->verdict == "missing" ? "-" : fmt::format("{:.6g}", c->now),
                          change, c->tolerance, verdict);
@@ -419,7 +415,8 @@ std::string CheckReport::junit(const Suite& s) const {
       if (c.failed()) {
         ++f;
         const std::string msg = c.verdict == "missing" ? fmt::format("{} is missing (baseline {:.6g})", c.metric, c.baseline)
-                                                       : fmt::format("{}: baseline {:.6g}, now {:.6g}, tolerance {}", c.metric, c.baseline, c.now, c.tolerance);
+                                : c.verdict == "new" ? fmt::format("{} = {:.6g} is not in the baseline (re-baseline with --update)", c.metric, c.now)
+                                                     : fmt::format("{}: baseline {:.6g}, now {:.6g}, tolerance {}", c.metric, c.baseline, c.now, c.tolerance);
         cases += fmt::format(">\n      <failure type=\"regression\" message=\"{}\"/>\n    </testcase>\n", xml_escape(msg));
       } else {
         cases += fmt::format(">\n      <system-out>{}: baseline {:.6g}, now {:.6g}</system-out>\n    </testcase>\n", xml_escape(c.verdict), c.baseline, c.now);
@@ -466,7 +463,9 @@ std::optional<Json> load_baseline(const fs::path& file, const CheckEntry& e, con
   bool any = false;
   for (auto it = m->begin(); it != m->end() && !any; ++it) any = tolerance_for(it.key(), e, suite) != nullptr;
   if (!any) throw bad("metrics", "", "none of its metrics is one the suite's tolerances check");
-  if (const auto en = base.find("entry"); en != base.end() && !(en->is_string() && en->get<std::string>() == e.name))
+  const auto en = base.find("entry");
+  if (en == base.end()) throw bad("entry", "", fmt::format("it names no entry (a baseline of '{}' says so)", e.name));
+  if (!(en->is_string() && en->get<std::string>() == e.name))
     throw bad("entry", en->dump().substr(0, 40), fmt::format("it is the baseline of another entry, not of '{}'", e.name));
   if (const Json* h = json_path(base, "scenario.hash"); h && !h->is_string()) throw bad("scenario.hash", h->dump().substr(0, 40), "the hash is not a string");
   return base;

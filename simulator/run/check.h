@@ -54,7 +54,9 @@ struct MetricCheck {
   std::string entry, metric, verdict;  // verdict: ok, improved, regression, missing, new
   double baseline = 0, now = 0;
   std::string tolerance;               // "5% or 0.1, higher is worse"
-  bool failed() const { return verdict == "regression" || verdict == "missing"; }
+  // A metric the tolerances check that the baseline lacks ("new") fails too: a trimmed or
+  // stale baseline would otherwise check less than it seems to (re-baseline with --update).
+  bool failed() const { return verdict == "regression" || verdict == "missing" || verdict == "new"; }
 };
 
 // The verdict on one published figure: pass, FAIL, known gap, or missing (the run has no such metric).

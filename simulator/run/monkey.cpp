@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "run/runner.h"
 #include "run/scenario.h"
+#include "world/stall.h"
 #include "world/world_study.h"
 
 namespace sluice {
@@ -38,6 +39,9 @@ Outcome run_once(const std::string& file, const std::vector<std::string>& sets, 
   } catch (const ConfigError& e) {
     control.clear();
     return {"crash", std::string("configuration error: ") + e.what()};
+  } catch (const WorkloadStalled& e) {  // the scenario never repairs what failed: its property, not a defect
+    control.clear();
+    return {"stall", e.what()};
   } catch (const std::logic_error& e) {  // invariants, time faults
     control.clear();
     return {"invariant", e.what()};
@@ -102,6 +106,7 @@ MonkeyReport run_monkey(const std::string& file, const std::vector<std::string>&
       rep.hangs += out.kind == "hang";
       rep.crashes += out.kind == "crash";
       rep.invariants += out.kind == "invariant";
+      rep.stalls += out.kind == "stall";
       rep.all.push_back(r);
       if (progress) progress(r, rep.runs, total);
     }

@@ -22,7 +22,7 @@ struct MonkeyOptions {
 struct MonkeyRun {
   std::string component;  // CLASS:NAME
   double at_s = 0;
-  std::string outcome;    // ok, hang, crash, invariant
+  std::string outcome;    // ok, hang, crash, invariant, stall
   std::string message;
 };
 
@@ -30,6 +30,7 @@ struct MonkeyReport {
   double baseline_s = 0;
   uint64_t baseline_events = 0;
   int runs = 0, hangs = 0, crashes = 0, invariants = 0;
+  int stalls = 0;  // a workload waits forever for a failure never repaired (see --repair-after): reported, not a defect
   std::vector<MonkeyRun> all;
 };
 

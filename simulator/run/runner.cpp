@@ -10,6 +10,9 @@
 
 #include <fmt/format.h>
 
+#include "config/names.h"
+#include "recorder/csv_format.h"
+
 #ifndef SLUICE_VERSION
 #define SLUICE_VERSION "dev"
 #endif
@@ -224,8 +227,8 @@ void compare_variants(const std::vector<Variant>& variants, std::vector<std::str
   }
   Json table = Json::array();
   std::string csv = "metric";
-  for (const auto& v : variants) csv += "," + v.name;
-  for (size_t i = 1; i < variants.size(); ++i) csv += fmt::format(",ratio {}/{}", variants[i].name, variants[0].name);
+  for (const auto& v : variants) csv += "," + csv::field(v.name);
+  for (size_t i = 1; i < variants.size(); ++i) csv += "," + csv::field(fmt::format("ratio {}/{}", variants[i].name, variants[0].name));
   csv += "\n";
   // Variants of one file show it once, as the base, and then only what each one sets.
   auto shown = [](const Variant& v) { return v.shown.empty() ? v.file : v.shown; };
@@ -318,11 +321,8 @@ void compare_variants(const std::vector<Variant>& variants, std::vector<std::str
                       {"scenario_hash", hashes[i]}});
   rec.metrics()["compare"] = Json{{"variants", vs}, {"table", table}};
   rec.file("compare.csv", csv);
-  for (size_t i = 0; i < variants.size(); ++i) {
-    std::string safe;
-    for (char c : variants[i].name) safe += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
-    rec.file(fmt::format("variant-{}-{}.metrics.json", i, safe), results[i].dump(2) + "\n");
-  }
+  for (size_t i = 0; i < variants.size(); ++i)  // a file name of the variant's name made safe (and at most 64 characters)
+    rec.file(fmt::format("variant-{}-{}.metrics.json", i, sanitized_name(variants[i].name)), results[i].dump(2) + "\n");
 }
 
 }  // namespace sluice

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "config/paths.h"
+#include "recorder/csv_format.h"
 #include "recorder/output_dir.h"
 #include "run/runner.h"
 #include "run/scenario.h"
@@ -66,12 +68,6 @@ std::string slurp(const fs::path& p) {
 }
 
 // A CSV field: quoted when it holds a separator, a quote or a newline.
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
 
 std::string fmt_num(double v) { return std::isfinite(v) ? fmt::format("{}", v) : std::string(); }
 
@@ -264,7 +260,13 @@ void claim_sweep_dir(const std::string& out) {
           refuse(fmt::format("holds a {} that is not a regular file", f));
       return;  // an earlier sweep's: resumed
     }
-    if (!fs::is_empty(dir, ec) || ec) refuse(fmt::format("is not empty and is not a sluice sweep (no {} in it)", kMarker));
+    if (!fs::is_empty(dir, ec) || ec) {
+      // Another rank of the same sweep (mpirun) may have made the directory and its marker
+      // between the two looks above: look at the marker once more before refusing.
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (path_is_regular_file(dir / kMarker)) return;
+      refuse(fmt::format("is not empty and is not a sluice sweep (no {} in it)", kMarker));
+    }
   } else {
     fs::create_directories(dir, ec);
     if (ec) refuse(fmt::format("cannot be created: {}", ec.message()));
@@ -502,8 +504,8 @@ SweepTable combine_sweep(const std::string& scenario_name, const SweepSpec& spec
   t.csv = "point,replication,seed";
   // A swept seed is the point's base seed (replications derive theirs from it): its column is
   // named for that, not a second `seed`.
-  for (const auto& k : t.keys) t.csv += "," + csv_field(k == "seed" ? "base_seed" : k);
-  for (const auto& m : t.metrics) t.csv += "," + csv_field(m);
+  for (const auto& k : t.keys) t.csv += "," + csv::field(k == "seed" ? "base_seed" : k);
+  for (const auto& m : t.metrics) t.csv += "," + csv::field(m);
   t.csv += "\n";
   Json rows = Json::array();
   for (size_t i = 0; i < results.size(); ++i) {
@@ -518,7 +520,7 @@ SweepTable combine_sweep(const std::string& scenario_name, const SweepSpec& spec
       auto it = std::find_if(p.values.begin(), p.values.end(), [&](const auto& kv) { return kv.first == k; });
       const std::string v = it == p.values.end() ? "" : it->second;
       t.csv += ',';  // by append: GCC 12's -Wrestrict misfires on "," + std::string&&
-      t.csv += csv_field(v);
+      t.csv += csv::field(v);
       keys[k] = v;
     }
     row["keys"] = keys;

@@ -1,5 +1,7 @@
 #include "world/world.h"
 
+#include "world/stall.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -191,7 +193,7 @@ void World::run(SimTime until) {
   if (engine_.pending() == 0)
     for (const auto& w : workloads_)
       if (w->holds_world())
-        throw std::runtime_error(fmt::format("workload '{}' stalled at {}: it is not done and nothing is left to happen", w->name(),
+        throw WorkloadStalled(fmt::format("workload '{}' stalled at {}: it is not done and nothing is left to happen", w->name(),
                                              engine_.now().str()));
 }
 
@@ -221,17 +223,24 @@ void World::report(Recorder& rec) const {
     const auto& topo = topology();
     Json r{{"routing", cluster_.adaptive_routing ? "adaptive" : "ecmp"}, {"hash_seed", cluster_.hash_seed},
            {"flows_split", fs.sprayed},
-           {"shared_bottleneck_fraction", fs.completed > 0 ? static_cast<double>(fs.shared_bottleneck) / static_cast<double>(fs.completed) : 0.0}};
+           {"shared_bottleneck_fraction",
+            fs.unsplit_completed > 0 ? static_cast<double>(fs.shared_bottleneck) / static_cast<double>(fs.unsplit_completed) : 0.0}};
+    // The most loaded link is the busiest for its bandwidth (bytes carried over capacity x
+    // run time), so a 50 GB/s uplink outranks an NVLink port that moved more bytes.
     const auto lb = flows_.carried_link_bytes();
+    const double T = ran_until_.to_seconds();
+    auto util = [&](size_t l) {
+      const double bw = topo.link(static_cast<int>(l)).bandwidth_Bps;
+      return T > 0 && bw > 0 ? lb[l] / (bw * T) : 0.0;
+    };
     int top = -1;
     for (size_t l = 0; l < lb.size(); ++l)
-      if (lb[l] > 0 && (top < 0 || lb[l] > lb[static_cast<size_t>(top)])) top = static_cast<int>(l);
+      if (lb[l] > 0 && (top < 0 || util(l) > util(static_cast<size_t>(top)))) top = static_cast<int>(l);
     if (top >= 0) {
       const auto& link = topo.link(top);
-      const double T = ran_until_.to_seconds();
       r["most_loaded_link"] = Json{{"link", fmt::format("{} -> {}", topo.node(link.src).name, topo.node(link.dst).name)},
                                    {"bytes", lb[static_cast<size_t>(top)]},
-                                   {"mean_utilization", T > 0 && link.bandwidth_Bps > 0 ? lb[static_cast<size_t>(top)] / (link.bandwidth_Bps * T) : 0.0}};
+                                   {"mean_utilization", util(static_cast<size_t>(top))}};
     }
     m["fabric"] = r;
   }

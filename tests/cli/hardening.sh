@@ -71,6 +71,10 @@ case "$CASE" in
     [ -f s/.sluice-sweep ] && [ -f s/sweep.csv ] || fail "no marked sweep: $(ls -A s)"
     expect 0 "$S" sweep "$Q" "${SMALL[@]}" --grid seed=1,2 --out s --no-progress
     grep -q "0 points run, 2 resumed" out || { cat out; fail "not resumed"; }
+    # A sweep stopped by SIGTERM exits 128+15, as the README says, and resumes later.
+    timeout --preserve-status -s TERM 1 "$S" sweep "$R/scenarios/ecmp-hash-luck.yaml" --out k -j 1 --no-progress > out 2> err
+    rc=$?
+    [ "$rc" -eq 143 ] || { cat out err; fail "a sweep stopped by SIGTERM exited $rc, not 143"; }
     # A point's directory that is a regular file is found before any point runs.
     mkdir -p p/points && touch p/.sluice-sweep && echo x > p/points/p0001
     expect 2 "$S" sweep "$Q" "${SMALL[@]}" --grid seed=1,2 --out p --no-progress
@@ -89,6 +93,18 @@ case "$CASE" in
     [ -s r/report/index.html ] && [ -f r/report/.sluice-result ] || fail "no report: $(ls -A r/report)"
     expect 0 "$S" report r
     [ -z "$(ls -A r | grep partial)" ] || fail "staging left behind"
+    [ -f r/report/.sluice-report ] || fail "the report is not marked as one"
+    # A run's results are never replaced by a report, nor the input itself (both carry
+    # .sluice-result), even with the run's own directory as --out.
+    expect 0 "$S" run "$Q" "${SMALL[@]}" --out r2
+    expect 2 "$S" report r --out r2
+    said "not an earlier report"
+    [ -f r2/metrics.json ] && [ -f r2/requests.csv ] || fail "another run's results were replaced: $(ls -A r2)"
+    expect 2 "$S" report r --out r
+    said "the results directory it reads"
+    [ -f r/metrics.json ] && [ -f r/requests.csv ] || fail "the input's results were replaced: $(ls -A r)"
+    expect 2 "$S" report r/report/.. --out r/report/..
+    [ -f r/metrics.json ] || fail "the input was replaced through a .. path"
     ;;
 
   report_input)
@@ -136,6 +152,12 @@ EOF
     done
     cp good.json b/q.json
     expect 0 "$S" check suite.yaml --baselines b
+    # A baseline that lacks a metric the tolerances check (trimmed, or stale) fails: it would
+    # check less than it seems to.
+    sed 's/^  - {metric: "\*.latency_ms.ttft.p99".*/&\n  - {metric: "*.latency_ms.tpot.p99", relative: 5%, worse: higher}/' suite.yaml > suite2.yaml
+    grep -q tpot suite2.yaml || fail "suite2.yaml was not made"
+    expect 1 "$S" check suite2.yaml --baselines b
+    grep -q "not in the baseline" out || { cat out; fail "a metric missing from the baseline passed"; }
     # --update never replaces a file that is not this entry's baseline.
     mkdir mine && echo '{"my": "notes"}' > mine/q.json
     expect 2 "$S" check suite.yaml --baselines mine --update
@@ -193,6 +215,9 @@ EOF
     said "no component"
     expect 2 "$S" monkey "$R/scenarios/spine-failure.yaml" --classes nonsense
     said "not a component class"
+    # A failure the scenario never repairs stalls the training job: a stall, not a crash.
+    expect 0 "$S" monkey "$R/tests/cli/training-stall.yaml" --set 'faults=[]' --classes node --per-class 1 --instants 1
+    grep -q "0 crashes.*1 stalls" out || { cat out err; fail "a stall was not reported as one"; }
     ;;
 
   *)

@@ -427,6 +427,22 @@ TEST_CASE("ring channels: every device sends and receives one channel across ser
   CHECK(receives.size() == 32);
   for (const auto& [d, n] : sends) CHECK(n == 1);  // ...one channel's share
   for (const auto& [d, n] : receives) CHECK(n == 1);
+  // An odd number of servers: the same shares, and only the hop closing each ring changes rail.
+  const std::vector<int> three(devs.begin(), devs.begin() + 24);
+  std::map<int, int> sends3;
+  for (const auto& ring : ring_channels(t, three)) {
+    int cross_rail = 0;
+    for (size_t i = 0; i < ring.size(); ++i) {
+      const int a = ring[i], b = ring[(i + 1) % ring.size()];
+      if (t.node(a).group == t.node(b).group) continue;
+      ++sends3[a];
+      const auto rank = [&](int d) { return static_cast<int>(std::find(devs.begin(), devs.end(), d) - devs.begin()) % 8; };
+      cross_rail += rank(a) != rank(b);
+    }
+    CHECK(cross_rail == 1);
+  }
+  CHECK(sends3.size() == 24);
+  for (const auto& [d, n] : sends3) CHECK(n == 1);
   // One device per server, or a group inside one server: a single ring in the given order.
   CHECK(ring_channels(t, {devs[0], devs[8], devs[16]}).size() == 1);
   CHECK(ring_channels(t, std::vector<int>(devs.begin(), devs.begin() + 8)).size() == 1);
@@ -483,11 +499,19 @@ TEST_CASE("adaptive routing: a flow is split evenly over the equal-cost paths an
   CHECK(s.done[0].first == 42);
   CHECK(sim.stats().sprayed == 1);
   CHECK(sim.stats().completed == static_cast<uint64_t>(width));
-  // Every part crossed a link of its own past the leaf: together they carried the bytes once.
-  double leaf_up = 0;
+  // Between switches each part crosses a leaf-spine and a spine-leaf link of its own: 2 x width
+  // distinct links, which together carried the bytes twice (up and down), each part 1/width.
+  double between = 0;
+  int used = 0;
+  const auto carried = sim.carried_link_bytes();
   for (int l = 0; l < t.link_count(); ++l)
-    if (t.node(t.link(l).src).kind == NodeKind::Switch && t.node(t.link(l).dst).kind == NodeKind::Switch) leaf_up += sim.carried_link_bytes()[static_cast<size_t>(l)];
-  CHECK(leaf_up > 0);
+    if (t.node(t.link(l).src).kind == NodeKind::Switch && t.node(t.link(l).dst).kind == NodeKind::Switch && carried[static_cast<size_t>(l)] > 0) {
+      between += carried[static_cast<size_t>(l)];
+      ++used;
+      CHECK(carried[static_cast<size_t>(l)] == doctest::Approx(1e9 / width));
+    }
+  CHECK(used == 2 * width);
+  CHECK(between == doctest::Approx(2e9));
   CHECK(sim.stats().bytes_started == doctest::Approx(1e9));
   // A dimension-order torus has one path: nothing is split.
   TorusSpec ts;

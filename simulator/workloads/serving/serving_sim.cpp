@@ -11,6 +11,7 @@
 #include "engine/round.h"
 #include "engine/run_control.h"
 #include "workloads/training/terapipe.h"
+#include "world/stall.h"
 
 namespace sluice::serving {
 
@@ -96,6 +97,7 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
   decide_pending_ns_.assign(engines, -1);
   kv_last_occ_.assign(engines, 0.0);
   busy_.assign(engines, false);
+  busy_until_.assign(engines, 0);
   rstats_.resize(engines);
   stage_free_ns_.assign(static_cast<size_t>(engines), 0);  // replicas × stages
   if (engines > std::numeric_limits<int>::max() / kMaxSlices)
@@ -147,16 +149,27 @@ void ServingSim::finish() {
   check_conservation();
   truncated_ = completed_ < total_ && engine_.pending() > 0;
   if (completed_ < total_ && !truncated_ && !parked_.empty())
-    throw std::runtime_error(fmt::format("{} requests wait at {} for a healthy replica that never returns (no repair, and no "
+    throw WorkloadStalled(fmt::format("{} requests wait at {} for a healthy replica that never returns (no repair, and no "
                                          "failover timeout to fail them)", parked_.size(), engine_.now().str()));
   if (completed_ < total_ && !truncated_) {
     int64_t waiting = 0, running = 0;
     for (const auto& r : replicas_) { waiting += static_cast<int64_t>(r->waiting.size() + r->swapped.size()); running += static_cast<int64_t>(r->running.size()); }
-    throw std::runtime_error(fmt::format("the simulation stalled at {}: {} of {} requests completed, {} waiting and {} running "
+    throw WorkloadStalled(fmt::format("the simulation stalled at {}: {} of {} requests completed, {} waiting and {} running "
                                          "can make no progress (please report this scenario)",
                                          engine_.now().str(), completed_, total_, waiting, running));
   }
-  if (truncated_) last_activity_ns_ = std::max(last_activity_ns_, engine_.now().count_ns());
+  if (truncated_) {
+    // Cut at the horizon: the run simulated up to it, and an iteration still running there
+    // counts busy (and its batch) only up to it, not to the end it was launched with.
+    const int64_t cut = engine_.now().count_ns();
+    for (size_t i = 0; i < rstats_.size(); ++i)
+      if (busy_[i] && busy_until_[i] > cut) {
+        const int64_t over = busy_until_[i] - cut;
+        rstats_[i].busy_ns -= over;
+        rstats_[i].batch_time_integral -= static_cast<double>(batches_[i].entries.size()) * static_cast<double>(over);
+      }
+    last_activity_ns_ = cut;
+  }
   for (int i = 0; i < static_cast<int>(replicas_.size()); ++i) account_kv(i, last_activity_ns_);
 }
 
@@ -625,6 +638,7 @@ void ServingSim::launch_iteration(int ri, int64_t dur_ns, int64_t occupied_ns, d
   const int64_t now = engine_.now().count_ns();
   const Batch& b = batches_[static_cast<size_t>(ri)];
   busy_[ri] = true;
+  busy_until_[static_cast<size_t>(ri)] = now + occupied_ns;
   count_iteration(ri, b);
   auto& st = rstats_[ri];
   st.busy_ns += occupied_ns;

@@ -305,6 +305,7 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   int pp_ = 1;                          // virtual engines (batches in flight) per replica
   std::vector<double> kv_last_occ_;
   std::vector<uint8_t> busy_;  // bytes, not bits: read and written every iteration
+  std::vector<int64_t> busy_until_;  // the end of each replica's iteration started by launch_iteration (counted busy ahead)
   std::vector<ReplicaStats> rstats_;
   std::vector<TimeSample> samples_;
   std::vector<SeqWork> work_;

@@ -15,6 +15,7 @@
 #include "registry/registry.h"
 #include "network/pod.h"
 #include "world/placement.h"
+#include "world/stall.h"
 
 namespace sluice::training {
 
@@ -115,7 +116,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     // cut off, with no watchdog to fail it). That is an error, as it is for serving, not a run
     // that reports success with fewer iterations than asked.
     if (holds_world() && w.engine().pending() == 0)
-      throw std::runtime_error(fmt::format(
+      throw WorkloadStalled(fmt::format(
           "training job '{}' stalled at {}: {} of {} iterations done and nothing left that could finish it ({})", name(),
           w.engine().now().str(), res_.iteration_s.size(), c_.iterations,
           state_ == State::Recovering ? "it waits for failed devices that are never repaired: give the fault a repair"
