@@ -11,4 +11,7 @@ fi
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S . -B build "${gen[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
-cmake --build build -j "$(nproc)"
+# SLUICE_TARGETS (e.g. "sluice") builds only those targets: the quickstart needs the binary alone.
+targets=()
+for t in ${SLUICE_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build build -j "$(nproc)" "${targets[@]}"

@@ -39,7 +39,7 @@ static void run_scenario(const std::string& file, const std::vector<std::string>
   print_warnings(rec);
   std::cout << fmt::format("sluice {} · {} ({} study, seed {})\n", SLUICE_VERSION, sc.name, sc.study->name, sc.seed);
   for (const auto& l : rec.summary_lines()) std::cout << "  " << l << "\n";
-  std::cout << fmt::format("  simulated in {:.2f} s wall; results in {}/\n", wall, dir);
+  std::cout << fmt::format("  the simulation took {:.2f} s of real time; results in {}/\n", wall, dir);
 }
 
 void add_run(CLI::App& app, CliContext& ctx) {

@@ -74,7 +74,10 @@ std::string Node::brief() const {
   std::string s = to_yaml(*this);
   for (auto& c : s)
     if (c == '\n') c = ' ';
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  if (s.size() > 60) {  // by resize and append: GCC 12's -Warray-bounds misfires on substr() + "..."
+    s.resize(57);
+    s += "...";
+  }
   return s;
 }
 

@@ -66,6 +66,8 @@ class Engine {
       }
     }
     control.check(processed_ - checked);
+    // Cut at the horizon with work still due after it: the run simulated up to the horizon.
+    if (!stopped_ && !queue_.empty() && until_ > now_.count_ns()) now_ = SimTime::ns(until_);
   }
   // True when the run goes on and no event is due at or before `t_ns`: what a handler does
   // at now() with nothing else due at this instant is what a zero-delay event would have

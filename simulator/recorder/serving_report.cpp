@@ -312,8 +312,9 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                           res.truncated ? " (stopped at max_sim_time)" : "", res.end_ns / 1e9));
   int64_t iterations = 0;
   for (const auto& e : res.engines) iterations += e.iterations;
-  summary(fmt::format("{} events; {} of {} iterations in steady decode run inline (--no-fast-forward: none, the same results)",
-                      res.events, res.fast_forwarded, iterations));
+  summary(fmt::format("{} events, {} iterations; {} of them took the steady-decode shortcut (computed without an event "
+                      "each; --no-fast-forward turns it off and gives the same results)",
+                      res.events, iterations, res.fast_forwarded));
   if (res.faults)
     summary(fmt::format("faults: {} replica failures; {} requests failed, {} retried ({} prefilled again); replicas available {:.2f}%",
                         res.replica_failures, res.failed, res.retried, res.reprefilled,
@@ -333,8 +334,8 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                           "replicas run an iteration)",
                           out_tokens / span_s, (served) / span_s, busy > 0 ? batch_int / busy : 0.0,
                           100 * busy / end / nrep));
-  summary(fmt::format("  as llmperf counts (Llama tokenizer): {:.1f} output tok/s, ITL mean {:.2f} ms; busy {:.0f}% "
-                          "is not MFU: the iterations ran at MFU {:.1f}%, weight reads {} per GPU",
+  summary(fmt::format("  as llmperf counts (Llama tokenizer): {:.1f} output tok/s, ITL mean {:.2f} ms; the GPUs were busy "
+                          "{:.0f}% of the time but used {:.1f}% of their peak FLOP/s (MFU) while busy, and read weights at {} per GPU",
                           out_tokens_lc / span_s, R.itl_lc.count() == 0 ? 0.0 : pct(lat["itl_llmperf_counted_tokens"], "mean"),
                           100 * busy / end / nrep, 100 * mfu, format_bandwidth(weight_Bps)));
   summary(fmt::format("costs: {}; ceilings {:.0f} TFLOP/s, {}; d2h {}", res.cost_source, res.effective_flops / 1e12,
