@@ -38,6 +38,8 @@ CsvTable parse_csv(const std::string& text, const std::string& origin) {
   int line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
+    // A UTF-8 byte-order mark (spreadsheets write one) is not part of the first column's name.
+    if (line_no == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
     if (trim(line).empty()) continue;
     auto cells = split_line(line);
     if (t.columns.empty()) {

@@ -320,7 +320,8 @@ void add_cost(CLI::App& app, CliContext& ctx) {
       ->check(CLI::Range(0L, 1'000'000'000L));
   cmd->add_option("--prefill", a->prefill, "prefill this many new tokens per sequence instead of decoding")
       ->check(CLI::Range(1L, 1'000'000'000L));
-  cmd->add_option("--lengths", a->lengths, "a decode batch of mixed KV lengths, e.g. 100,2000,8000 (overrides --batch)");
+  cmd->add_option("--lengths", a->lengths, "a decode batch of mixed KV lengths, e.g. 100,2000,8000 (overrides --batch)")
+      ->check([](const std::string& s) { return s.empty() ? std::string("an empty list of lengths: give them, e.g. 100,2000,8000") : std::string(); });
   cmd->add_option("--tp", a->tp, "tensor-parallel degree (default 1)")->check(CLI::Range(1, 1024));
   cmd->add_option("--pp", a->pp, "pipeline-parallel degree; the last stage is costed (default 1)")
       ->check(CLI::Range(1, 1024));

@@ -118,6 +118,12 @@ OutputDir::OutputDir(const std::string& dir, bool replace_result) : replace_resu
     throw OutputError(fmt::format("the output path {} does not name a directory to create", q(dir)));
   check_target();
   const fs::path parent = target_.parent_path();
+  // The folders about to be made, so an abandoned run removes them again (results/compare/
+  // was left empty by a compare that failed after claiming its directory).
+  for (fs::path p = parent; !p.empty() && !fs::exists(fs::symlink_status(p, ec)); p = p.parent_path()) {
+    made_.push_back(p);
+    if (p == p.parent_path()) break;
+  }
   fs::create_directories(parent, ec);
   if (ec || !fs::is_directory(parent))
     throw OutputError(fmt::format("cannot create the folder {} for the results: {}", q(parent),
@@ -141,9 +147,10 @@ OutputDir::OutputDir(const std::string& dir, bool replace_result) : replace_resu
 }
 
 OutputDir::~OutputDir() {
-  if (committed_ || staging_.empty()) return;
+  if (committed_) return;
   std::error_code ec;
-  fs::remove_all(staging_, ec);
+  if (!staging_.empty()) fs::remove_all(staging_, ec);
+  for (const auto& p : made_) fs::remove(p, ec);  // only while empty: remove() never deletes a folder with anything in it
 }
 
 void OutputDir::commit() {

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace sluice {
 
@@ -52,6 +53,7 @@ class OutputDir {
  private:
   void check_target() const;
   std::filesystem::path target_, staging_;
+  std::vector<std::filesystem::path> made_;  // folders above the target this OutputDir created, innermost first
   bool replace_result_;
   bool committed_ = false;
 };

@@ -209,6 +209,15 @@ EOF
     grep -q '"failed": true' w/metrics.json || { grep -n fail w/metrics.json; fail "the job did not fail"; }
     ;;
 
+  leftovers)
+    # A command that fails after claiming its output leaves no folder it made behind.
+    expect 2 "$S" compare "$Q" --vary seed=1,2 --metric nonexistent "${SMALL[@]}"
+    [ ! -e results ] || fail "a failed compare left $(find results)"
+    # An empty list of lengths is no batch.
+    expect 2 "$S" cost --hardware h200 --model llama2-7b --lengths ""
+    said "--lengths"
+    ;;
+
   monkey_nothing)
     # A monkey with nothing to fail exits 2 before running anything, not 0 after 0 runs.
     expect 2 "$S" monkey "$R/scenarios/spine-failure.yaml" --classes ocs

@@ -40,6 +40,9 @@ TEST_CASE("calibration: csv tables parse, reject ragged rows, and round-trip") {
   CHECK(to_csv(t) == "a,b,ms\n1,x,0.5\n2,y,1.5\n");
   CHECK_THROWS_WITH_AS(parse_csv("a,b\n1,2,3\n", "bad.csv"), doctest::Contains("bad.csv:2"), TableError);
   CHECK_THROWS_AS(parse_csv("", "empty.csv"), TableError);
+  // A UTF-8 byte-order mark before the header (spreadsheets write one) is not part of a name.
+  const auto bom = parse_csv("\xEF\xBB\xBF" "a,b,ms\n1,x,0.5\n", "bom.csv");
+  CHECK(bom.columns == std::vector<std::string>{"a", "b", "ms"});
   CHECK_THROWS_AS(read_csv("/nonexistent/dir/x.csv"), TableError);
 }
 
