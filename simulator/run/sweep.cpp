@@ -504,8 +504,14 @@ SweepTable combine_sweep(const std::string& scenario_name, const SweepSpec& spec
   t.csv = "point,replication,seed";
   // A swept seed is the point's base seed (replications derive theirs from it): its column is
   // named for that, not a second `seed`.
-  for (const auto& k : t.keys) t.csv += "," + csv::field(k == "seed" ? "base_seed" : k);
-  for (const auto& m : t.metrics) t.csv += "," + csv::field(m);
+  for (const auto& k : t.keys) {  // by append: GCC 12's -Wstringop-overflow misfires on "," + std::string&&
+    t.csv += ',';
+    t.csv += csv::field(k == "seed" ? "base_seed" : k);
+  }
+  for (const auto& m : t.metrics) {
+    t.csv += ',';
+    t.csv += csv::field(m);
+  }
   t.csv += "\n";
   Json rows = Json::array();
   for (size_t i = 0; i < results.size(); ++i) {

@@ -173,7 +173,7 @@ EOF
     # A suite or an entry whose name would reach outside the baselines' folder is refused.
     sed 's/^suite: mini/suite: ../' suite.yaml > dotdot.yaml
     expect 2 "$S" check dotdot.yaml --update
-    said "suite"
+    said "suite = '..': a name must begin with a letter or a digit"
     sed 's/name: q,/name: ..\/q,/' suite.yaml > entry.yaml
     expect 2 "$S" check entry.yaml --baselines b --update
     said "scenarios.0.name"
