@@ -28,13 +28,21 @@ class Engine {
   // The random stream of one component, derived from (run seed, component id).
   RngStream rng(std::string_view component) const { return RngStream(seed_, component); }
 
-  void schedule_at(SimTime t, Priority p, EventHandler* target, uint32_t kind, uint32_t arg = 0) {
+  // An event is (kind, arg) for its handler, and the generation it was scheduled under.
+  // Kinds are below 256 (kMaxKind). A handler whose work in flight can be voided (a failure, a
+  // rate change, a cancelled timer) keeps a counter, schedules with Generation{counter}, bumps
+  // the counter to void what is pending, and on delivery compares event_generation() with it:
+  // the engine keeps the identity, no workload packs bits of its own into a kind.
+  void schedule_at(SimTime t, Priority p, EventHandler* target, uint32_t kind, uint32_t arg = 0, Generation gen = {}) {
     if (t < now_) time_fault(t);
-    queue_.push(t, p, target, kind, arg);
+    if (kind > kMaxKind) kind_fault(kind);
+    queue_.push(t, p, target, kind | (gen.value << kKindBits), arg);
   }
-  void schedule_in(SimTime delay, Priority p, EventHandler* target, uint32_t kind, uint32_t arg = 0) {
-    schedule_at(now_ + delay, p, target, kind, arg);
+  void schedule_in(SimTime delay, Priority p, EventHandler* target, uint32_t kind, uint32_t arg = 0, Generation gen = {}) {
+    schedule_at(now_ + delay, p, target, kind, arg, gen);
   }
+  // The generation the event being delivered was scheduled under (24 bits of it).
+  Generation event_generation() const { return Generation{event_generation_}; }
 
   // Runs one event; false when none is left.
   bool step() {
@@ -43,7 +51,8 @@ class Engine {
     if (e.time_ns() < now_.count_ns()) time_fault(SimTime::ns(e.time_ns()));
     now_ = SimTime::ns(e.time_ns());
     ++processed_;
-    e.target->on_event(*this, e.kind, e.arg);
+    event_generation_ = e.kind >> kKindBits;
+    e.target->on_event(*this, e.kind & kMaxKind, e.arg);
     return true;
   }
   // Runs until the queue drains, stop() is called, or the next event is after `until`.
@@ -91,7 +100,9 @@ class Engine {
 
  private:
   [[noreturn]] void time_fault(SimTime t) const;
+  [[noreturn]] static void kind_fault(uint32_t kind);
   EventQueue queue_;
+  uint32_t event_generation_ = 0;
   SimTime now_ = SimTime::zero();
   uint64_t seed_;
   uint64_t processed_ = 0;

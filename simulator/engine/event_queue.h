@@ -28,7 +28,19 @@ class EventHandler {
   virtual void on_event(Engine& engine, uint32_t kind, uint32_t arg) = 0;
 };
 
-// One pending event: 32 bytes. Its key packs (time, priority, sequence) into one 128-bit
+// The generation an event was scheduled under (Engine::schedule_at): 24 bits are kept, so two
+// generations are told apart when they differ modulo 2^24 (Generation::same compares so).
+struct Generation {
+  uint32_t value = 0;
+  static constexpr uint32_t kMask = 0xFFFFFFu;
+  constexpr Generation(uint32_t v = 0) : value(v & kMask) {}
+  friend constexpr bool operator==(Generation a, Generation b) { return a.value == b.value; }
+};
+inline constexpr uint32_t kKindBits = 8;
+inline constexpr uint32_t kMaxKind = (1u << kKindBits) - 1;
+
+// One pending event: 32 bytes. Its kind field holds the handler's kind in the low kKindBits
+// and the event's generation above them (the engine's layout, unpacked on delivery). Its key packs (time, priority, sequence) into one 128-bit
 // integer, so the total order is a single unsigned comparison. Time is never negative.
 struct Event {
   __uint128_t key;  // time_ns << 64 | priority << 56 | sequence

@@ -11,7 +11,7 @@
 namespace sluice::net {
 
 namespace {
-constexpr uint32_t kGenMask = (1u << 30) - 1;
+constexpr uint32_t kGenMask = Generation::kMask;  // the engine keeps 24 bits of an event's generation
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // Rates below a change's level by less than this fraction are re-filled too, so flows that
 // share a level up to rounding are never split between frozen and re-filled.
@@ -259,7 +259,7 @@ void FlowSim::schedule_finish(uint32_t f, int64_t now_ns) {
   int64_t end = (SimTime::ns(now_ns) + SimTime::ns(d < 0 ? 0 : d)).count_ns();
   if (quantum_ns_ > 1) end = (end + quantum_ns_ - 1) / quantum_ns_ * quantum_ns_;
   ++stats_.reschedules;
-  engine_.schedule_at(SimTime::ns(end), Priority::Network, this, kTxDone | (fl.gen << 2), f);
+  engine_.schedule_at(SimTime::ns(end), Priority::Network, this, kTxDone, f, Generation(fl.gen));
 }
 
 void FlowSim::heap_place(std::vector<LinkFlow>& h, size_t i, const LinkFlow& e) {
@@ -460,14 +460,14 @@ void FlowSim::recompute() {
 }
 
 void FlowSim::on_event(Engine& engine, uint32_t kind, uint32_t arg) {
-  switch (kind & 3u) {
+  switch (kind) {
     case kRecompute:
       recompute_pending_ = false;
       recompute();
       return;
     case kTxDone: {
       Flow& fl = flows_[arg];
-      if (fl.state != State::Sending || (kind >> 2) != fl.gen) return;  // superseded by a rate change
+      if (fl.state != State::Sending || !(engine.event_generation() == Generation(fl.gen))) return;  // superseded by a rate change
       settle(fl, engine.now().count_ns());
       fl.left_bytes = 0;
       level_bound_ = std::min(level_bound_, fl.rate_Bps);

@@ -31,8 +31,10 @@ namespace {
 struct Log final : EventHandler {
   std::vector<uint32_t> seen;
   std::vector<int64_t> times;
-  void on_event(Engine& e, uint32_t kind, uint32_t) override {
+  std::vector<uint32_t> args;
+  void on_event(Engine& e, uint32_t kind, uint32_t arg) override {
     seen.push_back(kind);
+    args.push_back(arg);
     times.push_back(e.now().count_ns());
   }
 };
@@ -65,10 +67,10 @@ TEST_CASE("events run in (time, priority class, insertion order)") {
 TEST_CASE("many simultaneous events keep insertion order (heap is stable under the total order)") {
   Engine e(1);
   Log log;
-  for (uint32_t i = 0; i < 1000; ++i) e.schedule_at(SimTime::ns(7), Priority::Default, &log, i);
+  for (uint32_t i = 0; i < 1000; ++i) e.schedule_at(SimTime::ns(7), Priority::Default, &log, 0, i);
   e.run();
-  REQUIRE(log.seen.size() == 1000);
-  for (uint32_t i = 0; i < 1000; ++i) CHECK(log.seen[i] == i);
+  REQUIRE(log.args.size() == 1000);
+  for (uint32_t i = 0; i < 1000; ++i) CHECK(log.args[i] == i);
 }
 
 TEST_CASE("the queue pops in non-decreasing order under random load") {
@@ -256,4 +258,44 @@ TEST_CASE("a handler may advance the clock only up to the next due event and the
   CHECK(r.asked == std::vector<std::pair<int64_t, bool>>{{1'000'000, true}});
   s.stop();
   CHECK(!s.can_advance_to(20));
+}
+
+namespace {
+// Schedules under its own generation; bumping it voids what is pending (as a failure does).
+struct Voidable final : EventHandler {
+  uint32_t gen = 0;
+  std::vector<uint32_t> ran;
+  std::vector<uint32_t> dropped;
+  void on_event(Engine& e, uint32_t kind, uint32_t arg) override {
+    if (!(e.event_generation() == Generation(gen))) {
+      dropped.push_back(arg);
+      return;
+    }
+    CHECK(kind == 7);  // the handler gets its kind back unpacked
+    ran.push_back(arg);
+  }
+};
+}  // namespace
+
+TEST_CASE("an event carries the generation it was scheduled under, and a bumped generation voids it") {
+  Engine e(1);
+  Voidable v;
+  e.schedule_at(SimTime::ns(10), Priority::Default, &v, 7, 1, Generation(v.gen));
+  e.schedule_at(SimTime::ns(20), Priority::Default, &v, 7, 2, Generation(v.gen));
+  e.run(SimTime::ns(15));
+  ++v.gen;  // a failure at 15 ns: the event at 20 ns belongs to the old generation
+  e.schedule_at(SimTime::ns(30), Priority::Default, &v, 7, 3, Generation(v.gen));
+  e.run();
+  CHECK(v.ran == std::vector<uint32_t>{1, 3});
+  CHECK(v.dropped == std::vector<uint32_t>{2});
+  // Generations are kept modulo 2^24: the engine's layout, in one place.
+  CHECK(Generation((1u << 24) + 5) == Generation(5));
+  CHECK_FALSE(Generation(6) == Generation(5));
+}
+
+TEST_CASE("an event kind above 255 is refused: a generation goes in its own argument, not packed into the kind") {
+  Engine e(1);
+  Voidable v;
+  CHECK_THROWS_WITH_AS(e.schedule_at(SimTime::ns(1), Priority::Default, &v, 256), doctest::Contains("Generation"), std::logic_error);
+  CHECK_NOTHROW(e.schedule_at(SimTime::ns(1), Priority::Default, &v, 255));
 }

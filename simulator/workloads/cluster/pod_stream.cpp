@@ -89,7 +89,7 @@ class PodSim final : public EventHandler {
 
   void on_event(Engine& e, uint32_t kind, uint32_t arg) override {
     advance(e.now().count_ns());
-    switch (kind & 7u) {
+    switch (kind) {
       case kArrive:
         if (!alloc_.feasible(jobs_[arg].shape)) {
           state_[arg].rejected = true;
@@ -100,7 +100,7 @@ class PodSim final : public EventHandler {
         break;
       case kFinish: {
         auto& st = state_[arg];
-        if (!st.running || (kind >> 3) != st.gen) return;
+        if (!st.running || !(e.event_generation() == Generation(st.gen))) return;
         st.running = false;
         st.finished = true;
         free_ |= st.mask;
@@ -196,13 +196,13 @@ class PodSim final : public EventHandler {
       st.work_ns = job.duration_ns;
     }
     st.work_start_ns = now + (cfg_.ocs ? cfg_.reconfig_ns : 0);
-    st.gen = (st.gen + 1) & 0x0FFFFFFF;
+    st.gen = (st.gen + 1) & Generation::kMask;
     // The rest of the work: what is left after the progress so far, plus the redo. A finish
     // beyond the horizon is not scheduled (the run ends first).
     const double left = std::ceil((1.0 - st.progress) * static_cast<double>(st.work_ns)) + static_cast<double>(st.redo_ns);
     const double end = static_cast<double>(st.work_start_ns) + left;
     if (end <= static_cast<double>(cfg_.horizon_ns))
-      engine_.schedule_at(SimTime::ns(static_cast<int64_t>(end)), Priority::Compute, this, kFinish | (st.gen << 3), j);
+      engine_.schedule_at(SimTime::ns(static_cast<int64_t>(end)), Priority::Compute, this, kFinish, j, Generation(st.gen));
   }
 
   void schedule() {

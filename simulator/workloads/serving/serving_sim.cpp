@@ -64,16 +64,30 @@ MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_
   return m;
 }
 
+namespace {
+FrontEndOptions front_end_options(const ServingConfig& c) {
+  FrontEndOptions o;
+  o.max_context = c.model.max_context;
+  o.max_in_flight = c.max_in_flight;
+  o.trace_pid = c.trace_pid + 1;
+  o.trace_max_requests = c.trace_max_requests;
+  return o;
+}
+}  // namespace
+
 ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, ServingFabric fabric)
     : fabric_(std::move(fabric)),
       cfg_(std::move(cfg)),
       engine_(engine),
+      trace_(trace),
       cost_(cfg_.hardware, cfg_.model, [&] {
         CostOptions o = cost_options(cfg_);
         o.comm_on_fabric = fabric_.active();  // the fabric times every transfer; the cost model only computes
         return o;
       }()),
-      trace_(trace) {
+      front_(engine, *cfg_.workload, front_end_options(cfg_), trace),
+      global_(engine, front_, *cfg_.router, replicas_, *this, cfg_.failover_timeout_ns) {
+  front_.connect(&global_);
   auto probe = cfg_.make_scheduler();
   mem_ = plan_memory(cfg_, probe->max_tokens_per_iteration());
   const int shards = cfg_.tensor_parallel * cfg_.pipeline_parallel;
@@ -81,7 +95,7 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
   const int engines = cfg_.replicas * pp_;
   for (int i = 0; i < engines; ++i) {
     auto r = std::make_unique<Replica>(mem_.blocks_per_engine, cfg_.block_size, cfg_.watermark, cfg_.prefix_reuse);
-    r->reqs = &reqs_;
+    r->reqs = &front_.requests();
     r->preemption = cfg_.preemption;
     // Over all the replica's GPUs.
     r->kv_bytes_per_token = cfg_.model.kv_bytes_per_token_per_gpu(cfg_.tensor_parallel, cfg_.pipeline_parallel) * shards;
@@ -109,12 +123,8 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
     stage_busy_.assign(static_cast<size_t>(engines), 0);
     stage_queue_.resize(static_cast<size_t>(engines));
   }
-  total_ = cfg_.workload->total_requests();
   epoch_.assign(static_cast<size_t>(engines), 0);
   down_since_ns_.assign(static_cast<size_t>(cfg_.replicas), -1);
-  // Requests are addressed by index, never by a pointer kept across a push_back, so the
-  // vector may grow; reserve only a first slab.
-  reqs_.reserve(static_cast<size_t>(std::min<int64_t>(total_, 1 << 20)));
   if (trace_ && trace_->enabled()) {
     trace_->name_process(cfg_.trace_pid, "replicas");
     for (int i = 0; i < engines && i < 64; ++i)
@@ -134,29 +144,23 @@ void ServingSim::start(const std::function<void(double)>& progress, std::functio
   // stages, no transfers of its own on the fabric), and unless the run turned it off (read
   // here, when the run starts: a scenario is built before the CLI applies its options).
   fast_forward_ = RunControl::get().fast_forward() && pp_ == 1 && (!fabric_.active() || cfg_.tensor_parallel == 1);
-  progress_ = progress;
-  on_done_ = std::move(on_done);
-  const auto& arr = cfg_.workload->arrival();
-  if (arr.kind == ArrivalSpec::Kind::ClosedLoop) {
-    for (int c = 0; c < arr.clients; ++c) start_conversation(0);
-  } else {
-    start_conversation(0);
-  }
+  front_.start(progress, std::move(on_done));
   if (cfg_.sample_interval_ns > 0) engine_.schedule_at(engine_.now(), Priority::Stats, this, kSample);
 }
 
 void ServingSim::finish() {
   check_conservation();
-  truncated_ = completed_ < total_ && engine_.pending() > 0;
-  if (completed_ < total_ && !truncated_ && !parked_.empty())
+  const RequestCounts& n = front_.counts();
+  truncated_ = n.completed < n.announced && engine_.pending() > 0;
+  if (n.completed < n.announced && !truncated_ && global_.parked() > 0)
     throw WorkloadStalled(fmt::format("{} requests wait at {} for a healthy replica that never returns (no repair, and no "
-                                         "failover timeout to fail them)", parked_.size(), engine_.now().str()));
-  if (completed_ < total_ && !truncated_) {
+                                         "failover timeout to fail them)", global_.parked(), engine_.now().str()));
+  if (n.completed < n.announced && !truncated_) {
     int64_t waiting = 0, running = 0;
     for (const auto& r : replicas_) { waiting += static_cast<int64_t>(r->waiting.size() + r->swapped.size()); running += static_cast<int64_t>(r->running.size()); }
     throw WorkloadStalled(fmt::format("the simulation stalled at {}: {} of {} requests completed, {} waiting and {} running "
                                          "can make no progress (please report this scenario)",
-                                         engine_.now().str(), completed_, total_, waiting, running));
+                                         engine_.now().str(), n.completed, n.announced, waiting, running));
   }
   if (truncated_) {
     // Cut at the horizon: the run simulated up to it, and an iteration still running there
@@ -170,82 +174,15 @@ void ServingSim::finish() {
       }
     last_activity_ns_ = cut;
   }
-  for (int i = 0; i < static_cast<int>(replicas_.size()); ++i) account_kv(i, last_activity_ns_);
-}
-
-// Fetches the next conversation from the source; open-loop sources chain their arrivals.
-void ServingSim::start_conversation(int64_t now_ns) {
-  if (source_done_) return;
-  auto c = cfg_.workload->next(now_ns);
-  if (!c) {
-    source_done_ = true;
-    return;
-  }
-  // Conversation slots are reused once a conversation's last turn has ended.
-  uint32_t idx;
-  if (!free_convs_.empty()) {
-    idx = free_convs_.back();
-    free_convs_.pop_back();
-    convs_[idx] = std::move(*c);
-    conv_number_[idx] = conversations_made_++;
-  } else {
-    idx = static_cast<uint32_t>(convs_.size());
-    convs_.push_back(std::move(*c));
-    conv_number_.push_back(conversations_made_++);
-  }
-  const int64_t t = std::max(now_ns, convs_[idx].arrival_ns);
-  engine_.schedule_at(SimTime::ns(t), Priority::Arrival, this, kConversation, idx);
-}
-
-uint32_t ServingSim::make_request(uint32_t conv, int turn, int64_t arrival_ns, int32_t history) {
-  const auto& spec = convs_[conv].turns[static_cast<size_t>(turn)];
-  Request q;
-  q.serial = static_cast<uint32_t>(made_);
-  q.conv_slot = conv;
-  q.conversation = conv_number_[conv];
-  q.turn = static_cast<uint16_t>(turn);
-  q.turns_total = static_cast<uint16_t>(convs_[conv].turns.size());
-  q.arrival_ns = arrival_ns;
-  q.input_tokens = spec.input_tokens;
-  q.output_tokens = spec.output_tokens;
-  // Later turns resend the history; keep it within the model's context (oldest dropped).
-  q.history_tokens = std::max(0, std::min(history, cfg_.model.max_context - spec.input_tokens - spec.output_tokens));
-  q.history_truncated = q.history_tokens < history;
-  if (made_ >= total_) throw std::logic_error("internal: more requests than the workload announced");
-  ++made_;
-  // A free slot (a request that ended) if there is one, else a new one.
-  if (!free_slots_.empty()) {
-    q.id = free_slots_.back();
-    free_slots_.pop_back();
-    reqs_[q.id] = q;
-    slot_used_[q.id] = 1;
-  } else {
-    q.id = static_cast<uint32_t>(reqs_.size());
-    reqs_.push_back(q);
-    slot_used_.push_back(1);
-  }
-  live_high_water_ = std::max(live_high_water_, ++live_);
-  engine_.schedule_at(SimTime::ns(arrival_ns), Priority::Arrival, this, kArrival, q.id);
-  return q.id;
+  for (int i = 0; i < static_cast<int>(replicas_.size()); ++i) account_kv(i, activity_end());
 }
 
 void ServingSim::on_event(Engine& e, uint32_t kind, uint32_t arg) {
-  const int64_t now = e.now().count_ns();
-  const uint32_t ep = kind >> 8;
-  kind &= 0xFF;
-  if ((kind == kIterationEnd && ep != (epoch_[arg] & 0xFFFFFFu)) || (kind == kStageCompute && ep != (epoch_[arg / kMaxSlices] & 0xFFFFFFu)))
+  const Generation gen = e.event_generation();
+  if ((kind == kIterationEnd && !(gen == epoch(static_cast<int>(arg)))) ||
+      (kind == kStageCompute && !(gen == epoch(static_cast<int>(arg / kMaxSlices)))))
     return;  // an iteration a failure voided
   switch (kind) {
-    case kConversation: {
-      const auto& c = convs_[arg];
-      const int64_t t = c.turn_arrivals_ns.empty() ? now : std::max(now, c.turn_arrivals_ns[0]);
-      make_request(arg, 0, t, 0);
-      if (cfg_.workload->arrival().kind != ArrivalSpec::Kind::ClosedLoop) start_conversation(now);
-      break;
-    }
-    case kArrival:
-      on_arrival(arg);
-      break;
     case kIterationEnd:
       on_iteration_end(static_cast<int>(arg));
       break;
@@ -260,203 +197,26 @@ void ServingSim::on_event(Engine& e, uint32_t kind, uint32_t arg) {
     case kStageCompute:
       stage_compute_done(static_cast<int>(arg / kMaxSlices), static_cast<int>(arg % kMaxSlices));
       break;
-    case kReplicaUp: {
-      const int r = static_cast<int>(arg);
-      if (down_since_ns_[static_cast<size_t>(r)] < 0 || ep != (epoch_[static_cast<size_t>(r * pp_)] & 0xFFFFFFu)) break;
-      // Repaired and reloaded: empty cache, healthy; parked requests go to the router again.
-      const int64_t out = now - down_since_ns_[static_cast<size_t>(r)];
-      outages_ns_.push_back(out);
-      down_ns_ += out;
-      down_since_ns_[static_cast<size_t>(r)] = -1;
-      for (int k = 0; k < pp_; ++k) {
-        Replica& rep = *replicas_[static_cast<size_t>(r * pp_ + k)];
-        rep.healthy = true;
-        rep.kv = BlockManager(rep.kv.total_blocks(), rep.kv.block_size(), cfg_.watermark, rep.reuse);
-        kv_last_ns_[static_cast<size_t>(r * pp_ + k)] = now;
-      }
-      if (trace_ && trace_->enabled() && r < 64) trace_->complete(cfg_.trace_pid, r * pp_, "down", "fault", now - out, out);
-      std::deque<uint32_t> again;
-      again.swap(parked_);
-      for (uint32_t id : again) {
-        reqs_[id].parked = false;
-        dispatch(id);
-      }
+    case kReplicaUp:
+      if (gen == epoch(static_cast<int>(arg) * pp_)) replica_up(static_cast<int>(arg), e.now().count_ns());
       break;
-    }
-    case kParkTimeout: {
-      Request& q = reqs_[arg];
-      if (q.parked && now >= q.park_deadline_ns) {
-        parked_.erase(std::find(parked_.begin(), parked_.end(), arg));
-        q.parked = false;
-        fail_request(q, now);
-      }
-      break;
-    }
     case kSample:
       sample();
       // Sampling alone must not keep a finished (or stuck) simulation alive.
-      if (completed_ < total_ && e.pending() > 0) e.schedule_in(SimTime::ns(cfg_.sample_interval_ns), Priority::Stats, this, kSample);
+      if (!front_.all_ended() && e.pending() > 0) e.schedule_in(SimTime::ns(cfg_.sample_interval_ns), Priority::Stats, this, kSample);
       break;
   }
-}
-
-void ServingSim::on_arrival(uint32_t id) {
-  Request& q = reqs_[id];
-  if (first_arrival_ns_ < 0) first_arrival_ns_ = q.arrival_ns;
-  if (cfg_.max_in_flight > 0 && live_ > cfg_.max_in_flight) {
-    // Overload: more requests in flight than the deployment may hold; this one is turned
-    // away at once (as a load balancer sheds load), so memory stays bounded.
-    reject(q, /*overload=*/true);
-    return;
-  }
-  dispatch(id);
-}
-
-void ServingSim::reject(Request& q, bool overload) {
-  const uint32_t slot = q.id;
-  q.rejected = true;
-  q.state = ReqState::Done;
-  ++(overload ? rejected_overload_ : rejected_);
-  ++completed_;
-  if (sink_) sink_->ended(q.serial);
-  if (completed_ == total_ && on_done_) on_done_();
-  next_for_client(q, engine_.now().count_ns());
-  release(slot);
-}
-
-void ServingSim::release(uint32_t slot) {
-  if (!slot_used_[slot]) throw std::logic_error(fmt::format("internal: request slot {} released twice", slot));
-  slot_used_[slot] = 0;
-  free_slots_.push_back(slot);
-  ++released_;
-  --live_;
-}
-
-void ServingSim::release_conversation(uint32_t conv_slot) {
-  convs_[conv_slot] = ConversationSpec{};  // its turns' memory goes now
-  free_convs_.push_back(conv_slot);
-}
-
-void ServingSim::dispatch(uint32_t id) {
-  Request& q = reqs_[id];
-  const int to = cfg_.router->route(q, replicas_);
-  if (to < 0) {
-    // No healthy replica: parked until one is (or the failover timeout).
-    const int64_t now = engine_.now().count_ns();
-    q.state = ReqState::Pending;
-    q.parked = true;
-    parked_.push_back(id);
-    if (cfg_.failover_timeout_ns > 0) {
-      q.park_deadline_ns = now + cfg_.failover_timeout_ns;
-      engine_.schedule_at(SimTime::ns(q.park_deadline_ns), Priority::Arrival, this, kParkTimeout, id);
-    }
-    return;
-  }
-  q.replica = to;
-  const auto& kv = replicas_[q.replica]->kv;
-  if (q.prompt_len() + q.output_tokens > kv.admissible_blocks() * kv.block_size()) {
-    // Longer than a replica can ever hold: ignored, as vLLM does, and counted.
-    reject(q, /*overload=*/false);
-    return;
-  }
-  q.state = ReqState::Waiting;
-  replicas_[q.replica]->waiting.push_back(id);
-  ++replicas_[q.replica]->routed;
-  request_schedule(q.replica);
-}
-
-void ServingSim::fail_request(Request& q, int64_t now_ns) {
-  const uint32_t slot = q.id;
-  q.failed = true;
-  q.state = ReqState::Done;
-  ++failed_;
-  ++completed_;
-  last_activity_ns_ = std::max(last_activity_ns_, now_ns);
-  if (sink_) sink_->ended(q.serial);
-  if (completed_ == total_ && on_done_) on_done_();
-  next_for_client(q, now_ns);
-  release(slot);
-}
-
-void ServingSim::replica_down(int r) {
-  if (down_since_ns_[static_cast<size_t>(r)] >= 0) {
-    // Already out (reloading after an earlier failure): the reload starts over after this repair.
-    for (int k = 0; k < pp_; ++k) ++epoch_[static_cast<size_t>(r * pp_ + k)];
-    return;
-  }
-  const int64_t now = engine_.now().count_ns();
-  ++replica_failures_;
-  down_since_ns_[static_cast<size_t>(r)] = now;
-  std::vector<uint32_t> back;
-  for (int k = 0; k < pp_; ++k) {
-    const int ri = r * pp_ + k;
-    const size_t i = static_cast<size_t>(ri);
-    account_kv(ri, now);
-    ++epoch_[i];  // its events and flows in flight are void
-    busy_[i] = false;
-    if (i < inflight_.size()) {
-      InFlight& f = inflight_[i];
-      for (auto& ps : f.passes)
-        if (ps.collective) graveyard_.push_back(std::move(ps.collective));
-      f.passes.clear();
-      for (auto& q : f.parked) q.clear();
-      f.swaps_pending = 0;
-      f.waiting_swap = false;
-    }
-    if (i < stage_busy_.size()) {
-      stage_busy_[i] = 0;
-      stage_queue_[i].clear();
-    }
-    if (i < stage_free_ns_.size()) stage_free_ns_[i] = now;
-    Replica& rep = *replicas_[i];
-    rep.healthy = false;
-    for (uint32_t id : rep.running) back.push_back(id);
-    for (uint32_t id : rep.swapped) back.push_back(id);
-    for (uint32_t id : rep.waiting) back.push_back(id);
-    rep.running.clear();
-    rep.swapped.clear();
-    rep.waiting.clear();
-    rep.routed = 0;
-    rep.swapped_tokens = 0;
-    // The KV cache is gone with the device (resident conversation caches included).
-    rep.kv = BlockManager(rep.kv.total_blocks(), rep.kv.block_size(), cfg_.watermark, rep.reuse);
-    batches_[i].clear();
-  }
-  for (uint32_t id : back) {
-    Request& q = reqs_[id];
-    if (q.computed > 0 || q.generated > 0) {
-      ++q.reprefills;
-      ++reprefilled_;
-    }
-    // Tokens already streamed stay delivered; the prompt and those tokens are prefilled again.
-    q.computed = q.cached_tokens = q.blocks = 0;
-    ++q.retries;
-    ++retried_;
-    q.state = ReqState::Pending;
-    dispatch(id);
-  }
-}
-
-void ServingSim::replica_repaired(int r) {
-  if (down_since_ns_[static_cast<size_t>(r)] < 0) return;
-  engine_.schedule_in(SimTime::ns(cfg_.reload_ns), Priority::Fault, this, kReplicaUp | ((epoch_[static_cast<size_t>(r * pp_)] & 0xFFFFFFu) << 8),
-                      static_cast<uint32_t>(r));
-}
-
-int64_t ServingSim::replica_down_ns() const {
-  int64_t t = down_ns_;
-  for (int64_t s : down_since_ns_)
-    if (s >= 0) t += engine_.now().count_ns() - s;
-  return t;
 }
 
 void ServingSim::check_conservation() const {
   // Ended requests give their slot back, so the table holds only the requests in flight:
   // those are counted by state, the ended ones by the counters kept as they end.
+  const RequestCounts& n = front_.counts();
+  const auto& reqs = front_.requests();
   int64_t used = 0, ended_in_use = 0, queued = 0, running = 0, swapped = 0, parked = 0, pending = 0;
-  for (size_t i = 0; i < reqs_.size(); ++i) {
-    if (!slot_used_[i]) continue;
-    const Request& q = reqs_[i];
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (!front_.slot_used(i)) continue;
+    const Request& q = reqs[i];
     ++used;
     if (q.state == ReqState::Done) {
       ++ended_in_use;  // must not happen: a slot is released as its request ends
@@ -474,10 +234,10 @@ void ServingSim::check_conservation() const {
   }
   int64_t held = 0;
   for (const auto& r : replicas_) held += static_cast<int64_t>(r->outstanding());
-  const bool ok = ended_in_use == 0 && used == live_ && made_ - released_ == live_ && released_ == completed_ &&
-                  completed_ == answered_ + rejected_ + failed_ + rejected_overload_ && held == queued + running + swapped &&
-                  parked == static_cast<int64_t>(parked_.size()) && made_ - completed_ == queued + running + swapped + parked + pending &&
-                  made_ <= total_;
+  const bool ok = ended_in_use == 0 && used == n.live && n.made - n.released == n.live && n.released == n.completed &&
+                  n.completed == n.answered + n.rejected_too_long + n.failed + n.rejected_overload && held == queued + running + swapped &&
+                  parked == static_cast<int64_t>(global_.parked()) &&
+                  n.made - n.completed == queued + running + swapped + parked + pending && n.made <= n.announced;
   for (size_t i = 0; i < replicas_.size(); ++i) {
     if (replicas_[i]->routed != replicas_[i]->outstanding())
       throw std::logic_error(fmt::format("routing count broken on engine {}: the routers see {} requests, its queues hold {}", i,
@@ -495,8 +255,9 @@ void ServingSim::check_conservation() const {
                                        "{} rejected, {} rejected as overload, {} failed; {} slots released), {} queued + {} running + "
                                        "{} swapped (replicas hold {}), {} parked (router holds {}), {} not arrived; {} slots in use "
                                        "(counted {}), {} of them ended",
-                                       engine_.now().str(), made_, total_, completed_, answered_, rejected_, rejected_overload_, failed_,
-                                       released_, queued, running, swapped, held, parked, parked_.size(), pending, used, live_,
+                                       engine_.now().str(), n.made, n.announced, n.completed, n.answered, n.rejected_too_long,
+                                       n.rejected_overload, n.failed, n.released, queued, running, swapped, held, parked,
+                                       global_.parked(), pending, used, n.live,
                                        ended_in_use));
 }
 
@@ -577,7 +338,7 @@ void ServingSim::try_start(int ri) {
   if (fabric_.active() && (cfg_.tensor_parallel > 1 || pp_ > 1 || swap_flows)) {
     // Transfers are flows: the iteration's length is known only when its last stage is done.
     busy_[ri] = true;
-    count_iteration(ri, b);
+    rstats_[ri].started(b.prefill_entries, b.decode_entries, b.entries.size());
     InFlight& f = inflight_[static_cast<size_t>(ri)];
     int64_t tokens = 0;
     for (const auto& en : b.entries) tokens += en.new_tokens;
@@ -639,10 +400,8 @@ void ServingSim::launch_iteration(int ri, int64_t dur_ns, int64_t occupied_ns, d
   const Batch& b = batches_[static_cast<size_t>(ri)];
   busy_[ri] = true;
   busy_until_[static_cast<size_t>(ri)] = now + occupied_ns;
-  count_iteration(ri, b);
-  auto& st = rstats_[ri];
-  st.busy_ns += occupied_ns;
-  st.batch_time_integral += static_cast<double>(b.entries.size()) * static_cast<double>(occupied_ns);
+  rstats_[ri].started(b.prefill_entries, b.decode_entries, b.entries.size());
+  rstats_[ri].busy(occupied_ns, b.entries.size());
   if (trace_ && trace_->enabled() && trace_iterations_ < cfg_.trace_max_iterations && ri < 64) {
     ++trace_iterations_;
     int64_t tokens = 0;
@@ -655,7 +414,7 @@ void ServingSim::launch_iteration(int ri, int64_t dur_ns, int64_t occupied_ns, d
     trace_->counter(cfg_.trace_pid, fmt::format("replica {} KV occupancy", ri), now, "occupancy", kv_last_occ_[ri]);
     trace_->counter(cfg_.trace_pid, fmt::format("replica {} batch", ri), now, "sequences", static_cast<double>(b.entries.size()));
   }
-  engine_.schedule_at(SimTime::ns(now + dur_ns), Priority::Compute, this, ekind(kIterationEnd, ri), static_cast<uint32_t>(ri));
+  engine_.schedule_at(SimTime::ns(now + dur_ns), Priority::Compute, this, kIterationEnd, static_cast<uint32_t>(ri), epoch(ri));
   last_activity_ns_ = std::max(last_activity_ns_, now + dur_ns);
 }
 
@@ -672,15 +431,6 @@ double ServingSim::stage_times(std::span<const SeqWork> work) {
     sum += t;
   }
   return sum;
-}
-
-void ServingSim::count_iteration(int ri, const Batch& b) {
-  auto& st = rstats_[ri];
-  ++st.iterations;
-  if (b.prefill_entries && b.decode_entries) ++st.mixed_iterations;
-  else if (b.prefill_entries) ++st.prefill_iterations;
-  else ++st.decode_iterations;
-  st.max_batch = std::max<int64_t>(st.max_batch, static_cast<int64_t>(b.entries.size()));
 }
 
 void ServingSim::begin_stage(int ri, int k, int s) {
@@ -707,7 +457,7 @@ void ServingSim::start_compute(int ri, int k, int s) {
   InFlight& f = inflight_[static_cast<size_t>(ri)];
   const int64_t now = engine_.now().count_ns();
   engine_.schedule_at(SimTime::ns(now + f.stage_ns[static_cast<size_t>(k * pp_ + s)] + (s == 0 && k == 0 ? f.extra_ns : 0)),
-                      Priority::Compute, this, ekind(kStageCompute, ri), static_cast<uint32_t>(ri * kMaxSlices + k));
+                      Priority::Compute, this, kStageCompute, static_cast<uint32_t>(ri * kMaxSlices + k), epoch(ri));
 }
 
 void ServingSim::stage_compute_done(int ri, int k) {
@@ -747,10 +497,8 @@ void ServingSim::stage_comm_done(int ri, int k) {
   const int64_t now = engine_.now().count_ns();
   const int r = ri / pp_, s = p.stage, passes = static_cast<int>(f.passes.size());
   if (s == 0) {
-    auto& st = rstats_[ri];
-    const int64_t occupied = now - p.stage_started_ns;  // the first stage's busy time: the replica's utilization
-    st.busy_ns += occupied;
-    st.batch_time_integral += static_cast<double>(batches_[ri].entries.size()) * static_cast<double>(occupied);
+    // The first stage's busy time: the replica's utilization.
+    rstats_[ri].busy(now - p.stage_started_ns, batches_[ri].entries.size());
   }
   ++f.done_on_stage[static_cast<size_t>(s)];
   // A sliced prefill keeps the first stage: its next slice goes before any waiting batch.
@@ -788,7 +536,7 @@ void ServingSim::stage_comm_done(int ri, int k) {
                       {"stage_compute_us", static_cast<double>(*std::max_element(f.stage_ns.begin(), f.stage_ns.end())) / 1e3},
                       {"extra_us", f.extra_ns / 1e3}});
   }
-  engine_.schedule_at(SimTime::ns(end), Priority::Compute, this, ekind(kIterationEnd, ri), static_cast<uint32_t>(ri));
+  engine_.schedule_at(SimTime::ns(end), Priority::Compute, this, kIterationEnd, static_cast<uint32_t>(ri), epoch(ri));
   last_activity_ns_ = std::max(last_activity_ns_, end);
 }
 
@@ -884,14 +632,14 @@ void ServingSim::end_iteration(int ri) {
   // replica's iterations have run since: ask for all their lines at once rather than
   // missing the cache on each in turn.
   for (const auto& en : b.entries)
-    if (en.req != kPaddingSlot) __builtin_prefetch(&reqs_[en.req], 1);
+    if (en.req != kPaddingSlot) __builtin_prefetch(&front_.requests()[en.req], 1);
   LogHistogram::Runs gaps(gaps_);
   int64_t tokens = 0;
   if (b.steady_decode) {
     // The batch decide_inline formed: every member is a running sequence past its first
     // token decoding one more (the general loop below, less its tests that cannot fail).
     for (const auto& en : b.entries) {
-      Request& q = reqs_[en.req];
+      Request& q = front_.requests()[en.req];
       const int64_t delivered = deliver_decode_token(q, t, detok, stream, gaps);
       if (q.finished()) {
         ended_.push_back(en.req);
@@ -902,7 +650,7 @@ void ServingSim::end_iteration(int ri) {
   } else {
     for (const auto& en : b.entries) {
       if (en.req == kPaddingSlot) continue;
-      Request& q = reqs_[en.req];
+      Request& q = front_.requests()[en.req];
       if (q.state == ReqState::Done) continue;
       tokens += en.new_tokens;
       q.computed += en.new_tokens;
@@ -931,11 +679,11 @@ void ServingSim::end_iteration(int ri) {
   // Drop finished sequences from the running list (only those that ended here are Done).
   if (!ended_.empty()) {
     r.running.erase(std::remove_if(r.running.begin(), r.running.end(),
-                                   [&](uint32_t id) { return reqs_[id].state == ReqState::Done; }),
+                                   [&](uint32_t id) { return front_.requests()[id].state == ReqState::Done; }),
                     r.running.end());
     r.routed -= ended_.size();
   }
-  for (uint32_t slot : ended_) release(slot);  // now that nothing names them
+  for (uint32_t slot : ended_) front_.release(slot);  // now that nothing names them
 }
 
 bool ServingSim::steady_now(int ri) const {
@@ -976,7 +724,7 @@ void ServingSim::decide_inline(int ri) {
     work_.resize(n);
     bool ends = false;
     for (size_t i = 0; i < n; ++i) {
-      Request& q = reqs_[r.running[i]];
+      Request& q = front_.requests()[r.running[i]];
       // Growing is what the scheduler does first, in this order; a sequence that cannot grow
       // (a preemption) is left to it: the growths already done are no-ops when it repeats them.
       if (q.in_prefill() || q.first_token_ns < 0 || !r.kv.grow_to(q, q.computed + 1)) {
@@ -1011,11 +759,8 @@ void ServingSim::decide_inline(int ri) {
       launch_iteration(ri, dur_ns, dur_ns, compute_ns);
       return;
     }
-    ++st.iterations;
-    ++st.decode_iterations;
-    st.max_batch = std::max<int64_t>(st.max_batch, static_cast<int64_t>(n));
-    st.busy_ns += dur_ns;
-    st.batch_time_integral += static_cast<double>(n) * static_cast<double>(dur_ns);
+    st.started(0, static_cast<int>(n), n);  // a decode iteration of every running sequence
+    st.busy(dur_ns, n);
     last_activity_ns_ = std::max(last_activity_ns_, end);
     ++fast_forwarded_;
     engine_.advance_to(end);
@@ -1033,7 +778,7 @@ void ServingSim::decide_inline(int ri) {
       // Every sequence decoded a token and none ends (end_iteration's path for each).
       int64_t t = std::max(end, detok_free_ns_[ri]);
       LogHistogram::Runs gaps(gaps_);  // mostly one value: the iteration's length
-      for (uint32_t id : r.running) deliver_decode_token(reqs_[id], t, detok, stream, gaps);
+      for (uint32_t id : r.running) deliver_decode_token(front_.requests()[id], t, detok, stream, gaps);
       gaps.flush();
       st.tokens_processed += static_cast<int64_t>(n);
       detok_free_ns_[ri] = t;
@@ -1043,64 +788,9 @@ void ServingSim::decide_inline(int ri) {
 }
 
 void ServingSim::finish(Request& q, int64_t delivered_ns) {
-  Replica& r = *replicas_[q.replica];
-  q.state = ReqState::Done;
-  r.kv.retain(q, q.computed);
-  ++completed_;
-  ++answered_;
-  // Time order of every answered request (checked as it ends: its slot is reused after).
-  if (!(q.arrival_ns <= q.first_scheduled_ns && q.first_scheduled_ns <= q.first_token_ns && q.first_token_ns <= q.last_token_ns))
-    throw std::logic_error(fmt::format("latency invariant broken: request {} arrived at {} ns, was first scheduled at {} ns, had its "
-                                       "first token at {} ns and its last at {} ns",
-                                       q.serial, q.arrival_ns, q.first_scheduled_ns, q.first_token_ns, q.last_token_ns));
-  if (sink_) {
-    ServingRequestRecord rec;
-    rec.id = q.serial;
-    rec.conversation = q.conversation;
-    rec.turn = q.turn;
-    rec.replica = q.replica;
-    rec.arrival_ns = q.arrival_ns;
-    rec.first_scheduled_ns = q.first_scheduled_ns;
-    rec.first_token_ns = q.first_token_ns;
-    rec.last_token_ns = q.last_token_ns;
-    rec.max_gap_ns = q.max_gap_ns;
-    rec.input_tokens = q.input_tokens;
-    rec.history_tokens = q.history_tokens;
-    rec.cached_tokens = q.cached_tokens;
-    rec.output_tokens = q.output_tokens;
-    rec.preemptions = q.preemptions;
-    sink_->answered(rec);
-  }
-  if (completed_ == total_ && on_done_) on_done_();
-  last_delivery_ns_ = std::max(last_delivery_ns_, delivered_ns);
+  replicas_[static_cast<size_t>(q.replica)]->kv.retain(q, q.computed);
   last_activity_ns_ = std::max(last_activity_ns_, delivered_ns);
-  if (trace_ && trace_->enabled() && static_cast<int64_t>(q.serial) < cfg_.trace_max_requests) {
-    const int tid = static_cast<int>(q.serial);
-    trace_->name_thread(cfg_.trace_pid + 1, tid, fmt::format("request {}", q.serial));
-    trace_->complete(cfg_.trace_pid + 1, tid, "queued", "request", q.arrival_ns, q.first_scheduled_ns - q.arrival_ns);
-    trace_->complete(cfg_.trace_pid + 1, tid, "prefill", "request", q.first_scheduled_ns, q.first_token_ns - q.first_scheduled_ns,
-                     {{"input", static_cast<double>(q.input_tokens)}, {"history", static_cast<double>(q.history_tokens)},
-                      {"cached", static_cast<double>(q.cached_tokens)}});
-    trace_->complete(cfg_.trace_pid + 1, tid, "decode", "request", q.first_token_ns, q.last_token_ns - q.first_token_ns,
-                     {{"output", static_cast<double>(q.output_tokens)}, {"preemptions", static_cast<double>(q.preemptions)}});
-  }
-  if (progress_ && (completed_ % 1024 == 0)) progress_(static_cast<double>(completed_) / static_cast<double>(total_));
-  next_for_client(q, delivered_ns);
-}
-
-// The client sees the answer at `delivered_ns`; its next turn (or next conversation) follows.
-void ServingSim::next_for_client(const Request& q, int64_t delivered_ns) {
-  const uint32_t cs = q.conv_slot;
-  const auto& conv = convs_[cs];
-  const int next_turn = static_cast<int>(q.turn) + 1;
-  if (next_turn < static_cast<int>(conv.turns.size())) {
-    int64_t at = delivered_ns + cfg_.workload->think_time_ns();
-    if (!conv.turn_arrivals_ns.empty()) at = std::max(delivered_ns, conv.turn_arrivals_ns[static_cast<size_t>(next_turn)]);
-    make_request(cs, next_turn, at, q.prompt_len() + q.output_tokens);  // q may move: the table can grow
-    return;
-  }
-  release_conversation(cs);  // its last turn ended
-  if (cfg_.workload->arrival().kind == ArrivalSpec::Kind::ClosedLoop) start_conversation(delivered_ns);
+  front_.answered(q, delivered_ns);
 }
 
 void ServingSim::sample() {
@@ -1161,14 +851,15 @@ ServingResults ServingSim::results() const {
   r.kv_tokens_per_replica = mem_.kv_tokens_per_replica;
   r.blocks_per_replica = mem_.blocks_per_replica;
   r.blocks_per_engine = mem_.blocks_per_engine;
-  r.announced = total_;
-  r.completed = completed_;
-  r.rejected_too_long = rejected_;
-  r.rejected_overload = rejected_overload_;
+  const RequestCounts& n = front_.counts();
+  r.announced = n.announced;
+  r.completed = n.completed;
+  r.rejected_too_long = n.rejected_too_long;
+  r.rejected_overload = n.rejected_overload;
   r.truncated_to_context = c.workload->truncated_to_context();
-  r.failed = failed_;
+  r.failed = n.failed;
   r.max_in_flight = c.max_in_flight;
-  r.in_flight_high_water = live_high_water_;
+  r.in_flight_high_water = n.live_high_water;
   r.truncated = truncated_;
   r.faults = faults_enabled_;
   r.retried = retried_;
@@ -1176,8 +867,8 @@ ServingResults ServingSim::results() const {
   r.replica_failures = replica_failures_;
   r.replica_down_ns = replica_down_ns();
   r.outages_ns = outages_ns_;
-  r.first_arrival_ns = first_arrival_ns_;
-  r.last_delivery_ns = last_delivery_ns_;
+  r.first_arrival_ns = front_.first_arrival_ns();
+  r.last_delivery_ns = front_.last_delivery_ns();
   r.end_ns = end_ns();
   r.events = events();
   r.fast_forwarded = fast_forwarded_;

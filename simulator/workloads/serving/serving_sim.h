@@ -1,7 +1,16 @@
 // The serving simulation: replicas of a model behind a router, each iterating batches chosen
 // by its scheduler, with iteration times from the cost model and token delivery through the
 // host last mile (device-to-host copy, detokenization, streaming).
+//
+// Its parts, each in its own files:
+//   front end          frontend.h         loads, conversations, request slots, admission, how requests end
+//   global scheduler   global_scheduler.h which replica a request goes to (the router), parking, failover
+//   replica engine     serving_sim.cpp    iterations (the scheduler's batches), pipeline stages on the
+//                                         fabric, KV accounting, the steady-decode fast-forward
+//   recovery           serving_recovery.cpp  a replica lost and reloaded; its requests back to the router
+// ServingSim owns them and is what a workload, a benchmark or a test holds.
 #pragma once
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <map>
@@ -18,6 +27,8 @@
 #include "recorder/recorder.h"
 #include "recorder/serving_results.h"
 #include "registry/registry.h"
+#include "workloads/serving/frontend.h"
+#include "workloads/serving/global_scheduler.h"
 #include "workloads/serving/router.h"
 #include "workloads/serving/scheduler.h"
 #include "workloads/serving/workload.h"
@@ -112,6 +123,19 @@ struct ReplicaStats {
   double kv_max = 0;
   int64_t tokens_processed = 0;
   int64_t sliced_prefills = 0, prefill_slices = 0;  // prefill iterations run as slices, and their slices
+  // Every path that starts an iteration (an event, the fabric's stages, the steady-decode
+  // fast-forward) counts it here, and every busy stretch of the replica through busy().
+  void started(int prefill_entries, int decode_entries, size_t batch) {
+    ++iterations;
+    if (prefill_entries && decode_entries) ++mixed_iterations;
+    else if (prefill_entries) ++prefill_iterations;
+    else ++decode_iterations;
+    max_batch = std::max<int64_t>(max_batch, static_cast<int64_t>(batch));
+  }
+  void busy(int64_t ns, size_t batch) {
+    busy_ns += ns;
+    batch_time_integral += static_cast<double>(batch) * static_cast<double>(ns);
+  }
 };
 
 // Where a deployment sits on the world's fabric: for each replica and pipeline stage, the
@@ -130,7 +154,7 @@ struct TimeSample {
   double kv_occupancy, busy_fraction;
 };
 
-class ServingSim final : public EventHandler, public net::FlowSink {
+class ServingSim final : public EventHandler, public net::FlowSink, public ReplicaPool {
  public:
   // Runs on `engine` (shared with other workloads in a world); `fabric` places its transfers.
   ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, ServingFabric fabric = {});
@@ -149,7 +173,7 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   // (a healthy replica prefills them again). It takes requests again `reload_ns` after repair.
   void replica_down(int replica);
   void replica_repaired(int replica);
-  int64_t failed() const { return failed_; }
+  int64_t failed() const { return front_.counts().failed; }
   void enable_faults() { faults_enabled_ = true; }
   bool faults_enabled() const { return faults_enabled_; }
   int64_t retried() const { return retried_; }
@@ -165,31 +189,31 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   void check_conservation() const;
 
   // Where each request goes as it ends (answered, rejected, failed); none: not recorded.
-  void set_sink(RequestSink* sink) { sink_ = sink; }
+  void set_sink(RequestSink* sink) { front_.set_sink(sink); }
   // The plain results the recorder formats (ServingResults), after finish().
   ServingResults results() const;
 
   // Results. requests(): the request table, one slot per request in flight; a slot is reused
   // once its request ended, so after a run it holds each slot's last request.
-  const std::vector<Request>& requests() const { return reqs_; }
+  const std::vector<Request>& requests() const { return front_.requests(); }
   // Request slots in use now, and the most in use at once (memory follows it, not the run's length).
-  int64_t live_requests() const { return live_; }
-  int64_t live_high_water() const { return live_high_water_; }
-  int64_t conversation_slots() const { return static_cast<int64_t>(convs_.size()); }
-  int64_t rejected_overload() const { return rejected_overload_; }
+  int64_t live_requests() const { return front_.counts().live; }
+  int64_t live_high_water() const { return front_.counts().live_high_water; }
+  int64_t conversation_slots() const { return front_.conversation_slots(); }
+  int64_t rejected_overload() const { return front_.counts().rejected_overload; }
   const std::vector<ReplicaStats>& replica_stats() const { return rstats_; }
   const std::vector<std::unique_ptr<Replica>>& replicas() const { return replicas_; }
   const std::vector<TimeSample>& samples() const { return samples_; }
   const LogHistogram& gaps() const { return gaps_; }
   const MemoryPlan& memory() const { return mem_; }
   const ServingConfig& config() const { return cfg_; }
-  int64_t completed() const { return completed_; }
-  int64_t rejected() const { return rejected_; }
-  int64_t first_arrival_ns() const { return first_arrival_ns_; }
-  int64_t last_delivery_ns() const { return last_delivery_ns_; }
+  int64_t completed() const { return front_.counts().completed; }
+  int64_t rejected() const { return front_.counts().rejected_too_long; }
+  int64_t first_arrival_ns() const { return front_.first_arrival_ns(); }
+  int64_t last_delivery_ns() const { return front_.last_delivery_ns(); }
   uint64_t events() const { return engine_.events_processed(); }
   bool on_fabric() const { return fabric_.active(); }
-  int64_t end_ns() const { return last_activity_ns_; }  // last iteration end or token delivery
+  int64_t end_ns() const { return activity_end(); }  // last iteration end, token delivery or failure
   bool truncated() const { return truncated_; }
   int64_t traced_iterations() const { return trace_iterations_; }
   bool trace_enabled() const { return trace_ && trace_->enabled(); }
@@ -198,42 +222,29 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   int64_t fast_forwarded_iterations() const { return fast_forwarded_; }
 
  private:
-  enum Kind : uint32_t { kConversation = 1, kArrival, kIterationEnd, kWake, kDecide, kSample, kStageCompute, kReplicaUp, kParkTimeout };
-  // Sends a request to a healthy replica, or parks it until one is healthy.
-  void dispatch(uint32_t id);
-  void fail_request(Request& q, int64_t now_ns);
-  // Engine events of an iteration carry the engine's epoch: a failure voids those in flight.
-  uint32_t ekind(uint32_t kind, int ri) const { return kind | ((epoch_[static_cast<size_t>(ri)] & 0xFFFFFFu) << 8); }
+  enum Kind : uint32_t { kIterationEnd = 3, kWake, kDecide, kSample, kStageCompute, kReplicaUp };
+  // The engine's events of an iteration carry the engine's epoch as their generation: a
+  // failure bumps it, voiding those in flight.
+  Generation epoch(int ri) const { return Generation(epoch_[static_cast<size_t>(ri)]); }
+  // The last iteration end, token delivery or failed request.
+  int64_t activity_end() const { return std::max(last_activity_ns_, front_.last_failure_ns()); }
+  // Recovery (serving_recovery.cpp): repaired and reloaded, the replica serves again.
+  void replica_up(int replica, int64_t now_ns);
   std::vector<uint32_t> epoch_;  // per engine
   std::vector<std::unique_ptr<net::Collective>> graveyard_;  // collectives a failure voided, whose flows may still land
-  std::deque<uint32_t> parked_;
   std::vector<int64_t> down_since_ns_;  // per replica, -1 when serving
   std::vector<int64_t> outages_ns_;
   int64_t down_ns_ = 0;
   bool faults_enabled_ = false;
-  int64_t failed_ = 0, retried_ = 0, reprefilled_ = 0, replica_failures_ = 0;
-  void start_conversation(int64_t now_ns);
-  uint32_t make_request(uint32_t conv, int turn, int64_t arrival_ns, int32_t history);
-  void on_arrival(uint32_t id);
-  // A request that ended without an answer (too long, overload): counted, its client goes on.
-  void reject(Request& q, bool overload);
-  // Ends a request: its record to the sink, and its slot back to the free list.
-  void release(uint32_t slot);
-  void release_conversation(uint32_t conv_slot);
-  RequestSink* sink_ = nullptr;
-  std::vector<uint32_t> free_slots_, free_convs_;
-  std::vector<uint8_t> slot_used_;
-  std::vector<uint32_t> conv_number_;  // per conversation slot
+  int64_t retried_ = 0, reprefilled_ = 0, replica_failures_ = 0;
   std::vector<uint32_t> ended_;        // slots answered in the iteration being closed
-  int64_t made_ = 0, released_ = 0, answered_ = 0, live_ = 0, live_high_water_ = 0, rejected_overload_ = 0;
-  uint32_t conversations_made_ = 0;
   void try_start(int replica);
   // Starts the iteration of batches_[replica] at now, its end an event (pp = 1 and the flow
   // shop; the fabric path is begin_stage's).
   void launch_iteration(int replica, int64_t dur_ns, int64_t occupied_ns, double compute_ns);
   // Defers a scheduling decision to the end of the current instant (Priority::Schedule), so it
   // sees every arrival and completion that happens at the same nanosecond.
-  void request_schedule(int replica);
+  void request_schedule(int replica) override;
   void on_iteration_end(int replica);
   // The end of an iteration: tokens to the last mile, finished requests out.
   void end_iteration(int replica);
@@ -243,12 +254,10 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   bool steady_now(int replica) const;
   bool fast_forward_ = true;
   int64_t fast_forwarded_ = 0;
+  // A request's last token reached its client: its resident cache kept, the front end told.
   void finish(Request& q, int64_t delivered_ns);
-  void next_for_client(const Request& q, int64_t at_ns);
   void sample();
   void account_kv(int replica, int64_t now_ns);
-  // The per-replica counters of an iteration that starts (kind, batch size).
-  void count_iteration(int engine, const Batch& b);
   // The fabric path of one iteration: each stage computes, all-reduces over its tp devices
   // (flows), then hands its activations to the next stage (flows); stages take one batch at a time.
   void begin_stage(int engine, int pass, int stage);
@@ -289,15 +298,15 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   std::vector<char> stage_busy_;              // per replica and stage
   std::vector<std::deque<int>> stage_queue_;  // per replica and stage: engines waiting for it
   ServingFabric fabric_;
-  std::function<void()> on_done_;
 
   ServingConfig cfg_;
   Engine& engine_;
+  TraceWriter* trace_;
   CostModel cost_;
   MemoryPlan mem_;
-  std::vector<Request> reqs_;
-  std::vector<ConversationSpec> convs_;
   std::vector<std::unique_ptr<Replica>> replicas_;
+  FrontEnd front_;
+  GlobalScheduler global_;
   std::vector<std::unique_ptr<Scheduler>> schedulers_;
   std::vector<Batch> batches_;
   std::vector<int64_t> detok_free_ns_, kv_last_ns_, wake_pending_ns_, decide_pending_ns_;
@@ -310,14 +319,9 @@ class ServingSim final : public EventHandler, public net::FlowSink {
   std::vector<TimeSample> samples_;
   std::vector<SeqWork> work_;
   LogHistogram gaps_;
-  TraceWriter* trace_;
-  int64_t completed_ = 0, total_ = 0, rejected_ = 0;
   int64_t last_activity_ns_ = 0;
-  int64_t first_arrival_ns_ = -1, last_delivery_ns_ = 0;
   int64_t trace_iterations_ = 0;
   bool truncated_ = false;
-  bool source_done_ = false;
-  std::function<void(double)> progress_;
 };
 
 // Builds a ServingConfig from a validated serving section (the short form's top level, or a

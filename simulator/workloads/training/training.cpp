@@ -142,14 +142,14 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     // Decided at the end of the instant, once every failure and repair at this time is known
     // (a rack or several hosts failing together re-form the slice once).
     decide_pending_ = true;
-    w.engine().schedule_in(SimTime::zero(), Priority::Schedule, this, kRecover | ((gen_ & kGenMask) << 4), 0);
+    w.engine().schedule_in(SimTime::zero(), Priority::Schedule, this, kRecover, 0, Generation(gen_));
   }
   void report(Recorder& rec, bool scoped) const override { report_training(res_, c_, rec, scoped ? name() : std::string()); }
   const TrainingResults& results() const { return res_; }
 
   void on_event(Engine& e, uint32_t kind, uint32_t arg) override {
-    if ((kind >> 4) != (gen_ & kGenMask)) return;  // from before a failure: void
-    switch (kind & 15u) {
+    if (!(e.event_generation() == Generation(gen_))) return;  // from before a failure: void
+    switch (kind) {
       case kCompute: compute_done(static_cast<int>(arg)); break;
       case kIterationEnd: iteration_end(e); break;
       case kCheckpointDone: checkpoint_done(e); break;
@@ -174,11 +174,10 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
 
  private:
   enum : uint32_t { kCompute = 1, kIterationEnd = 2, kCheckpointDone = 3, kRestart = 4, kWatchdog = 5, kRecover = 6 };
-  static constexpr uint32_t kGenMask = (1u << 28) - 1;
   enum class State { Running, Checkpointing, Recovering };
   // Schedules an event of this generation `delay_ns` from now (a failure voids it).
   void schedule(uint32_t kind, int64_t delay_ns, uint32_t arg = 0) {
-    world_.engine().schedule_in(SimTime::ns(delay_ns), Priority::Compute, this, kind | ((gen_ & kGenMask) << 4), arg);
+    world_.engine().schedule_in(SimTime::ns(delay_ns), Priority::Compute, this, kind, arg, Generation(gen_));
   }
   // A pass of one unit: a micro-batch, or with token slicing one slice of one micro-batch
   // (unit = micro-batch x slices + slice).
@@ -628,7 +627,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
       return;
     }
     // Re-armed at this generation's events only while running; a failure re-arms it on restart.
-    world_.engine().schedule_in(SimTime::ns(c_.collective_timeout_ns), Priority::Compute, this, kWatchdog | ((gen_ & kGenMask) << 4), 0);
+    world_.engine().schedule_in(SimTime::ns(c_.collective_timeout_ns), Priority::Compute, this, kWatchdog, 0, Generation(gen_));
   }
 
   TrainingConfig c_;

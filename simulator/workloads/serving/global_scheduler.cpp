@@ -1,0 +1,58 @@
+#include "workloads/serving/global_scheduler.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace sluice::serving {
+
+void GlobalScheduler::dispatch(uint32_t id) {
+  Request& q = front_.requests()[id];
+  const int to = router_.route(q, engines_);
+  if (to < 0) {
+    // No healthy replica: parked until one is (or the failover timeout).
+    const int64_t now = engine_.now().count_ns();
+    q.state = ReqState::Pending;
+    q.parked = true;
+    parked_.push_back(id);
+    if (failover_timeout_ns_ > 0) {
+      q.park_deadline_ns = now + failover_timeout_ns_;
+      engine_.schedule_at(SimTime::ns(q.park_deadline_ns), Priority::Arrival, this, kParkTimeout, id);
+    }
+    return;
+  }
+  q.replica = to;
+  Replica& r = *engines_[static_cast<size_t>(to)];
+  if (q.prompt_len() + q.output_tokens > r.kv.admissible_blocks() * r.kv.block_size()) {
+    // Longer than a replica can ever hold: ignored, as vLLM does, and counted.
+    front_.reject(q, /*overload=*/false);
+    return;
+  }
+  q.state = ReqState::Waiting;
+  r.waiting.push_back(id);
+  ++r.routed;
+  pool_.request_schedule(to);
+}
+
+void GlobalScheduler::on_event(Engine& e, uint32_t kind, uint32_t arg) {
+  if (kind != kParkTimeout) throw std::logic_error(fmt::format("internal: the global scheduler got event kind {}", kind));
+  const int64_t now = e.now().count_ns();
+  Request& q = front_.requests()[arg];
+  if (q.parked && now >= q.park_deadline_ns) {
+    parked_.erase(std::find(parked_.begin(), parked_.end(), arg));
+    q.parked = false;
+    front_.fail(q, now);
+  }
+}
+
+void GlobalScheduler::unpark_all() {
+  std::deque<uint32_t> again;
+  again.swap(parked_);
+  for (uint32_t id : again) {
+    front_.requests()[id].parked = false;
+    dispatch(id);
+  }
+}
+
+}  // namespace sluice::serving

@@ -1,0 +1,50 @@
+// The global scheduler: where an admitted request goes. The router (a registered policy)
+// picks a healthy replica engine; a request no replica could ever hold is rejected; with no
+// healthy replica the request is parked until one is (or failed once the failover timeout
+// passes). It owns nothing of the replicas: it puts the request in the chosen engine's queue
+// and asks that engine (a ReplicaPool) to decide its next iteration.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "engine/engine.h"
+#include "workloads/serving/frontend.h"
+#include "workloads/serving/router.h"
+#include "workloads/serving/scheduler.h"
+
+namespace sluice::serving {
+
+// The replica engines as the global scheduler sees them.
+class ReplicaPool {
+ public:
+  virtual ~ReplicaPool() = default;
+  // A request joined engine `e`'s waiting queue: it decides its next iteration at the end of
+  // this instant (unless it is busy).
+  virtual void request_schedule(int e) = 0;
+};
+
+class GlobalScheduler final : public RequestDispatcher, public EventHandler {
+ public:
+  GlobalScheduler(Engine& engine, FrontEnd& front, Router& router, const std::vector<std::unique_ptr<Replica>>& engines,
+                  ReplicaPool& pool, int64_t failover_timeout_ns)
+      : engine_(engine), front_(front), router_(router), engines_(engines), pool_(pool), failover_timeout_ns_(failover_timeout_ns) {}
+  void dispatch(uint32_t id) override;
+  void on_event(Engine& e, uint32_t kind, uint32_t arg) override;
+  // A replica is healthy again: every parked request goes to the router again, in order.
+  void unpark_all();
+  size_t parked() const { return parked_.size(); }
+
+ private:
+  enum Kind : uint32_t { kParkTimeout = 1 };
+  Engine& engine_;
+  FrontEnd& front_;
+  Router& router_;
+  const std::vector<std::unique_ptr<Replica>>& engines_;
+  ReplicaPool& pool_;
+  int64_t failover_timeout_ns_;
+  std::deque<uint32_t> parked_;
+};
+
+}  // namespace sluice::serving
