@@ -102,6 +102,7 @@ int run_sweep_command(const Opts& o, const Registry& reg) {
     if (!o.metrics.empty()) spec.metrics = o.metrics;
     if (!o.objectives.empty()) spec.objectives = o.objectives;
     if (!o.where.empty()) spec.where = o.where;
+    check_sweep_spec_form(spec);  // a malformed --where or --objective fails now, not after every point ran
     if (spec.grid.empty() && spec.zip.empty() && spec.replications == 1)
       throw ConfigError(Origin{o.file, 0, 0}, "sweep", "", "nothing to sweep",
                         "a `sweep:` block in the scenario, --grid key=v1,v2, --zip key=v1,v2 or --replications N");

@@ -101,7 +101,9 @@ struct Constraint {
   }
 };
 
-Constraint parse_constraint(const std::string& text, const std::vector<std::string>& paths) {
+// `paths` null: the form alone is checked (before any point has run, the metric names are not
+// known yet); the metric's name and its unit are checked once they are.
+Constraint parse_constraint(const std::string& text, const std::vector<std::string>* paths) {
   const Origin o{"--where", 0, 0};
   const size_t at = text.find_first_of("<>=!");
   if (at == std::string::npos || at == 0)
@@ -117,7 +119,10 @@ Constraint parse_constraint(const std::string& text, const std::vector<std::stri
   Constraint c;
   c.text = text;
   c.op = op;
-  c.metric = resolve_metric(trim(text.substr(0, at)), paths, "--where");
+  c.metric = trim(text.substr(0, at));
+  if (c.metric.empty())
+    throw ConfigError(o, "where", text, "a constraint needs the form METRIC OP VALUE", "e.g. --where 'ttft.p99<200ms' (ops < <= > >= == !=)");
+  if (paths) c.metric = resolve_metric(c.metric, *paths, "--where");
   const std::string rhs = trim(text.substr(at + op.size()));
   size_t used = 0;
   try {
@@ -132,11 +137,23 @@ Constraint parse_constraint(const std::string& text, const std::vector<std::stri
     const auto pu = path_unit_s(c.metric);
     if (u == to_s.end())
       throw ConfigError(o, "where", text, fmt::format("unknown unit '{}'", unit), "a time unit: ns, us, ms, s, min, h (or none)");
+    if (!paths) return c;
     if (!pu)
       throw ConfigError(o, "where", text, fmt::format("metric {} carries no time unit in its name", c.metric), "a plain number");
     c.value = c.value * u->second / *pu;
   }
   return c;
+}
+
+// An objective's direction and metric name ("min:ttft.p99", or a name alone).
+std::pair<std::string, std::string> split_objective(const std::string& o) {
+  const auto colon = o.find(':');
+  std::string dir = colon == std::string::npos ? "" : o.substr(0, colon);
+  std::string name = colon == std::string::npos ? o : o.substr(colon + 1);
+  if (!dir.empty() && dir != "min" && dir != "max")
+    throw ConfigError(Origin{"--objective", 0, 0}, "objective", o, fmt::format("unknown direction '{}'", dir), "min:METRIC or max:METRIC");
+  if (name.empty()) throw ConfigError(Origin{"--objective", 0, 0}, "objective", o, "no metric named", "min:METRIC or max:METRIC");
+  return {dir, name};
 }
 
 bool is_lower_better(const std::string& metric) {
@@ -146,6 +163,13 @@ bool is_lower_better(const std::string& metric) {
 }
 
 }  // namespace
+
+void check_sweep_spec_form(const SweepSpec& spec) {
+  for (const auto& w : spec.where) parse_constraint(w, nullptr);
+  for (const auto& o : spec.objectives) split_objective(o);
+  for (const auto& m : spec.metrics)
+    if (m.empty()) throw ConfigError(Origin{"--metric", 0, 0}, "metric", m, "an empty metric name", "a metric path, e.g. ttft.p99");
+}
 
 SweepSpec parse_sweep_block(const Node& block) {
   if (!block.is_map())
@@ -557,14 +581,10 @@ SweepTable combine_sweep(const std::string& scenario_name, const SweepSpec& spec
   // The planner's view: each configuration's mean over its replications, filtered by the
   // constraints, and the best configuration per objective.
   std::vector<Constraint> where;
-  for (const auto& w : spec.where) where.push_back(parse_constraint(w, all));
+  for (const auto& w : spec.where) where.push_back(parse_constraint(w, &all));
   std::vector<std::pair<bool, std::string>> objectives;  // (minimize, metric)
   for (const auto& o : spec.objectives) {
-    const auto colon = o.find(':');
-    std::string dir = colon == std::string::npos ? "" : o.substr(0, colon);
-    const std::string name = colon == std::string::npos ? o : o.substr(colon + 1);
-    if (!dir.empty() && dir != "min" && dir != "max")
-      throw ConfigError(Origin{"--objective", 0, 0}, "objective", o, fmt::format("unknown direction '{}'", dir), "min:METRIC or max:METRIC");
+    const auto [dir, name] = split_objective(o);
     const std::string m = resolve_metric(name, all, "--objective");
     objectives.emplace_back(dir.empty() ? is_lower_better(m) : dir == "min", m);
   }

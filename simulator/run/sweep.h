@@ -49,6 +49,9 @@ struct SweepPoint {
 
 // Parses a `sweep:` block (a mapping) into a spec; errors name the block's file:line:col.
 SweepSpec parse_sweep_block(const Node& block);
+// The form of the spec's constraints and objectives ('ttft.p99<200ms', 'min:METRIC'), checked
+// before any point runs (ConfigError); the metric names are checked once points have run.
+void check_sweep_spec_form(const SweepSpec& spec);
 // `key=v1,v2,...` from the command line into an axis.
 SweepAxis parse_axis(const std::string& text, const std::string& flag);
 // Adds command-line axes: an axis whose key the block already varies replaces it.

@@ -82,6 +82,23 @@ case "$CASE" in
     [ ! -e p/points/p0000 ] || fail "point 0 ran before the blocked point 1 was found"
     ;;
 
+  sweep_flags)
+    # A malformed constraint or objective fails before any point runs (it failed after all ran).
+    expect 2 "$S" sweep "$Q" "${SMALL[@]}" --grid seed=1,2 --where 'ttft.p99<<3' --out w --no-progress
+    said "not a number"
+    [ ! -e w/points/p0000 ] || fail "a point ran before the constraint was read"
+    expect 2 "$S" sweep "$Q" "${SMALL[@]}" --grid seed=1,2 --where 'ttft.p99<3 parsecs' --out w --no-progress
+    said "unknown unit"
+    expect 2 "$S" sweep "$Q" "${SMALL[@]}" --grid seed=1,2 --where '<3' --out w --no-progress
+    said "METRIC OP VALUE"
+    expect 2 "$S" sweep "$Q" "${SMALL[@]}" --grid seed=1,2 --objective sideways:ttft.p99 --out w --no-progress
+    said "unknown direction"
+    [ ! -e w/points ] || fail "points ran: $(ls -A w/points)"
+    # A well-formed one naming no metric is still found, once the points have given their names.
+    expect 2 "$S" sweep "$Q" "${SMALL[@]}" --grid seed=1,2 --where 'no_such_metric<3' --out w2 --no-progress
+    said "no_such_metric"
+    ;;
+
   report_out)
     expect 0 "$S" run "$Q" "${SMALL[@]}" --out r
     # A user's index.html is never replaced.
