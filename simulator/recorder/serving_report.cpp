@@ -32,6 +32,14 @@ void ServingRecords::answered(const ServingRequestRecord& q) {
   const double il = e / q.output_tokens;
   const double qd = (q.first_scheduled_ns - q.arrival_ns) / 1e6;
   ++answered_count;
+  if (slo_ttft_ns > 0 || slo_tpot_ns > 0) {
+    const bool ttft_ok = slo_ttft_ns <= 0 || q.first_token_ns - q.arrival_ns <= slo_ttft_ns;
+    const bool tpot_ok = slo_tpot_ns <= 0 || q.output_tokens <= 1 ||
+                         static_cast<double>(q.last_token_ns - q.first_token_ns) / (q.output_tokens - 1) <= static_cast<double>(slo_tpot_ns);
+    slo_ttft_met += ttft_ok;
+    slo_tpot_met += tpot_ok;
+    slo_met += ttft_ok && tpot_ok;
+  }
   ttft.add(t);
   e2e.add(e);
   if (q.output_tokens > 1) tpot.add(tp);
@@ -243,6 +251,18 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                          {"output_tokens_llmperf_counted", out_tokens_lc},
                          {"output_tokens_per_s_llmperf_counted", out_tokens_lc / span_s},
                          {"llmperf_tokens_per_model_token", 1 / res.model_tokens_per_llama}};
+  const double gpus = static_cast<double>(res.replicas) * res.tensor_parallel * res.pipeline_parallel;
+  if (R.slo_ttft_ns > 0 || R.slo_tpot_ns > 0) {
+    // Goodput: answered requests that met both objectives, per second of the measured span and
+    // per GPU; attainment over every request that ended (a rejected or failed one met nothing).
+    const double ended = static_cast<double>(res.completed);
+    m["slo"] = Json{{"ttft_ms", R.slo_ttft_ns / 1e6}, {"tpot_ms", R.slo_tpot_ns / 1e6},
+                    {"met", R.slo_met}, {"ttft_met", R.slo_ttft_met}, {"tpot_met", R.slo_tpot_met},
+                    {"attainment", ended > 0 ? static_cast<double>(R.slo_met) / ended : 0.0},
+                    {"goodput_requests_per_s", R.slo_met / span_s},
+                    {"goodput_requests_per_s_per_gpu", R.slo_met / span_s / gpus},
+                    {"gpus", gpus}};
+  }
   m["memory_per_gpu"] = Json{{"capacity_bytes", res.capacity_per_gpu}, {"weights_bytes", res.weights_per_gpu},
                              {"activation_bytes", res.activation_per_gpu}, {"kv_cache_bytes", res.kv_per_gpu}};
   m["kv_cache"] = Json{{"block_size", res.block_size}, {"blocks_per_replica", res.blocks_per_replica},
@@ -275,6 +295,39 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
   m["batching"]["mfu"] = mfu;
   m["batching"]["hbm_weight_read_Bps_per_gpu"] = weight_Bps;
   if (!per_replica.empty()) m["replicas"] = per_replica;
+  if (res.prefill_replicas > 0) {
+    // Each pool's share of the work, and what the handoff between them cost.
+    auto pool = [&](size_t from, size_t to) {
+      double b = 0, kvi = 0, kvm = 0;
+      int64_t it = 0;
+      for (size_t i = from; i < to; ++i) {
+        b += static_cast<double>(res.engines[i].busy_ns);
+        kvi += res.engines[i].kv_time_integral;
+        kvm = std::max(kvm, res.engines[i].kv_max);
+        it += res.engines[i].iterations;
+      }
+      const double n = static_cast<double>(to - from);
+      return Json{{"replicas", to - from}, {"gpus", n * gpus_per_replica}, {"iterations", it}, {"utilization", b / end / n},
+                  {"kv_occupancy_mean", kvi / end / n}, {"kv_occupancy_max", kvm}};
+    };
+    auto ms = [](const GapSummary& g) {
+      Json j = Json{{"count", g.count}};
+      if (g.count) {
+        j["mean"] = g.mean / 1e6;
+        j["p50"] = g.p50 / 1e6;
+        j["p99"] = g.p99 / 1e6;
+        j["max"] = g.max / 1e6;
+      }
+      return j;
+    };
+    const size_t split = static_cast<size_t>(res.prefill_replicas);
+    m["disaggregation"] = Json{{"prefill", pool(0, split)},
+                               {"decode", pool(split, res.engines.size())},
+                               {"kv_transfers", res.kv_transfers},
+                               {"kv_transfer_bytes", res.kv_transfer_bytes},
+                               {"kv_transfer_ms", ms(res.kv_transfer_time)},
+                               {"wait_for_decode_blocks_ms", ms(res.handoff_wait)}};
+  }
   if (res.trace) {
     const int64_t traced_requests = std::min<int64_t>(res.trace_max_requests, served);
     m["trace"] = Json{{"iterations_traced", res.traced_iterations}, {"iterations", iters},
@@ -319,6 +372,18 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
     summary(fmt::format("faults: {} replica failures; {} requests failed, {} retried ({} prefilled again); replicas available {:.2f}%",
                         res.replica_failures, res.failed, res.retried, res.reprefilled,
                         100 * m["faults"]["availability"].get<double>()));
+  if (res.prefill_replicas > 0) {
+    const Json& d = m["disaggregation"];
+    summary(fmt::format("disaggregated: {} prefill + {} decode replicas, utilization {:.0f}% and {:.0f}%; {} KV caches handed over "
+                        "({}), each copy {:.3f} ms mean after {:.3f} ms waiting for decode blocks",
+                        res.prefill_replicas, res.replicas - res.prefill_replicas, 100 * d["prefill"]["utilization"].get<double>(),
+                        100 * d["decode"]["utilization"].get<double>(), res.kv_transfers, format_bytes(res.kv_transfer_bytes),
+                        res.kv_transfer_time.mean / 1e6, res.handoff_wait.mean / 1e6));
+  }
+  if (m.contains("slo"))
+    summary(fmt::format("SLO (TTFT <= {} ms, TPOT <= {} ms): {:.1f}% of requests met both; goodput {:.3f} req/s, {:.4f} req/s per GPU",
+                        R.slo_ttft_ns / 1e6, R.slo_tpot_ns / 1e6, 100 * m["slo"]["attainment"].get<double>(),
+                        m["slo"]["goodput_requests_per_s"].get<double>(), m["slo"]["goodput_requests_per_s_per_gpu"].get<double>()));
   summary(fmt::format("TTFT  ms  p50 {:8.2f}  p90 {:8.2f}  p99 {:8.2f}  mean {:8.2f}", pct(lat["ttft"], "p50"),
                           pct(lat["ttft"], "p90"), pct(lat["ttft"], "p99"), pct(lat["ttft"], "mean")));
   const uint64_t single_token = R.ttft.count() - R.tpot.count();

@@ -34,6 +34,14 @@ class ServingRecords final : public RequestSink {
   void close();
   size_t reorder_high_water() const { return reorder_high_water_; }
 
+  // Service-level objectives (0: none): an answered request meets them when its TTFT and its
+  // TPOT are each within their bound; goodput counts those (DistServe's definition).
+  void set_slo(int64_t ttft_ns, int64_t tpot_ns) {
+    slo_ttft_ns = ttft_ns;
+    slo_tpot_ns = tpot_ns;
+  }
+  int64_t slo_ttft_ns = 0, slo_tpot_ns = 0;
+  int64_t slo_met = 0, slo_ttft_met = 0, slo_tpot_met = 0;
   StreamingSummary ttft, e2e, tpot, itl, queue, max_gap, itl_lc, tpot_lc;
   int64_t answered_count = 0, out_tokens = 0, in_tokens = 0, preemptions = 0, cached_in = 0, out_tokens_lc = 0;
   int64_t later_prompt = 0, reused = 0, later_turns = 0, later_hits = 0;

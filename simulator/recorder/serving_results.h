@@ -81,6 +81,13 @@ struct ServingResults {
   std::vector<ServingReplicaResult> engines;
   GapSummary gaps;
   std::vector<ServingSample> samples;
+  // Prefill/decode disaggregation (prefill_replicas 0: colocated): engines [0, prefill_replicas)
+  // prefill, the others decode; each handed-over prompt's KV cache crossed the fabric once.
+  int prefill_replicas = 0;
+  int64_t kv_transfers = 0;
+  double kv_transfer_bytes = 0;
+  GapSummary kv_transfer_time;  // from the start of the copy to its last byte (ns)
+  GapSummary handoff_wait;      // from the end of the prefill to the start of the copy: waiting for decode KV blocks (ns)
   // The trace.
   bool trace = false;
   int64_t traced_iterations = 0, trace_max_requests = 0;

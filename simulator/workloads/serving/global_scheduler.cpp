@@ -9,7 +9,15 @@ namespace sluice::serving {
 
 void GlobalScheduler::dispatch(uint32_t id) {
   Request& q = front_.requests()[id];
-  const int to = router_.route(q, engines_);
+  std::span<const std::unique_ptr<Replica>> pool(engines_);
+  size_t offset = 0;
+  const bool to_prefill = prefill_engines_ > 0 && q.prompt_len() > 1;
+  if (prefill_engines_ > 0) {
+    pool = to_prefill ? pool.first(prefill_engines_) : pool.subspan(prefill_engines_);
+    offset = to_prefill ? 0 : prefill_engines_;
+  }
+  const int picked = router_.route(q, pool);
+  const int to = picked < 0 ? picked : picked + static_cast<int>(offset);
   if (to < 0) {
     // No healthy replica: parked until one is (or the failover timeout).
     const int64_t now = engine_.now().count_ns();
@@ -29,6 +37,7 @@ void GlobalScheduler::dispatch(uint32_t id) {
     front_.reject(q, /*overload=*/false);
     return;
   }
+  if (to_prefill) q.input_tokens -= 1;  // its last token is the decode engine's first step (restored at the handoff)
   q.state = ReqState::Waiting;
   r.waiting.push_back(id);
   ++r.routed;

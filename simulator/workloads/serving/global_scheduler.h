@@ -31,6 +31,10 @@ class GlobalScheduler final : public RequestDispatcher, public EventHandler {
                   ReplicaPool& pool, int64_t failover_timeout_ns)
       : engine_(engine), front_(front), router_(router), engines_(engines), pool_(pool), failover_timeout_ns_(failover_timeout_ns) {}
   void dispatch(uint32_t id) override;
+  // Disaggregated serving: arrivals go to the first `prefill_engines` engines (the prefill
+  // pool), which compute all but a prompt's last token; the decode pool computes that one as
+  // its first step. A prompt of one token goes to the decode pool directly.
+  void set_prefill_pool(size_t prefill_engines) { prefill_engines_ = prefill_engines; }
   void on_event(Engine& e, uint32_t kind, uint32_t arg) override;
   // A replica is healthy again: every parked request goes to the router again, in order.
   void unpark_all();
@@ -45,6 +49,7 @@ class GlobalScheduler final : public RequestDispatcher, public EventHandler {
   ReplicaPool& pool_;
   int64_t failover_timeout_ns_;
   std::deque<uint32_t> parked_;
+  size_t prefill_engines_ = 0;  // 0: one pool
 };
 
 }  // namespace sluice::serving

@@ -32,6 +32,14 @@ class BlockManager {
   }
   // Releases every block the request holds.
   void release(Request& r);
+  // The request stops counting its blocks here, but they stay in use (its KV cache being
+  // copied to another engine) until free_detached gives them back. Returns how many.
+  int64_t detach(Request& r) {
+    const int64_t n = r.blocks;
+    r.blocks = 0;
+    return n;
+  }
+  void free_detached(int64_t blocks) { free_ += blocks; }
   // After a turn finishes: keep its blocks resident as the conversation's cache (replacing
   // an older entry of the same conversation) instead of freeing them.
   void retain(Request& r, int64_t tokens);

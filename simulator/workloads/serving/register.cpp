@@ -48,14 +48,14 @@ void warn_about_run(const ServingSim& sim, int64_t asked_interval_ns, Recorder& 
 // cost_tables (a directory, derived or the roofline), the last mile's d2h and d2h_mode (which
 // table rows), and the outputs' trace, requests_csv and timeseries switches.
 struct ServingKeys {
-  Binding<ServingConfig> deployment, outputs, recovery;
+  Binding<ServingConfig> deployment, outputs, recovery, slo;
   Binding<PrefillSlicingConfig> slicing;
   Binding<LastMile> last_mile;
 };
 
-static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, Schema& out, Schema& rec, bool short_form) {
+static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, Schema& out, Schema& rec, Schema& slo, bool short_form) {
   using C = ServingConfig;
-  ServingKeys k{Binding<C>(dep), Binding<C>(out), Binding<C>(rec), Binding<PrefillSlicingConfig>(slicing), Binding<LastMile>(lm)};
+  ServingKeys k{Binding<C>(dep), Binding<C>(out), Binding<C>(rec), Binding<C>(slo), Binding<PrefillSlicingConfig>(slicing), Binding<LastMile>(lm)};
   auto& d = k.deployment;
   d.integer("replicas", &C::replicas, "model replicas behind the router").def("1").range(1, 1e5);  // 1e6 took 1.8 GB to build
   d.integer("tensor_parallel", &C::tensor_parallel, "GPUs per pipeline stage (inside one node)").def("1").range(1, 64);
@@ -76,7 +76,16 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
                            "what happens to a preempted sequence's KV cache")
       .def("recompute");
   d.quantity("swap_space", UnitKind::Bytes, &C::swap_space_bytes, "host memory per replica for swapped KV").def("16GiB").nonneg();
-  d.flag("prefix_reuse", &C::prefix_reuse, "keep a finished turn's KV resident for the conversation's next turn").def("true");
+  d.flag("prefix_reuse", &C::prefix_reuse,
+         "keep a finished turn's KV resident for the conversation's next turn (off when disaggregated: the turn ends on a "
+         "decode replica, the next one prefills on a prefill replica)")
+      .def("true");
+  d.integer("prefill_replicas", &C::prefill_replicas,
+            "prefill/decode disaggregation: this many of the replicas form the prefill pool, the rest the decode pool; a "
+            "prompt prefills on the prefill pool and its KV cache crosses the fabric to a decode replica, which generates "
+            "its tokens (0: colocated, every replica prefills and decodes its own requests)")
+      .def("0")
+      .range(0, 1e5);
   dep.add("cost_tables", ParamType::String, kCostTablesDoc).def("auto");
   d.choice<Implementation>("implementation",
                            {{"pytorch-lean", Implementation::PytorchLean}, {"pytorch-naive", Implementation::PytorchNaive},
@@ -114,6 +123,12 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
   out.add("requests_csv", ParamType::Bool, "write requests.csv, a row per request").def("true");
   out.add("timeseries", ParamType::Bool, "write timeseries.csv (queues, KV occupancy, busy replicas)").def("true");
   k.outputs.time_ns("sample_interval", &C::sample_interval_ns, "time-series sampling interval").def("1s").positive();  // 0 below when timeseries is off
+  k.slo.time_ns("ttft", &C::slo_ttft_ns, "time-to-first-token objective: an answered request meets it at or below this (0s: none)")
+      .def("0s")
+      .range(0, 1e15);
+  k.slo.time_ns("tpot", &C::slo_tpot_ns, "time-per-output-token objective (the mean gap after the first token; 0s: none)")
+      .def("0s")
+      .range(0, 1e15);
   k.recovery.time_ns("reload", &C::reload_ns, "after its devices are repaired, a replica loads the model this long before serving").def("2min").nonneg();
   k.recovery.time_ns("failover_timeout", &C::failover_timeout_ns, "a request no healthy replica takes within this fails (0s: waits for a repair)")
       .def("60s")
@@ -125,8 +140,8 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
 // a key the study's own schema lacks, such as nodes outside the short form, is not in its
 // parameters and leaves its field as it was).
 static const ServingKeys& serving_keys() {
-  static Schema dep, slicing, lm, out, rec;
-  static const ServingKeys k = bind_serving_keys(dep, slicing, lm, out, rec, true);
+  static Schema dep, slicing, lm, out, rec, slo;
+  static const ServingKeys k = bind_serving_keys(dep, slicing, lm, out, rec, slo, true);
   return k;
 }
 
@@ -143,6 +158,15 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   keys.last_mile.fill(p.section("last_mile"), c.last_mile);
   keys.outputs.fill(p.section("outputs"), c);
   keys.recovery.fill(p.section("recovery"), c);
+  keys.slo.fill(p.section("slo"), c);
+  if (c.prefill_replicas > 0) {
+    if (c.prefill_replicas >= c.replicas)
+      d.fail("prefill_replicas", fmt::format("{} of {} replicas would leave no decode pool", c.prefill_replicas, c.replicas),
+             fmt::format("fewer than replicas ({}), or 0 for colocated serving", c.replicas));
+    if (c.pipeline_parallel > 1)
+      d.fail("prefill_replicas", "disaggregation does not yet take pipeline-parallel replicas", "pipeline_parallel: 1, or prefill_replicas: 0");
+    c.prefix_reuse = false;  // a turn ends on a decode replica; its next turn prefills on a prefill replica
+  }
   if (c.preemption == PreemptionMode::Swap && c.hardware.pcie_Bps <= 0)
     d.fail("preemption", fmt::format("swap needs a host link, but {} has no pcie_bandwidth", c.hardware.name),
            "recompute, or hardware with pcie_bandwidth > 0");
@@ -210,7 +234,8 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
   auto lm = std::make_shared<Schema>();
   auto out = std::make_shared<Schema>();
   auto rec = std::make_shared<Schema>();
-  bind_serving_keys(*dep, *slicing, *lm, *out, *rec, short_form);
+  auto slo = std::make_shared<Schema>();
+  bind_serving_keys(*dep, *slicing, *lm, *out, *rec, *slo, short_form);
   dep->section("prefill_slicing", slicing,
                "token-level pipelining of long prompts (pipeline_parallel > 1): an iteration that is one prompt's prefill runs "
                "as slices entering the stages one after another");
@@ -221,6 +246,7 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
   s.section("last_mile", lm, "the GPU-to-client path of every token");
   s.section("outputs", out, "what to write besides metrics.json");
   s.section("recovery", rec, "what a replica failure costs (used when the world has faults)");
+  s.section("slo", slo, "service-level objectives: metrics report attainment and goodput (requests meeting both, per second and per GPU)");
   if (short_form)
     s.component_list("faults", &reg, "fault", "fault processes on the deployment's cluster (see `sluice list fault`)").optional();
   if (short_form)

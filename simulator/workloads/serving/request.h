@@ -6,7 +6,9 @@
 
 namespace sluice::serving {
 
-enum class ReqState : uint8_t { Pending, Waiting, Running, Swapped, Done };
+// Handoff: prefilled on a prefill engine, its KV cache on its way to a decode engine
+// (waiting for blocks there, or crossing the fabric).
+enum class ReqState : uint8_t { Pending, Waiting, Running, Swapped, Done, Handoff };
 
 // A batch entry that is static batching's padding (a finished member still holding its row):
 // it costs a decode step and refers to no request.
@@ -56,6 +58,12 @@ struct alignas(64) Request {
   int32_t retries = 0;             // times a failure sent it back to the router
   int32_t reprefills = 0;          // times it lost computed KV to a failure and prefilled again
   int64_t park_deadline_ns = 0;
+  // Disaggregated serving: the prefill engine it left, the blocks it still holds there until
+  // its KV cache has crossed, the copy's flows still in flight, and when its wait or copy began.
+  int32_t handoff_from = -1;
+  int32_t handoff_blocks = 0;
+  int32_t handoff_flows = 0;
+  int64_t handoff_mark_ns = 0;
 
   int32_t prompt_len() const { return history_tokens + input_tokens; }
   int32_t length() const { return prompt_len() + generated; }

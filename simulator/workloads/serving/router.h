@@ -2,6 +2,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "config/schema.h"
@@ -12,8 +13,9 @@ namespace sluice::serving {
 class Router {
  public:
   virtual ~Router() = default;
-  // The replica for `q` among the healthy ones; -1 when none is healthy.
-  virtual int route(const Request& q, const std::vector<std::unique_ptr<Replica>>& replicas) = 0;
+  // The replica for `q` among the healthy ones (an index into `replicas`, the engines of the
+  // pool it is routed in); -1 when none is healthy.
+  virtual int route(const Request& q, std::span<const std::unique_ptr<Replica>> replicas) = 0;
 };
 
 using RouterFactory = std::function<std::unique_ptr<Router>(const Params&)>;

@@ -7,7 +7,7 @@ namespace sluice::serving {
 namespace {
 
 // Every router sends only to healthy replicas; -1 when none is.
-int least_outstanding(const std::vector<std::unique_ptr<Replica>>& rs) {
+int least_outstanding(std::span<const std::unique_ptr<Replica>> rs) {
   int best = -1;
   size_t least = 0;
   for (int i = 0; i < static_cast<int>(rs.size()); ++i) {
@@ -22,7 +22,7 @@ int least_outstanding(const std::vector<std::unique_ptr<Replica>>& rs) {
 
 class RoundRobin final : public Router {
  public:
-  int route(const Request&, const std::vector<std::unique_ptr<Replica>>& rs) override {
+  int route(const Request&, std::span<const std::unique_ptr<Replica>> rs) override {
     const int n = static_cast<int>(rs.size());
     for (int k = 0; k < n; ++k) {
       const int r = next_;
@@ -38,7 +38,7 @@ class RoundRobin final : public Router {
 
 class LeastOutstanding final : public Router {
  public:
-  int route(const Request&, const std::vector<std::unique_ptr<Replica>>& rs) override { return least_outstanding(rs); }
+  int route(const Request&, std::span<const std::unique_ptr<Replica>> rs) override { return least_outstanding(rs); }
 };
 
 // Sends a conversation's later turns where its KV cache still is, unless that replica is
@@ -46,7 +46,7 @@ class LeastOutstanding final : public Router {
 class KvAffinity final : public Router {
  public:
   explicit KvAffinity(const Params& p) : max_imbalance_(static_cast<size_t>(p.integer("max_imbalance"))) {}
-  int route(const Request& q, const std::vector<std::unique_ptr<Replica>>& rs) override {
+  int route(const Request& q, std::span<const std::unique_ptr<Replica>> rs) override {
     const int least = least_outstanding(rs);
     if (least < 0) return -1;
     if (q.turn > 0) {

@@ -2,11 +2,20 @@
 // stops at once (its iteration in flight void, its KV cache lost), its requests go back to
 // the global scheduler (a healthy replica prefills them again), and it serves again
 // `reload_ns` after its repair.
+#include <stdexcept>
+
 #include <fmt/format.h>
 
 #include "workloads/serving/serving_sim.h"
 
 namespace sluice::serving {
+
+void ServingSim::enable_faults() {
+  if (pool_split_ > 0)
+    throw std::runtime_error("a disaggregated deployment (deployment.prefill_replicas) does not yet recover from failures: "
+                             "run it without faults, or colocated (prefill_replicas: 0)");
+  faults_enabled_ = true;
+}
 
 void ServingSim::replica_down(int r) {
   if (down_since_ns_[static_cast<size_t>(r)] >= 0) {

@@ -117,13 +117,25 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
   if (engines > std::numeric_limits<int>::max() / kMaxSlices)
     throw std::invalid_argument(fmt::format("{} engines: too many to tell their slices apart", engines));
   if (fabric_.active()) {
-    if (static_cast<int>(fabric_.stage_nodes.size()) != cfg_.replicas)
+    // (A disaggregated deployment of single-device replicas is on the fabric for its KV copies alone.)
+    if (static_cast<int>(fabric_.stage_nodes.size()) != cfg_.replicas && !(cfg_.prefill_replicas > 0 && fabric_.stage_nodes.empty()))
       throw std::logic_error("internal: serving fabric placement does not match the replica count");
     inflight_.resize(static_cast<size_t>(engines));
     stage_busy_.assign(static_cast<size_t>(engines), 0);
     stage_queue_.resize(static_cast<size_t>(engines));
   }
   epoch_.assign(static_cast<size_t>(engines), 0);
+  pool_split_ = cfg_.prefill_replicas;
+  if (pool_split_ > 0) {
+    if (pp_ != 1 || pool_split_ >= cfg_.replicas)
+      throw std::invalid_argument(fmt::format("internal: disaggregation of {} replicas with {} prefill replicas and pp {}", cfg_.replicas,
+                                              pool_split_, pp_));
+    if (!fabric_.active() || static_cast<int>(fabric_.replica_nodes.size()) != cfg_.replicas)
+      throw std::invalid_argument("internal: a disaggregated deployment needs its replicas' places on the fabric (the KV copies are flows)");
+    global_.set_prefill_pool(static_cast<size_t>(pool_split_));
+  }
+  handoff_wait_.resize(static_cast<size_t>(engines));
+  incoming_.assign(static_cast<size_t>(engines), 0);
   down_since_ns_.assign(static_cast<size_t>(cfg_.replicas), -1);
   if (trace_ && trace_->enabled()) {
     trace_->name_process(cfg_.trace_pid, "replicas");
@@ -213,7 +225,7 @@ void ServingSim::check_conservation() const {
   // those are counted by state, the ended ones by the counters kept as they end.
   const RequestCounts& n = front_.counts();
   const auto& reqs = front_.requests();
-  int64_t used = 0, ended_in_use = 0, queued = 0, running = 0, swapped = 0, parked = 0, pending = 0;
+  int64_t used = 0, ended_in_use = 0, queued = 0, running = 0, swapped = 0, parked = 0, pending = 0, handoff = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {
     if (!front_.slot_used(i)) continue;
     const Request& q = reqs[i];
@@ -228,6 +240,8 @@ void ServingSim::check_conservation() const {
       ++running;
     } else if (q.state == ReqState::Swapped) {
       ++swapped;
+    } else if (q.state == ReqState::Handoff) {
+      ++handoff;
     } else {
       ++pending;  // made, not yet arrived
     }
@@ -237,7 +251,8 @@ void ServingSim::check_conservation() const {
   const bool ok = ended_in_use == 0 && used == n.live && n.made - n.released == n.live && n.released == n.completed &&
                   n.completed == n.answered + n.rejected_too_long + n.failed + n.rejected_overload && held == queued + running + swapped &&
                   parked == static_cast<int64_t>(global_.parked()) &&
-                  n.made - n.completed == queued + running + swapped + parked + pending && n.made <= n.announced;
+                  n.made - n.completed == queued + running + swapped + parked + handoff + pending && n.made <= n.announced &&
+                  handoff == in_handoff_;
   for (size_t i = 0; i < replicas_.size(); ++i) {
     if (replicas_[i]->routed != replicas_[i]->outstanding())
       throw std::logic_error(fmt::format("routing count broken on engine {}: the routers see {} requests, its queues hold {}", i,
@@ -541,6 +556,10 @@ void ServingSim::stage_comm_done(int ri, int k) {
 }
 
 void ServingSim::on_flow_done(Engine&, uint64_t tag) {
+  if (tag & kHandoffFlow) {
+    kv_copied(static_cast<uint32_t>(tag & 0xFFFFFFFFu));
+    return;
+  }
   const int ri = static_cast<int>(tag & 0xFFFFFFFF);
   if ((tag >> 41) != (epoch_[static_cast<size_t>(ri)] & 0x7FFFFF)) return;  // sent by an iteration a failure voided
   InFlight& f = inflight_[static_cast<size_t>(ri)];
@@ -655,6 +674,11 @@ void ServingSim::end_iteration(int ri) {
       tokens += en.new_tokens;
       q.computed += en.new_tokens;
       if (q.computed < q.length()) continue;  // a prefill chunk that did not reach the end
+      if (ri < pool_split_) {  // a prefill engine's work on it is done: its KV cache goes to the decode pool
+        q.state = ReqState::Handoff;
+        handing_off_.push_back(en.req);
+        continue;
+      }
       ++q.generated;
       // The last mile: detokenized in order on the replica's host thread, then streamed.
       t += detok;
@@ -676,14 +700,27 @@ void ServingSim::end_iteration(int ri) {
   gaps.flush();
   st.tokens_processed += tokens;
   detok_free_ns_[ri] = t;
-  // Drop finished sequences from the running list (only those that ended here are Done).
-  if (!ended_.empty()) {
+  // Drop finished sequences from the running list (only those that ended here are Done), and
+  // those a prefill engine hands to the decode pool.
+  if (!ended_.empty() || !handing_off_.empty()) {
     r.running.erase(std::remove_if(r.running.begin(), r.running.end(),
-                                   [&](uint32_t id) { return front_.requests()[id].state == ReqState::Done; }),
+                                   [&](uint32_t id) {
+                                     const ReqState s = front_.requests()[id].state;
+                                     return s == ReqState::Done || s == ReqState::Handoff;
+                                   }),
                     r.running.end());
-    r.routed -= ended_.size();
+    r.routed -= ended_.size() + handing_off_.size();
   }
   for (uint32_t slot : ended_) front_.release(slot);  // now that nothing names them
+  if (pool_split_ > 0) {
+    if (!handing_off_.empty()) {
+      std::vector<uint32_t> going;
+      going.swap(handing_off_);
+      for (uint32_t id : going) start_handoff(ri, id);
+    } else if (!handoff_wait_[static_cast<size_t>(ri)].empty()) {
+      pump_handoffs(ri);  // requests ended here: their blocks may hold a waiting handoff
+    }
+  }
 }
 
 bool ServingSim::steady_now(int ri) const {
@@ -867,6 +904,24 @@ ServingResults ServingSim::results() const {
   r.replica_failures = replica_failures_;
   r.replica_down_ns = replica_down_ns();
   r.outages_ns = outages_ns_;
+  r.prefill_replicas = pool_split_;
+  r.kv_transfers = kv_transfers_;
+  r.kv_transfer_bytes = kv_transfer_bytes_;
+  auto summary = [](const LogHistogram& h) {
+    GapSummary g;
+    g.count = h.count();
+    if (h.count()) {
+      g.mean = h.mean();
+      g.p50 = h.percentile(50);
+      g.p90 = h.percentile(90);
+      g.p95 = h.percentile(95);
+      g.p99 = h.percentile(99);
+      g.max = static_cast<double>(h.max());
+    }
+    return g;
+  };
+  r.kv_transfer_time = summary(kv_transfer_ns_);
+  r.handoff_wait = summary(handoff_wait_ns_);
   r.first_arrival_ns = front_.first_arrival_ns();
   r.last_delivery_ns = front_.last_delivery_ns();
   r.end_ns = end_ns();

@@ -111,6 +111,11 @@ struct ServingConfig {
   // ended) is rejected and counted; 0: no bound.
   int64_t max_in_flight = 0;
   double model_tokens_per_llama = 1;  // llmperf's counting (tokenizers.yaml)
+  // Prefill/decode disaggregation: the first `prefill_replicas` replicas form the prefill pool,
+  // the others the decode pool (0: every replica prefills and decodes its own requests).
+  int prefill_replicas = 0;
+  // Service-level objectives for goodput (0: none).
+  int64_t slo_ttft_ns = 0, slo_tpot_ns = 0;
 };
 
 // Aggregates per replica.
@@ -143,6 +148,7 @@ struct ReplicaStats {
 // every activation hand-off between stages is a flow on the shared fabric, each iteration.
 struct ServingFabric {
   net::FlowSim* flows = nullptr;
+  std::vector<std::vector<int>> replica_nodes;  // [replica] -> its devices' nodes (disaggregation's KV copies)
   std::vector<std::vector<std::vector<int>>> stage_nodes;  // [replica][stage] -> tp node ids
   std::vector<std::vector<std::pair<int, int>>> host_links;  // [replica] -> (device node, its host node); empty: no host link
   bool active() const { return flows != nullptr; }
@@ -168,13 +174,14 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   void run(const std::function<void(double)>& progress);
   void on_event(Engine& e, uint32_t kind, uint32_t arg) override;
   void on_flow_done(Engine& e, uint64_t tag) override;
+  int prefill_engines() const { return pool_split_; }
   // Failures. A replica that loses a device stops at once: its iteration in flight is void,
   // its KV cache is lost, and its running, queued and swapped requests go back to the router
   // (a healthy replica prefills them again). It takes requests again `reload_ns` after repair.
   void replica_down(int replica);
   void replica_repaired(int replica);
   int64_t failed() const { return front_.counts().failed; }
-  void enable_faults() { faults_enabled_ = true; }
+  void enable_faults();
   bool faults_enabled() const { return faults_enabled_; }
   int64_t retried() const { return retried_; }
   int64_t reprefilled() const { return reprefilled_; }
@@ -238,6 +245,21 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   bool faults_enabled_ = false;
   int64_t retried_ = 0, reprefilled_ = 0, replica_failures_ = 0;
   std::vector<uint32_t> ended_;        // slots answered in the iteration being closed
+  // Disaggregation (serving_handoff.cpp): a prompt prefilled on a prefill engine goes to the
+  // least-loaded decode engine, waits there for KV blocks (FCFS), and its KV cache crosses the
+  // fabric as flows from each prefill device to its decode peer; it then joins that engine's
+  // waiting queue with its blocks held, its prompt's last token the first step there.
+  void start_handoff(int from, uint32_t id);
+  void pump_handoffs(int to);
+  void kv_copied(uint32_t id);
+  static constexpr uint64_t kHandoffFlow = uint64_t{1} << 39;  // flow tag bit: a KV copy (low 32 bits: the request)
+  int pool_split_ = 0;                          // prefill engines (0: one pool)
+  std::vector<uint32_t> handing_off_;           // slots whose prefill ended in the iteration being closed
+  std::vector<std::deque<uint32_t>> handoff_wait_;  // per decode engine: waiting for its KV blocks
+  std::vector<int64_t> incoming_;               // per engine: handoffs assigned to it, not yet in its queues
+  int64_t in_handoff_ = 0, kv_transfers_ = 0;
+  double kv_transfer_bytes_ = 0;
+  LogHistogram kv_transfer_ns_, handoff_wait_ns_;
   void try_start(int replica);
   // Starts the iteration of batches_[replica] at now, its end an event (pp = 1 and the flow
   // shop; the fabric path is begin_stage's).

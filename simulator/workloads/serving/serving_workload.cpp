@@ -47,6 +47,14 @@ class ServingWorkload final : public Workload {
         }
     }
     const bool swaps = cfg.preemption == PreemptionMode::Swap && host_of.size() == devices.size();
+    if (cfg.prefill_replicas > 0) {
+      // Disaggregated: each replica's devices, where its KV cache leaves from or lands.
+      fabric.flows = &world.fabric();
+      for (int r = 0; r < cfg.replicas; ++r) {
+        auto& nodes = fabric.replica_nodes.emplace_back();
+        for (int k = 0; k < tp * pp; ++k) nodes.push_back(world.device_node(devices[static_cast<size_t>(r * tp * pp + k)]));
+      }
+    }
     if (tp > 1 || pp > 1 || swaps) {
       fabric.flows = &world.fabric();
       if (swaps) {
@@ -78,6 +86,7 @@ class ServingWorkload final : public Workload {
     const std::string prefix = scoped ? name() + "." : "";
     records_ = std::make_unique<ServingRecords>(w.recorder, requests_csv_ ? prefix + "requests.csv" : "",
                                                 sim_->config().model_tokens_per_llama);
+    records_->set_slo(sim_->config().slo_ttft_ns, sim_->config().slo_tpot_ns);
     sim_->set_sink(records_.get());
     done_ = sim_->config().workload->total_requests() == 0;
     if (!w.faults().empty()) sim_->enable_faults();

@@ -1,0 +1,101 @@
+// Prefill/decode disaggregation (DistServe, Splitwise, Mooncake, Dynamo): the prefill pool
+// computes a prompt's KV cache, the decode pool generates its tokens, and the KV cache moves
+// between them over the world's fabric.
+//
+// A prompt routed to the prefill pool is prefilled there up to its last token (the global
+// scheduler holds that one back). When its prefill iteration ends, the request leaves the
+// prefill engine's queues and goes to the decode engine with the fewest requests routed or on
+// their way to it. It waits there, first come first served, until the decode engine can hold
+// its KV (blocks for the whole prompt, the admission watermark kept: the decode pool's KV
+// capacity bounds what it takes); then its KV cache is copied as one flow from each prefill
+// device to its decode peer (NVLink inside a server, the NICs across), sharing links with
+// everything else on the fabric. Once the last byte lands, the prefill engine frees its blocks
+// and the request joins the decode engine's waiting queue with its blocks held; the decode
+// engine's first step on it computes the prompt's last token and samples the first token. So
+// TTFT = queueing + prefill + wait for decode blocks + KV copy + the first decode step (with
+// the last mile); the copy is whole, after the prefill (not layer by layer during it).
+#include <fmt/format.h>
+
+#include "workloads/serving/serving_sim.h"
+
+namespace sluice::serving {
+
+void ServingSim::start_handoff(int from, uint32_t id) {
+  Request& q = front_.requests()[id];
+  const int64_t now = engine_.now().count_ns();
+  q.input_tokens += 1;  // the prompt's last token, held back by the global scheduler
+  q.handoff_from = from;
+  q.handoff_blocks = static_cast<int32_t>(replicas_[static_cast<size_t>(from)]->kv.detach(q));  // still in use there until copied
+  q.handoff_mark_ns = now;
+  q.state = ReqState::Handoff;
+  ++in_handoff_;
+  // The decode engine with the fewest requests routed to it or on their way (ties: lowest).
+  int to = -1;
+  int64_t least = 0;
+  for (int d = pool_split_; d < static_cast<int>(replicas_.size()); ++d) {
+    const int64_t load = static_cast<int64_t>(replicas_[static_cast<size_t>(d)]->routed) + incoming_[static_cast<size_t>(d)];
+    if (replicas_[static_cast<size_t>(d)]->healthy && (to < 0 || load < least)) {
+      to = d;
+      least = load;
+    }
+  }
+  if (to < 0) throw std::logic_error("internal: no healthy decode engine for a handoff");
+  q.replica = to;
+  ++incoming_[static_cast<size_t>(to)];
+  handoff_wait_[static_cast<size_t>(to)].push_back(id);
+  pump_handoffs(to);
+}
+
+// Starts the copies of the handoffs waiting at decode engine `to`, in order, while it can hold them.
+void ServingSim::pump_handoffs(int to) {
+  auto& wait = handoff_wait_[static_cast<size_t>(to)];
+  Replica& dst = *replicas_[static_cast<size_t>(to)];
+  const int64_t now = engine_.now().count_ns();
+  while (!wait.empty()) {
+    Request& q = front_.requests()[wait.front()];
+    // Blocks for the whole prompt: the cache that crosses and the last token's slot, so its
+    // admission there never waits for a block.
+    account_kv(to, now);
+    if (!dst.kv.grow_to(q, q.computed + 1, /*admission=*/true)) break;
+    wait.pop_front();
+    handoff_wait_ns_.record(now - q.handoff_mark_ns);
+    q.handoff_mark_ns = now;
+    const double bytes = dst.kv_bytes_per_token * q.computed;
+    kv_transfer_bytes_ += bytes;
+    const auto& from_nodes = fabric_.replica_nodes[static_cast<size_t>(q.handoff_from)];
+    const auto& to_nodes = fabric_.replica_nodes[static_cast<size_t>(to)];
+    if (bytes <= 0 || from_nodes.empty()) {
+      q.handoff_flows = 1;
+      kv_copied(q.id);
+      continue;
+    }
+    // Each prefill device sends its share (its heads of every layer) to its decode peer.
+    q.handoff_flows = static_cast<int32_t>(from_nodes.size());
+    const double share = bytes / static_cast<double>(from_nodes.size());
+    for (size_t j = 0; j < from_nodes.size(); ++j)
+      fabric_.flows->start(from_nodes[j], to_nodes[j % to_nodes.size()], share, this, kHandoffFlow | q.id,
+                           static_cast<uint64_t>(q.serial) * 7919 + j);
+  }
+}
+
+void ServingSim::kv_copied(uint32_t id) {
+  Request& q = front_.requests()[id];
+  if (--q.handoff_flows > 0) return;
+  const int64_t now = engine_.now().count_ns();
+  kv_transfer_ns_.record(now - q.handoff_mark_ns);
+  ++kv_transfers_;
+  const int from = q.handoff_from, to = q.replica;
+  account_kv(from, now);
+  replicas_[static_cast<size_t>(from)]->kv.free_detached(q.handoff_blocks);
+  q.handoff_blocks = 0;
+  --incoming_[static_cast<size_t>(to)];
+  --in_handoff_;
+  Replica& dst = *replicas_[static_cast<size_t>(to)];
+  q.state = ReqState::Waiting;
+  dst.waiting.push_back(id);
+  ++dst.routed;
+  request_schedule(to);
+  request_schedule(from);  // its blocks are free: a waiting prompt may fit now
+}
+
+}  // namespace sluice::serving

@@ -1,0 +1,163 @@
+// Prefill/decode disaggregation: TTFT on a hand-computed case, the KV copy as a flow that
+// shares links with other work, the decode pool's KV capacity bounding what it takes,
+// conservation across the pools, goodput under SLOs, and bad input.
+#include <doctest/doctest.h>
+
+#include "test_support.h"
+
+#include <cmath>
+
+#include "config/node.h"
+#include "hardware/cost_model.h"
+#include "hardware/spec.h"
+#include "registry/registry.h"
+#include "run/runner.h"
+#include "workloads/serving/serving_sim.h"
+
+using namespace sluice;
+using sluice::testing::registry;
+using sluice::testing::run_text;
+
+namespace {
+
+// Four single-device servers: d0, d1 on switch s0, d2, d3 on s1, the switches joined by one
+// 10 GB/s link, every link without latency: a copy from d0 to d2 crosses the middle link.
+const char* kCluster = R"(name: t
+cluster:
+  hardware: h200
+  topology:
+    kind: explicit
+    nodes:
+      - {name: s0, kind: switch}
+      - {name: s1, kind: switch}
+      - {name: d0, kind: device, group: 0}
+      - {name: d1, kind: device, group: 1}
+      - {name: d2, kind: device, group: 2}
+      - {name: d3, kind: device, group: 3}
+    links:
+      - {a: d0, b: s0, bandwidth: 1000GB/s, latency: 0ns}
+      - {a: d1, b: s0, bandwidth: 1000GB/s, latency: 0ns}
+      - {a: d2, b: s1, bandwidth: 1000GB/s, latency: 0ns}
+      - {a: d3, b: s1, bandwidth: 1000GB/s, latency: 0ns}
+      - {a: s0, b: s1, bandwidth: 10GB/s, latency: 0ns}
+workloads:
+)";
+
+// One deployment of two TinyLlama replicas, prefill on device 0, decode on device 2.
+std::string deployment_text(const std::string& load, const std::string& extra = "") {
+  return std::string(kCluster) +
+         "  - name: chat\n"
+         "    kind: serving\n"
+         "    model: tinyllama-1.1b\n"
+         "    deployment: {replicas: 2, prefill_replicas: 1, cost_tables: none}\n"
+         "    scheduler: {kind: vllm}\n"
+         "    workload: " + load + "\n"
+         "    last_mile: {d2h: fixed, d2h_latency: 0us, detokenize_per_token: 7us, stream_per_token: 3us}\n"
+         "    outputs: {trace: false}\n"
+         "    place: {devices: [0, 2]}\n" + extra;
+}
+
+const std::string kOne = "{kind: llmperf, requests: 1, input_tokens: {mean: 1000, sd: 0}, output_tokens: {mean: 4, sd: 0}, "
+                         "arrival: {kind: closed_loop, clients: 1}}";
+
+}  // namespace
+
+TEST_CASE("disaggregated TTFT = prefill + KV copy over the fabric + the first decode step (hand-computed)") {
+  const Json m = run_text(deployment_text(kOne))["serving"];
+  const Json& d = m["disaggregation"];
+  REQUIRE(d["kv_transfers"].get<int>() == 1);
+  // The prefill pool computes 999 tokens; their KV (TinyLlama: 22 layers x 4 KV heads x 64 x
+  // K and V x 2 bytes = 22,528 bytes a token) crosses the 10 GB/s link.
+  const double per_token = m["kv_cache"]["bytes_per_token"].get<double>();
+  CHECK(per_token == 22528);
+  CHECK(d["kv_transfer_bytes"].get<double>() == doctest::Approx(999 * per_token));
+  const double copy_ms = d["kv_transfer_ms"]["mean"].get<double>();
+  CHECK(copy_ms == doctest::Approx(999 * per_token / 10e9 * 1e3).epsilon(1e-4));
+  // The iterations' times from the same cost model the deployment uses (the roofline).
+  const auto cfg_node = load_yaml_string(R"(
+model: tinyllama-1.1b
+hardware: h200
+deployment: {cost_tables: none}
+workload: {kind: llmperf, requests: 1}
+)", "c.yaml");
+  auto parsed = registry().parse(cfg_node, "study", "", "serving");
+  const serving::ServingConfig cfg = serving::build_serving_config(parsed.params, registry(), 1, nullptr);
+  CostModel cost(cfg.hardware, cfg.model, CostOptions{1, 1, ""});
+  std::vector<SeqWork> prefill{{999, 0, true}}, first{{1, 999, true}};
+  auto t = [](double ns) { return std::max<int64_t>(1, static_cast<int64_t>(std::llround(ns))); };
+  const double expect_ms = (static_cast<double>(t(cost.iteration_ns(prefill)) + t(cost.iteration_ns(first)) + 7000 + 3000)) / 1e6 + copy_ms;
+  CHECK(m["latency_ms"]["ttft"]["p50"].get<double>() == doctest::Approx(expect_ms).epsilon(1e-9));
+  // Decoding then goes on at the decode replica alone: 4 tokens, 3 gaps.
+  CHECK(m["disaggregation"]["decode"]["iterations"].get<int>() == 4);
+  CHECK(m["disaggregation"]["prefill"]["iterations"].get<int>() == 1);
+}
+
+TEST_CASE("a KV copy slows when it shares a link with a gradient all-reduce (the world's fabric)") {
+  const std::string load = "{kind: llmperf, requests: 20, input_tokens: {mean: 2000, sd: 0}, output_tokens: {mean: 8, sd: 0}, "
+                           "arrival: {kind: poisson, rate: 5/s}}";
+  const Json alone = run_text(deployment_text(load));
+  // A data-parallel job on devices 1 and 3: its ring crosses the same middle link, all the time.
+  const std::string job =
+      "  - {name: train, kind: training, model: tinyllama-1.1b, sequence: 512, iterations: 0, cost_tables: none, "
+      "parallel: {tp: 1, pp: 1, dp: 2, micro_batches: 1}, place: {devices: [1, 3]}}\n";
+  const Json shared = run_text(deployment_text(load, job));
+  const double t_alone = alone["serving"]["disaggregation"]["kv_transfer_ms"]["mean"].get<double>();
+  const double t_shared = shared["workloads"]["chat"]["disaggregation"]["kv_transfer_ms"]["mean"].get<double>();
+  CHECK(t_shared > 1.3 * t_alone);
+  CHECK(t_shared <= 2.0 * t_alone * 1.001);  // at worst half the link (max-min fair sharing)
+  CHECK(shared["workloads"]["chat"]["requests"]["completed"].get<int>() == 20);
+}
+
+TEST_CASE("disaggregation conserves requests across the pools, and a one-token prompt goes straight to the decode pool") {
+  const std::string mixed = "{kind: llmperf, requests: 300, input_tokens: {mean: 600, sd: 400}, output_tokens: {mean: 40, sd: 30}, "
+                            "arrival: {kind: poisson, rate: 40/s}}";
+  const Json m = run_text(deployment_text(mixed))["serving"];
+  CHECK(m["requests"]["completed"].get<int>() == 300);
+  CHECK(m["disaggregation"]["kv_transfers"].get<int>() == 300);  // every prompt longer than a token was handed over once
+  const std::string single = "{kind: llmperf, requests: 30, input_tokens: {mean: 1, sd: 0}, output_tokens: {mean: 5, sd: 0}, "
+                             "arrival: {kind: poisson, rate: 40/s}}";
+  const Json s = run_text(deployment_text(single))["serving"];
+  CHECK(s["requests"]["completed"].get<int>() == 30);
+  CHECK(s["disaggregation"]["kv_transfers"].get<int>() == 0);
+  CHECK(s["disaggregation"]["prefill"]["iterations"].get<int>() == 0);
+}
+
+TEST_CASE("the decode pool's KV capacity bounds what it takes: handoffs wait for blocks, and every request is still answered") {
+  // A decode replica left with room for few sequences: long prompts wait there for blocks.
+  const std::string load = "{kind: llmperf, requests: 60, input_tokens: {mean: 1900, sd: 0}, output_tokens: {mean: 100, sd: 0}, "
+                           "arrival: {kind: poisson, rate: 200/s}}";
+  const std::string text = deployment_text(load);
+  const Json roomy = run_text(text)["serving"];
+  const Json tight = run_text(text, {"cluster.hardware={catalog: h200, hbm_capacity: 4GiB, runtime_capacity: 4GiB}"})["serving"];
+  CHECK(roomy["disaggregation"]["wait_for_decode_blocks_ms"]["max"].get<double>() == 0);
+  CHECK(tight["disaggregation"]["wait_for_decode_blocks_ms"]["max"].get<double>() > 0);
+  CHECK(tight["requests"]["completed"].get<int>() == 60);
+  CHECK(tight["disaggregation"]["kv_transfers"].get<int>() == 60);
+}
+
+TEST_CASE("goodput counts the requests that meet both SLOs, per second and per GPU") {
+  const std::string load = "{kind: llmperf, requests: 50, input_tokens: {mean: 500, sd: 0}, output_tokens: {mean: 20, sd: 0}, "
+                           "arrival: {kind: poisson, rate: 10/s}}";
+  const Json easy = run_text(deployment_text(load, "    slo: {ttft: 10s, tpot: 1s}\n"))["serving"];
+  CHECK(easy["slo"]["attainment"].get<double>() == 1.0);
+  CHECK(easy["slo"]["met"].get<int>() == 50);
+  CHECK(easy["slo"]["gpus"].get<double>() == 2);
+  CHECK(easy["slo"]["goodput_requests_per_s_per_gpu"].get<double>() ==
+        doctest::Approx(easy["throughput"]["requests_per_s"].get<double>() / 2));
+  const Json hard = run_text(deployment_text(load, "    slo: {ttft: 1us}\n"))["serving"];
+  CHECK(hard["slo"]["attainment"].get<double>() == 0.0);
+  CHECK(hard["slo"]["tpot_met"].get<int>() == 50);  // no TPOT objective: every request meets it
+  const Json none = run_text(deployment_text(load))["serving"];
+  CHECK_FALSE(none.contains("slo"));
+}
+
+TEST_CASE("disaggregation's bad input: no decode pool left, or pipeline-parallel replicas, is refused where it is written") {
+  const std::string base = R"(name: t
+model: tinyllama-1.1b
+deployment: {replicas: 2, prefill_replicas: 1, cost_tables: none}
+workload: {kind: llmperf, requests: 4}
+)";
+  CHECK_THROWS_WITH_AS(run_text(base, {"deployment.prefill_replicas=2"}), doctest::Contains("no decode pool"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(base, {"deployment.pipeline_parallel=2"}), doctest::Contains("pipeline-parallel"), ConfigError);
+  CHECK_NOTHROW(run_text(base));
+}
