@@ -54,6 +54,12 @@ void ServingRecords::answered(const ServingRequestRecord& q) {
   itl_lc.add(e / static_cast<double>(std::max<int64_t>(1, lc)));
   if (lc > 1) tpot_lc.add((q.last_token_ns - q.first_token_ns) / 1e6 / static_cast<double>(lc - 1));
   preemptions += q.preemptions;
+  if (q.prefix_id >= 0 && q.turn == 0) {
+    ++prefix_requests;
+    prefix_tokens += q.prefix_tokens;
+    prefix_hits += q.cached_tokens > 0;
+    prefix_tokens_saved += q.cached_tokens;
+  }
   if (q.turn > 0) {
     ++later_turns;
     later_prompt += q.history_tokens;
@@ -274,6 +280,15 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                        {"later_turns", later_turns}, {"later_turn_hits", later_hits},
                        {"reuse_hit_rate", later_turns ? static_cast<double>(later_hits) / later_turns : 0.0},
                        {"reused_history_fraction", later_prompt ? static_cast<double>(reused) / later_prompt : 0.0}};
+  if (R.prefix_requests > 0)
+    m["kv_cache"]["prefix_caching"] =
+        Json{{"requests_with_prefix", R.prefix_requests},
+             {"hits", R.prefix_hits},
+             {"hit_rate", static_cast<double>(R.prefix_hits) / static_cast<double>(R.prefix_requests)},
+             {"prefix_tokens", R.prefix_tokens},
+             {"tokens_saved", R.prefix_tokens_saved},
+             {"saved_fraction_of_prefix_tokens",
+              R.prefix_tokens ? static_cast<double>(R.prefix_tokens_saved) / static_cast<double>(R.prefix_tokens) : 0.0}};
   m["batching"] = Json{{"iterations", iters}, {"prefill_iterations", pre_it}, {"decode_iterations", dec_it},
                        {"mixed_iterations", mix_it}, {"mean_batch", busy > 0 ? batch_int / busy : 0.0},
                        {"max_batch", max_batch}, {"utilization", busy / end / nrep}};
@@ -380,6 +395,10 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                         100 * d["decode"]["utilization"].get<double>(), res.kv_transfers, format_bytes(res.kv_transfer_bytes),
                         res.kv_transfer_time.mean / 1e6, res.handoff_wait.mean / 1e6));
   }
+  if (R.prefix_requests > 0)
+    summary(fmt::format("shared prefixes: {} of {} requests with one found it cached ({:.1f}%); {} of its {} tokens not computed again",
+                        R.prefix_hits, R.prefix_requests, 100.0 * static_cast<double>(R.prefix_hits) / static_cast<double>(R.prefix_requests),
+                        R.prefix_tokens_saved, R.prefix_tokens));
   if (m.contains("slo"))
     summary(fmt::format("SLO (TTFT <= {} ms, TPOT <= {} ms): {:.1f}% of requests met both; goodput {:.3f} req/s, {:.4f} req/s per GPU",
                         R.slo_ttft_ns / 1e6, R.slo_tpot_ns / 1e6, 100 * m["slo"]["attainment"].get<double>(),

@@ -45,6 +45,9 @@ class ServingRecords final : public RequestSink {
   StreamingSummary ttft, e2e, tpot, itl, queue, max_gap, itl_lc, tpot_lc;
   int64_t answered_count = 0, out_tokens = 0, in_tokens = 0, preemptions = 0, cached_in = 0, out_tokens_lc = 0;
   int64_t later_prompt = 0, reused = 0, later_turns = 0, later_hits = 0;
+  // Shared prefixes: answered requests whose first turn starts with one, those that found it
+  // cached (their cached tokens came from it), and its tokens they did not compute.
+  int64_t prefix_requests = 0, prefix_hits = 0, prefix_tokens = 0, prefix_tokens_saved = 0;
 
  private:
   void row(const ServingRequestRecord& r);

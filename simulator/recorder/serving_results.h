@@ -18,6 +18,7 @@ struct ServingRequestRecord {
   int32_t replica = -1;
   int64_t arrival_ns = 0, first_scheduled_ns = 0, first_token_ns = 0, last_token_ns = 0, max_gap_ns = 0;
   int32_t input_tokens = 0, history_tokens = 0, cached_tokens = 0, output_tokens = 0, preemptions = 0;
+  int32_t prefix_id = -1, prefix_tokens = 0;  // the shared prefix its prompt starts with (-1: none)
   int32_t prompt_len() const { return history_tokens + input_tokens; }
 };
 

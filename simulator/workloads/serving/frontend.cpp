@@ -62,6 +62,8 @@ uint32_t FrontEnd::make_request(uint32_t conv, int turn, int64_t arrival_ns, int
   q.arrival_ns = arrival_ns;
   q.input_tokens = spec.input_tokens;
   q.output_tokens = spec.output_tokens;
+  q.prefix_id = spec.prefix_id;
+  q.prefix_tokens = spec.prefix_tokens;
   // Later turns resend the history; keep it within the model's context (oldest dropped).
   q.history_tokens = std::max(0, std::min(history, o_.max_context - spec.input_tokens - spec.output_tokens));
   q.history_truncated = q.history_tokens < history;
@@ -165,6 +167,8 @@ void FrontEnd::answered(Request& q, int64_t delivered_ns) {
     rec.cached_tokens = q.cached_tokens;
     rec.output_tokens = q.output_tokens;
     rec.preemptions = q.preemptions;
+    rec.prefix_id = q.prefix_id;
+    rec.prefix_tokens = q.prefix_tokens;
     sink_->answered(rec);
   }
   if (n_.completed == n_.announced && on_done_) on_done_();

@@ -6,12 +6,13 @@
 
 namespace sluice::serving {
 
-BlockManager::BlockManager(int64_t total_blocks, int block_size, double watermark_fraction, bool reuse)
+BlockManager::BlockManager(int64_t total_blocks, int block_size, double watermark_fraction, bool reuse, bool prefix_caching)
     : total_(total_blocks),
       free_(total_blocks),
       watermark_(static_cast<int64_t>(std::floor(watermark_fraction * static_cast<double>(total_blocks)))),
       block_size_(block_size),
-      reuse_(reuse) {
+      reuse_(reuse),
+      prefix_caching_(prefix_caching) {
   if (total_blocks <= 0 || block_size <= 0) throw std::invalid_argument("block manager needs blocks");
 }
 
@@ -28,6 +29,13 @@ bool BlockManager::evict_until(int64_t need) {
     cached_ -= it->second.blocks;
     cache_.erase(it);
   }
+  while (free_ < need && !prefix_lru_.empty()) {  // then prefixes nobody holds
+    auto it = prefixes_.find(prefix_lru_.front());
+    prefix_lru_.pop_front();
+    free_ += it->second.blocks;
+    cached_ -= it->second.blocks;
+    prefixes_.erase(it);
+  }
   return free_ >= need;
 }
 
@@ -42,12 +50,51 @@ bool BlockManager::grow_slow(Request& r, int64_t tokens, bool admission) {
 }
 
 void BlockManager::release(Request& r) {
+  if (r.shared_blocks > 0) unshare(r);
   free_ += r.blocks;
   r.blocks = 0;
 }
 
+int64_t BlockManager::claim_prefix(Request& r) {
+  auto it = prefixes_.find(r.prefix_id);
+  if (it == prefixes_.end()) return 0;
+  // Whole blocks, leaving at least the prompt's last token to compute (it samples the first).
+  const int64_t blocks = std::min<int64_t>(it->second.blocks, (static_cast<int64_t>(r.prompt_len()) - 1) / block_size_);
+  if (blocks <= 0) return 0;
+  PrefixEntry& e = it->second;
+  if (e.holders++ == 0) {
+    cached_ -= e.blocks;
+    prefix_lru_.erase(e.lru_pos);
+  }
+  r.blocks += static_cast<int32_t>(blocks);
+  r.shared_blocks = static_cast<int32_t>(blocks);
+  return blocks * block_size_;
+}
+
+void BlockManager::publish_prefix(Request& r) {
+  if (!prefix_caching_ || r.prefix_id < 0 || r.shared_blocks > 0 || prefixes_.count(r.prefix_id)) return;
+  const int64_t blocks = std::min<int64_t>({r.prefix_tokens, r.computed, static_cast<int64_t>(r.blocks) * block_size_}) / block_size_;
+  if (blocks <= 0) return;
+  prefixes_.emplace(r.prefix_id, PrefixEntry{blocks, 1, prefix_lru_.end()});
+  r.shared_blocks = static_cast<int32_t>(blocks);
+}
+
+void BlockManager::unshare(Request& r) {
+  auto it = prefixes_.find(r.prefix_id);
+  if (it == prefixes_.end() || r.shared_blocks <= 0)
+    throw std::logic_error("internal: a request shares a prefix its replica does not hold");
+  PrefixEntry& e = it->second;
+  r.blocks -= r.shared_blocks;
+  r.shared_blocks = 0;
+  if (--e.holders == 0) {  // nobody holds it: cached, evictable
+    cached_ += e.blocks;
+    prefix_lru_.push_back(r.prefix_id);
+    e.lru_pos = std::prev(prefix_lru_.end());
+  }
+}
+
 void BlockManager::retain(Request& r, int64_t tokens) {
-  if (!reuse_ || r.turn + 1 >= r.turns_total) {  // nothing will come back for it
+  if (!reuse_ || r.turn + 1 >= r.turns_total || r.shared_blocks > 0) {  // nothing will come back for it (or it shares a prefix)
     release(r);
     return;
   }

@@ -1,6 +1,10 @@
 // A paged KV-cache block manager for one replica: fixed-size blocks, allocation as sequences
-// grow, preemption support, and a resident cache of finished conversation turns that the
-// next turn can reuse (evicted least-recently-used when blocks run short).
+// grow, preemption support, a resident cache of finished conversation turns that the next
+// turn can reuse, and a prefix cache: the blocks of a shared prompt prefix (a system prompt,
+// a few-shot template), keyed by the prefix's id and shared read-only by every request that
+// starts with it (vLLM's automatic prefix caching, SGLang's radix cache at one level). Cached
+// blocks no request holds are evicted least-recently-used when blocks run short (conversation
+// caches first, then prefixes).
 #pragma once
 #include <cstdint>
 #include <list>
@@ -12,7 +16,8 @@ namespace sluice::serving {
 
 class BlockManager {
  public:
-  BlockManager(int64_t total_blocks, int block_size, double watermark_fraction, bool reuse);
+  BlockManager(int64_t total_blocks, int block_size, double watermark_fraction, bool reuse, bool prefix_caching = false);
+  bool prefix_caching() const { return prefix_caching_; }
 
   int block_size() const { return block_size_; }
   int64_t total_blocks() const { return total_; }
@@ -30,11 +35,22 @@ class BlockManager {
     if (tokens <= static_cast<int64_t>(r.blocks) * block_size_) return true;  // the common case: its last block has room
     return grow_slow(r, tokens, admission);
   }
-  // Releases every block the request holds.
+  // Releases every block the request holds (its share of a prefix: the prefix stays cached).
   void release(Request& r);
+  // Prefix cache. At a request's first admission: if its prefix is resident, the request
+  // shares its whole blocks (at most all but the prompt's last token) and returns the tokens
+  // they cover; 0 otherwise. A request's blocks count its shared ones (r.shared_blocks of them).
+  int64_t claim_prefix(Request& r);
+  // After a request's prefill: its prefix's whole blocks become the prefix's shared entry
+  // (unless one is resident already: then it keeps its own copy).
+  void publish_prefix(Request& r);
+  // Drops the request's share of its prefix (the blocks stay, cached once nobody holds them).
+  void unshare(Request& r);
+  bool prefix_resident(int32_t prefix_id) const { return prefixes_.count(prefix_id) > 0; }
   // The request stops counting its blocks here, but they stay in use (its KV cache being
   // copied to another engine) until free_detached gives them back. Returns how many.
   int64_t detach(Request& r) {
+    if (r.shared_blocks > 0) unshare(r);
     const int64_t n = r.blocks;
     r.blocks = 0;
     return n;
@@ -66,6 +82,14 @@ class BlockManager {
   bool reuse_;
   std::unordered_map<uint32_t, Entry> cache_;
   std::list<uint32_t> lru_;  // front = least recently used
+  struct PrefixEntry {
+    int64_t blocks;
+    int64_t holders;                           // requests sharing it; cached (evictable) at 0
+    std::list<int32_t>::iterator lru_pos;      // in prefix_lru_ while holders == 0
+  };
+  bool prefix_caching_ = false;
+  std::unordered_map<int32_t, PrefixEntry> prefixes_;
+  std::list<int32_t> prefix_lru_;
 };
 
 }  // namespace sluice::serving

@@ -80,6 +80,10 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
          "keep a finished turn's KV resident for the conversation's next turn (off when disaggregated: the turn ends on a "
          "decode replica, the next one prefills on a prefill replica)")
       .def("true");
+  d.flag("prefix_caching", &C::prefix_caching,
+         "share the KV blocks of a prompt's shared prefix (a system prompt, a template: a load's shared_prefix) across "
+         "requests, as vLLM's automatic prefix caching does; cached prefixes no request holds are evicted LRU")
+      .def("true");
   d.integer("prefill_replicas", &C::prefill_replicas,
             "prefill/decode disaggregation: this many of the replicas form the prefill pool, the rest the decode pool; a "
             "prompt prefills on the prefill pool and its KV cache crosses the fabric to a decode replica, which generates "

@@ -60,6 +60,11 @@ struct alignas(64) Request {
   int64_t park_deadline_ns = 0;
   // Disaggregated serving: the prefill engine it left, the blocks it still holds there until
   // its KV cache has crossed, the copy's flows still in flight, and when its wait or copy began.
+  // Prefix caching: the shared prefix its prompt starts with (-1: none), its length, and the
+  // blocks of it this request shares (counted in `blocks`).
+  int32_t prefix_id = -1;
+  int32_t prefix_tokens = 0;
+  int32_t shared_blocks = 0;
   int32_t handoff_from = -1;
   int32_t handoff_blocks = 0;
   int32_t handoff_flows = 0;

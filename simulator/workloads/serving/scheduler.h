@@ -38,8 +38,8 @@ struct Replica {
   int64_t preemptions = 0;
   double swap_bytes = 0;
 
-  Replica(int64_t blocks, int block_size, double watermark, bool reuse_cache)
-      : kv(blocks, block_size, watermark, reuse_cache), reuse(reuse_cache) {}
+  Replica(int64_t blocks, int block_size, double watermark, bool reuse_cache, bool prefix_caching = false)
+      : kv(blocks, block_size, watermark, reuse_cache, prefix_caching), reuse(reuse_cache) {}
   Request& req(uint32_t id) { return (*reqs)[id]; }
   size_t outstanding() const { return waiting.size() + running.size() + swapped.size(); }
 };
@@ -74,9 +74,14 @@ namespace mech {
 template <class Want>
 bool admit(Replica& r, Request& q, Want want) {
   int64_t claimed = 0;
+  bool shared = false;
   if (r.reuse && q.first_scheduled_ns < 0 && q.computed == 0 && q.blocks == 0 && q.history_tokens > 0 &&
       !q.history_truncated) {
     claimed = r.kv.claim(q, q.history_tokens);
+    q.computed = q.cached_tokens = static_cast<int32_t>(claimed);
+  } else if (q.computed == 0 && q.blocks == 0 && q.history_tokens == 0 && q.prefix_id >= 0 && r.kv.prefix_caching()) {
+    claimed = r.kv.claim_prefix(q);  // its prompt's shared prefix, if resident here
+    shared = claimed > 0;
     q.computed = q.cached_tokens = static_cast<int32_t>(claimed);
   }
   const int64_t target = want(static_cast<const Request&>(q));
@@ -86,7 +91,10 @@ bool admit(Replica& r, Request& q, Want want) {
     r.running.push_back(q.id);
     return true;
   }
-  if (claimed > 0) {
+  if (shared) {
+    r.kv.unshare(q);
+    q.computed = q.cached_tokens = 0;
+  } else if (claimed > 0) {
     r.kv.restore(q, claimed);
     q.computed = q.cached_tokens = 0;
   }

@@ -25,6 +25,7 @@ void ServingSim::start_handoff(int from, uint32_t id) {
   const int64_t now = engine_.now().count_ns();
   q.input_tokens += 1;  // the prompt's last token, held back by the global scheduler
   q.handoff_from = from;
+  replicas_[static_cast<size_t>(from)]->kv.publish_prefix(q);  // the prefill engine keeps its prompt's shared prefix
   q.handoff_blocks = static_cast<int32_t>(replicas_[static_cast<size_t>(from)]->kv.detach(q));  // still in use there until copied
   q.handoff_mark_ns = now;
   q.state = ReqState::Handoff;

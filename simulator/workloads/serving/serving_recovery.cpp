@@ -58,7 +58,7 @@ void ServingSim::replica_down(int r) {
     rep.routed = 0;
     rep.swapped_tokens = 0;
     // The KV cache is gone with the device (resident conversation caches included).
-    rep.kv = BlockManager(rep.kv.total_blocks(), rep.kv.block_size(), cfg_.watermark, rep.reuse);
+    rep.kv = BlockManager(rep.kv.total_blocks(), rep.kv.block_size(), cfg_.watermark, rep.reuse, cfg_.prefix_caching);
     batches_[i].clear();
   }
   for (uint32_t id : back) {
@@ -68,7 +68,7 @@ void ServingSim::replica_down(int r) {
       ++reprefilled_;
     }
     // Tokens already streamed stay delivered; the prompt and those tokens are prefilled again.
-    q.computed = q.cached_tokens = q.blocks = 0;
+    q.computed = q.cached_tokens = q.blocks = q.shared_blocks = 0;
     ++q.retries;
     ++retried_;
     q.state = ReqState::Pending;
@@ -100,7 +100,7 @@ void ServingSim::replica_up(int r, int64_t now) {
   for (int k = 0; k < pp_; ++k) {
     Replica& rep = *replicas_[static_cast<size_t>(r * pp_ + k)];
     rep.healthy = true;
-    rep.kv = BlockManager(rep.kv.total_blocks(), rep.kv.block_size(), cfg_.watermark, rep.reuse);
+    rep.kv = BlockManager(rep.kv.total_blocks(), rep.kv.block_size(), cfg_.watermark, rep.reuse, cfg_.prefix_caching);
     kv_last_ns_[static_cast<size_t>(r * pp_ + k)] = now;
   }
   if (trace_ && trace_->enabled() && r < 64) trace_->complete(cfg_.trace_pid, r * pp_, "down", "fault", now - out, out);

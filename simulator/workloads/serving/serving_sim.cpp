@@ -94,7 +94,7 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
   pp_ = cfg_.pipeline_parallel;
   const int engines = cfg_.replicas * pp_;
   for (int i = 0; i < engines; ++i) {
-    auto r = std::make_unique<Replica>(mem_.blocks_per_engine, cfg_.block_size, cfg_.watermark, cfg_.prefix_reuse);
+    auto r = std::make_unique<Replica>(mem_.blocks_per_engine, cfg_.block_size, cfg_.watermark, cfg_.prefix_reuse, cfg_.prefix_caching);
     r->reqs = &front_.requests();
     r->preemption = cfg_.preemption;
     // Over all the replica's GPUs.
@@ -685,6 +685,7 @@ void ServingSim::end_iteration(int ri) {
       const int64_t delivered = t + stream;
       if (q.first_token_ns < 0) {
         q.first_token_ns = delivered;
+        if (q.prefix_id >= 0 && pool_split_ == 0) r.kv.publish_prefix(q);  // (disaggregated: the prefill engine keeps it)  // its prompt's shared prefix, for the requests after it
       } else {
         const int64_t gap = delivered - q.last_token_ns;
         gaps.add(gap);

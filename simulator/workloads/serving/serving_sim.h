@@ -85,6 +85,7 @@ struct ServingConfig {
   PreemptionMode preemption = PreemptionMode::Recompute;
   double swap_space_bytes = 0;  // per replica
   bool prefix_reuse = true;
+  bool prefix_caching = true;  // shared prompt prefixes' KV blocks shared across requests
   std::string tables_dir;
   // `cost_tables: derived`: the device whose tables tables_dir holds, scaled to this one by the
   // ratio of their ceilings (null: the tables are this device's own).

@@ -87,8 +87,15 @@ ArrivalSpec parse_arrival(const Params& wp) {
 struct LengthDist {
   double mean = 0, sd = 0;
 };
+// A prompt prefix shared across requests (a system prompt, a few-shot template).
+struct SharedPrefix {
+  int64_t tokens = 0;    // 0: none
+  double fraction = 1;   // of requests whose prompt starts with one
+  int64_t groups = 1;    // distinct prefixes, chosen uniformly
+};
 struct LlmperfConfig {
   LengthDist input, output;
+  SharedPrefix prefix;
   int64_t requests = 0;
   int turns = 1;
   int64_t think_mean_ns = 0;
@@ -96,9 +103,14 @@ struct LlmperfConfig {
 struct LlmperfKeys {
   Binding<LengthDist> input, output;
   Binding<LlmperfConfig> top, conversation;
+  Binding<SharedPrefix> prefix;
 };
-LlmperfKeys bind_llmperf_keys(Schema& in, Schema& out, Schema& top, Schema& conv) {
-  LlmperfKeys k{Binding<LengthDist>(in), Binding<LengthDist>(out), Binding<LlmperfConfig>(top), Binding<LlmperfConfig>(conv)};
+LlmperfKeys bind_llmperf_keys(Schema& in, Schema& out, Schema& top, Schema& conv, Schema& pre) {
+  LlmperfKeys k{Binding<LengthDist>(in), Binding<LengthDist>(out), Binding<LlmperfConfig>(top), Binding<LlmperfConfig>(conv),
+                Binding<SharedPrefix>(pre)};
+  k.prefix.integer("tokens", &SharedPrefix::tokens, "tokens of the shared prefix, before the drawn input (0: none)").def("0").range(0, 1e7);
+  k.prefix.real("fraction", &SharedPrefix::fraction, "fraction of requests whose prompt starts with a shared prefix").def("1").range(0, 1);
+  k.prefix.integer("groups", &SharedPrefix::groups, "distinct shared prefixes, each request's chosen uniformly").def("1").range(1, 1e6);
   auto lengths = [](Binding<LengthDist>& b, const char* mean, const char* sd) {
     b.real("mean", &LengthDist::mean, "mean length in tokens").def(mean).range(1, 1e7);
     b.real("sd", &LengthDist::sd, "standard deviation in tokens (0: fixed length)").def(sd).nonneg();
@@ -118,9 +130,9 @@ void bind_llmperf_requests(Binding<LlmperfConfig>& top) {
       .range(1, static_cast<double>(kMaxRequests));
 }
 const LlmperfKeys& llmperf_keys() {
-  static Schema in, out, top, conv;
+  static Schema in, out, top, conv, pre;
   static const LlmperfKeys k = [] {
-    LlmperfKeys b = bind_llmperf_keys(in, out, top, conv);
+    LlmperfKeys b = bind_llmperf_keys(in, out, top, conv, pre);
     bind_llmperf_requests(b.top);
     return b;
   }();
@@ -133,6 +145,7 @@ LlmperfConfig llmperf_config(const Params& p) {
   k.output.fill(p.section("output_tokens"), c.output);
   k.top.fill(p, c);
   k.conversation.fill(p.section("conversation"), c);
+  k.prefix.fill(p.section("shared_prefix"), c.prefix);
   return c;
 }
 
@@ -171,6 +184,8 @@ class LlmperfSource final : public WorkloadSource {
       : rng_(seed, "workload.llmperf"),
         arrival_rng_(seed, "workload.arrivals"),
         think_rng_(seed, "workload.think"),
+        prefix_rng_(seed, "workload.prefix"),
+        prefix_(cfg.prefix),
         arrival_(parse_arrival(p)),
         in_mean_(cfg.input.mean),
         in_sd_(cfg.input.sd),
@@ -184,6 +199,10 @@ class LlmperfSource final : public WorkloadSource {
     if (in_mean_ + out_mean_ > max_context_)
       p.fail("input_tokens", fmt::format("mean input plus output tokens exceed the model's context of {}", max_context_),
              "shorter lengths or a model with a longer context");
+    if (prefix_.tokens > 0 && convert(static_cast<int32_t>(prefix_.tokens)) >= max_context_)
+      p.section("shared_prefix").fail("tokens", fmt::format("a prefix of {} tokens leaves no room in the model's context of {}",
+                                                            prefix_.tokens, max_context_),
+                                      fmt::format("fewer than {} tokens", max_context_));
     check_arrival_horizon(p, arrival_, requests_);
   }
 
@@ -201,11 +220,19 @@ class LlmperfSource final : public WorkloadSource {
       TurnSpec t;
       t.input_tokens = convert(llmperf_length(rng_, in_mean_, in_sd_));
       t.output_tokens = convert(llmperf_length(rng_, out_mean_, out_sd_));
+      // The first turn's prompt may start with a shared prefix (its own stream: the lengths
+      // and arrivals are those of the load without it).
+      if (prefix_.tokens > 0 && i == 0 && prefix_rng_.uniform() < prefix_.fraction) {
+        t.prefix_id = static_cast<int32_t>(prefix_rng_.below(static_cast<uint64_t>(prefix_.groups)));
+        t.prefix_tokens = convert(static_cast<int32_t>(prefix_.tokens));
+        t.input_tokens += t.prefix_tokens;
+      }
       // A request longer than the model's context is truncated to it (llmperf would get an
       // error), and counted: the run warns how many were.
       const TurnSpec drawn = t;
       t.input_tokens = std::min(t.input_tokens, max_context_ - 1);
       t.output_tokens = std::max(1, std::min(t.output_tokens, max_context_ - t.input_tokens));
+      t.prefix_tokens = std::min(t.prefix_tokens, t.input_tokens);
       if (t.input_tokens != drawn.input_tokens || t.output_tokens != drawn.output_tokens) ++truncated_;
       c.turns.push_back(t);
     }
@@ -232,7 +259,8 @@ class LlmperfSource final : public WorkloadSource {
   int32_t convert(int32_t tokens) const {
     return ratio_ == 1.0 ? tokens : std::max<int32_t>(1, static_cast<int32_t>(std::llround(tokens * ratio_)));
   }
-  RngStream rng_, arrival_rng_, think_rng_;
+  RngStream rng_, arrival_rng_, think_rng_, prefix_rng_;
+  SharedPrefix prefix_;
   ArrivalSpec arrival_;
   double in_mean_, in_sd_, out_mean_, out_sd_;
   int64_t requests_;
@@ -415,14 +443,17 @@ class TraceSource final : public WorkloadSource {
 }  // namespace
 
 SLUICE_REGISTER(component, serving_loads) {
-  auto in = std::make_shared<Schema>(), out = std::make_shared<Schema>(), conv = std::make_shared<Schema>();
+  auto in = std::make_shared<Schema>(), out = std::make_shared<Schema>(), conv = std::make_shared<Schema>(),
+       pre = std::make_shared<Schema>();
   Schema s;
-  LlmperfKeys keys = bind_llmperf_keys(*in, *out, s, *conv);
+  LlmperfKeys keys = bind_llmperf_keys(*in, *out, s, *conv, *pre);
   s.section("input_tokens", in, "prompt length, drawn as int(gauss(mean, sd)) redrawn until positive");
   s.section("output_tokens", out, "output length, drawn the same way");
   bind_llmperf_requests(keys.top);
   s.component("arrival", &reg, "arrival", "closed_loop", "arrival process: {kind: closed_loop|poisson|gamma, ...}");
   s.section("conversation", conv, "multi-turn conversations");
+  s.section("shared_prefix", pre, "a prompt prefix shared across requests (a system prompt, a few-shot template): its KV "
+                                  "blocks are shared where deployment.prefix_caching is on");
   s.add("tokenizer", ParamType::String, "tokenizer the lengths are counted in (llmperf: llama); converted to the model's").def("llama");
   reg.add("load", "llmperf", "llmperf's generator: 550±150 in, 150±80 out by default; closed-loop clients", s,
           WorkloadFactory([](const Params& p, const Registry&, uint64_t seed, const std::string& model_tok, int max_ctx) {

@@ -19,6 +19,8 @@ namespace sluice::serving {
 struct TurnSpec {
   int32_t input_tokens = 0;
   int32_t output_tokens = 0;
+  int32_t prefix_id = -1;    // the shared prefix the prompt starts with (-1: none)
+  int32_t prefix_tokens = 0;  // its length, part of input_tokens
 };
 
 // The next conversation a source produces: when it starts and its turns.
