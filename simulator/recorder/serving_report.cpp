@@ -25,6 +25,17 @@ ServingRecords::ServingRecords(Recorder* rec, const std::string& csv_name, doubl
 }
 
 void ServingRecords::answered(const ServingRequestRecord& q) {
+  if (q.class_id >= 0 && static_cast<size_t>(q.class_id) < per_class.size()) {
+    const ServingClass& c = classes_[static_cast<size_t>(q.class_id)];
+    ClassCounts& k = per_class[static_cast<size_t>(q.class_id)];
+    const int64_t ttft_ns = q.first_token_ns - q.arrival_ns;
+    const double tpot_ns = q.output_tokens > 1 ? static_cast<double>(q.last_token_ns - q.first_token_ns) / (q.output_tokens - 1) : 0.0;
+    ++k.ended;
+    ++k.answered;
+    k.met += (c.ttft_ns <= 0 || ttft_ns <= c.ttft_ns) && (c.tpot_ns <= 0 || tpot_ns <= static_cast<double>(c.tpot_ns));
+    k.ttft.add(ttft_ns / 1e6);
+    if (q.output_tokens > 1) k.tpot.add(tpot_ns / 1e6);
+  }
   const double t = (q.first_token_ns - q.arrival_ns) / 1e6;
   const double e = (q.last_token_ns - q.arrival_ns) / 1e6;
   // TPOT: mean gap between tokens after the first. ITL (llmperf): e2e / output tokens, TTFT included.
@@ -95,7 +106,8 @@ void ServingRecords::drain() {
   }
 }
 
-void ServingRecords::ended(uint32_t id) {
+void ServingRecords::ended(uint32_t id, int32_t class_id) {
+  if (class_id >= 0 && static_cast<size_t>(class_id) < per_class.size()) ++per_class[static_cast<size_t>(class_id)].ended;
   if (!csv_) return;
   if (id < next_id_) throw std::logic_error(fmt::format("internal: request {} ended twice", id));
   const size_t k = id - next_id_;
@@ -203,7 +215,7 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
   const double nrep = static_cast<double>(res.replicas);
   const double engines = static_cast<double>(res.engines.size());
 
-  const int64_t served = res.completed - res.rejected_too_long - res.failed - res.rejected_overload;  // completed with an answer
+  const int64_t served = res.completed - res.rejected_too_long - res.failed - res.rejected_overload - res.rejected_late;  // completed with an answer
   if (served != R.answered_count)
     throw std::logic_error(fmt::format("internal: {} requests answered but {} records handed to the recorder", served, R.answered_count));
   Json m = Json::object();
@@ -220,6 +232,7 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                        {"announced", res.announced},
                        {"truncated_by_max_sim_time", res.truncated},
                        {"in_flight_max", res.in_flight_high_water}};
+  if (!res.classes.empty()) m["requests"]["rejected_late"] = res.rejected_late;
   if (res.faults) {
     // Under failures: what the failures cost the requests, and how long replicas were out.
     int64_t in_flight = res.announced - res.completed;
@@ -268,6 +281,27 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                     {"goodput_requests_per_s", R.slo_met / span_s},
                     {"goodput_requests_per_s_per_gpu", R.slo_met / span_s / gpus},
                     {"gpus", gpus}};
+  }
+  if (!res.classes.empty()) {
+    // Each class: its objectives, how many of its requests ended and met them, its goodput;
+    // Jain's index of the classes' attainments (1: all served alike; 1/n: one class alone).
+    Json cls = Json::object();
+    double sum = 0, sum_sq = 0;
+    for (size_t i = 0; i < res.classes.size() && i < R.per_class.size(); ++i) {
+      const ServingClass& c = res.classes[i];
+      const auto& k = R.per_class[i];
+      const double att = k.ended ? static_cast<double>(k.met) / static_cast<double>(k.ended) : 0.0;
+      sum += att;
+      sum_sq += att * att;
+      cls[c.name] = Json{{"priority", c.priority}, {"slo_ttft_ms", c.ttft_ns / 1e6}, {"slo_tpot_ms", c.tpot_ns / 1e6},
+                         {"requests", k.ended}, {"answered", k.answered}, {"met", k.met}, {"attainment", att},
+                         {"goodput_requests_per_s", k.met / span_s},
+                         {"ttft_ms", k.ttft.json()}, {"tpot_ms", k.tpot.json()}};
+    }
+    m["classes"] = cls;
+    const double n = static_cast<double>(res.classes.size());
+    m["fairness"] = Json{{"jain_attainment", sum_sq > 0 ? sum * sum / (n * sum_sq) : 1.0},
+                         {"priority_scheduling", res.priority_scheduling}};
   }
   m["memory_per_gpu"] = Json{{"capacity_bytes", res.capacity_per_gpu}, {"weights_bytes", res.weights_per_gpu},
                              {"activation_bytes", res.activation_per_gpu}, {"kv_cache_bytes", res.kv_per_gpu}};
@@ -394,6 +428,15 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                         res.prefill_replicas, res.replicas - res.prefill_replicas, 100 * d["prefill"]["utilization"].get<double>(),
                         100 * d["decode"]["utilization"].get<double>(), res.kv_transfers, format_bytes(res.kv_transfer_bytes),
                         res.kv_transfer_time.mean / 1e6, res.handoff_wait.mean / 1e6));
+  }
+  if (m.contains("classes")) {
+    for (const auto& [name, c] : m["classes"].items())
+      summary(fmt::format("class {} (priority {}): {} of {} requests met TTFT <= {} ms and TPOT <= {} ms ({:.1f}%), TTFT p99 {:.1f} ms",
+                          name, c["priority"].get<int>(), c["met"].get<int64_t>(), c["requests"].get<int64_t>(),
+                          c["slo_ttft_ms"].get<double>(), c["slo_tpot_ms"].get<double>(), 100 * c["attainment"].get<double>(),
+                          c["ttft_ms"].contains("p99") ? c["ttft_ms"]["p99"].get<double>() : 0.0));
+    summary(fmt::format("Jain fairness of the classes' attainment {:.3f}{}", m["fairness"]["jain_attainment"].get<double>(),
+                        res.rejected_late ? fmt::format("; {} requests shed as late (their TTFT objective passed before they were scheduled)", res.rejected_late) : ""));
   }
   if (R.prefix_requests > 0)
     summary(fmt::format("shared prefixes: {} of {} requests with one found it cached ({:.1f}%); {} of its {} tokens not computed again",

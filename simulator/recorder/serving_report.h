@@ -28,7 +28,17 @@ class ServingRecords final : public RequestSink {
   // `csv_name` empty: no requests.csv. `model_tokens_per_llama`: llmperf's token counting.
   ServingRecords(Recorder* rec, const std::string& csv_name, double model_tokens_per_llama);
   void answered(const ServingRequestRecord& r) override;
-  void ended(uint32_t id) override;
+  void ended(uint32_t id, int32_t class_id) override;
+  // Request classes: their objectives, for per-class attainment (set before the run).
+  void set_classes(std::vector<ServingClass> classes) {
+    classes_ = std::move(classes);
+    per_class.assign(classes_.size(), ClassCounts{});
+  }
+  struct ClassCounts {
+    int64_t ended = 0, answered = 0, met = 0;
+    StreamingSummary ttft, tpot;
+  };
+  std::vector<ClassCounts> per_class;
   // Writes the rows still waiting (ids after one that never ended: in flight at the end) and
   // closes requests.csv. Called once, by report_serving.
   void close();
@@ -61,6 +71,7 @@ class ServingRecords final : public RequestSink {
   size_t reorder_high_water_ = 0;
   void drain();
   bool closed_ = false;
+  std::vector<ServingClass> classes_;
 };
 
 // `scope` empty: metrics under "serving", files requests.csv and timeseries.csv; otherwise

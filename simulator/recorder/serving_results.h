@@ -19,6 +19,7 @@ struct ServingRequestRecord {
   int64_t arrival_ns = 0, first_scheduled_ns = 0, first_token_ns = 0, last_token_ns = 0, max_gap_ns = 0;
   int32_t input_tokens = 0, history_tokens = 0, cached_tokens = 0, output_tokens = 0, preemptions = 0;
   int32_t prefix_id = -1, prefix_tokens = 0;  // the shared prefix its prompt starts with (-1: none)
+  int32_t class_id = -1;                      // its request class (-1: none)
   int32_t prompt_len() const { return history_tokens + input_tokens; }
 };
 
@@ -29,7 +30,7 @@ class RequestSink {
  public:
   virtual ~RequestSink() = default;
   virtual void answered(const ServingRequestRecord& r) = 0;
-  virtual void ended(uint32_t id) = 0;
+  virtual void ended(uint32_t id, int32_t class_id) = 0;
 };
 
 struct ServingReplicaResult {
@@ -46,6 +47,13 @@ struct ServingSample {
   int64_t t_ns;
   int64_t running, waiting, swapped;
   double kv_occupancy, busy_fraction;
+};
+
+// A request class of the load, as the report names it.
+struct ServingClass {
+  std::string name;
+  int priority = 0;
+  int64_t ttft_ns = 0, tpot_ns = 0;  // its objectives (0: none)
 };
 
 // Inter-token gaps of every request, as a log histogram (the workload records them).
@@ -66,7 +74,9 @@ struct ServingResults {
   double capacity_per_gpu = 0, weights_per_gpu = 0, activation_per_gpu = 0, kv_per_gpu = 0;
   int64_t kv_tokens_per_replica = 0, blocks_per_replica = 0, blocks_per_engine = 0;
   // Requests.
-  int64_t announced = 0, completed = 0, rejected_too_long = 0, rejected_overload = 0, failed = 0;
+  int64_t announced = 0, completed = 0, rejected_too_long = 0, rejected_overload = 0, rejected_late = 0, failed = 0;
+  std::vector<ServingClass> classes;  // the load's request classes (empty: none)
+  bool priority_scheduling = false;
   int64_t truncated_to_context = 0;    // requests whose drawn lengths exceeded the model's context, served truncated
   int64_t max_in_flight = 0;           // the bound on requests in flight (0: none)
   int64_t in_flight_high_water = 0;    // the most requests held at once (live request slots)

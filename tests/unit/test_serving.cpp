@@ -783,7 +783,7 @@ struct KeepRecords final : RequestSink {
   std::vector<ServingRequestRecord> rows;
   std::vector<uint32_t> unanswered;
   void answered(const ServingRequestRecord& r) override { rows.push_back(r); }
-  void ended(uint32_t id) override { unanswered.push_back(id); }
+  void ended(uint32_t id, int32_t) override { unanswered.push_back(id); }
 };
 bool same_record(const ServingRequestRecord& a, const ServingRequestRecord& b) {
   return a.id == b.id && a.conversation == b.conversation && a.turn == b.turn && a.replica == b.replica &&
@@ -810,7 +810,7 @@ FastForwardRun run_serving(const std::string& yaml, bool fast_forward) {
   struct Both final : RequestSink {
     RequestSink *a, *b;
     void answered(const ServingRequestRecord& r) override { a->answered(r); b->answered(r); }
-    void ended(uint32_t id) override { a->ended(id); b->ended(id); }
+    void ended(uint32_t id, int32_t c) override { a->ended(id, c); b->ended(id, c); }
   } both;
   both.a = &out.records;
   both.b = &summary;

@@ -34,6 +34,8 @@ class FixedSource final : public WorkloadSource {
   const ArrivalSpec& arrival() const override { return arrival_; }
   int64_t total_requests() const override { return total_; }
   int64_t think_time_ns() override { return think_ns_; }
+  const std::vector<RequestClass>& classes() const override { return classes_; }
+  std::vector<RequestClass> classes_;
 
  private:
   std::vector<ConversationSpec> convs_;
@@ -98,7 +100,7 @@ TEST_CASE("the serving front end alone: arrivals in order, a turn's history rese
   // name the answered request: it takes a new slot, and the answered one is free after.
   CHECK(second.id != a_slot);
   // The other two end without an answer: one shed as too long, one failed.
-  front.reject(reqs[taker.got[1]], /*overload=*/false);
+  front.reject(reqs[taker.got[1]], FrontEnd::Rejection::TooLong);
   front.fail(reqs[taker.got[2]], 400);
   const RequestCounts& n = front.counts();
   CHECK(n.announced == 3);
@@ -166,5 +168,41 @@ TEST_CASE("the global scheduler parks what no healthy replica can take, fails it
   CHECK(replicas[1]->routed == 2);
   // The fourth is longer than any replica holds (64 blocks of 16 tokens): rejected, not queued.
   CHECK(front.counts().rejected_too_long == 1);
+  CHECK(front.counts().completed == 2);
+}
+
+TEST_CASE("the global scheduler orders a waiting queue by class priority (first come first served within one) and sheds a request its TTFT objective has passed") {
+  Engine engine(1);
+  auto turn = [](int cls) {
+    TurnSpec t{10, 5};
+    t.class_id = cls;
+    return t;
+  };
+  // Arrivals at 10, 20, 30, 40 ns: batch, interactive, batch, interactive.
+  FixedSource src({conv(10, {turn(1)}), conv(20, {turn(0)}), conv(30, {turn(1)}), conv(40, {turn(0)})}, 0);
+  src.classes_ = {RequestClass{"interactive", 0.5, 0, 100, 0}, RequestClass{"batch", 0.5, 1, 0, 0}};
+  FrontEndOptions o;
+  o.max_context = 4096;
+  FrontEnd front(engine, src, o, nullptr);
+  std::vector<std::unique_ptr<Replica>> replicas;
+  replicas.push_back(std::make_unique<Replica>(64, 16, 0.0, false));
+  replicas.back()->reqs = &front.requests();
+  auto parsed = sluice::testing::registry().parse(load_yaml_string("round_robin", "t"), "router", "router");
+  auto router = sluice::testing::registry().factory<RouterFactory>(*parsed.info)(parsed.params);
+  Pool pool;  // never schedules: the queue only grows
+  GlobalScheduler global(engine, front, *router, replicas, pool, 0);
+  global.set_priority_order(true);
+  global.set_shed_late({100, 0});  // interactive: TTFT objective 100 ns
+  front.connect(&global);
+  front.start({}, {});
+  engine.run(SimTime::ns(100));
+  std::vector<int32_t> order;
+  for (uint32_t id : replicas[0]->waiting) order.push_back(front.requests()[id].class_id * 100 + static_cast<int32_t>(front.requests()[id].arrival_ns));
+  CHECK(order == std::vector<int32_t>{20, 40, 110, 130});  // interactive first, each class in arrival order
+  // The interactive request of 20 ns is still unscheduled at 120 ns: shed; the one of 40 ns at 140.
+  engine.run();
+  CHECK(front.counts().rejected_late == 2);
+  CHECK(replicas[0]->waiting.size() == 2);
+  CHECK(replicas[0]->routed == 2);
   CHECK(front.counts().completed == 2);
 }

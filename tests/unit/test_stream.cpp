@@ -83,7 +83,7 @@ TEST_CASE("requests.csv rows keep id order when requests end out of order") {
     return q;
   };
   r.answered(record(2));
-  r.ended(1);  // rejected: no row
+  r.ended(1, -1);  // rejected: no row
   r.answered(record(4));
   r.answered(record(0));
   r.answered(record(3));

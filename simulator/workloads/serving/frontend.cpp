@@ -63,6 +63,8 @@ uint32_t FrontEnd::make_request(uint32_t conv, int turn, int64_t arrival_ns, int
   q.input_tokens = spec.input_tokens;
   q.output_tokens = spec.output_tokens;
   q.prefix_id = spec.prefix_id;
+  q.class_id = spec.class_id;
+  q.priority = spec.class_id >= 0 ? source_.classes()[static_cast<size_t>(spec.class_id)].priority : 0;
   q.prefix_tokens = spec.prefix_tokens;
   // Later turns resend the history; keep it within the model's context (oldest dropped).
   q.history_tokens = std::max(0, std::min(history, o_.max_context - spec.input_tokens - spec.output_tokens));
@@ -109,7 +111,7 @@ void FrontEnd::on_arrival(uint32_t id) {
   if (o_.max_in_flight > 0 && n_.live > o_.max_in_flight) {
     // Overload: more requests in flight than the deployment may hold; this one is turned
     // away at once (as a load balancer sheds load), so memory stays bounded.
-    reject(q, /*overload=*/true);
+    reject(q, Rejection::Overload);
     return;
   }
   dispatcher_->dispatch(id);
@@ -119,14 +121,14 @@ void FrontEnd::on_arrival(uint32_t id) {
 void FrontEnd::ended(Request& q) {
   q.state = ReqState::Done;
   ++n_.completed;
-  if (sink_) sink_->ended(q.serial);
+  if (sink_) sink_->ended(q.serial, q.class_id);
   if (n_.completed == n_.announced && on_done_) on_done_();
 }
 
-void FrontEnd::reject(Request& q, bool overload) {
+void FrontEnd::reject(Request& q, Rejection why) {
   const uint32_t slot = q.id;
   q.rejected = true;
-  ++(overload ? n_.rejected_overload : n_.rejected_too_long);
+  ++(why == Rejection::Overload ? n_.rejected_overload : why == Rejection::Late ? n_.rejected_late : n_.rejected_too_long);
   ended(q);
   next_for_client(q, engine_.now().count_ns());
   release(slot);
@@ -168,6 +170,7 @@ void FrontEnd::answered(Request& q, int64_t delivered_ns) {
     rec.output_tokens = q.output_tokens;
     rec.preemptions = q.preemptions;
     rec.prefix_id = q.prefix_id;
+    rec.class_id = q.class_id;
     rec.prefix_tokens = q.prefix_tokens;
     sink_->answered(rec);
   }

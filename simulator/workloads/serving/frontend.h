@@ -43,7 +43,7 @@ struct RequestCounts {
   int64_t announced = 0;  // what the workload source will issue in all
   int64_t made = 0, released = 0;
   int64_t completed = 0;  // ended, however
-  int64_t answered = 0, rejected_too_long = 0, rejected_overload = 0, failed = 0;
+  int64_t answered = 0, rejected_too_long = 0, rejected_overload = 0, rejected_late = 0, failed = 0;
   int64_t live = 0, live_high_water = 0;
 };
 
@@ -64,9 +64,11 @@ class FrontEnd final : public EventHandler {
   // the client's next turn follows; its slot stays taken until release() (the replica's
   // queues may still name it).
   void answered(Request& q, int64_t delivered_ns);
-  // A request that ended without an answer: too long for any replica, or shed as overload.
-  // Counted, its client goes on, its slot is released.
-  void reject(Request& q, bool overload);
+  // A request that ended without an answer: too long for any replica, shed as overload, or
+  // shed because its class's TTFT objective passed before it was first scheduled. Counted,
+  // its client goes on, its slot is released.
+  enum class Rejection { TooLong, Overload, Late };
+  void reject(Request& q, Rejection why);
   // Given up (no healthy replica took it within the failover timeout); its slot is released.
   void fail(Request& q, int64_t now_ns);
   // Ends a request's hold on its slot.

@@ -34,17 +34,49 @@ void GlobalScheduler::dispatch(uint32_t id) {
   Replica& r = *engines_[static_cast<size_t>(to)];
   if (q.prompt_len() + q.output_tokens > r.kv.admissible_blocks() * r.kv.block_size()) {
     // Longer than a replica can ever hold: ignored, as vLLM does, and counted.
-    front_.reject(q, /*overload=*/false);
+    front_.reject(q, FrontEnd::Rejection::TooLong);
     return;
   }
   if (to_prefill) q.input_tokens -= 1;  // its last token is the decode engine's first step (restored at the handoff)
   q.state = ReqState::Waiting;
-  r.waiting.push_back(id);
+  enqueue(r, id);
   ++r.routed;
+  if (q.class_id >= 0 && static_cast<size_t>(q.class_id) < shed_ttft_ns_.size() && shed_ttft_ns_[static_cast<size_t>(q.class_id)] > 0 &&
+      q.first_scheduled_ns < 0) {
+    const int64_t at = std::max(engine_.now().count_ns(), q.arrival_ns + shed_ttft_ns_[static_cast<size_t>(q.class_id)]);
+    engine_.schedule_at(SimTime::ns(at), Priority::Arrival, this, kShed, id, Generation(q.serial));
+  }
   pool_.request_schedule(to);
 }
 
+void GlobalScheduler::enqueue(Replica& r, uint32_t id) {
+  if (!by_priority_) {
+    r.waiting.push_back(id);
+    return;
+  }
+  const auto& reqs = front_.requests();
+  const int32_t p = reqs[id].priority;
+  auto at = r.waiting.end();
+  while (at != r.waiting.begin() && reqs[*std::prev(at)].priority > p) --at;  // behind every request of its priority or higher
+  r.waiting.insert(at, id);
+}
+
+void GlobalScheduler::shed(uint32_t id) {
+  Request& q = front_.requests()[id];
+  if (q.state != ReqState::Waiting || q.first_scheduled_ns >= 0 || q.parked || q.replica < 0) return;
+  Replica& r = *engines_[static_cast<size_t>(q.replica)];
+  const auto it = std::find(r.waiting.begin(), r.waiting.end(), id);
+  if (it == r.waiting.end()) return;
+  r.waiting.erase(it);
+  --r.routed;
+  front_.reject(q, FrontEnd::Rejection::Late);
+}
+
 void GlobalScheduler::on_event(Engine& e, uint32_t kind, uint32_t arg) {
+  if (kind == kShed) {
+    if (e.event_generation() == Generation(front_.requests()[arg].serial)) shed(arg);  // still the request it was set for
+    return;
+  }
   if (kind != kParkTimeout) throw std::logic_error(fmt::format("internal: the global scheduler got event kind {}", kind));
   const int64_t now = e.now().count_ns();
   Request& q = front_.requests()[arg];

@@ -35,13 +35,23 @@ class GlobalScheduler final : public RequestDispatcher, public EventHandler {
   // pool), which compute all but a prompt's last token; the decode pool computes that one as
   // its first step. A prompt of one token goes to the decode pool directly.
   void set_prefill_pool(size_t prefill_engines) { prefill_engines_ = prefill_engines; }
+  // Request classes: waiting queues ordered by priority (lower first; FCFS within one), and
+  // shedding of a request not yet scheduled once its class's TTFT objective (ns per class,
+  // 0: none) has passed: it can no longer meet it, and the work it would take goes to others.
+  void set_priority_order(bool on) { by_priority_ = on; }
+  void set_shed_late(std::vector<int64_t> class_ttft_ns) { shed_ttft_ns_ = std::move(class_ttft_ns); }
+  // Puts a request in an engine's waiting queue, in the order the deployment keeps.
+  void enqueue(Replica& r, uint32_t id);
   void on_event(Engine& e, uint32_t kind, uint32_t arg) override;
   // A replica is healthy again: every parked request goes to the router again, in order.
   void unpark_all();
   size_t parked() const { return parked_.size(); }
 
  private:
-  enum Kind : uint32_t { kParkTimeout = 1 };
+  enum Kind : uint32_t { kParkTimeout = 1, kShed };
+  void shed(uint32_t id);
+  bool by_priority_ = false;
+  std::vector<int64_t> shed_ttft_ns_;
   Engine& engine_;
   FrontEnd& front_;
   Router& router_;

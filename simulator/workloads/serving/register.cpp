@@ -80,6 +80,14 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
          "keep a finished turn's KV resident for the conversation's next turn (off when disaggregated: the turn ends on a "
          "decode replica, the next one prefills on a prefill replica)")
       .def("true");
+  d.flag("priority_scheduling", &C::priority_scheduling,
+         "order each replica's waiting queue by the request class's priority (lower first, first come first served within "
+         "one) instead of by arrival alone")
+      .def("false");
+  d.flag("shed_late", &C::shed_late,
+         "shed a request not yet scheduled once its class's TTFT objective has passed (requests.rejected_late): it can no "
+         "longer meet it, and its work goes to requests that can")
+      .def("false");
   d.flag("prefix_caching", &C::prefix_caching,
          "share the KV blocks of a prompt's shared prefix (a system prompt, a template: a load's shared_prefix) across "
          "requests, as vLLM's automatic prefix caching does; cached prefixes no request holds are evicted LRU")

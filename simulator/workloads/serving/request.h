@@ -65,6 +65,9 @@ struct alignas(64) Request {
   int32_t prefix_id = -1;
   int32_t prefix_tokens = 0;
   int32_t shared_blocks = 0;
+  // Its request class (-1: none) and priority (lower first where the deployment orders by it).
+  int32_t class_id = -1;
+  int32_t priority = 0;
   int32_t handoff_from = -1;
   int32_t handoff_blocks = 0;
   int32_t handoff_flows = 0;

@@ -93,7 +93,7 @@ void ServingSim::kv_copied(uint32_t id) {
   --in_handoff_;
   Replica& dst = *replicas_[static_cast<size_t>(to)];
   q.state = ReqState::Waiting;
-  dst.waiting.push_back(id);
+  global_.enqueue(dst, id);
   ++dst.routed;
   request_schedule(to);
   request_schedule(from);  // its blocks are free: a waiting prompt may fit now

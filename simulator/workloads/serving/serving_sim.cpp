@@ -134,6 +134,12 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
       throw std::invalid_argument("internal: a disaggregated deployment needs its replicas' places on the fabric (the KV copies are flows)");
     global_.set_prefill_pool(static_cast<size_t>(pool_split_));
   }
+  global_.set_priority_order(cfg_.priority_scheduling);
+  if (cfg_.shed_late) {
+    std::vector<int64_t> ttft;
+    for (const auto& c : cfg_.workload->classes()) ttft.push_back(c.ttft_ns);
+    global_.set_shed_late(std::move(ttft));
+  }
   handoff_wait_.resize(static_cast<size_t>(engines));
   incoming_.assign(static_cast<size_t>(engines), 0);
   down_since_ns_.assign(static_cast<size_t>(cfg_.replicas), -1);
@@ -249,7 +255,7 @@ void ServingSim::check_conservation() const {
   int64_t held = 0;
   for (const auto& r : replicas_) held += static_cast<int64_t>(r->outstanding());
   const bool ok = ended_in_use == 0 && used == n.live && n.made - n.released == n.live && n.released == n.completed &&
-                  n.completed == n.answered + n.rejected_too_long + n.failed + n.rejected_overload && held == queued + running + swapped &&
+                  n.completed == n.answered + n.rejected_too_long + n.failed + n.rejected_overload + n.rejected_late && held == queued + running + swapped &&
                   parked == static_cast<int64_t>(global_.parked()) &&
                   n.made - n.completed == queued + running + swapped + parked + handoff + pending && n.made <= n.announced &&
                   handoff == in_handoff_;
@@ -894,6 +900,9 @@ ServingResults ServingSim::results() const {
   r.completed = n.completed;
   r.rejected_too_long = n.rejected_too_long;
   r.rejected_overload = n.rejected_overload;
+  r.rejected_late = n.rejected_late;
+  for (const auto& c : cfg_.workload->classes()) r.classes.push_back(ServingClass{c.name, c.priority, c.ttft_ns, c.tpot_ns});
+  r.priority_scheduling = cfg_.priority_scheduling;
   r.truncated_to_context = c.workload->truncated_to_context();
   r.failed = n.failed;
   r.max_in_flight = c.max_in_flight;

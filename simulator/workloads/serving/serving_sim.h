@@ -86,6 +86,10 @@ struct ServingConfig {
   double swap_space_bytes = 0;  // per replica
   bool prefix_reuse = true;
   bool prefix_caching = true;  // shared prompt prefixes' KV blocks shared across requests
+  // Request classes: waiting queues ordered by class priority (else FCFS), and a request still
+  // waiting for its first scheduling when its class's TTFT objective has passed is shed.
+  bool priority_scheduling = false;
+  bool shed_late = false;
   std::string tables_dir;
   // `cost_tables: derived`: the device whose tables tables_dir holds, scaled to this one by the
   // ratio of their ceilings (null: the tables are this device's own).

@@ -87,6 +87,11 @@ class ServingWorkload final : public Workload {
     records_ = std::make_unique<ServingRecords>(w.recorder, requests_csv_ ? prefix + "requests.csv" : "",
                                                 sim_->config().model_tokens_per_llama);
     records_->set_slo(sim_->config().slo_ttft_ns, sim_->config().slo_tpot_ns);
+    {
+      std::vector<ServingClass> cls;
+      for (const auto& c : sim_->config().workload->classes()) cls.push_back(ServingClass{c.name, c.priority, c.ttft_ns, c.tpot_ns});
+      records_->set_classes(std::move(cls));
+    }
     sim_->set_sink(records_.get());
     done_ = sim_->config().workload->total_requests() == 0;
     if (!w.faults().empty()) sim_->enable_faults();

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "config/names.h"
 #include "config/units.h"
 
 namespace sluice::serving {
@@ -178,6 +179,50 @@ void check_arrival_horizon(const Params& wp, const ArrivalSpec& a, int64_t reque
                                fmt::format("a rate of at least {:.3g}/s for {} requests", static_cast<double>(requests) / kMaxHorizonS, requests));
 }
 
+// The keys of one request class (an item of a load's `classes:` list).
+const Schema& class_schema() {
+  static const Schema s = [] {
+    Schema c;
+    c.add("name", ParamType::String, "the class's name (a metric key: letters, digits, '-', '_')");
+    c.add("fraction", ParamType::Real, "its share of the requests (the classes' shares sum to 1)").range(0, 1).min_exclusive = true;
+    c.add("priority", ParamType::Int, "lower is served first where the deployment orders by priority").def("0").range(0, 1000);
+    c.quantity("ttft", UnitKind::Time, "its time-to-first-token objective (0s: none)").def("0s").nonneg();
+    c.quantity("tpot", UnitKind::Time, "its time-per-output-token objective (0s: none)").def("0s").nonneg();
+    return c;
+  }();
+  return s;
+}
+
+// A load's `classes:` list, each item validated against class_schema (errors name the item).
+std::vector<RequestClass> parse_classes(const Params& p) {
+  std::vector<RequestClass> out;
+  if (!p.given("classes")) return out;
+  const Node& n = p.node("classes");
+  const std::string path = join_path(p.path(), "classes");
+  if (!n.is_seq() || n.seq.empty())
+    throw ConfigError(n.origin, path, n.brief(), "a list of request classes", "[{name: interactive, fraction: 0.3, priority: 0, ttft: 500ms}, ...]");
+  double sum = 0;
+  for (size_t i = 0; i < n.seq.size(); ++i) {
+    const std::string ip = fmt::format("{}[{}]", path, i);
+    const Params c = parse_params(n.seq[i], class_schema(), ip);
+    RequestClass rc;
+    rc.name = c.str("name");
+    if (const std::string why = name_problem(rc.name, NameUse::MetricKey); !why.empty()) c.fail("name", why, name_rule(NameUse::MetricKey));
+    for (const auto& o : out)
+      if (o.name == rc.name) c.fail("name", "two classes have this name", "distinct names");
+    rc.fraction = c.real("fraction");
+    rc.priority = static_cast<int>(c.integer("priority"));
+    rc.ttft_ns = c.time("ttft").count_ns();
+    rc.tpot_ns = c.time("tpot").count_ns();
+    sum += rc.fraction;
+    out.push_back(rc);
+  }
+  if (std::abs(sum - 1.0) > 1e-9)
+    throw ConfigError(n.origin, path, fmt::format("fractions summing to {}", sum), "the classes' fractions must sum to 1",
+                      "shares that add up to 1");
+  return out;
+}
+
 class LlmperfSource final : public WorkloadSource {
  public:
   LlmperfSource(const Params& p, const LlmperfConfig& cfg, uint64_t seed, double ratio, int max_context)
@@ -185,6 +230,8 @@ class LlmperfSource final : public WorkloadSource {
         arrival_rng_(seed, "workload.arrivals"),
         think_rng_(seed, "workload.think"),
         prefix_rng_(seed, "workload.prefix"),
+        class_rng_(seed, "workload.class"),
+        classes_(parse_classes(p)),
         prefix_(cfg.prefix),
         arrival_(parse_arrival(p)),
         in_mean_(cfg.input.mean),
@@ -216,8 +263,22 @@ class LlmperfSource final : public WorkloadSource {
       c.arrival_ns = now_ns;
     }
     const int turns = static_cast<int>(std::min<int64_t>(turns_, requests_ - issued_));
+    // A conversation's class (its own stream: lengths and arrivals are those of the load without classes).
+    int32_t cls = -1;
+    if (!classes_.empty()) {
+      double u = class_rng_.uniform();
+      cls = static_cast<int32_t>(classes_.size()) - 1;
+      for (size_t k = 0; k < classes_.size(); ++k) {
+        if (u < classes_[k].fraction) {
+          cls = static_cast<int32_t>(k);
+          break;
+        }
+        u -= classes_[k].fraction;
+      }
+    }
     for (int i = 0; i < turns; ++i) {
       TurnSpec t;
+      t.class_id = cls;
       t.input_tokens = convert(llmperf_length(rng_, in_mean_, in_sd_));
       t.output_tokens = convert(llmperf_length(rng_, out_mean_, out_sd_));
       // The first turn's prompt may start with a shared prefix (its own stream: the lengths
@@ -248,6 +309,7 @@ class LlmperfSource final : public WorkloadSource {
     return static_cast<int64_t>(std::llround(std::min(think_rng_.exponential(static_cast<double>(think_mean_ns_)), 1.26e18)));
   }
   int64_t truncated_to_context() const override { return truncated_; }
+  const std::vector<RequestClass>& classes() const override { return classes_; }
   std::vector<std::string> warnings() const override {
     if (truncated_ == 0) return {};
     return {fmt::format("{} of {} requests drawn were longer than the model's context of {} tokens and were truncated "
@@ -259,7 +321,8 @@ class LlmperfSource final : public WorkloadSource {
   int32_t convert(int32_t tokens) const {
     return ratio_ == 1.0 ? tokens : std::max<int32_t>(1, static_cast<int32_t>(std::llround(tokens * ratio_)));
   }
-  RngStream rng_, arrival_rng_, think_rng_, prefix_rng_;
+  RngStream rng_, arrival_rng_, think_rng_, prefix_rng_, class_rng_;
+  std::vector<RequestClass> classes_;
   SharedPrefix prefix_;
   ArrivalSpec arrival_;
   double in_mean_, in_sd_, out_mean_, out_sd_;
@@ -452,6 +515,10 @@ SLUICE_REGISTER(component, serving_loads) {
   bind_llmperf_requests(keys.top);
   s.component("arrival", &reg, "arrival", "closed_loop", "arrival process: {kind: closed_loop|poisson|gamma, ...}");
   s.section("conversation", conv, "multi-turn conversations");
+  s.add("classes", ParamType::Any,
+        "request classes, each {name, fraction, priority, ttft, tpot}: a conversation's class is drawn by fraction; "
+        "metrics report each class's SLO attainment and goodput")
+      .optional();
   s.section("shared_prefix", pre, "a prompt prefix shared across requests (a system prompt, a few-shot template): its KV "
                                   "blocks are shared where deployment.prefix_caching is on");
   s.add("tokenizer", ParamType::String, "tokenizer the lengths are counted in (llmperf: llama); converted to the model's").def("llama");

@@ -21,6 +21,16 @@ struct TurnSpec {
   int32_t output_tokens = 0;
   int32_t prefix_id = -1;    // the shared prefix the prompt starts with (-1: none)
   int32_t prefix_tokens = 0;  // its length, part of input_tokens
+  int32_t class_id = -1;      // its request class (-1: the load has none)
+};
+
+// A request class (interactive, batch, ...): its share of the load, its priority (lower is
+// served first by a deployment that orders by priority) and its service-level objectives.
+struct RequestClass {
+  std::string name;
+  double fraction = 1;
+  int priority = 0;
+  int64_t ttft_ns = 0, tpot_ns = 0;  // 0: no objective
 };
 
 // The next conversation a source produces: when it starts and its turns.
@@ -52,6 +62,11 @@ class WorkloadSource {
   // Requests issued so far whose lengths exceeded the model's context and were truncated to it
   // (served, not rejected: `requests.truncated_to_context`, beside `rejected_too_long`).
   virtual int64_t truncated_to_context() const { return 0; }
+  // The load's request classes (empty: none); a TurnSpec's class_id indexes them.
+  virtual const std::vector<RequestClass>& classes() const {
+    static const std::vector<RequestClass> none;
+    return none;
+  }
 };
 
 // The most requests (turns) one run may have. Memory no longer grows with it: a request's
