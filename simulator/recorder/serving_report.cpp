@@ -270,7 +270,9 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                          {"output_tokens_llmperf_counted", out_tokens_lc},
                          {"output_tokens_per_s_llmperf_counted", out_tokens_lc / span_s},
                          {"llmperf_tokens_per_model_token", 1 / res.model_tokens_per_llama}};
-  const double gpus = static_cast<double>(res.replicas) * res.tensor_parallel * res.pipeline_parallel;
+  // GPUs paid for: the pool's, or an autoscaled pool's mean over the run.
+  const double gpus = (res.autoscaled ? res.replica_s / (std::max<int64_t>(1, res.end_ns) / 1e9) : static_cast<double>(res.replicas)) *
+                      res.tensor_parallel * res.pipeline_parallel;
   if (R.slo_ttft_ns > 0 || R.slo_tpot_ns > 0) {
     // Goodput: answered requests that met both objectives, per second of the measured span and
     // per GPU; attainment over every request that ended (a rejected or failed one met nothing).
@@ -281,6 +283,22 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                     {"goodput_requests_per_s", R.slo_met / span_s},
                     {"goodput_requests_per_s_per_gpu", R.slo_met / span_s / gpus},
                     {"gpus", gpus}};
+  }
+  if (res.autoscaled) {
+    const double run_s = std::max<int64_t>(1, res.end_ns) / 1e9;
+    m["autoscaling"] = Json{{"policy", res.autoscale_policy},
+                            {"min_replicas", res.autoscale_min},
+                            {"max_replicas", res.replicas},
+                            {"replica_hours", res.replica_s / 3600},
+                            {"replicas_mean", res.replica_s / run_s},
+                            {"replicas_most", res.most_replicas},
+                            {"scale_ups", res.scale_ups},
+                            {"scale_downs", res.scale_downs},
+                            {"under_provisioned_s", res.under_provisioned_ns / 1e9}};
+    Json tl = Json::array();  // [time s, replicas paid] at each change (the first 10,000)
+    for (size_t i = 0; i < res.scale_timeline.size() && i < 10000; ++i)
+      tl.push_back(Json::array({res.scale_timeline[i].first / 1e9, res.scale_timeline[i].second}));
+    m["autoscaling"]["timeline"] = tl;
   }
   if (!res.classes.empty()) {
     // Each class: its objectives, how many of its requests ended and met them, its goodput;
@@ -429,6 +447,11 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                         100 * d["decode"]["utilization"].get<double>(), res.kv_transfers, format_bytes(res.kv_transfer_bytes),
                         res.kv_transfer_time.mean / 1e6, res.handoff_wait.mean / 1e6));
   }
+  if (res.autoscaled)
+    summary(fmt::format("autoscaling ({}): {:.2f} replicas on average ({} to {}, at most {} at once), {:.3f} replica-hours; {} "
+                        "scale-ups, {} scale-downs; {:.0f} s under-provisioned",
+                        res.autoscale_policy, m["autoscaling"]["replicas_mean"].get<double>(), res.autoscale_min, res.replicas,
+                        res.most_replicas, res.replica_s / 3600, res.scale_ups, res.scale_downs, res.under_provisioned_ns / 1e9));
   if (m.contains("classes")) {
     for (const auto& [name, c] : m["classes"].items())
       summary(fmt::format("class {} (priority {}): {} of {} requests met TTFT <= {} ms and TPOT <= {} ms ({:.1f}%), TTFT p99 {:.1f} ms",

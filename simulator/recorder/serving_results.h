@@ -99,6 +99,13 @@ struct ServingResults {
   double kv_transfer_bytes = 0;
   GapSummary kv_transfer_time;  // from the start of the copy to its last byte (ns)
   GapSummary handoff_wait;      // from the end of the prefill to the start of the copy: waiting for decode KV blocks (ns)
+  // Autoscaling (autoscaled false: a fixed pool of `replicas`).
+  bool autoscaled = false;
+  std::string autoscale_policy;
+  int autoscale_min = 0;
+  double replica_s = 0;
+  int64_t scale_ups = 0, scale_downs = 0, most_replicas = 0, under_provisioned_ns = 0;
+  std::vector<std::pair<int64_t, int>> scale_timeline;  // (time ns, replicas paid) at each change
   // The trace.
   bool trace = false;
   int64_t traced_iterations = 0, trace_max_requests = 0;

@@ -49,13 +49,32 @@ void warn_about_run(const ServingSim& sim, int64_t asked_interval_ns, Recorder& 
 // table rows), and the outputs' trace, requests_csv and timeseries switches.
 struct ServingKeys {
   Binding<ServingConfig> deployment, outputs, recovery, slo;
+  Binding<ServingConfig::Autoscaling> autoscaling;
   Binding<PrefillSlicingConfig> slicing;
   Binding<LastMile> last_mile;
 };
 
-static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, Schema& out, Schema& rec, Schema& slo, bool short_form) {
+static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, Schema& out, Schema& rec, Schema& slo, Schema& as,
+                                     bool short_form) {
   using C = ServingConfig;
-  ServingKeys k{Binding<C>(dep), Binding<C>(out), Binding<C>(rec), Binding<C>(slo), Binding<PrefillSlicingConfig>(slicing), Binding<LastMile>(lm)};
+  using A = ServingConfig::Autoscaling;
+  ServingKeys k{Binding<C>(dep), Binding<C>(out), Binding<C>(rec), Binding<C>(slo), Binding<A>(as), Binding<PrefillSlicingConfig>(slicing),
+                Binding<LastMile>(lm)};
+  k.autoscaling.choice<A::Policy>("policy", {{"none", A::Policy::None}, {"queue", A::Policy::Queue}, {"concurrency", A::Policy::Concurrency},
+                                   {"utilization", A::Policy::Utilization}},
+                                  &A::policy,
+                                  "none: a fixed pool of deployment.replicas; queue: requests waiting per serving replica against "
+                                  "target; concurrency: requests in flight per serving replica (Knative's signal); utilization: the "
+                                  "serving replicas' busy fraction (near 1 whenever continuous batching has work)")
+      .def("none");
+  k.autoscaling.integer("min_replicas", &A::min_replicas, "the fewest replicas (deployment.replicas is the most)").def("1").range(1, 1e5);
+  k.autoscaling.real("target", &A::target, "the signal's target: waiting requests per replica (queue) or a busy fraction (utilization)")
+      .def("4")
+      .positive();
+  k.autoscaling.time_ns("interval", &A::interval_ns, "how often the policy looks").def("10s").positive();
+  k.autoscaling.time_ns("provision", &A::provision_ns, "from the decision to a machine with the devices").def("30s").nonneg();
+  k.autoscaling.time_ns("model_load", &A::model_load_ns, "then loading the model before it serves").def("30s").nonneg();
+  k.autoscaling.time_ns("cooldown", &A::cooldown_ns, "after a change, no other for this long").def("60s").nonneg();
   auto& d = k.deployment;
   d.integer("replicas", &C::replicas, "model replicas behind the router").def("1").range(1, 1e5);  // 1e6 took 1.8 GB to build
   d.integer("tensor_parallel", &C::tensor_parallel, "GPUs per pipeline stage (inside one node)").def("1").range(1, 64);
@@ -152,8 +171,8 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
 // a key the study's own schema lacks, such as nodes outside the short form, is not in its
 // parameters and leaves its field as it was).
 static const ServingKeys& serving_keys() {
-  static Schema dep, slicing, lm, out, rec, slo;
-  static const ServingKeys k = bind_serving_keys(dep, slicing, lm, out, rec, slo, true);
+  static Schema dep, slicing, lm, out, rec, slo, as;
+  static const ServingKeys k = bind_serving_keys(dep, slicing, lm, out, rec, slo, as, true);
   return k;
 }
 
@@ -171,6 +190,17 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   keys.outputs.fill(p.section("outputs"), c);
   keys.recovery.fill(p.section("recovery"), c);
   keys.slo.fill(p.section("slo"), c);
+  keys.autoscaling.fill(p.section("autoscaling"), c.autoscaling);
+  if (c.autoscaling.policy != ServingConfig::Autoscaling::Policy::None) {
+    const Params& as = p.section("autoscaling");
+    if (c.autoscaling.min_replicas > c.replicas)
+      as.fail("min_replicas", fmt::format("above deployment.replicas ({}), the most the pool may have", c.replicas),
+              fmt::format("at most {}", c.replicas));
+    if (c.prefill_replicas > 0 || c.pipeline_parallel > 1)
+      as.fail("policy", "autoscaling does not yet take disaggregated or pipeline-parallel deployments", "none");
+    if (c.autoscaling.policy == ServingConfig::Autoscaling::Policy::Utilization && c.autoscaling.target > 1)
+      as.fail("target", fmt::format("{} is not a busy fraction", c.autoscaling.target), "a fraction in (0, 1]");
+  }
   if (c.prefill_replicas > 0) {
     if (c.prefill_replicas >= c.replicas)
       d.fail("prefill_replicas", fmt::format("{} of {} replicas would leave no decode pool", c.prefill_replicas, c.replicas),
@@ -247,7 +277,8 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
   auto out = std::make_shared<Schema>();
   auto rec = std::make_shared<Schema>();
   auto slo = std::make_shared<Schema>();
-  bind_serving_keys(*dep, *slicing, *lm, *out, *rec, *slo, short_form);
+  auto as = std::make_shared<Schema>();
+  bind_serving_keys(*dep, *slicing, *lm, *out, *rec, *slo, *as, short_form);
   dep->section("prefill_slicing", slicing,
                "token-level pipelining of long prompts (pipeline_parallel > 1): an iteration that is one prompt's prefill runs "
                "as slices entering the stages one after another");
@@ -258,6 +289,7 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
   s.section("last_mile", lm, "the GPU-to-client path of every token");
   s.section("outputs", out, "what to write besides metrics.json");
   s.section("recovery", rec, "what a replica failure costs (used when the world has faults)");
+  s.section("autoscaling", as, "grow and shrink the pool of replicas with the load (deployment.replicas is the most)");
   s.section("slo", slo, "service-level objectives: metrics report attainment and goodput (requests meeting both, per second and per GPU)");
   if (short_form)
     s.component_list("faults", &reg, "fault", "fault processes on the deployment's cluster (see `sluice list fault`)").optional();

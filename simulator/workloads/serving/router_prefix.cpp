@@ -16,7 +16,7 @@ class PrefixAffinity final : public Router {
     int least = -1, holder = -1;
     for (int i = 0; i < static_cast<int>(rs.size()); ++i) {
       const Replica& r = *rs[static_cast<size_t>(i)];
-      if (!r.healthy) continue;
+      if (!r.routable()) continue;
       if (least < 0 || r.routed < rs[static_cast<size_t>(least)]->routed) least = i;  // ties: lowest index
       if (q.prefix_id >= 0 && r.kv.prefix_resident(q.prefix_id) &&
           (holder < 0 || r.routed < rs[static_cast<size_t>(holder)]->routed))

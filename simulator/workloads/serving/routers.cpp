@@ -12,7 +12,7 @@ int least_outstanding(std::span<const std::unique_ptr<Replica>> rs) {
   size_t least = 0;
   for (int i = 0; i < static_cast<int>(rs.size()); ++i) {
     const Replica& r = *rs[i];
-    if (r.healthy && (best < 0 || r.routed < least)) {  // ties: lowest index
+    if (r.routable() && (best < 0 || r.routed < least)) {  // ties: lowest index
       best = i;
       least = r.routed;
     }
@@ -27,7 +27,7 @@ class RoundRobin final : public Router {
     for (int k = 0; k < n; ++k) {
       const int r = next_;
       next_ = (next_ + 1) % n;
-      if (rs[r]->healthy) return r;
+      if (rs[r]->routable()) return r;
     }
     return -1;
   }
@@ -51,7 +51,7 @@ class KvAffinity final : public Router {
     if (least < 0) return -1;
     if (q.turn > 0) {
       for (int i = 0; i < static_cast<int>(rs.size()); ++i)
-        if (rs[i]->healthy && rs[i]->kv.resident(q.conversation) && rs[i]->routed <= rs[least]->routed + max_imbalance_)
+        if (rs[i]->routable() && rs[i]->kv.resident(q.conversation) && rs[i]->routed <= rs[least]->routed + max_imbalance_)
           return i;
     }
     return least;

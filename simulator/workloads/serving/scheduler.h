@@ -24,6 +24,8 @@ struct Replica {
   // every replica cost a tenth of a serving run):
   size_t routed = 0;
   bool healthy = true;  // false from a failure of one of its devices until repaired and reloaded: routers skip it
+  bool draining = false;  // being scaled down: it finishes what it holds and takes nothing new
+  bool routable() const { return healthy && !draining; }
   std::deque<uint32_t> waiting;   // arrived, not admitted (FCFS; preempted go to the front)
   std::vector<uint32_t> running;  // admitted, in admission order
   std::deque<uint32_t> swapped;   // preempted to host memory

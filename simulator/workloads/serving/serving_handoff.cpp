@@ -35,7 +35,7 @@ void ServingSim::start_handoff(int from, uint32_t id) {
   int64_t least = 0;
   for (int d = pool_split_; d < static_cast<int>(replicas_.size()); ++d) {
     const int64_t load = static_cast<int64_t>(replicas_[static_cast<size_t>(d)]->routed) + incoming_[static_cast<size_t>(d)];
-    if (replicas_[static_cast<size_t>(d)]->healthy && (to < 0 || load < least)) {
+    if (replicas_[static_cast<size_t>(d)]->routable() && (to < 0 || load < least)) {
       to = d;
       least = load;
     }

@@ -163,6 +163,7 @@ void ServingSim::start(const std::function<void(double)>& progress, std::functio
   // here, when the run starts: a scenario is built before the CLI applies its options).
   fast_forward_ = RunControl::get().fast_forward() && pp_ == 1 && (!fabric_.active() || cfg_.tensor_parallel == 1);
   front_.start(progress, std::move(on_done));
+  if (cfg_.autoscaling.policy != ServingConfig::Autoscaling::Policy::None) scale_start();
   if (cfg_.sample_interval_ns > 0) engine_.schedule_at(engine_.now(), Priority::Stats, this, kSample);
 }
 
@@ -193,6 +194,7 @@ void ServingSim::finish() {
     last_activity_ns_ = cut;
   }
   for (int i = 0; i < static_cast<int>(replicas_.size()); ++i) account_kv(i, activity_end());
+  if (!scale_state_.empty()) scale_account(activity_end());
 }
 
 void ServingSim::on_event(Engine& e, uint32_t kind, uint32_t arg) {
@@ -214,6 +216,14 @@ void ServingSim::on_event(Engine& e, uint32_t kind, uint32_t arg) {
       break;
     case kStageCompute:
       stage_compute_done(static_cast<int>(arg / kMaxSlices), static_cast<int>(arg % kMaxSlices));
+      break;
+    case kScale:
+      scale_tick();
+      if (!front_.all_ended() && e.pending() > 0)
+        e.schedule_in(SimTime::ns(cfg_.autoscaling.interval_ns), Priority::Stats, this, kScale);
+      break;
+    case kScaledUp:
+      scaled_up(static_cast<int>(arg));
       break;
     case kReplicaUp:
       if (gen == epoch(static_cast<int>(arg) * pp_)) replica_up(static_cast<int>(arg), e.now().count_ns());
@@ -915,6 +925,18 @@ ServingResults ServingSim::results() const {
   r.replica_down_ns = replica_down_ns();
   r.outages_ns = outages_ns_;
   r.prefill_replicas = pool_split_;
+  if (!scale_state_.empty()) {
+    r.autoscaled = true;
+    using P = ServingConfig::Autoscaling::Policy;
+    r.autoscale_policy = cfg_.autoscaling.policy == P::Queue ? "queue" : cfg_.autoscaling.policy == P::Concurrency ? "concurrency" : "utilization";
+    r.autoscale_min = cfg_.autoscaling.min_replicas;
+    r.replica_s = scale_.replica_s;
+    r.scale_ups = scale_.scale_ups;
+    r.scale_downs = scale_.scale_downs;
+    r.most_replicas = scale_.most;
+    r.under_provisioned_ns = scale_.under_provisioned_ns;
+    r.scale_timeline = scale_.timeline;
+  }
   r.kv_transfers = kv_transfers_;
   r.kv_transfer_bytes = kv_transfer_bytes_;
   auto summary = [](const LogHistogram& h) {

@@ -119,6 +119,18 @@ struct ServingConfig {
   // Prefill/decode disaggregation: the first `prefill_replicas` replicas form the prefill pool,
   // the others the decode pool (0: every replica prefills and decodes its own requests).
   int prefill_replicas = 0;
+  // Autoscaling: the deployment runs between min_replicas and `replicas` (the most), judged
+  // every `interval` by a signal against its target (queue: requests waiting per serving
+  // replica; concurrency: requests in flight per serving replica, Knative's signal;
+  // utilization: the busy fraction of the serving replicas over the interval). A
+  // replica added serves after provision + model_load; one removed drains first. After a
+  // change, no other for `cooldown`.
+  struct Autoscaling {
+    enum class Policy { None, Queue, Concurrency, Utilization } policy = Policy::None;
+    int min_replicas = 1;
+    double target = 4;
+    int64_t interval_ns = 10'000'000'000, provision_ns = 30'000'000'000, model_load_ns = 30'000'000'000, cooldown_ns = 60'000'000'000;
+  } autoscaling;
   // Service-level objectives for goodput (0: none).
   int64_t slo_ttft_ns = 0, slo_tpot_ns = 0;
 };
@@ -180,6 +192,15 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   void on_event(Engine& e, uint32_t kind, uint32_t arg) override;
   void on_flow_done(Engine& e, uint64_t tag) override;
   int prefill_engines() const { return pool_split_; }
+  // Autoscaling's record: replica-seconds paid (provisioning, serving or draining), changes,
+  // and the time the signal was above its target with the pool not yet at its most.
+  struct ScaleRecord {
+    double replica_s = 0;
+    int64_t scale_ups = 0, scale_downs = 0, most = 0, least = 0;
+    int64_t under_provisioned_ns = 0;
+    std::vector<std::pair<int64_t, int>> timeline;  // (time, replicas paid) at each change
+  };
+  const ScaleRecord& scale_record() const { return scale_; }
   // Failures. A replica that loses a device stops at once: its iteration in flight is void,
   // its KV cache is lost, and its running, queued and swapped requests go back to the router
   // (a healthy replica prefills them again). It takes requests again `reload_ns` after repair.
@@ -234,7 +255,18 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   int64_t fast_forwarded_iterations() const { return fast_forwarded_; }
 
  private:
-  enum Kind : uint32_t { kIterationEnd = 3, kWake, kDecide, kSample, kStageCompute, kReplicaUp };
+  enum Kind : uint32_t { kIterationEnd = 3, kWake, kDecide, kSample, kStageCompute, kReplicaUp, kScale, kScaledUp };
+  // Autoscaling (serving_autoscale.cpp).
+  enum class Scale : uint8_t { Off, Provisioning, Serving, Draining };
+  void scale_start();
+  void scale_tick();
+  void scaled_up(int replica);
+  void scale_account(int64_t now_ns);
+  std::vector<Scale> scale_state_;
+  std::vector<int64_t> scale_busy_mark_;  // busy_ns of each replica at the last tick
+  int64_t scale_last_ns_ = 0, scale_changed_ns_ = -1;
+  int scale_paid_ = 0;
+  ScaleRecord scale_;
   // The engine's events of an iteration carry the engine's epoch as their generation: a
   // failure bumps it, voiding those in flight.
   Generation epoch(int ri) const { return Generation(epoch_[static_cast<size_t>(ri)]); }

@@ -42,6 +42,12 @@ double TokenizerTable::ratio(const std::string& from, const std::string& to, con
   return per_llama(to) / per_llama(from);
 }
 
+double ArrivalSpec::rate_at(int64_t t_ns) const {
+  if (step_at_ns > 0 && t_ns >= step_at_ns) return step_rate_per_s;
+  if (amplitude <= 0) return rate_per_s;
+  return rate_per_s * (1 + amplitude * std::sin(2 * M_PI * static_cast<double>(t_ns) / static_cast<double>(period_ns)));
+}
+
 namespace {
 
 // The arrival processes' keys, each bound to its ArrivalSpec field: registration declares
@@ -52,6 +58,15 @@ struct ArrivalKeys {
 ArrivalKeys bind_arrival_keys(Schema& pois, Schema& gam, Schema& cl) {
   ArrivalKeys k{Binding<ArrivalSpec>(pois), Binding<ArrivalSpec>(gam), Binding<ArrivalSpec>(cl)};
   k.poisson.quantity("rate", UnitKind::Rate, &ArrivalSpec::rate_per_s, "mean arrivals per second of conversations, e.g. 20/s").positive();
+  k.poisson.real("amplitude", &ArrivalSpec::amplitude,
+                 "a diurnal curve: the rate is rate x (1 + amplitude sin(2 pi t / period)) (0: constant)")
+      .def("0")
+      .range(0, 1);
+  k.poisson.time_ns("period", &ArrivalSpec::period_ns, "the diurnal curve's period").def("24h").positive();
+  k.poisson.time_ns("step_at", &ArrivalSpec::step_at_ns, "a step in load: from this time on the rate is step_rate (0s: none)")
+      .def("0s")
+      .nonneg();
+  k.poisson.quantity("step_rate", UnitKind::Rate, &ArrivalSpec::step_rate_per_s, "the rate after step_at").def("1/s").positive();
   k.gamma.quantity("rate", UnitKind::Rate, &ArrivalSpec::rate_per_s, "mean arrivals per second, e.g. 20/s").positive();
   k.gamma.real("cv", &ArrivalSpec::cv, "coefficient of variation of the gaps (>1 is bursty)").def("2").positive();
   k.closed_loop.integer("clients", &ArrivalSpec::clients, "concurrent clients, each sending its next request when the last completes")
@@ -148,6 +163,19 @@ LlmperfConfig llmperf_config(const Params& p) {
   k.conversation.fill(p.section("conversation"), c);
   k.prefix.fill(p.section("shared_prefix"), c.prefix);
   return c;
+}
+
+// The next arrival of a Poisson process whose rate varies in time, after `t_ns`: thinning
+// (Lewis and Shedler) under the largest rate the curve and the step reach.
+int64_t next_varying_arrival_ns(const ArrivalSpec& a, RngStream& rng, int64_t t_ns) {
+  const double top = std::max(a.rate_per_s * (1 + a.amplitude), a.step_at_ns > 0 ? a.step_rate_per_s : 0.0);
+  double t = static_cast<double>(t_ns);
+  for (int tries = 0; tries < 100'000'000; ++tries) {
+    t += rng.exponential(1.0 / top) * 1e9;
+    if (!(t < 9e18)) throw std::runtime_error("an arrival beyond the simulated time range");
+    if (rng.uniform() * top <= a.rate_at(static_cast<int64_t>(t))) return static_cast<int64_t>(std::llround(t));
+  }
+  throw std::runtime_error("the arrival rate stays near zero: no arrival drawn");
 }
 
 // Gap to the next open-loop arrival.
@@ -256,7 +284,10 @@ class LlmperfSource final : public WorkloadSource {
   std::optional<ConversationSpec> next(int64_t now_ns) override {
     if (issued_ >= requests_) return std::nullopt;
     ConversationSpec c;
-    if (arrival_.kind != ArrivalSpec::Kind::ClosedLoop) {
+    if (arrival_.varies()) {
+      t_ns_ = next_varying_arrival_ns(arrival_, arrival_rng_, t_ns_);
+      c.arrival_ns = t_ns_;
+    } else if (arrival_.kind != ArrivalSpec::Kind::ClosedLoop) {
       t_ns_ += next_gap_ns(arrival_, arrival_rng_);
       c.arrival_ns = t_ns_;
     } else {

@@ -46,6 +46,14 @@ struct ArrivalSpec {
   double rate_per_s = 0;  // Poisson, Gamma
   double cv = 1;          // Gamma: coefficient of variation of inter-arrival gaps
   int clients = 1;        // ClosedLoop
+  // Poisson with a rate that varies in time (0: constant): a diurnal curve
+  // rate x (1 + amplitude sin(2 pi t / period)), and a step to step_rate at step_at.
+  double amplitude = 0;
+  int64_t period_ns = 0;
+  int64_t step_at_ns = 0;
+  double step_rate_per_s = 0;
+  bool varies() const { return amplitude > 0 || step_at_ns > 0; }
+  double rate_at(int64_t t_ns) const;  // arrivals per second at t
 };
 
 // A source of conversations; seeded per component id.
