@@ -341,6 +341,13 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
              {"tokens_saved", R.prefix_tokens_saved},
              {"saved_fraction_of_prefix_tokens",
               R.prefix_tokens ? static_cast<double>(R.prefix_tokens_saved) / static_cast<double>(R.prefix_tokens) : 0.0}};
+  if (res.kv_host_cache_bytes > 0)
+    m["kv_cache"]["host_tier"] = Json{{"capacity_bytes_per_replica", res.kv_host_cache_bytes},
+                                      {"prefix_claims_from_hbm", res.kv_claims_hbm},
+                                      {"prefix_claims_from_host", res.kv_claims_host},
+                                      {"offloaded_bytes", res.kv_offloaded_bytes},
+                                      {"fetched_bytes", res.kv_fetched_bytes},
+                                      {"dropped_bytes", res.kv_dropped_bytes}};
   m["batching"] = Json{{"iterations", iters}, {"prefill_iterations", pre_it}, {"decode_iterations", dec_it},
                        {"mixed_iterations", mix_it}, {"mean_batch", busy > 0 ? batch_int / busy : 0.0},
                        {"max_batch", max_batch}, {"utilization", busy / end / nrep}};

@@ -99,6 +99,11 @@ struct ServingResults {
   double kv_transfer_bytes = 0;
   GapSummary kv_transfer_time;  // from the start of the copy to its last byte (ns)
   GapSummary handoff_wait;      // from the end of the prefill to the start of the copy: waiting for decode KV blocks (ns)
+  // The host tier of the KV cache (kv_host_cache_bytes 0: none): prefix claims served from HBM
+  // and from host memory, and the bytes moved down, fetched back and dropped.
+  double kv_host_cache_bytes = 0;
+  int64_t kv_claims_hbm = 0, kv_claims_host = 0;
+  double kv_offloaded_bytes = 0, kv_fetched_bytes = 0, kv_dropped_bytes = 0;
   // Autoscaling (autoscaled false: a fixed pool of `replicas`).
   bool autoscaled = false;
   std::string autoscale_policy;

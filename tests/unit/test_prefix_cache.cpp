@@ -7,6 +7,8 @@
 
 #include "config/node.h"
 #include "registry/registry.h"
+#include "run/runner.h"
+#include "run/scenario.h"
 #include "workloads/serving/kv_cache.h"
 #include "workloads/serving/router.h"
 #include "workloads/serving/scheduler.h"
@@ -122,4 +124,57 @@ model: tinyllama-1.1b
 workload: {kind: llmperf, requests: 5, shared_prefix: {tokens: 5000}}
 )";
   CHECK_THROWS_WITH_AS(run_text(text), doctest::Contains("shared_prefix"), ConfigError);
+}
+
+TEST_CASE("KV host tier: a prefix evicted from HBM moves to host memory and comes back by a copy, the host's LRU dropped when full") {
+  BlockManager kv(20, 4, 0.0, false, true);
+  kv.set_host_tier(5);  // room for one 4-block prefix
+  Request a = with_prefix(0, 1, 16, 20);
+  REQUIRE(kv.grow_to(a, 20));
+  a.computed = 20;
+  kv.publish_prefix(a);
+  kv.release(a);  // prefix 1 (4 blocks) cached in HBM
+  Request b = with_prefix(1, 2, 16, 20);
+  REQUIRE(kv.grow_to(b, 20));
+  b.computed = 20;
+  kv.publish_prefix(b);
+  kv.release(b);  // prefix 2 cached too: 8 cached, 12 free
+  Request big = with_prefix(2, -1, 0, 64);
+  REQUIRE(kv.grow_to(big, 64));  // 16 blocks: evicts prefix 1 (LRU) to the host
+  CHECK_FALSE(kv.prefix_resident(1));
+  CHECK(kv.host_used_blocks() == 4);
+  CHECK(kv.tier_counts().offloaded_blocks == 4);
+  kv.release(big);
+  // Prefix 1 again: fetched from the host (4 blocks to copy), not recomputed.
+  Request c = with_prefix(3, 1, 16, 20);
+  CHECK(kv.claim_prefix(c) == 16);
+  CHECK(kv.take_fetched() == 4);
+  CHECK(kv.take_fetched() == 0);
+  CHECK(kv.tier_counts().hits_host == 1);
+  CHECK(kv.host_used_blocks() == 0);
+  CHECK(kv.prefix_resident(1));
+  kv.release(c);
+  // Evict both prefixes: the host holds one, so the first one there is dropped for the second.
+  Request all = with_prefix(4, -1, 0, 80);
+  REQUIRE(kv.grow_to(all, 80));
+  CHECK(kv.host_used_blocks() == 4);
+  CHECK(kv.tier_counts().dropped_blocks == 4);
+}
+
+TEST_CASE("with a host tier, prefixes a replica evicted are fetched back over the host link: more hits, the bytes counted, lower TTFT") {
+  const std::string base = std::string(SLUICE_TESTS_DIR) + "/../scenarios/prefix-system-prompt-base.yaml";
+  Scenario off_sc = load_scenario(base, {"router.kind=least_outstanding", "workload.requests=2500"}, registry());
+  Scenario on_sc = load_scenario(base, {"router.kind=least_outstanding", "workload.requests=2500", "deployment.kv_host_cache=200GiB"}, registry());
+  Recorder off_rec, on_rec;
+  run_into(off_sc, off_rec, {});
+  run_into(on_sc, on_rec, {});
+  const Json& off = off_rec.metrics()["serving"];
+  const Json& on = on_rec.metrics()["serving"];
+  CHECK_FALSE(off["kv_cache"].contains("host_tier"));
+  const Json& t = on["kv_cache"]["host_tier"];
+  CHECK(t["prefix_claims_from_host"].get<int64_t>() > 0);
+  // Each fetch is a whole prefix: 2000 tokens of Llama-2-7B's 512 KiB a token.
+  CHECK(t["fetched_bytes"].get<double>() == doctest::Approx(t["prefix_claims_from_host"].get<double>() * 2000 * 524288));
+  CHECK(on["kv_cache"]["prefix_caching"]["hit_rate"].get<double>() > off["kv_cache"]["prefix_caching"]["hit_rate"].get<double>());
+  CHECK(on["latency_ms"]["ttft"]["p50"].get<double>() < off["latency_ms"]["ttft"]["p50"].get<double>());
 }

@@ -34,9 +34,30 @@ bool BlockManager::evict_until(int64_t need) {
     prefix_lru_.pop_front();
     free_ += it->second.blocks;
     cached_ -= it->second.blocks;
+    offload(it->first, it->second.blocks);
     prefixes_.erase(it);
   }
   return free_ >= need;
+}
+
+// A prefix leaving HBM: to the host tier if it fits there (making room by dropping the
+// host's least recently used), else dropped.
+void BlockManager::offload(int32_t prefix_id, int64_t blocks) {
+  if (blocks > host_capacity_) {
+    tiers_.dropped_blocks += blocks;
+    return;
+  }
+  while (host_used_ + blocks > host_capacity_) {
+    auto it = host_.find(host_lru_.front());
+    host_lru_.pop_front();
+    host_used_ -= it->second.blocks;
+    tiers_.dropped_blocks += it->second.blocks;
+    host_.erase(it);
+  }
+  host_lru_.push_back(prefix_id);
+  host_.emplace(prefix_id, HostEntry{blocks, std::prev(host_lru_.end())});
+  host_used_ += blocks;
+  tiers_.offloaded_blocks += blocks;
 }
 
 bool BlockManager::grow_slow(Request& r, int64_t tokens, bool admission) {
@@ -57,7 +78,27 @@ void BlockManager::release(Request& r) {
 
 int64_t BlockManager::claim_prefix(Request& r) {
   auto it = prefixes_.find(r.prefix_id);
-  if (it == prefixes_.end()) return 0;
+  if (it == prefixes_.end()) {
+    // In the host tier: fetched back into HBM (if HBM can hold it) as a prefix entry again.
+    const auto h = host_.find(r.prefix_id);
+    if (h == host_.end()) return 0;
+    const int64_t blocks = h->second.blocks;
+    if (blocks > (static_cast<int64_t>(r.prompt_len()) - 1) / block_size_ || !can_allocate(blocks, /*admission=*/true)) return 0;
+    host_lru_.erase(h->second.lru_pos);
+    host_used_ -= blocks;
+    host_.erase(h);
+    if (!evict_until(blocks)) throw std::logic_error("internal: a prefix fetch found fewer blocks than can_allocate promised");
+    free_ -= blocks;
+    // Held by nobody yet: cached, as if it had just been released (the claim below takes it).
+    prefix_lru_.push_back(r.prefix_id);
+    it = prefixes_.emplace(r.prefix_id, PrefixEntry{blocks, 0, std::prev(prefix_lru_.end())}).first;
+    cached_ += blocks;
+    fetched_pending_ += blocks;
+    tiers_.fetched_blocks += blocks;
+    ++tiers_.hits_host;
+  } else {
+    ++tiers_.hits_hbm;
+  }
   // Whole blocks, leaving at least the prompt's last token to compute (it samples the first).
   const int64_t blocks = std::min<int64_t>(it->second.blocks, (static_cast<int64_t>(r.prompt_len()) - 1) / block_size_);
   if (blocks <= 0) return 0;

@@ -47,6 +47,23 @@ class BlockManager {
   // Drops the request's share of its prefix (the blocks stay, cached once nobody holds them).
   void unshare(Request& r);
   bool prefix_resident(int32_t prefix_id) const { return prefixes_.count(prefix_id) > 0; }
+  // A host-memory tier below HBM (0 blocks: none): a cached prefix evicted from HBM moves there
+  // (the least recently used there is dropped to make room) instead of being dropped, and a
+  // request whose prefix is there fetches it back into HBM over the host link instead of
+  // prefilling it again. The blocks fetched since the last take_fetched() are the copy the
+  // next iteration waits for.
+  void set_host_tier(int64_t blocks) { host_capacity_ = blocks; }
+  int64_t take_fetched() {
+    const int64_t n = fetched_pending_;
+    fetched_pending_ = 0;
+    return n;
+  }
+  struct TierCounts {
+    int64_t hits_hbm = 0, hits_host = 0;     // prefix claims served from each tier
+    int64_t offloaded_blocks = 0, fetched_blocks = 0, dropped_blocks = 0;
+  };
+  const TierCounts& tier_counts() const { return tiers_; }
+  int64_t host_used_blocks() const { return host_used_; }
   // The request stops counting its blocks here, but they stay in use (its KV cache being
   // copied to another engine) until free_detached gives them back. Returns how many.
   int64_t detach(Request& r) {
@@ -90,6 +107,15 @@ class BlockManager {
   bool prefix_caching_ = false;
   std::unordered_map<int32_t, PrefixEntry> prefixes_;
   std::list<int32_t> prefix_lru_;
+  void offload(int32_t prefix_id, int64_t blocks);
+  struct HostEntry {
+    int64_t blocks;
+    std::list<int32_t>::iterator lru_pos;
+  };
+  std::unordered_map<int32_t, HostEntry> host_;
+  std::list<int32_t> host_lru_;
+  int64_t host_capacity_ = 0, host_used_ = 0, fetched_pending_ = 0;
+  TierCounts tiers_;
 };
 
 }  // namespace sluice::serving

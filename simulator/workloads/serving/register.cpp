@@ -111,6 +111,11 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
          "share the KV blocks of a prompt's shared prefix (a system prompt, a template: a load's shared_prefix) across "
          "requests, as vLLM's automatic prefix caching does; cached prefixes no request holds are evicted LRU")
       .def("true");
+  d.quantity("kv_host_cache", UnitKind::Bytes, &C::kv_host_cache_bytes,
+             "a host-memory tier for the KV cache, per replica: a cached prefix evicted from HBM moves there instead of "
+             "being dropped, and is fetched back over the host link on reuse instead of prefilled again (0B: none)")
+      .def("0B")
+      .nonneg();
   d.integer("prefill_replicas", &C::prefill_replicas,
             "prefill/decode disaggregation: this many of the replicas form the prefill pool, the rest the decode pool; a "
             "prompt prefills on the prefill pool and its KV cache crosses the fabric to a decode replica, which generates "
@@ -190,6 +195,9 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   keys.outputs.fill(p.section("outputs"), c);
   keys.recovery.fill(p.section("recovery"), c);
   keys.slo.fill(p.section("slo"), c);
+  if (c.kv_host_cache_bytes > 0 && c.hardware.pcie_Bps <= 0)
+    d.fail("kv_host_cache", fmt::format("a host tier is reached over the host link, and {} has no pcie_bandwidth", c.hardware.name),
+           "0B, or hardware with pcie_bandwidth > 0");
   keys.autoscaling.fill(p.section("autoscaling"), c.autoscaling);
   if (c.autoscaling.policy != ServingConfig::Autoscaling::Policy::None) {
     const Params& as = p.section("autoscaling");

@@ -101,6 +101,7 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
     r->kv_bytes_per_token = cfg_.model.kv_bytes_per_token_per_gpu(cfg_.tensor_parallel, cfg_.pipeline_parallel) * shards;
     r->swap_Bps = cfg_.hardware.pcie_Bps * shards;
     r->swap_capacity_tokens = static_cast<int64_t>(cfg_.swap_space_bytes / r->kv_bytes_per_token);
+    r->kv.set_host_tier(static_cast<int64_t>(cfg_.kv_host_cache_bytes / pp_ / (r->kv_bytes_per_token * cfg_.block_size)));
     replicas_.push_back(std::move(r));
     schedulers_.push_back(cfg_.make_scheduler());
   }
@@ -325,6 +326,14 @@ void ServingSim::try_start(int ri) {
       engine_.schedule_at(SimTime::ns(std::max(wake, now)), Priority::Schedule, this, kWake, static_cast<uint32_t>(ri));
     }
     return;
+  }
+  if (const int64_t fetched = r.kv.take_fetched(); fetched > 0) {
+    // Prefixes fetched back from the host tier: copied over the host link before the
+    // iteration computes (a flow per device on a fabric with host links, like a swap-in);
+    // one for a request not admitted now is charged to the next batch.
+    const double bytes = static_cast<double>(fetched) * cfg_.block_size * r.kv_bytes_per_token;
+    b.extra_ns += bytes / r.swap_Bps * 1e9;
+    b.swap_bytes += bytes;
   }
   work_.clear();
   int generating = 0;
@@ -924,6 +933,18 @@ ServingResults ServingSim::results() const {
   r.replica_failures = replica_failures_;
   r.replica_down_ns = replica_down_ns();
   r.outages_ns = outages_ns_;
+  if (cfg_.kv_host_cache_bytes > 0) {
+    r.kv_host_cache_bytes = cfg_.kv_host_cache_bytes;
+    for (const auto& e : replicas_) {
+      const auto& t = e->kv.tier_counts();
+      const double per_block = cfg_.block_size * e->kv_bytes_per_token;
+      r.kv_claims_hbm += t.hits_hbm;
+      r.kv_claims_host += t.hits_host;
+      r.kv_offloaded_bytes += static_cast<double>(t.offloaded_blocks) * per_block;
+      r.kv_fetched_bytes += static_cast<double>(t.fetched_blocks) * per_block;
+      r.kv_dropped_bytes += static_cast<double>(t.dropped_blocks) * per_block;
+    }
+  }
   r.prefill_replicas = pool_split_;
   if (!scale_state_.empty()) {
     r.autoscaled = true;

@@ -86,6 +86,7 @@ struct ServingConfig {
   double swap_space_bytes = 0;  // per replica
   bool prefix_reuse = true;
   bool prefix_caching = true;  // shared prompt prefixes' KV blocks shared across requests
+  double kv_host_cache_bytes = 0;  // per replica: host memory that evicted prefixes move to (0: none)
   // Request classes: waiting queues ordered by class priority (else FCFS), and a request still
   // waiting for its first scheduling when its class's TTFT objective has passed is shed.
   bool priority_scheduling = false;
