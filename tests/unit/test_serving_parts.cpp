@@ -143,7 +143,7 @@ TEST_CASE("the global scheduler parks what no healthy replica can take, fails it
   for (int i = 0; i < 2; ++i) {
     replicas.push_back(std::make_unique<Replica>(64, 16, 0.0, false));
     replicas.back()->reqs = &front.requests();
-    replicas.back()->healthy = false;
+    replicas.back()->set_health(false);
   }
   auto parsed = sluice::testing::registry().parse(load_yaml_string("least_outstanding", "t"), "router", "router");
   auto router = sluice::testing::registry().factory<RouterFactory>(*parsed.info)(parsed.params);
@@ -156,7 +156,7 @@ TEST_CASE("the global scheduler parks what no healthy replica can take, fails it
   CHECK(front.counts().failed == 1);
   CHECK(global.parked() == 1);
   CHECK(pool.asked.empty());
-  replicas[1]->healthy = true;
+  replicas[1]->set_health(true);
   global.unpark_all();
   CHECK(global.parked() == 0);
   CHECK(pool.asked == std::vector<int>{1});

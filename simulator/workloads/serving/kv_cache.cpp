@@ -64,7 +64,7 @@ bool BlockManager::grow_slow(Request& r, int64_t tokens, bool admission) {
   const int64_t need = blocks_for(tokens) - r.blocks;
   if (need <= 0) return true;
   if (!can_allocate(need, admission)) return false;
-  if (!evict_until(need)) return false;
+  if (free_ < need && !evict_until(need)) return false;  // (a call only when something must go)
   free_ -= need;
   r.blocks += static_cast<int32_t>(need);
   return true;

@@ -23,9 +23,20 @@ struct Replica {
   // the simulation as it routes, ends and requeues them (summing three queues' sizes over
   // every replica cost a tenth of a serving run):
   size_t routed = 0;
+  // Routers send here: healthy and not draining, kept in one byte beside `routed` (routers read
+  // it for every replica on every arrival). Written through set_health and set_draining only.
+  bool accepting = true;
   bool healthy = true;  // false from a failure of one of its devices until repaired and reloaded: routers skip it
   bool draining = false;  // being scaled down: it finishes what it holds and takes nothing new
-  bool routable() const { return healthy && !draining; }
+  bool routable() const { return accepting; }
+  void set_health(bool h) {
+    healthy = h;
+    accepting = healthy && !draining;
+  }
+  void set_draining(bool d) {
+    draining = d;
+    accepting = healthy && !draining;
+  }
   std::deque<uint32_t> waiting;   // arrived, not admitted (FCFS; preempted go to the front)
   std::vector<uint32_t> running;  // admitted, in admission order
   std::deque<uint32_t> swapped;   // preempted to host memory

@@ -34,7 +34,7 @@ void ServingSim::scale_start() {
     if (r < a.min_replicas) {
       scale_state_[static_cast<size_t>(r)] = Scale::Serving;
     } else {
-      replicas_[static_cast<size_t>(r)]->healthy = false;  // off: nothing routed, nothing run
+      replicas_[static_cast<size_t>(r)]->set_health(false);  // off: nothing routed, nothing run
     }
   }
   scale_paid_ = a.min_replicas;
@@ -54,8 +54,8 @@ void ServingSim::scale_tick() {
     if (scale_state_[r] == Scale::Draining && rep.outstanding() == 0 && !busy_[r]) {
       scale_account(now);
       scale_state_[r] = Scale::Off;
-      rep.healthy = false;
-      rep.draining = false;
+      rep.set_draining(false);
+      rep.set_health(false);
       --scale_paid_;
       scale_.timeline.emplace_back(now, scale_paid_);
     }
@@ -92,7 +92,7 @@ void ServingSim::scale_tick() {
     for (size_t r = 0; r < scale_state_.size() && add > 0; ++r) {
       if (scale_state_[r] != Scale::Draining) continue;
       scale_state_[r] = Scale::Serving;
-      replicas_[r]->draining = false;
+      replicas_[r]->set_draining(false);
       --add;
     }
     for (size_t r = 0; r < scale_state_.size() && add > 0; ++r) {
@@ -112,7 +112,7 @@ void ServingSim::scale_tick() {
     for (size_t r = scale_state_.size(); r-- > 0 && drop > 0;) {
       if (scale_state_[r] != Scale::Serving) continue;
       scale_state_[r] = Scale::Draining;
-      replicas_[r]->draining = true;
+      replicas_[r]->set_draining(true);
       --drop;
     }
     ++scale_.scale_downs;
@@ -125,8 +125,8 @@ void ServingSim::scaled_up(int r) {
   if (scale_state_[static_cast<size_t>(r)] != Scale::Provisioning) return;
   scale_state_[static_cast<size_t>(r)] = Scale::Serving;
   Replica& rep = *replicas_[static_cast<size_t>(r)];
-  rep.healthy = true;
-  rep.draining = false;
+  rep.set_draining(false);
+  rep.set_health(true);
   kv_last_ns_[static_cast<size_t>(r)] = now;
   scale_busy_mark_[static_cast<size_t>(r)] = rstats_[static_cast<size_t>(r)].busy_ns;
   (void)now;

@@ -48,7 +48,7 @@ void ServingSim::replica_down(int r) {
     }
     if (i < stage_free_ns_.size()) stage_free_ns_[i] = now;
     Replica& rep = *replicas_[i];
-    rep.healthy = false;
+    rep.set_health(false);
     for (uint32_t id : rep.running) back.push_back(id);
     for (uint32_t id : rep.swapped) back.push_back(id);
     for (uint32_t id : rep.waiting) back.push_back(id);
@@ -100,7 +100,7 @@ void ServingSim::replica_up(int r, int64_t now) {
   down_since_ns_[static_cast<size_t>(r)] = -1;
   for (int k = 0; k < pp_; ++k) {
     Replica& rep = *replicas_[static_cast<size_t>(r * pp_ + k)];
-    rep.healthy = true;
+    rep.set_health(true);
     rep.kv = BlockManager(rep.kv.total_blocks(), rep.kv.block_size(), cfg_.watermark, rep.reuse, cfg_.prefix_caching);
     rep.kv.set_host_tier(static_cast<int64_t>(cfg_.kv_host_cache_bytes / pp_ / (rep.kv_bytes_per_token * cfg_.block_size)));
     kv_last_ns_[static_cast<size_t>(r * pp_ + k)] = now;
