@@ -68,7 +68,8 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
                                   "serving replicas' busy fraction (near 1 whenever continuous batching has work)")
       .def("none");
   k.autoscaling.integer("min_replicas", &A::min_replicas, "the fewest replicas (deployment.replicas is the most)").def("1").range(1, 1e5);
-  k.autoscaling.real("target", &A::target, "the signal's target: waiting requests per replica (queue) or a busy fraction (utilization)")
+  k.autoscaling.real("target", &A::target, "the signal's target: waiting requests (queue) or requests in flight (concurrency) per serving "
+                     "replica, or a busy fraction (utilization)")
       .def("4")
       .positive();
   k.autoscaling.time_ns("interval", &A::interval_ns, "how often the policy looks").def("10s").positive();
