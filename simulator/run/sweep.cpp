@@ -311,6 +311,21 @@ std::vector<SweepPoint> expand_sweep(const SweepSpec& spec, uint64_t base_seed, 
           if (&a != &b && a.key == b.key)
             throw ConfigError(b.origin, a.key, "", "this key is swept twice (in grid and zip, or twice in one)", "each key on one axis");
     }
+  // An absurd grid is refused before its points are made (each point is a simulation).
+  {
+    double points = std::max(1, spec.replications);
+    for (const auto& a : spec.grid) points *= static_cast<double>(a.values.size());
+    if (!spec.zip.empty()) points *= static_cast<double>(spec.zip.front().values.size());
+    if (points > static_cast<double>(kMaxSweepPoints)) {
+      std::string sizes;
+      for (const auto& a : spec.grid) sizes += fmt::format("{}{} ({} values)", sizes.empty() ? "" : " x ", a.key, a.values.size());
+      if (!spec.zip.empty()) sizes += fmt::format("{}zip ({} values)", sizes.empty() ? "" : " x ", spec.zip.front().values.size());
+      if (spec.replications > 1) sizes += fmt::format(" x {} replications", spec.replications);
+      const Origin at = !spec.grid.empty() ? spec.grid.front().origin : !spec.zip.empty() ? spec.zip.front().origin : Origin{};
+      throw ConfigError(at, "sweep", fmt::format("{:.3g} points", points), fmt::format("{} make more points than a sweep may run", sizes),
+                        fmt::format("at most {} points (each is a simulation)", kMaxSweepPoints));
+    }
+  }
   // Configurations: the product of the grid axes and the zip (as one axis).
   std::vector<std::vector<std::pair<std::string, std::string>>> configs{{}};
   for (const auto& a : spec.grid) {

@@ -57,6 +57,8 @@ SweepAxis parse_axis(const std::string& text, const std::string& flag);
 // Adds command-line axes: an axis whose key the block already varies replaces it.
 void merge_axes(std::vector<SweepAxis>& into, const std::vector<SweepAxis>& extra);
 
+// The most points one sweep may have: a grid beyond it is refused before any point is made.
+inline constexpr int64_t kMaxSweepPoints = 100'000;
 // Expands a spec into points, in a fixed order (grid axes first-slowest, then zip, then
 // replication). Seeds: a varied `seed` key wins; otherwise derived as SeedMode says.
 std::vector<SweepPoint> expand_sweep(const SweepSpec& spec, uint64_t base_seed, const std::vector<std::string>& base_sets);

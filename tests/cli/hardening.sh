@@ -94,6 +94,11 @@ case "$CASE" in
     expect 2 "$S" sweep "$Q" "${SMALL[@]}" --grid seed=1,2 --objective sideways:ttft.p99 --out w --no-progress
     said "unknown direction"
     [ ! -e w/points ] || fail "points ran: $(ls -A w/points)"
+    # An absurd grid (200,000 points) is refused at once, before its points are made.
+    expect 2 "$S" sweep "$Q" "${SMALL[@]}" --grid "seed=$(seq -s, 1 100)" --grid "workload.requests=$(seq -s, 1 100)" \
+      --grid "deployment.max_in_flight=$(seq -s, 1 20)" --out big --no-progress
+    said "more points than a sweep may run"
+    [ ! -e big ] || fail "an absurd sweep claimed its directory"
     # A well-formed one naming no metric is still found, once the points have given their names.
     expect 2 "$S" sweep "$Q" "${SMALL[@]}" --grid seed=1,2 --where 'no_such_metric<3' --out w2 --no-progress
     said "no_such_metric"
