@@ -79,4 +79,15 @@ struct DiffusionResults {
   DiffusionMemory memory;
 };
 
+// Shapes the formulas and the job share.
+namespace shape {
+inline constexpr double kBytes = 2;  // bf16 activations and weights
+inline int blocks(const DitSpec& d) { return d.layers + d.single_layers; }
+// Tensor parallel (Megatron): an all-reduce after each row-split GEMM over every row (text rows
+// too in joint blocks): attention out and MLP out per block (2), cross-attention out (PixArt:
+// 3); Flux's single-stream blocks fuse both into linear2 (1). The paper's 4·O·L assumes 2.
+inline int tensor_allreduces(const DitSpec& d) { return d.layers * (2 + (d.cross_attention ? 1 : 0)) + d.single_layers; }
+inline double latent_out_channels(const DitSpec& d) { return static_cast<double>(d.latent_channels) * d.patch * d.patch; }
+}  // namespace shape
+
 }  // namespace sluice::diffusion

@@ -1,0 +1,129 @@
+// A deployment's plain results (ServingResults), which the recorder formats.
+#include "workloads/serving/serving_sim.h"
+
+namespace sluice::serving {
+
+ServingResults ServingSim::results() const {
+  ServingResults r;
+  const ServingConfig& c = cfg_;
+  r.hardware = c.hardware.name;
+  r.model = c.model.name;
+  r.topology = c.topology_name;
+  r.tp_allreduce = on_fabric() ? "flows on the topology, every iteration"
+                   : c.tensor_parallel > 1 || c.pipeline_parallel > 1 ? "analytic ring over the interconnect"
+                                                                       : "none (tp 1)";
+  r.cost_source = c.cost_source.empty() ? (c.tables_dir.empty() ? "roofline" : c.tables_dir) : c.cost_source;
+  r.d2h_source = c.last_mile.d2h_source;
+  r.replicas = c.replicas;
+  r.tensor_parallel = c.tensor_parallel;
+  r.pipeline_parallel = c.pipeline_parallel;
+  r.block_size = c.block_size;
+  r.kv_bytes_per_token = c.model.kv_bytes_per_token();
+  r.model_parameters = c.model.parameters();
+  r.model_embedding_parameters = static_cast<double>(c.model.vocab) * c.model.hidden;
+  r.peak_bf16_flops = c.hardware.peak_bf16_flops;
+  r.effective_flops = c.hardware.effective_flops();
+  r.effective_bandwidth_Bps = c.hardware.effective_bandwidth_Bps();
+  if (c.prefill_slicing.policy != PrefillSlicing::None)
+    r.prefill_slicing = c.prefill_slicing.policy == PrefillSlicing::Uniform ? "uniform" : "terapipe";
+  r.capacity_per_gpu = mem_.capacity_per_gpu;
+  r.weights_per_gpu = mem_.weights_per_gpu;
+  r.activation_per_gpu = mem_.activation_per_gpu;
+  r.kv_per_gpu = mem_.kv_per_gpu;
+  r.kv_tokens_per_replica = mem_.kv_tokens_per_replica;
+  r.blocks_per_replica = mem_.blocks_per_replica;
+  r.blocks_per_engine = mem_.blocks_per_engine;
+  const RequestCounts& n = front_.counts();
+  r.announced = n.announced;
+  r.completed = n.completed;
+  r.rejected_too_long = n.rejected_too_long;
+  r.rejected_overload = n.rejected_overload;
+  r.rejected_late = n.rejected_late;
+  for (const auto& c : cfg_.workload->classes()) r.classes.push_back(ServingClass{c.name, c.priority, c.ttft_ns, c.tpot_ns});
+  r.priority_scheduling = cfg_.priority_scheduling;
+  r.truncated_to_context = c.workload->truncated_to_context();
+  r.failed = n.failed;
+  r.max_in_flight = c.max_in_flight;
+  r.in_flight_high_water = n.live_high_water;
+  r.truncated = truncated_;
+  r.faults = faults_enabled_;
+  r.retried = retried_;
+  r.reprefilled = reprefilled_;
+  r.replica_failures = replica_failures_;
+  r.replica_down_ns = replica_down_ns();
+  r.outages_ns = outages_ns_;
+  if (cfg_.kv_host_cache_bytes > 0) {
+    r.kv_host_cache_bytes = cfg_.kv_host_cache_bytes;
+    for (const auto& e : replicas_) {
+      const auto& t = e->kv.tier_counts();
+      const double per_block = cfg_.block_size * e->kv_bytes_per_token;
+      r.kv_claims_hbm += t.hits_hbm;
+      r.kv_claims_host += t.hits_host;
+      r.kv_offloaded_bytes += static_cast<double>(t.offloaded_blocks) * per_block;
+      r.kv_fetched_bytes += static_cast<double>(t.fetched_blocks) * per_block;
+      r.kv_dropped_bytes += static_cast<double>(t.dropped_blocks) * per_block;
+    }
+  }
+  r.prefill_replicas = pool_split_;
+  if (!scale_state_.empty()) {
+    r.autoscaled = true;
+    using P = ServingConfig::Autoscaling::Policy;
+    r.autoscale_policy = cfg_.autoscaling.policy == P::Queue ? "queue" : cfg_.autoscaling.policy == P::Concurrency ? "concurrency" : "utilization";
+    r.autoscale_min = cfg_.autoscaling.min_replicas;
+    r.replica_s = scale_.replica_s;
+    r.scale_ups = scale_.scale_ups;
+    r.scale_downs = scale_.scale_downs;
+    r.most_replicas = scale_.most;
+    r.under_provisioned_ns = scale_.under_provisioned_ns;
+    r.scale_timeline = scale_.timeline;
+  }
+  r.kv_transfers = kv_transfers_;
+  r.kv_transfer_bytes = kv_transfer_bytes_;
+  auto summary = [](const LogHistogram& h) {
+    GapSummary g;
+    g.count = h.count();
+    if (h.count()) {
+      g.mean = h.mean();
+      g.p50 = h.percentile(50);
+      g.p90 = h.percentile(90);
+      g.p95 = h.percentile(95);
+      g.p99 = h.percentile(99);
+      g.max = static_cast<double>(h.max());
+    }
+    return g;
+  };
+  r.gaps = summary(gaps_);
+  r.kv_transfer_time = summary(kv_transfer_ns_);
+  r.handoff_wait = summary(handoff_wait_ns_);
+  r.first_arrival_ns = front_.first_arrival_ns();
+  r.last_delivery_ns = front_.last_delivery_ns();
+  r.end_ns = end_ns();
+  r.events = events();
+  r.fast_forwarded = fast_forwarded_;
+  for (size_t i = 0; i < rstats_.size(); ++i) {
+    const ReplicaStats& s = rstats_[i];
+    ServingReplicaResult e;
+    e.iterations = s.iterations;
+    e.prefill_iterations = s.prefill_iterations;
+    e.decode_iterations = s.decode_iterations;
+    e.mixed_iterations = s.mixed_iterations;
+    e.busy_ns = s.busy_ns;
+    e.batch_time_integral = s.batch_time_integral;
+    e.kv_time_integral = s.kv_time_integral;
+    e.kv_max = s.kv_max;
+    e.max_batch = s.max_batch;
+    e.sliced_prefills = s.sliced_prefills;
+    e.prefill_slices = s.prefill_slices;
+    e.preemptions = replicas_[i]->preemptions;
+    e.swap_bytes = replicas_[i]->swap_bytes;
+    r.engines.push_back(e);
+  }
+  for (const auto& s : samples_) r.samples.push_back(ServingSample{s.t_ns, s.running, s.waiting, s.swapped, s.kv_occupancy, s.busy_fraction});
+  r.trace = trace_enabled();
+  r.traced_iterations = trace_iterations_;
+  r.trace_max_requests = c.trace_max_requests;
+  r.model_tokens_per_llama = c.model_tokens_per_llama;
+  return r;
+}
+
+}  // namespace sluice::serving

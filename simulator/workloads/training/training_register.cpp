@@ -1,0 +1,177 @@
+// A training job's keys and its registration (`kind: training`): the schema bound to
+// TrainingConfig, the shape checks, token slicing, and the factory that makes the job.
+#include "workloads/training/training.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "config/binding.h"
+#include "config/units.h"
+#include "hardware/cost_source.h"
+#include "recorder/training_report.h"
+#include "registry/registry.h"
+#include "network/pod.h"
+#include "world/placement.h"
+
+namespace sluice::training {
+
+namespace {
+
+// The `slicing` section's keys, declared on `s` with the fields they fill.
+Binding<SlicingConfig> slicing_keys(Schema& s) {
+  using S = SlicingConfig;
+  Binding<S> b(s);
+  std::vector<std::pair<std::string, SlicingPolicy>> policies;
+  for (SlicingPolicy p : {SlicingPolicy::None, SlicingPolicy::Uniform, SlicingPolicy::TeraPipe}) policies.emplace_back(slicing_policy_name(p), p);
+  b.choice<SlicingPolicy>("policy", policies, &S::policy,
+                          "none: the whole sequence as one slice; uniform: `slices` equal slices; terapipe: the DP minimising "
+                          "sum t + (stages - 1) max t over slice lengths in steps of `granularity`")
+      .def("none");
+  b.integer("slices", &S::slices, "uniform: slices per sequence (at most sequence / granularity)").def("1").range(1, 1 << 20);
+  b.integer("granularity", &S::granularity, "slice lengths in steps of this many tokens").def("8").range(1, 1 << 20);
+  b.real("candidate_gap", &S::candidate_gap,
+         "terapipe: t_max candidates within this relative gap share one DP (T within this factor of the optimum; 0: every candidate)")
+      .def("0.001")
+      .range(0, 0.5);
+  return b;
+}
+
+// The `slicing` section, checked against the job (schedule, sequence).
+SlicingConfig slicing_from_params(const Params& p, const Binding<SlicingConfig>& keys, const TrainingConfig& c, const Params& par) {
+  const SlicingConfig sc = keys.make(p);
+  const std::string& pol = p.str("policy");
+  if (sc.policy != SlicingPolicy::Uniform && p.given("slices") && sc.slices != 1)
+    p.fail("slices", fmt::format("policy {} chooses its own slices", pol), "policy: uniform, or no `slices`");
+  if (sc.policy == SlicingPolicy::None) return sc;
+  if (c.schedule != Schedule::GPipe)
+    par.fail("schedule", "token slicing runs slices through the pipeline GPipe-style (a slice's backward needs the later slices')",
+             "gpipe (or slicing.policy: none)");
+  const int units = (c.sequence + sc.granularity - 1) / sc.granularity;
+  if (sc.policy == SlicingPolicy::Uniform && sc.slices > units)
+    p.fail("slices", fmt::format("{} tokens in steps of {} make at most {} slices", c.sequence, sc.granularity, units),
+           fmt::format("1..{}", units));
+  // The DP's table holds a slice for every (start, length) pair of units.
+  if (sc.policy == SlicingPolicy::TeraPipe && units > 4096)
+    p.fail("granularity", fmt::format("{} tokens in steps of {} are {} units; the DP's table grows with their square", c.sequence,
+                                      sc.granularity, units),
+           fmt::format("at least {}", (c.sequence + 4095) / 4096));
+  return sc;
+}
+
+}  // namespace
+
+void check_training_shape(const TrainingConfig& c, const Params& job, const Params& parallel) {
+  if (c.model.heads % c.tp != 0)
+    parallel.fail("tp", fmt::format("{} has {} heads; tensor parallelism must divide them", c.model.name, c.model.heads),
+                  "a divisor of the head count");
+  if (c.pp > c.model.layers)
+    parallel.fail("pp", fmt::format("{} has {} layers", c.model.name, c.model.layers), fmt::format("at most {}", c.model.layers));
+  if (c.sequence > c.model.max_context)
+    job.fail("sequence", fmt::format("longer than {}'s context of {} tokens", c.model.name, c.model.max_context),
+             fmt::format("at most {}", c.model.max_context));
+}
+
+SLUICE_REGISTER(workload, training_workload) {
+  Schema s;
+  s.add("name", ParamType::String, "the workload's name (metrics under workloads.<name>)");
+  s.ref("model", {"models/llm"}, model_schema(), "the model: a catalog name (gpt3-13b, llama3-8b) or an inline shape");
+  using T = TrainingConfig;
+  auto par = std::make_shared<Schema>();
+  Binding<T> par_keys(*par);
+  par_keys.integer("tp", &T::tp, "tensor parallel ranks per stage (inside one server)").def("1").range(1, 64);
+  par_keys.integer("pp", &T::pp, "pipeline stages").def("1").range(1, 512);
+  par_keys.integer("dp", &T::dp, "data-parallel replicas of the pipeline").def("1").range(1, 65536);
+  par_keys.choice<Schedule>("schedule", {{"1f1b", Schedule::OneFOneB}, {"gpipe", Schedule::GPipe}}, &T::schedule, "pipeline schedule")
+      .def("1f1b");
+  par_keys.integer("micro_batches", &T::micro_batches, "micro-batches per replica per iteration").def("8").range(1, 65536);
+  par_keys.integer("micro_batch_size", &T::micro_batch_size, "sequences per micro-batch").def("1").range(1, 65536);
+  s.section("parallel", par, "tensor x pipeline x data parallelism and the pipeline schedule");
+  Binding<T> keys(s);
+  keys.integer("sequence", &T::sequence, "tokens per sequence").def("2048").range(1, 1 << 20);
+  keys.integer("iterations", &T::iterations, "iterations to run (0: as long as the other workloads run)").def("2").range(0, 1e6);
+  keys.flag("recompute", &T::recompute,
+            "full activation recomputation: activations kept per layer input only, one more forward in the backward")
+      .def("false");
+  std::vector<std::pair<std::string, net::CollectiveKind>> allreduces;  // the registered all-reduces (`sluice list collective`)
+  for (const auto* c : reg.in("collective"))
+    if (c->name.rfind("allreduce-", 0) == 0) allreduces.emplace_back(c->name, *net::parse_collective(c->name));
+  keys.choice<net::CollectiveKind>("dp_algorithm", allreduces, &T::dp_algorithm,
+                                   "data-parallel gradient all-reduce, one per stage and tensor-parallel rank")
+      .def("allreduce-ring");
+  s.add("cost_tables", ParamType::String, kCostTablesDoc).def("auto");
+  auto slicing = std::make_shared<Schema>();
+  const Binding<SlicingConfig> sl_keys = slicing_keys(*slicing);
+  s.section("slicing", slicing,
+            "token-level pipelining (TeraPipe): each sequence cut into slices that enter the pipeline one after another "
+            "(GPipe order, backwards in reverse slice order)");
+  s.add("trace", ParamType::Bool,
+        "write trace.json (Perfetto): replica 0's forward and backward passes (per slice with token slicing) of the first two "
+        "iterations, a track per stage")
+      .def("false");
+  s.section("place", placement_schema(reg), "the devices it runs on: tp x pp x dp of them (tensor parallel fastest, then data parallel)");
+  auto rec = std::make_shared<Schema>();
+  Binding<T> rec_keys(*rec);
+  rec_keys.time_ns("checkpoint_interval", &T::checkpoint_interval_ns,
+                   "a checkpoint after the first iteration that ends this long after the last one (0s: none)")
+      .def("30min")
+      .nonneg();
+  rec_keys.time_ns("checkpoint_write", &T::checkpoint_write_ns, "the pause to write a checkpoint").def("30s").nonneg();
+  rec_keys.time_ns("restart", &T::restart_ns, "from healthy devices to training again: reload the checkpoint, re-initialise")
+      .def("5min")
+      .nonneg();
+  rec_keys.time_ns("collective_timeout", &T::collective_timeout_ns,
+                   "a job whose transfers make no progress this long (group cut off) fails (0s: never)")
+      .def("10min")
+      .nonneg();
+  s.section("recovery", rec, "what a failure costs: checkpoints, restart, and the timeout of a cut-off collective (used when the world has faults)");
+  reg.add("workload", "training",
+          "a training job: forward and backward per stage from the cost model, GPipe/1F1B pipelines, TP/PP/DP transfers as flows",
+          std::move(s), WorkloadKindFactory([&reg, keys, par_keys, rec_keys, sl_keys](const Params& p, World& world, const WorkloadContext& ctx) -> std::unique_ptr<Workload> {
+            TrainingConfig c = keys.make(p);
+            const Params& par = p.section("parallel");
+            par_keys.fill(par, c);
+            rec_keys.fill(p.section("recovery"), c);
+            c.model = model_from_params(p.section("model"));
+            c.hardware = world.hardware();
+            check_training_shape(c, p, par);
+            c.slicing = slicing_from_params(p.section("slicing"), sl_keys, c, par);
+            {
+              const CostSource src = resolve_cost_source(p.str("cost_tables"), c.hardware, p, "cost_tables");
+              c.tables_dir = src.tables_dir;
+              c.tables_device = src.tables_device;
+              c.cost_source = src.describe(c.hardware);
+            }
+            const TrainingMemory mem = training_memory(c);
+            if (mem.total() > c.hardware.hbm_bytes)
+              p.fail("parallel", fmt::format("{} does not fit: each device of the heaviest stage needs {} (weights {}, gradients {}, "
+                                             "optimizer {}, activations {}) but {} has {}",
+                                             c.model.name, format_bytes(mem.total()), format_bytes(mem.weights), format_bytes(mem.gradients),
+                                             format_bytes(mem.optimizer), format_bytes(mem.activations), c.hardware.name,
+                                             format_bytes(c.hardware.hbm_bytes)),
+                     "more tensor or pipeline parallelism, fewer micro-batches in flight (1f1b), recompute: true, or smaller micro-batches");
+            const int need = c.tp * c.pp * c.dp;
+            const auto devices = place_devices(world, p.section("place"), need, ctx.name, reg);
+            // The slice's extents, read once place_devices has checked them (it names the bad one).
+            if (p.section("place").given("slice") && world.is_pod()) {
+              const Node& sn = p.section("place").node("slice");
+              for (size_t i = 0; i < 3 && i < sn.seq.size(); ++i)
+                c.slice_cubes[i] = static_cast<int>(parse_int(sn.seq[i].scalar).value_or(0)) / world.pod_cube_edge();
+              c.slice_twisted = p.section("place").flag("twisted");
+            }
+            for (int g = 0; g < need; g += c.tp)
+              for (int k = 1; k < c.tp; ++k)
+                if (world.group_of(devices[static_cast<size_t>(g + k)]) != world.group_of(devices[static_cast<size_t>(g)]))
+                  p.fail("place", fmt::format("a tensor-parallel group spans servers (devices {} and {})", devices[static_cast<size_t>(g)],
+                                              devices[static_cast<size_t>(g + k)]),
+                         "a placement whose consecutive groups of tp devices share a server");
+            if (p.flag("trace")) world.trace().enable(true);
+            return make_training_job(ctx.name, std::move(c), world, devices);
+          }));
+}
+
+}  // namespace sluice::training
