@@ -38,7 +38,7 @@ void ServingSim::scale_start() {
     }
   }
   scale_paid_ = a.min_replicas;
-  scale_.most = scale_.least = scale_paid_;
+  scale_.most = scale_paid_;
   scale_last_ns_ = engine_.now().count_ns();
   scale_.timeline.emplace_back(scale_last_ns_, scale_paid_);
   engine_.schedule_in(SimTime::ns(a.interval_ns), Priority::Stats, this, kScale);
@@ -129,7 +129,6 @@ void ServingSim::scaled_up(int r) {
   rep.set_health(true);
   kv_last_ns_[static_cast<size_t>(r)] = now;
   scale_busy_mark_[static_cast<size_t>(r)] = rstats_[static_cast<size_t>(r)].busy_ns;
-  (void)now;
 }
 
 }  // namespace sluice::serving

@@ -197,7 +197,7 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   // and the time the signal was above its target with the pool not yet at its most.
   struct ScaleRecord {
     double replica_s = 0;
-    int64_t scale_ups = 0, scale_downs = 0, most = 0, least = 0;
+    int64_t scale_ups = 0, scale_downs = 0, most = 0;
     int64_t under_provisioned_ns = 0;
     std::vector<std::pair<int64_t, int>> timeline;  // (time, replicas paid) at each change
   };
