@@ -23,9 +23,10 @@
 // or shape: see hardware/tables.h), then physics: a kernel no table measures moves its least
 // traffic at the copy ceiling (its FLOPs at the GEMM ceiling) and never costs less than the
 // device's per-kernel launch floor (kernel_launch). A whole step differs from its kernels
-// timed alone in two measured ways (model_steps.csv, Llama-2-7B): untabled kernels and their
-// floors, and the sustained clock of a long compute-bound step (compute-bound kernel time
-// stretches by 1 / sustained_clock). Collectives are analytic (ring formulas over the
+// timed alone in three measured ways (model_steps.csv, Llama-2-7B and TinyLlama-1.1B):
+// untabled kernels and their floors, the sustained clock of a long compute-bound step
+// (compute-bound kernel time stretches by 1 / sustained_clock), and the glue kernels a plain
+// PyTorch decoder layer launches that no table holds (glue_kernels(), fitted to those steps). Collectives are analytic (ring formulas over the
 // device's scale-up links). Tables are measured in bf16; another dtype uses the roofline.
 // Derived tables (CostOptions::tables_device) cost every part on the tables' device and move
 // it to this one by the ratio of rooflines, with this device's launch floors.
@@ -62,9 +63,9 @@ using costtab::Estimate;
 
 enum class Op : uint8_t {
   Embed, Qkv, O, GateUp, Down, AttnPrefill, AttnDecode, AttnLayout, KvWrite, Norm, Rope, RopeAngles, Act, Residual,
-  FinalNorm, LmHead, Argmax, Sampling, AllReduce, AllGather, PpSend, Count
+  FinalNorm, LmHead, Argmax, Sampling, AllReduce, AllGather, PpSend, Glue, Count
 };
-enum class Src : uint8_t { Table, Scaled, Roofline, Analytic, Network };
+enum class Src : uint8_t { Table, Scaled, Roofline, Analytic, Network, Fitted };
 enum class File : uint8_t { None, Gemm, Decode, Prefill, Slice, Elementwise };
 
 const char* file_name(File f) {
@@ -449,6 +450,28 @@ struct CostModel::Impl {
     if (m.gated_ffn) layer(elem_part(Op::Act, e_act, M, 3 * ffn * b, 1, 2));
     else layer(elem_part(Op::Act, e_act, M, 2 * ffn * b, 1, 1, true));
     layer(elem_part(Op::Residual, e_res, M, 3 * hidden * b, 2, 1));
+    // The glue kernels no table holds (Src::Fitted; see glue_kernels()): each at the launch floor.
+    const double g = glue_kernels(M);
+    if (g > 0) layer(Part{Op::Glue, Src::Fitted, File::None, g * knl, 0, 0, g});
+  }
+
+  // Kernels a plain PyTorch decoder layer launches beyond the ones costed above, counted in
+  // launch floors: kGlueAlways per layer, plus kGlueRows when the layer runs more than one token
+  // row. Not measured kernel by kernel: the two counts are fitted to the whole steps of
+  // model_steps.csv (Llama-2-7B and TinyLlama-1.1B, lean and naive alike, one pair for both
+  // models and both profiles), where a step costs more than its kernels' table sum by a nearly
+  // constant amount per layer: flat in KV length, flat in batch beyond one row, the same in
+  // microseconds for a 2048-wide and a 4096-wide model (so not traffic), about 5 us per layer
+  // at one row and 15 us from eight rows on. That is the signature of short kernels at the
+  // floor, not of any kernel's work: the glue between the fused qkv output, the rotary, the
+  // cache and SDPA (layout copies of strided views, position gathers) is where a plain decoder
+  // launches them, and only a profile of the measured steps can name them one by one.
+  // The fused profile (vLLM) has none: its kernels take the views directly.
+  static constexpr double kGlueAlways = 3, kGlueRows = 6;
+  double glue_kernels(double M) const {
+    if (impl == Implementation::Fused) return 0;
+    if (opt.glue_kernels) return (*opt.glue_kernels)[0] + (M > 1 ? (*opt.glue_kernels)[1] : 0);
+    return kGlueAlways + (M > 1 ? kGlueRows : 0);
   }
 
   // Every part that depends only on the total new tokens M of the batch.
@@ -753,6 +776,7 @@ struct CostModel::Impl {
       case Op::AllReduce: return "allreduce";
       case Op::AllGather: return "allgather.logits";
       case Op::PpSend: return "pp_send";
+      case Op::Glue: return "glue";
       case Op::Count: break;
     }
     return "?";
@@ -765,6 +789,7 @@ struct CostModel::Impl {
       case Src::Roofline: return "roofline";
       case Src::Analytic: return "analytic";
       case Src::Network: return "network";
+      case Src::Fitted: return "fitted:model_steps.csv";
     }
     return "?";
   }

@@ -2,8 +2,10 @@
 // (iteration) of a batch into a duration, from measured tables first (interpolated) and a
 // roofline over the device's ceilings where no table covers the point.
 #pragma once
+#include <array>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -76,6 +78,10 @@ struct CostOptions {
   // The world's fabric times every transfer (tensor-parallel all-reduces, pipeline hand-offs)
   // as flows: those operations cost no time here, and their bytes come from the functions below.
   bool comm_on_fabric = false;
+  // The pytorch profiles' per-layer glue kernels {always, more when a layer runs several token
+  // rows}; unset: the counts fitted to model_steps.csv (cost_model.cpp, glue_kernels()). Tests
+  // refit them, e.g. on one model's steps to predict another's.
+  std::optional<std::array<double, 2>> glue_kernels;
 };
 
 // The layers one pipeline stage holds, and what else runs on it.

@@ -137,9 +137,12 @@ TEST_CASE("cost roofline: Llama-2-7B batch-1 decode on H200 reads its weights at
   CHECK(expect_ns == doctest::Approx(3.12e6).epsilon(0.01));
   CHECK(op_ns(it, "gemm.") + op_ns(it, "lm_head") == doctest::Approx(expect_ns).epsilon(0.01));
   CHECK(it.total_ns > 3.1e6);
-  // + the memory-bound layer work and ~28 kernels a layer at the 1.67 us launch floor (pytorch-lean).
-  CHECK(it.total_ns < 4.6e6);
-  for (const auto& o : it.ops) CHECK((o.source == "roofline" || o.source == "analytic"));
+  // + the memory-bound layer work and ~30 kernels a layer (27 + 3 glue) at the 1.67 us launch
+  // floor (pytorch-lean).
+  CHECK(it.total_ns < 4.8e6);
+  // No table anywhere: physics, and the glue kernels' count fitted to whole steps (at this
+  // device's floor).
+  for (const auto& o : it.ops) CHECK((o.source == "roofline" || o.source == "analytic" || o.source == "fitted:model_steps.csv"));
 }
 
 TEST_CASE("cost tables: Llama-2-7B decode and prefill land near the roofline, with table sources") {

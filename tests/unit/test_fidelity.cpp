@@ -1,9 +1,12 @@
 // Whole-step fidelity: the kernels each implementation launches, their costs on hand-computed
-// points, the per-kernel launch term, and Llama-2-7B's measured steps (model_steps.csv).
+// points, the per-kernel launch term, the fitted glue kernels, and the measured whole steps of
+// Llama-2-7B and TinyLlama-1.1B (model_steps.csv), with a leave-one-model-out check.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,27 +61,36 @@ TEST_CASE("fidelity profiles: each implementation launches the kernels its code 
   CHECK(lean.at("attention.decode") == 1);
   CHECK(lean.at("elementwise.silu_mul") == 2);
   CHECK(lean.at("elementwise.residual_add") == 2);
-  CHECK(total(lean) == 27);
+  // Plus the glue kernels no table holds (fitted to the measured steps): 3 at one row, 9 at more.
+  CHECK(lean.at("glue") == 3);
+  CHECK(total(lean) == 27 + 3);
   // A prefill layer adds the copy of the attention output transposed back ([B, T, heads * d]).
   const auto lean_prefill = kernels_per_layer(make("llama2-7b"), true);
   CHECK(lean_prefill.at("attention.layout_copy") == 1);
-  CHECK(total(lean_prefill) == 28);
+  CHECK(lean_prefill.at("glue") == 9);
+  CHECK(total(lean_prefill) == 28 + 9);
   // pytorch-naive: each RMSNorm is 8 fp32 kernels, each rotary call first rebuilds its angle
   // table (12 kernels), 27 - 2 + 16 + 24 = 65.
   const auto naive = kernels_per_layer(make("llama2-7b", Implementation::PytorchNaive), false);
   CHECK(naive.at("elementwise.rmsnorm") == 16);
   CHECK(naive.at("elementwise.rope_angles") == 24);
-  CHECK(total(naive) == 65);
+  CHECK(total(naive) == 65 + 3);
   // fused (vLLM): add+norm x2, one rotary, one SiLU*mul, one cache write, 4 GEMMs, attention.
   const auto fused = kernels_per_layer(make("llama2-7b", Implementation::Fused), true);
   CHECK(fused.at("elementwise.rmsnorm") == 2);
   CHECK(fused.at("elementwise.rope") == 1);
   CHECK(fused.count("elementwise.residual_add") == 0);
   CHECK(fused.at("attention.prefill") == 1);
+  CHECK(fused.count("glue") == 0);  // vLLM's kernels take the views directly
   CHECK(total(fused) == 10);
-  // The iteration charges the same counts: 32 layers x 27, + embedding, final norm, LM head, argmax.
+  // The iteration charges the same counts: 32 layers x (27 + 9 glue: four rows), + embedding,
+  // final norm, LM head, argmax.
   const auto it = make("llama2-7b").iteration(std::vector<SeqWork>(4, SeqWork{1, 1000, true}));
-  CHECK(it.kernels == doctest::Approx(32 * 27 + 4));
+  CHECK(it.kernels == doctest::Approx(32 * (27 + 9) + 4));
+  const OpCost* glue = find_op(it, "glue");
+  REQUIRE(glue);
+  CHECK(glue->source == "fitted:model_steps.csv");
+  CHECK(glue->ns == doctest::Approx(32 * 9 * 1670.0));
 }
 
 TEST_CASE("fidelity kernels: the kernels no table measures, on hand-computed points") {
@@ -129,50 +141,137 @@ TEST_CASE("fidelity launch term: the per-kernel floor moves small-batch steps an
     const double small_share = with.iteration_ns(small) / without.iteration_ns(small) - 1;
     const double large_share = with.iteration_ns(large) / without.iteration_ns(large) - 1;
     CHECK(small_share > 0.015);
-    CHECK(large_share < 0.002);
+    CHECK(large_share < 0.006);  // 36 kernels a layer at the floor against ~100 ms of work
   }
   // Kernel count dominates the small model: its untabled kernels at the floor weigh more.
   const double tiny = make("tinyllama-1.1b").iteration_ns(std::vector<SeqWork>{SeqWork{1, 2048, true}});
-  CHECK(tiny > 22 * 27 * 1670.0);  // never under its kernels at the floor
+  CHECK(tiny > 22 * (27 + 3) * 1670.0);  // never under its kernels (and glue) at the floor
 }
 
-TEST_CASE("fidelity: Llama-2-7B whole steps against model_steps.csv, each variant under its measured bound") {
-  const HardwareSpec h200 = load_hardware("h200");
-  const auto csv = costtab::read_csv(default_tables_dir(h200) + "/model_steps.csv");
+namespace {
+
+// One measured whole step of model_steps.csv and what it runs.
+struct Step {
+  std::string model, impl, kind;
+  int batch = 1, context = 0, slices = 0;
+  long new_tokens = 1;
+  double ms = 0;
+  double rows() const { return kind == "decode" ? batch : static_cast<double>(batch) * (new_tokens / std::max(1, slices)); }
+  double layer_calls(int layers) const { return static_cast<double>(layers) * std::max(1, slices); }
+};
+
+std::vector<Step> shared_steps() {
+  const auto csv = costtab::read_csv(default_tables_dir(load_hardware("h200")) + "/model_steps.csv");
   const int cm_ = csv.col("model"), ci = csv.col("implementation"), cs = csv.col("step"), cb = csv.col("batch"),
             cc = csv.col("context"), cn = csv.col("new_tokens"), ck = csv.col("slices"), ms = csv.col("ms");
-  // Measured with this commit: lean 2.19% mean (8.0% worst: decode B=8 L=512), naive 3.33%
-  // (7.3% worst). The bounds leave a little room and fail on any real regression.
-  const std::map<std::string, std::pair<double, double>> bound{{"pytorch-lean", {0.026, 0.09}},
-                                                                {"pytorch-naive", {0.038, 0.08}}};
-  for (const auto& [name, lim] : bound) {
-    CAPTURE(name);
-    const CostModel cm = make("llama2-7b", implementation_from_name(name), h200);
-    double sum = 0, worst = 0;
-    int n = 0;
-    for (size_t r = 0; r < csv.rows.size(); ++r) {
-      if (csv.text(r, cm_) != "llama2-7b" || csv.text(r, ci) != name) continue;
-      const int B = static_cast<int>(csv.num(r, cb));
-      const std::string& step = csv.text(r, cs);
-      double pred = 0;
-      if (step == "decode") {
-        pred = cm.iteration_ns(std::vector<SeqWork>(static_cast<size_t>(B), SeqWork{1, static_cast<int>(csv.num(r, cc)), true}));
-      } else if (step == "prefill") {
-        pred = cm.iteration_ns(std::vector<SeqWork>(static_cast<size_t>(B), SeqWork{static_cast<int>(csv.num(r, cn)), 0, true}));
-      } else {
-        pred = cm.sliced_prefill(B, static_cast<long>(csv.num(r, cn)), static_cast<int>(csv.num(r, ck))).total_ns;
-      }
-      const double meas = csv.num(r, ms) * 1e6, err = std::fabs(pred - meas) / meas;
-      sum += err;
-      worst = std::max(worst, err);
-      ++n;
+  std::vector<Step> out;
+  // context and slices are 0 where they do not apply (Csv::num takes positive numbers only).
+  for (size_t r = 0; r < csv.rows.size(); ++r)
+    out.push_back(Step{csv.text(r, cm_), csv.text(r, ci), csv.text(r, cs), static_cast<int>(csv.num(r, cb)),
+                       std::stoi(csv.text(r, cc)), std::stoi(csv.text(r, ck)),
+                       static_cast<long>(csv.num(r, cn)), csv.num(r, ms)});
+  return out;
+}
+
+double predict_ns(const CostModel& cm, const Step& s) {
+  if (s.kind == "decode")
+    return cm.iteration_ns(std::vector<SeqWork>(static_cast<size_t>(s.batch), SeqWork{1, s.context, true}));
+  if (s.kind == "prefill")
+    return cm.iteration_ns(std::vector<SeqWork>(static_cast<size_t>(s.batch), SeqWork{static_cast<int>(s.new_tokens), 0, true}));
+  return cm.sliced_prefill(s.batch, s.new_tokens, s.slices).total_ns;
+}
+
+CostModel make_glue(const std::string& model, const std::string& impl, std::optional<std::array<double, 2>> glue) {
+  const HardwareSpec h200 = load_hardware("h200");
+  CostOptions o{1, 1, default_tables_dir(h200)};
+  o.implementation = implementation_from_name(impl);
+  o.glue_kernels = glue;
+  return CostModel(h200, load_model(model), o);
+}
+
+struct Errors {
+  double mean = 0, worst = 0;
+  int n = 0;
+};
+
+// Mean and worst absolute relative error of one model's steps under one implementation.
+Errors errors(const std::vector<Step>& steps, const std::string& model, const std::string& impl,
+              std::optional<std::array<double, 2>> glue = std::nullopt) {
+  const CostModel cm = make_glue(model, impl, glue);
+  Errors e;
+  for (const Step& s : steps) {
+    if (s.model != model || s.impl != impl) continue;
+    const double err = std::fabs(predict_ns(cm, s) - s.ms * 1e6) / (s.ms * 1e6);
+    e.mean += err;
+    e.worst = std::max(e.worst, err);
+    ++e.n;
+  }
+  if (e.n) e.mean /= e.n;
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("fidelity: whole steps of both shared models against model_steps.csv (lean <= 3%, naive <= 5% mean)") {
+  const std::vector<Step> steps = shared_steps();
+  // Measured with this commit (sluice cost --json, python3 script in the closing note of issue 29):
+  //   llama2-7b       lean 2.61% mean (6.6% worst: sliced 16)   naive 1.25% (3.0%)
+  //   tinyllama-1.1b  lean 2.21% mean (5.4% worst: prefill 550)  naive 2.42% (5.3%)
+  // Before the glue kernels: Llama-2-7B lean 2.19% / naive 3.33%, TinyLlama 8.32% / 6.95%.
+  // The worst-row bounds leave a little room and fail on any real regression.
+  for (const char* model : {"llama2-7b", "tinyllama-1.1b"})
+    for (const auto& [impl, lim] : std::map<std::string, std::pair<double, double>>{{"pytorch-lean", {0.03, 0.075}},
+                                                                                      {"pytorch-naive", {0.05, 0.07}}}) {
+      CAPTURE(model);
+      CAPTURE(impl);
+      const Errors e = errors(steps, model, impl);
+      REQUIRE(e.n == (std::string(model) == "llama2-7b" ? 20 : 22));
+      MESSAGE(std::string(model) << " " << impl << ": mean absolute error " << 100 * e.mean << "%, worst " << 100 * e.worst << "% over " << e.n << " steps");
+      CHECK(e.mean < lim.first);
+      CHECK(e.worst < lim.second);
     }
-    REQUIRE(n == 20);
-    MESSAGE(name << ": mean absolute error " << 100 * sum / n << "%, worst " << 100 * worst << "% over " << n << " steps");
-    CAPTURE(sum / n);
-    CAPTURE(worst);
-    CHECK(sum / n < lim.first);
-    CHECK(worst < lim.second);
+}
+
+TEST_CASE("fidelity: the glue kernels fitted on one shared model predict the other within 5%") {
+  // Leave one model out: the two glue counts fitted (weighted least squares on relative error)
+  // to one model's steps alone, both profiles, then the other model's steps predicted with them.
+  const std::vector<Step> steps = shared_steps();
+  const double floor_ns = load_hardware("h200").kernel_launch_ns;
+  const std::map<std::string, int> layers{{"llama2-7b", 32}, {"tinyllama-1.1b", 22}};
+  auto fit = [&](const std::string& model) {
+    double a11 = 0, a12 = 0, a22 = 0, b1 = 0, b2 = 0;
+    for (const std::string impl : {"pytorch-lean", "pytorch-naive"}) {
+      const CostModel bare = make_glue(model, impl, std::array<double, 2>{0, 0});
+      for (const Step& s : steps) {
+        if (s.model != model || s.impl != impl) continue;
+        const double meas = s.ms * 1e6, w = 1 / meas;
+        const double x1 = s.layer_calls(layers.at(model)) * floor_ns * w;
+        const double x2 = s.rows() > 1 ? x1 : 0;
+        const double y = (meas - predict_ns(bare, s)) * w;
+        a11 += x1 * x1, a12 += x1 * x2, a22 += x2 * x2, b1 += x1 * y, b2 += x2 * y;
+      }
+    }
+    const double det = a11 * a22 - a12 * a12;
+    REQUIRE(det > 0);
+    return std::array<double, 2>{(b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det};
+  };
+  for (const auto& [train, test] : std::map<std::string, std::string>{{"llama2-7b", "tinyllama-1.1b"}, {"tinyllama-1.1b", "llama2-7b"}}) {
+    const auto g = fit(train);
+    CAPTURE(train);
+    CAPTURE(g[0]);
+    CAPTURE(g[1]);
+    // Both fits find short kernels, a few per layer: the counts are a property of the decoder
+    // code, not of one model (measured: from Llama-2-7B 2.8 and 3.5, from TinyLlama 3.0 and 6.1).
+    CHECK(g[0] > 1);
+    CHECK(g[0] < 6);
+    CHECK(g[1] > 2);
+    CHECK(g[1] < 9);
+    for (const char* impl : {"pytorch-lean", "pytorch-naive"}) {
+      CAPTURE(impl);
+      const Errors e = errors(steps, test, impl, g);
+      MESSAGE("fitted on " << train << " (" << g[0] << ", " << g[1] << "), " << test << " " << std::string(impl) << ": mean " << 100 * e.mean << "%, worst " << 100 * e.worst << "%");
+      CHECK(e.mean < 0.05);
+    }
   }
 }
 
