@@ -207,10 +207,22 @@ IterationCost dit_step_part(const CostModel& cm, const DitSpec& d, long patch_to
   auto attend = [&](const std::string& name, double q, double kv, double times) {
     st.add(cm.attention(name, q, kv, heads * batch, d.head_dim, false), times * calls);
     // Ring attention merges each further key block's partial output into the running one by
-    // its log-sum-exp (yunchang's update_out_and_lse: sigmoid, logsigmoid, sub, mul, sub, sub
-    // over an fp32 output): 6 kernels reading and writing the fp32 output and the block's bf16.
-    if (calls > 1)
-      st.add(cm.elementwise("attention.ring_merge", "", q * B, (2 * 4 + 2) * heads * d.head_dim, 6), times * (calls - 1));
+    // its log-sum-exp (yunchang's update_out_and_lse, the ring attention xDiT runs). The
+    // reference code is separate PyTorch kernels, each a full pass over the output, which is
+    // fp32: block_out.to(fp32) (2 B read, 4 written an element), out - block_out (8, 4),
+    // sigmoid(block_lse - lse) * that (4, 4), out - that (8, 4): 38 B an element; and four
+    // kernels over the per-head log-sum-exps (sub, sigmoid, logsigmoid, sub), small. Around
+    // the loop: the first block cast to fp32 and the result cast back to bf16 (6 B an element
+    // each). A fused engine merges in one pass: out read and written, the block read (10 B).
+    if (calls > 1) {
+      const double elems = heads * d.head_dim;  // output elements per query row
+      if (fused) {
+        st.add(cm.elementwise("attention.ring_merge", "", q * B, 10 * elems, 1), times * (calls - 1));
+      } else {
+        st.add(cm.elementwise("attention.ring_merge", "", q * B, 38 * elems + 4 * 3 * 4 * heads, 8), times * (calls - 1));
+        st.add(cm.elementwise("attention.ring_merge", "", q * B, 12 * elems, 2), times);
+      }
+    }
   };
   // Text tokens per image among a joint attention call's queries and keys.
   const double Tq = part.text_q < 0 ? T / B : part.text_q, Tk = part.text_kv < 0 ? T / B / calls : part.text_kv;

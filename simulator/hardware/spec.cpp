@@ -74,6 +74,12 @@ const Bound<HardwareSpec>& hardware_binding() {
            "compute-bound kernel time stretches by its inverse (1 = no difference)")
         .def("1")
         .range(0.1, 1);
+    h.integer("sms", &H::sms, "streaming multiprocessors (or cores that run compute kernels); 0 = unknown").def("0").range(0, 100000);
+    h.integer("comm_sms", &H::comm_sms,
+              "SMs NCCL's kernels hold while a transfer runs beside compute (one CTA a channel); overlapped compute "
+              "runs on sms - comm_sms of them; 0 = overlap is free")
+        .def("0")
+        .range(0, 100000);
     h.real("flops_derate", &H::flops_derate, "achieved over datasheet FLOP/s where measured_gemm is 0").def("0.75").range(0.01, 1);
     h.real("bandwidth_derate", &H::bandwidth_derate, "achieved over datasheet bandwidth where measured_copy is 0")
         .def("0.85")
@@ -147,6 +153,9 @@ HardwareSpec hardware_from_params(const Params& p) {
   if (h.interconnect_links > 0 && h.interconnect_link_Bps <= 0)
     p.fail("interconnect_link_bandwidth", "a device with interconnect links needs their bandwidth",
            "a bandwidth > 0, e.g. 25GB/s");
+  if (h.comm_sms > 0 && h.comm_sms >= h.sms)
+    p.fail("comm_sms", fmt::format("{} SMs for communication leave none of the device's {} for compute", h.comm_sms, h.sms),
+           "fewer than sms (set sms too), or 0 for free overlap");
   if (h.calibration.find('/') != std::string::npos || h.calibration.find("..") != std::string::npos)
     p.fail("calibration", "must be a folder name under results/calibration/, not a path", "a name such as h200-torch");
   // A folder that is not there is found here, at the key, not when a workload loads its tables.

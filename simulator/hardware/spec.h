@@ -35,6 +35,13 @@ struct HardwareSpec {
   // kernel tables were timed in; 1 = the same. Tensor-core time stretches by its inverse.
   double sustained_clock = 1;
   double kernel_launch_ns = 0;        // per-kernel floor + gap under CUDA-graph replay; 0 if unknown
+  // Streaming multiprocessors, and how many of them NCCL's kernels hold while they move data
+  // beside compute (one CTA a channel): overlapped compute runs on the rest. 0 = not modelled
+  // (overlap is free).
+  int sms = 0;
+  int comm_sms = 0;
+  // How much longer compute takes while a collective or P2P transfer overlaps it (1 = free).
+  double overlap_stretch() const { return sms > 0 && comm_sms > 0 && comm_sms < sms ? static_cast<double>(sms) / (sms - comm_sms) : 1.0; }
   int interconnect_links = 0;         // scale-up links per device (interconnect_Bps = links x per-link rate)
   double interconnect_link_Bps = 0;   // one link, one direction
   // Ceilings the roofline uses: measured where known, else the datasheet derated.

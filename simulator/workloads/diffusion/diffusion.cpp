@@ -112,10 +112,12 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
   }
   void report(Recorder& rec, bool scoped) const override { report_diffusion(res_, c_, rec, scoped ? name() : std::string()); }
 
-  void on_event(Engine&, uint32_t kind, uint32_t arg) override {
+  void on_event(Engine& e, uint32_t kind, uint32_t arg) override {
     switch (kind) {
       case kArrival: arrival(); break;
-      case kPhaseTimer: item_done(); break;
+      case kPhaseTimer:
+        if (e.event_generation() == Generation(timer_gen_)) compute_done();  // else moved by the end of an overlap
+        break;
       case kStepBoundary: step_boundary(); break;
       case kStageDone: stage_done(static_cast<int>(arg)); break;
     }
@@ -127,7 +129,7 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
     const long k = static_cast<long>((tag >> 12) & 0xFFFFFFF);
     const int m = static_cast<int>(tag & 0xFFF);
     switch (kind) {
-      case kPhaseFlow: item_done(); break;
+      case kPhaseFlow: comm_done(); break;
       case kActivation: {
         PStep& st = psteps_[static_cast<size_t>(k)];
         st.in[static_cast<size_t>((g * c_.pipefusion + s) * st.M + m)] = 1;
@@ -348,21 +350,54 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
     if (strategy) strategy_bytes_ += d;
   }
 
+  // A phase's compute and its transfers run together; the phase ends when all have. Compute
+  // that a transfer overlaps runs on the SMs NCCL's kernels leave it (HardwareSpec::comm_sms):
+  // it advances at 1 / overlap_stretch() while any of the phase's transfers is in flight and
+  // at full rate after the last one ends (the timer is moved then).
   void start_phase() {
     const Phase& ph = phases_[phase_];
     const int64_t now = world_.engine().now().count_ns();
     pending_ = 1;  // held until every item is launched
-    if (ph.compute_ns > 0) {
+    comm_pending_ = 0;
+    compute_running_ = ph.compute_ns > 0;
+    if (compute_running_) {
       ++pending_;
-      world_.engine().schedule_at(SimTime::ns(now + ph.compute_ns), Priority::Compute, this, kPhaseTimer);
-      for (auto& b : busy_ns_) b += ph.compute_ns;
-      if (traced_ < 2000 && world_.trace().enabled()) {
-        for (size_t d = 0; d < nodes_.size() && d < 64; ++d)
-          world_.trace().complete(pid_, static_cast<int>(d), fmt::format("step {} phase {}", batch_steps_, phase_), "compute", now, ph.compute_ns);
-        ++traced_;
-      }
+      work_left_ = static_cast<double>(ph.compute_ns);
+      rate_ = ph.comm.empty() ? 1.0 : 1.0 / c_.hardware.overlap_stretch();
+      rate_since_ = compute_start_ = now;
+      schedule_compute_end(now);
     }
     for (const Comm& cm : ph.comm) launch(cm);
+    if (compute_running_ && comm_pending_ == 0 && rate_ < 1) rate_change(now, 1.0);  // no transfer was started
+    item_done();
+  }
+
+  void schedule_compute_end(int64_t now) {
+    compute_end_ = now + std::max<int64_t>(0, static_cast<int64_t>(std::ceil(work_left_ / rate_)));
+    world_.engine().schedule_at(SimTime::ns(compute_end_), Priority::Compute, this, kPhaseTimer, 0, Generation(++timer_gen_));
+  }
+
+  void rate_change(int64_t now, double rate) {
+    work_left_ = std::max(0.0, work_left_ - static_cast<double>(now - rate_since_) * rate_);
+    rate_ = rate;
+    rate_since_ = now;
+    schedule_compute_end(now);
+  }
+
+  void compute_done() {
+    const int64_t now = world_.engine().now().count_ns(), dur = now - compute_start_;
+    compute_running_ = false;
+    for (auto& b : busy_ns_) b += dur;
+    if (traced_ < 2000 && world_.trace().enabled()) {
+      for (size_t d = 0; d < nodes_.size() && d < 64; ++d)
+        world_.trace().complete(pid_, static_cast<int>(d), fmt::format("step {} phase {}", batch_steps_, phase_), "compute", compute_start_, dur);
+      ++traced_;
+    }
+    item_done();
+  }
+
+  void comm_done() {
+    if (--comm_pending_ == 0 && compute_running_ && rate_ < 1) rate_change(world_.engine().now().count_ns(), 1.0);
     item_done();
   }
 
@@ -377,7 +412,8 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
       o.salt = salt;
       auto coll = std::make_unique<net::Collective>(fab, kind, std::move(group), bytes, o);
       ++pending_;
-      coll->start([this](Engine&) { item_done(); });
+      ++comm_pending_;
+      coll->start([this](Engine&) { comm_done(); });
       flows_ += coll->flows_started();
       live_.push_back(std::move(coll));
     };
@@ -400,6 +436,7 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
           for (int j = 0; j < u; ++j)
             for (int i = 0; i < r; ++i) {
               ++pending_;
+              ++comm_pending_;
               ++flows_;
               fab.start(nodes[static_cast<size_t>(i * u + j)], nodes[static_cast<size_t>(((i + 1) % r) * u + j)], cm.bytes, this,
                         make_tag(kPhaseFlow, g, 0, 0, 0), static_cast<uint64_t>(g * 4096 + i * 64 + j));
@@ -411,6 +448,7 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
           for (int i = 0; i < G_; ++i)
             for (int dir = 0; dir < 2; ++dir) {
               ++pending_;
+              ++comm_pending_;
               ++flows_;
               fab.start(nodes_[static_cast<size_t>(dir * G_ + i)], nodes_[static_cast<size_t>((1 - dir) * G_ + i)], cm.bytes, this,
                         make_tag(kPhaseFlow, 0, 0, 0, 0), static_cast<uint64_t>(i * 2 + dir));
@@ -603,6 +641,12 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
   std::vector<Phase> phases_;
   size_t phase_ = 0;
   int pending_ = 0;
+  int comm_pending_ = 0;       // the phase's transfers still in flight
+  bool compute_running_ = false;
+  double work_left_ = 0;       // the phase's compute left, in ns at full rate
+  double rate_ = 1;            // its rate now: 1, or 1 / overlap_stretch() beside a transfer
+  int64_t rate_since_ = 0, compute_start_ = 0, compute_end_ = 0;
+  uint32_t timer_gen_ = 0;
   int64_t step_start_ns_ = 0;
   std::vector<std::unique_ptr<net::Collective>> live_;
   std::map<int, std::pair<int64_t, int64_t>> gcache_;
