@@ -1,6 +1,8 @@
 #include "network/collective.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -18,8 +20,46 @@ constexpr NameOf kNames[] = {
     {CollectiveKind::AllReduceRing, "allreduce-ring"},   {CollectiveKind::AllReduceTree, "allreduce-tree"},
     {CollectiveKind::AllReduceHierarchical, "allreduce-hierarchical"}, {CollectiveKind::AllGather, "allgather"},
     {CollectiveKind::ReduceScatter, "reducescatter"},    {CollectiveKind::AllToAll, "alltoall"},
-    {CollectiveKind::SendRecv, "sendrecv"},
+    {CollectiveKind::SendRecv, "sendrecv"},            {CollectiveKind::AllReduceNcclTree, "allreduce-nccl-tree"},
+    {CollectiveKind::AllReduceAuto, "allreduce-auto"},
 };
+// The group's devices by server (node group), in order of first appearance; a device with no
+// group, or any device on a torus, is its own server.
+std::vector<std::vector<int>> by_server(const Topology& topo, const std::vector<int>& devices) {
+  std::vector<int> keys;
+  std::vector<std::vector<int>> servers;
+  for (int d : devices) {
+    const int g = topo.torus ? -1 : topo.node(d).group;
+    auto it = g < 0 ? keys.end() : std::find(keys.begin(), keys.end(), g);
+    if (it == keys.end()) {
+      keys.push_back(g);
+      servers.push_back({d});
+    } else {
+      servers[static_cast<size_t>(it - keys.begin())].push_back(d);
+    }
+  }
+  return servers;
+}
+
+// NCCL's channels for a group: one per device a server holds when two or more servers hold
+// the same number (>= 2) each (one per NIC, rails), else one.
+int channel_count(const std::vector<std::vector<int>>& servers) {
+  const size_t m = servers.front().size();
+  if (servers.size() < 2 || m < 2) return 1;
+  for (const auto& sv : servers)
+    if (sv.size() != m) return 1;
+  return static_cast<int>(m);
+}
+
+// Server order of NCCL's two trees: the first a binary heap over the servers in order, the
+// second over them reversed, so the first tree's leaves are the second's inner nodes.
+int tree_server(int t, int q, int K) { return t == 0 ? q : K - 1 - q; }
+
+int default_tree_chunks(double tree_bytes, int asked) {
+  if (asked > 0) return asked;
+  return static_cast<int>(std::clamp(std::ceil(tree_bytes / (1024.0 * 1024.0)), 1.0, 64.0));
+}
+
 // Tag layout: op index (20 bits) | from position (22 bits) | info (22 bits).
 uint64_t make_tag(size_t op, int from, uint64_t info) {
   return (static_cast<uint64_t>(op) << 44) | (static_cast<uint64_t>(from) << 22) | (info & 0x3FFFFF);
@@ -49,6 +89,7 @@ Collective::Collective(FlowSim& sim, CollectiveKind kind, std::vector<int> devic
   if (kind_ == CollectiveKind::SendRecv && devices_.size() != 2)
     throw std::invalid_argument(fmt::format("send/recv needs exactly 2 devices, got {}", devices_.size()));
   if (opt_.chunks < 1 || opt_.paths < 1) throw std::invalid_argument("chunks and paths must be at least 1");
+  algorithm_ = kind_ == CollectiveKind::AllReduceAuto ? allreduce_choice(sim_.topology(), sim_.router(), devices_, bytes_, opt_).choice : kind_;
   plan();
 }
 
@@ -68,9 +109,13 @@ void Collective::plan() {
     for (const auto& order : orders) ops.push_back(ring(order, share / n, steps));
     return ops;
   };
-  switch (kind_) {
+  switch (algorithm_) {
     case CollectiveKind::AllReduceRing:
+    case CollectiveKind::AllReduceAuto:  // resolved in the constructor; never left
       phases_.push_back(rings(2 * (n - 1)));
+      break;
+    case CollectiveKind::AllReduceNcclTree:
+      phases_.push_back(nccl_trees());
       break;
     case CollectiveKind::AllGather:
     case CollectiveKind::ReduceScatter:
@@ -89,10 +134,9 @@ void Collective::plan() {
       break;
     }
     case CollectiveKind::AllReduceTree: {
-      Op o{Op::Tree, devices_};
-      o.chunks = opt_.chunks;
-      o.chunk_bytes = bytes_ / opt_.chunks;
-      phases_.push_back({o});
+      std::vector<int> parent(static_cast<size_t>(n));
+      for (int p = 0; p < n; ++p) parent[static_cast<size_t>(p)] = p == 0 ? -1 : (p - 1) / 2;
+      phases_.push_back({tree_op(devices_, std::move(parent), bytes_, opt_.chunks)});
       break;
     }
     case CollectiveKind::AllReduceHierarchical: {
@@ -141,6 +185,119 @@ void Collective::plan() {
       break;
     }
   }
+}
+
+Collective::Op Collective::tree_op(std::vector<int> dev, std::vector<int> parent, double bytes, int chunks) {
+  Op o{Op::Tree, std::move(dev)};
+  const int n = static_cast<int>(o.dev.size());
+  o.chunks = chunks;
+  o.chunk_bytes = bytes / chunks;
+  o.parent = std::move(parent);
+  std::vector<int> count(static_cast<size_t>(n) + 1, 0);
+  for (int p = 0; p < n; ++p) {
+    const int q = o.parent[static_cast<size_t>(p)];
+    if (q < 0) o.root = p;
+    else ++count[static_cast<size_t>(q) + 1];
+  }
+  o.kid_off.assign(static_cast<size_t>(n) + 1, 0);
+  for (int p = 0; p < n; ++p) o.kid_off[static_cast<size_t>(p) + 1] = o.kid_off[static_cast<size_t>(p)] + count[static_cast<size_t>(p) + 1];
+  o.kids.assign(static_cast<size_t>(std::max(0, n - 1)), 0);
+  std::vector<int> fill(o.kid_off.begin(), o.kid_off.end() - 1);
+  for (int p = 0; p < n; ++p)  // children in ascending position: a heap's 2p+1 before 2p+2
+    if (const int q = o.parent[static_cast<size_t>(p)]; q >= 0) o.kids[static_cast<size_t>(fill[static_cast<size_t>(q)]++)] = p;
+  for (int p = 0; p < n; ++p)
+    if (o.kid_off[static_cast<size_t>(p) + 1] - o.kid_off[static_cast<size_t>(p)] > 3)
+      throw std::logic_error("a tree node with more than three children");
+  return o;
+}
+
+// NCCL's tree all-reduce: per channel, each server's devices form a chain starting at the
+// channel's local rank (its head, whose NIC the channel crosses the network through); the
+// heads form two binary trees over the servers (the second over them reversed), each carrying
+// half of the channel's share, reduced up and broadcast down in pipelined chunks.
+std::vector<Collective::Op> Collective::nccl_trees() const {
+  const auto servers = by_server(sim_.topology(), devices_);
+  const int K = static_cast<int>(servers.size()), m = channel_count(servers);
+  const double tree_bytes = bytes_ / (2.0 * m);
+  const int chunks = default_tree_chunks(tree_bytes, opt_.tree_chunks);
+  std::vector<Op> ops;
+  for (int c = 0; c < m; ++c)
+    for (int t = 0; t < 2; ++t) {
+      std::vector<int> dev, parent, head(static_cast<size_t>(K));
+      for (int k = 0; k < K; ++k) {  // chains: head first
+        const auto& sv = servers[static_cast<size_t>(k)];
+        const int M = static_cast<int>(sv.size());
+        head[static_cast<size_t>(k)] = static_cast<int>(dev.size());
+        for (int i = 0; i < M; ++i) {
+          dev.push_back(sv[static_cast<size_t>((c + i) % M)]);
+          parent.push_back(i == 0 ? -1 : static_cast<int>(dev.size()) - 2);
+        }
+      }
+      for (int q = 1; q < K; ++q)  // heads: a binary heap over the tree's server order
+        parent[static_cast<size_t>(head[static_cast<size_t>(tree_server(t, q, K))])] = head[static_cast<size_t>(tree_server(t, (q - 1) / 2, K))];
+      ops.push_back(tree_op(std::move(dev), std::move(parent), tree_bytes, chunks));
+    }
+  return ops;
+}
+
+AllReduceEstimate allreduce_choice(const Topology& topo, Router& router, const std::vector<int>& devices, double bytes,
+                                   const CollectiveOptions& opt) {
+  AllReduceEstimate e;
+  const double n = static_cast<double>(devices.size());
+  if (devices.size() < 2) return e;
+  const auto servers = by_server(topo, devices);
+  const int K = static_cast<int>(servers.size()), m = channel_count(servers);
+  size_t M = 0;
+  for (const auto& sv : servers) M = std::max(M, sv.size());
+  auto hop = [&](int a, int b, double& lat_ns, double& bw) {
+    const auto path = router.route(a, b);
+    lat_ns = static_cast<double>(router.latency_ns(path));
+    bw = std::numeric_limits<double>::infinity();
+    for (int l : path) bw = std::min(bw, topo.link(l).bandwidth_Bps);
+  };
+  double lat_in = 0, bw_in = std::numeric_limits<double>::infinity(), lat_out = 0, bw_out = bw_in;
+  for (const auto& sv : servers)
+    if (sv.size() >= 2) {
+      hop(sv[0], sv[1], lat_in, bw_in);
+      break;
+    }
+  if (K >= 2) hop(servers[0][0], servers[1][0], lat_out, bw_out);
+  const double S = bytes;
+  // Ring: 2(n-1) steps, each device forwarding as its step arrives, so the latency is twice a
+  // lap of the ring (K crossings between servers, the other hops inside); each channel's
+  // crossing has a NIC to itself.
+  const double ring_lat = 2 * (n - 1) / n * (K * (K >= 2 ? lat_out : lat_in) + (n - K) * lat_in);
+  const double ring_bw = K >= 2 ? m * bw_out : bw_in;
+  e.ring_ns = ring_lat + 2 * (n - 1) / n * S / ring_bw * 1e9;
+  // Tree: chain hops inside, heap levels between servers, up and down.
+  const double levels = K >= 2 ? std::floor(std::log2(static_cast<double>(K))) : 0;
+  const double depth_hops = static_cast<double>(M - 1) + levels;
+  double busiest = 0;  // a head's tree edges per direction, both trees (each carries S / (2m))
+  for (int k = 0; k < K; ++k) {
+    double edges = 0;
+    for (int t = 0; t < 2; ++t) {
+      int q = 0;
+      while (tree_server(t, q, K) != k) ++q;
+      edges += (q > 0 ? 1 : 0) + (2 * q + 1 < K ? 1 : 0) + (2 * q + 2 < K ? 1 : 0);
+    }
+    busiest = std::max(busiest, edges);
+  }
+  const int chunks = default_tree_chunks(S / (2.0 * m), opt.tree_chunks);
+  const double tree_bytes = S / (2.0 * m), chunk = tree_bytes / chunks;
+  // Each chunk crosses an edge after the previous one: every further chunk adds a hop's latency.
+  auto edge_ns = [&](double edge_bytes, double bw, double lat) { return edge_bytes / bw * 1e9 + (chunks - 1) * lat; };
+  const double out_ns = K >= 2 ? edge_ns(busiest * tree_bytes, bw_out, lat_out) : 0;
+  // Inside a server a chain device sends up (unless it is the head) and down (unless it is the
+  // tail) in every tree of every channel: with the channels' heads rotating, 2(m-1)/m S a device.
+  std::vector<double> per(M, 0);  // chain sends of each local rank, in trees' shares
+  for (int c = 0; c < m; ++c)
+    for (size_t i = 0; i < M; ++i) per[(static_cast<size_t>(c) + i) % M] += 2 * ((i > 0 ? 1 : 0) + (i + 1 < M ? 1 : 0));
+  const double sends = *std::max_element(per.begin(), per.end()) * tree_bytes;
+  const double in_ns = M >= 2 ? edge_ns(sends, bw_in, lat_in) : 0;
+  const double fill_ns = 2 * depth_hops * chunk / std::min(bw_in, K >= 2 ? bw_out : bw_in) * 1e9;
+  e.tree_ns = 2 * ((static_cast<double>(M) - 1) * lat_in + levels * lat_out) + std::max(out_ns, in_ns) + fill_ns;
+  e.choice = e.tree_ns < e.ring_ns ? CollectiveKind::AllReduceNcclTree : CollectiveKind::AllReduceRing;
+  return e;
 }
 
 void Collective::start(std::function<void(Engine&)> on_done) {
@@ -208,39 +365,45 @@ void Collective::start_op(size_t oi) {
       o.have.assign(static_cast<size_t>(n * o.chunks), 0);
       o.next_up.assign(static_cast<size_t>(n), 0);
       o.busy_up.assign(static_cast<size_t>(n), 0);
-      o.next_down.assign(static_cast<size_t>(2 * n), 0);
-      o.busy_down.assign(static_cast<size_t>(2 * n), 0);
-      for (int p = n - 1; p >= 1; --p) tree_try_up(oi, p);
+      o.next_down.assign(o.kids.size(), 0);
+      o.busy_down.assign(o.kids.size(), 0);
+      for (int p = n - 1; p >= 0; --p)
+        if (p != o.root) tree_try_up(oi, p);
       break;
   }
 }
 
-// Tree all-reduce: a binary tree over positions (children of p: 2p+1, 2p+2). A node sends
-// chunk c up once it holds the reduced chunk from all its children, one chunk at a time;
-// the root broadcasts each reduced chunk down, and every node forwards what it receives.
+// Tree all-reduce over any tree of positions (Op::parent; the binary heap for allreduce-tree,
+// chains and double binary trees for NCCL's). A node sends chunk c up once it holds the reduced
+// chunk from all its children, one chunk at a time; the root broadcasts each reduced chunk
+// down, and every node forwards what it receives to each child, one chunk at a time per child.
+// Tag info: chunk << 3 | 4 (down) | child index.
 void Collective::tree_try_up(size_t oi, int p) {
   Op& o = phases_[phase_][oi];
-  const int n = static_cast<int>(o.dev.size());
-  if (p == 0 || o.busy_up[static_cast<size_t>(p)] || o.next_up[static_cast<size_t>(p)] >= o.chunks) return;
+  if (p == o.root || o.busy_up[static_cast<size_t>(p)] || o.next_up[static_cast<size_t>(p)] >= o.chunks) return;
   const int c = o.next_up[static_cast<size_t>(p)];
-  const int kids = (2 * p + 1 < n) + (2 * p + 2 < n);
+  const int kids = o.kid_off[static_cast<size_t>(p) + 1] - o.kid_off[static_cast<size_t>(p)];
   if (o.recv[static_cast<size_t>(p * o.chunks + c)] < kids) return;
   o.busy_up[static_cast<size_t>(p)] = 1;
   ++o.next_up[static_cast<size_t>(p)];
-  send(oi, p, (p - 1) / 2, o.chunk_bytes, static_cast<uint64_t>(c) << 2, static_cast<uint64_t>(c));
+  send(oi, p, o.parent[static_cast<size_t>(p)], o.chunk_bytes, static_cast<uint64_t>(c) << 3, static_cast<uint64_t>(c));
 }
 
 void Collective::tree_try_down(size_t oi, int p, int k) {
   Op& o = phases_[phase_][oi];
-  const int n = static_cast<int>(o.dev.size());
-  const int child = 2 * p + 1 + k;
-  const size_t slot = static_cast<size_t>(2 * p + k);
-  if (child >= n || o.busy_down[slot] || o.next_down[slot] >= o.chunks) return;
+  const size_t slot = static_cast<size_t>(o.kid_off[static_cast<size_t>(p)] + k);
+  if (slot >= static_cast<size_t>(o.kid_off[static_cast<size_t>(p) + 1]) || o.busy_down[slot] || o.next_down[slot] >= o.chunks) return;
   const int c = o.next_down[slot];
   if (!o.have[static_cast<size_t>(p * o.chunks + c)]) return;
   o.busy_down[slot] = 1;
   ++o.next_down[slot];
-  send(oi, p, child, o.chunk_bytes, (static_cast<uint64_t>(c) << 2) | 2u | static_cast<uint64_t>(k), static_cast<uint64_t>(c));
+  send(oi, p, o.kids[slot], o.chunk_bytes, (static_cast<uint64_t>(c) << 3) | 4u | static_cast<uint64_t>(k), static_cast<uint64_t>(c));
+}
+
+void Collective::tree_down_all(size_t oi, int p) {
+  Op& o = phases_[phase_][oi];
+  const int kids = o.kid_off[static_cast<size_t>(p) + 1] - o.kid_off[static_cast<size_t>(p)];
+  for (int k = 0; k < kids; ++k) tree_try_down(oi, p, k);
 }
 
 void Collective::on_flow_done(Engine& e, uint64_t tag) {
@@ -274,31 +437,30 @@ void Collective::on_flow_done(Engine& e, uint64_t tag) {
       done = o.pending == 0;
       break;
     case Op::Tree: {
-      const int c = static_cast<int>(info >> 2);
-      if (!(info & 2u)) {  // up: from -> parent
-        const int parent = (from - 1) / 2;
+      const int c = static_cast<int>(info >> 3);
+      if (!(info & 4u)) {  // up: from -> parent
+        const int parent = o.parent[static_cast<size_t>(from)];
         o.busy_up[static_cast<size_t>(from)] = 0;
         ++o.recv[static_cast<size_t>(parent * o.chunks + c)];
-        const int kids = (2 * parent + 1 < n) + (2 * parent + 2 < n);
-        if (parent == 0 && o.recv[static_cast<size_t>(c)] == kids) {
-          o.have[static_cast<size_t>(c)] = 1;
-          tree_try_down(oi, 0, 0);
-          tree_try_down(oi, 0, 1);
+        const int kids = o.kid_off[static_cast<size_t>(parent) + 1] - o.kid_off[static_cast<size_t>(parent)];
+        if (parent == o.root && o.recv[static_cast<size_t>(o.root * o.chunks + c)] == kids) {
+          o.have[static_cast<size_t>(o.root * o.chunks + c)] = 1;
+          tree_down_all(oi, o.root);
         }
         tree_try_up(oi, from);
         tree_try_up(oi, parent);
-      } else {  // down: from -> child k
-        const int k = static_cast<int>(info & 1u);
-        const int child = 2 * from + 1 + k;
-        o.busy_down[static_cast<size_t>(2 * from + k)] = 0;
+      } else {  // down: from -> its child k
+        const int k = static_cast<int>(info & 3u);
+        const size_t slot = static_cast<size_t>(o.kid_off[static_cast<size_t>(from)] + k);
+        const int child = o.kids[slot];
+        o.busy_down[slot] = 0;
         o.have[static_cast<size_t>(child * o.chunks + c)] = 1;
         tree_try_down(oi, from, k);
-        tree_try_down(oi, child, 0);
-        tree_try_down(oi, child, 1);
+        tree_down_all(oi, child);
       }
       done = o.pending == 0;
       if (done) {  // every node must hold every chunk
-        for (int p = 1; p < n && done; ++p)
+        for (int p = 0; p < n && done; ++p)
           for (int cc = 0; cc < o.chunks; ++cc)
             if (!o.have[static_cast<size_t>(p * o.chunks + cc)]) { done = false; break; }
       }
@@ -399,6 +561,8 @@ SLUICE_REGISTER(component, collectives) {
       {"reducescatter", "ring reduce-scatter: n-1 steps of S/n"},
       {"alltoall", "every device sends S/n to every other at once (optionally split over several ECMP paths)"},
       {"sendrecv", "one flow of S bytes from the first device to the second"},
+      {"allreduce-nccl-tree", "NCCL's tree: per channel (one per NIC), a chain through each server's devices and a double binary tree over the servers' heads, half the bytes each, pipelined in chunks"},
+      {"allreduce-auto", "NCCL's choice: the ring or its tree, whichever its tuner-style estimate (latency + bytes / bandwidth from the topology) predicts faster"},
   };
   for (const auto& [n, doc] : collectives) reg.add("collective", n, doc, Schema{});
 }

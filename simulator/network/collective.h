@@ -11,7 +11,11 @@
 
 namespace sluice::net {
 
-enum class CollectiveKind { AllReduceRing, AllReduceTree, AllReduceHierarchical, AllGather, ReduceScatter, AllToAll, SendRecv };
+enum class CollectiveKind {
+  AllReduceRing, AllReduceTree, AllReduceHierarchical, AllGather, ReduceScatter, AllToAll, SendRecv,
+  AllReduceNcclTree,  // NCCL's tree: chains inside servers, a double binary tree across them, per channel
+  AllReduceAuto       // NCCL's choice between its ring and its tree, by their predicted times (allreduce_choice)
+};
 const char* collective_name(CollectiveKind k);
 std::optional<CollectiveKind> parse_collective(const std::string& name);
 std::vector<std::string> collective_names();
@@ -35,7 +39,25 @@ struct CollectiveOptions {
   // holds, so with a NIC per GPU every NIC carries a share); 1 a single ring through the
   // group's order, whose server crossings share one NIC each.
   int channels = 0;
+  // NCCL tree: pipeline chunks per tree (0: one per MiB a tree carries, 1 to 64).
+  int tree_chunks = 0;
 };
+
+// NCCL's choice for an all-reduce (its tuner, src/graph/tuning.cc, predicts each algorithm's
+// time as latency + bytes / bandwidth from the topology and runs the fastest): here the ring
+// and the tree's predicted times on an idle fabric, from the group's shape (servers K, devices
+// a server M, channels m), the route latencies inside and between servers and a device's
+// link capacity toward the others:
+//   ring  2(n-1) steps of the slowest hop's latency + 2(n-1)/n S / (m b) through each NIC
+//   tree  2(M-1) chain hops inside + 2 floor(log2 K) tree hops between servers, the busiest
+//         server head's share (its parent and children in both trees, S/(2m) each) / b,
+//         and the pipeline's fill (depth x one chunk's time)
+struct AllReduceEstimate {
+  double ring_ns = 0, tree_ns = 0;
+  CollectiveKind choice = CollectiveKind::AllReduceRing;
+};
+AllReduceEstimate allreduce_choice(const Topology& topo, Router& router, const std::vector<int>& devices, double bytes,
+                                   const CollectiveOptions& opt = {});
 
 // One collective over `devices` (node ids) moving `bytes`: the per-device buffer for
 // all-reduce, reduce-scatter input, all-gather output and all-to-all (S/n to each peer);
@@ -50,6 +72,8 @@ class Collective final : public FlowSink, public EventHandler {
   SimTime finished_at() const { return finished_at_; }
   SimTime duration() const { return finished_at_ - started_at_; }
   uint64_t flows_started() const { return flows_; }
+  // The algorithm it runs: its kind, or for AllReduceAuto the one allreduce_choice picked.
+  CollectiveKind algorithm() const { return algorithm_; }
   void on_flow_done(Engine& engine, uint64_t tag) override;
   void on_event(Engine& engine, uint32_t kind, uint32_t arg) override;
 
@@ -60,22 +84,26 @@ class Collective final : public FlowSink, public EventHandler {
     double chunk_bytes = 0;
     int steps = 0;
     int64_t tail_latency_ns = 0;  // fused rings: the later steps' latencies, paid after the last byte
-    // tree state
-    int chunks = 1;
-    std::vector<int> recv, next_up, next_down;  // recv[p*chunks+c], next_down[p*2+k]
+    // tree state: parent of each position (-1: the root), children listed from kid_off[p]
+    int chunks = 1, root = 0;
+    std::vector<int> parent, kid_off, kids;
+    std::vector<int> recv, next_up, next_down;  // recv[p*chunks+c], next_down[kid_off[p]+k]
     std::vector<char> busy_up, busy_down, have;
     uint64_t pending = 0;
   };
   void plan();
+  static Op tree_op(std::vector<int> dev, std::vector<int> parent, double bytes, int chunks);
+  std::vector<Op> nccl_trees() const;
   void start_phase(Engine& e);
   void start_op(size_t oi);
   void send(size_t oi, int from_pos, int to_pos, double bytes, uint64_t info, uint64_t salt);
   void tree_try_up(size_t oi, int p);
   void tree_try_down(size_t oi, int p, int k);
+  void tree_down_all(size_t oi, int p);
   void op_done(Engine& e);
 
   FlowSim& sim_;
-  CollectiveKind kind_;
+  CollectiveKind kind_, algorithm_;
   std::vector<int> devices_;
   double bytes_;
   CollectiveOptions opt_;

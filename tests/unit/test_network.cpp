@@ -569,3 +569,74 @@ TEST_CASE("routing you choose: a fat-tree's DP all-reduce is ECMP luck, adaptive
   CHECK(ecmp["shared_bottleneck_fraction"].get<double>() <= 1);
   CHECK(ar["shared_bottleneck_fraction"].get<double>() <= 1);
 }
+
+TEST_CASE("collectives as NCCL runs them: its tree (chains inside servers, a double binary tree across) and its choice") {
+  // tp 1, dp 16 on two servers with eight 400 Gb/s NICs each. Per channel (one per NIC) each
+  // server's devices form a chain to its head, and the two heads form both binary trees, each
+  // carrying S / 16: a head's NIC carries S / 8 each way (its parent or child in each tree),
+  // half the ring's 2(n-1)/n S / 8. But every chain device but a head sends up and every one
+  // but a tail sends down, in all 16 trees: 2(m-1)/m S = 1.75 S over its 450 GB/s NVLink, the
+  // bound at two servers (10.1 ms against the NICs' 6.5 ms; the ring takes 12.2 ms).
+  const double S = 2.6e9;
+  const double nic_bound = S / (8 * 50e9), nvlink_bound = 2.0 * 7 / 8 * S / 450e9;
+  CHECK(nvlink_bound * 1e3 == doctest::Approx(10.11).epsilon(0.001));
+  for (const bool rail : {false, true}) {
+    CAPTURE(rail);
+    ClosSpec c;
+    c.servers = 2;
+    c.rail_optimized = rail;
+    c.server.host_cpus = 0;
+    const Topology t = build_clos(c, rail ? "rail" : "fat-tree");
+    const std::vector<int> devs = t.devices();
+    const double ring = collective_time(t, CollectiveKind::AllReduceRing, devs, S).to_seconds();
+    const double tree = collective_time(t, CollectiveKind::AllReduceNcclTree, devs, S).to_seconds();
+    MESSAGE("dp 16 on 2 servers (" << std::string(rail ? "rail" : "fat-tree") << "): ring " << ring * 1e3 << " ms, NCCL tree "
+                                     << tree * 1e3 << " ms");
+    CHECK(tree >= std::max(nic_bound, nvlink_bound));
+    CHECK(tree <= 1.05 * std::max(nic_bound, nvlink_bound));
+    // The choice follows the predicted times, and the prediction is close to what runs.
+    Router router(t, RoutePolicy::Auto);
+    const AllReduceEstimate e = allreduce_choice(t, router, devs, S);
+    CHECK(e.ring_ns / 1e9 == doctest::Approx(ring).epsilon(0.05));
+    CHECK(e.tree_ns / 1e9 == doctest::Approx(tree).epsilon(0.1));
+    CHECK(e.choice == CollectiveKind::AllReduceNcclTree);
+    CHECK(collective_time(t, CollectiveKind::AllReduceAuto, devs, S).to_seconds() == doctest::Approx(tree));
+  }
+  // 16 servers (128 GPUs): the ring's 2(n-1) = 254 steps of latency against the tree's 2(7 + 4)
+  // hops. Small all-reduces go by the tree, large ones by the ring, as NCCL's tuner picks; the
+  // pick is the faster of the two as simulated.
+  ClosSpec c;
+  c.servers = 16;
+  c.rail_optimized = true;
+  c.server.host_cpus = 0;
+  const Topology t = build_clos(c, "rail");
+  Router router(t, RoutePolicy::Auto);
+  for (const double bytes : {1e5, 1e6, 1e8, 1e9}) {
+    CAPTURE(bytes);
+    const double ring = collective_time(t, CollectiveKind::AllReduceRing, t.devices(), bytes).to_seconds();
+    const double tree = collective_time(t, CollectiveKind::AllReduceNcclTree, t.devices(), bytes).to_seconds();
+    const AllReduceEstimate e = allreduce_choice(t, router, t.devices(), bytes);
+    CHECK((e.choice == CollectiveKind::AllReduceNcclTree) == (bytes <= 1e6));
+    CHECK((e.choice == CollectiveKind::AllReduceNcclTree ? tree : ring) <= std::min(tree, ring));
+  }
+}
+
+TEST_CASE("collectives as NCCL runs them: a training job's dp_algorithm allreduce-auto runs the faster of ring and tree") {
+  // GPT-3 13B's DP all-reduce (8 devices, one a server, ~3.3 GB of gradients a stage) on
+  // rail-optimized: measured ring 28.1 ms, NCCL tree 32.6 ms (a binary tree's inner servers
+  // carry twice a leaf's bytes), so the choice is the ring.
+  const std::string file = std::string(SLUICE_TESTS_DIR) + "/../scenarios/training-gpt3-13b.yaml";
+  auto dp_ms = [&](const std::string& algorithm) {
+    Scenario sc = load_scenario(file, {"workloads.0.iterations=1", "cluster.topology=rail-optimized", "workloads.0.dp_algorithm=" + algorithm},
+                                registry());
+    Recorder rec;
+    run_into(sc, rec, {});
+    return rec.metrics()["training"]["dp_allreduce_ms"].get<double>();
+  };
+  const double ring = dp_ms("allreduce-ring"), tree = dp_ms("allreduce-nccl-tree"), chosen = dp_ms("allreduce-auto");
+  CAPTURE(ring);
+  CAPTURE(tree);
+  CHECK(tree > ring);
+  CHECK(tree < 1.5 * ring);
+  CHECK(chosen == doctest::Approx(std::min(ring, tree)));
+}

@@ -440,7 +440,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
       for (int d = 0; d < c_.dp; ++d) group.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(k)]);
       net::CollectiveOptions o;
       o.salt = static_cast<uint64_t>(s * 1009 + k);
-      o.fused_ring_steps = c_.dp_algorithm == net::CollectiveKind::AllReduceRing;
+      o.fused_ring_steps = c_.dp_algorithm == net::CollectiveKind::AllReduceRing || c_.dp_algorithm == net::CollectiveKind::AllReduceAuto;
       auto coll = std::make_unique<net::Collective>(world_.fabric(), c_.dp_algorithm, group, dp_bytes_, o);
       net::Collective* raw = coll.get();
       dp_live_.push_back(std::move(coll));
