@@ -86,6 +86,9 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                         {"unsliced_model_pass_ms", r.unsliced_model_ms},
                         {"model_speedup", r.slice_model_ms > 0 ? r.unsliced_model_ms / r.slice_model_ms : 0.0},
                         {"bubble_model", r.slice_bubble_model},
+                        {"schedule_pass_ms", r.slice_schedule_ms},
+                        {"best_uniform_schedule_pass_ms", r.best_uniform_schedule_ms},
+                        {"best_uniform_slices", r.best_uniform_slices},
                         {"dp_candidates", r.dp_candidates},
                         {"dp_evaluated", r.dp_evaluated}};
   }

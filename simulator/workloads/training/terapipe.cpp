@@ -166,6 +166,15 @@ SlicePlan terapipe_slices(int sequence, int stages, const SliceCostFn& t, const 
     for (size_t k = 0, c = 0; k < cuts.size(); c = static_cast<size_t>(cuts[k]), ++k)
       mx = std::max(mx, T(static_cast<int>(c), cuts[k] - static_cast<int>(c)));
     const double total = f[static_cast<size_t>(N)] + (stages - 1) * mx;
+    if (opt.on_candidate) {
+      std::vector<int> lengths;
+      int prev = 0;
+      for (int x : cuts) {
+        lengths.push_back(pos(x) - pos(prev));
+        prev = x;
+      }
+      opt.on_candidate(lengths);
+    }
     if (total < best.latency_ns) {
       best.latency_ns = total;
       best_cuts = cuts;

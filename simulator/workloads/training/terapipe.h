@@ -47,6 +47,9 @@ struct TeraPipeOptions {
   // t_max candidates closer than this relative gap to the previous one evaluated are skipped
   // (the result's T is then within this factor of the optimum); 0: every distinct t(l, c).
   double candidate_gap = 1e-3;
+  // Called with each slicing the DP finds for a t_max it evaluates (the best under that bound),
+  // so a caller can judge the candidates by another cost (training: its schedule as simulated).
+  std::function<void(const std::vector<int>& lengths)> on_candidate;
 };
 
 // Cuts `sequence` tokens into `k` slices whose lengths are multiples of `granularity` (the

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <deque>
 #include <filesystem>
+#include <limits>
 #include <map>
 
 #include <fmt/format.h>
@@ -169,6 +171,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     if (--left > 0) return;
     Stage& st = stages_[static_cast<size_t>(target)];
     (grad ? st.b_in : st.f_in)[static_cast<size_t>(mb)] = 1;
+    send_arrived(grad ? target + 1 : target - 1);  // same replica: the next or previous stage's slot
     try_run(target);
   }
 
@@ -190,6 +193,13 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     size_t next = 0;
     bool busy = false;
     std::vector<char> f_in, b_in;
+    // Its hand-offs go out on one communication stream, in order: one at a time, the rest wait.
+    struct Send {
+      int to, mb;
+      bool grad;
+    };
+    std::deque<Send> outbox;
+    bool sending = false;
     int64_t busy_ns = 0, op_start_ns = 0, last_end_ns = 0;
     std::unique_ptr<net::Collective> tp_collective;
   };
@@ -250,6 +260,70 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     return cost_.activation_bytes(tokens) / c_.tp * handoff_ns_per_byte_ + handoff_latency_ns_;
   }
 
+  // The forward/backward phase of one iteration with these slices, as the schedule runs it on
+  // an otherwise idle fabric: every stage takes its ops in schedule order, each once its input
+  // has arrived (the previous stage's activations or the next stage's gradients; the last
+  // stage's backward after its own forward), for its compute and then its tensor-parallel
+  // all-reduces. Sends do not hold a stage, but a stage's sends leave one after another and a
+  // stage receives one after another (its links carry them in turn: where hand-offs take longer
+  // than compute, as over one 25 Gb/s NIC, they queue). Returns the last stage op's end.
+  double schedule_ns(const std::vector<int>& lengths) {
+    const int K = c_.pp, n = static_cast<int>(lengths.size()), U = c_.micro_batches * n, b = c_.micro_batch_size;
+    const double back = c_.recompute ? 3 : 2;
+    std::vector<double> fwd(static_cast<size_t>(K * n)), tp(static_cast<size_t>(K * n)), x(static_cast<size_t>(n));
+    std::vector<double> tx_free(static_cast<size_t>(K), 0), rx_free(static_cast<size_t>(K), 0);
+    // A hand-off of slice i from stage `from` to `to`, sent at t: when it has arrived.
+    auto handoff = [&](int from, int to, int i, double t) {
+      const double start = std::max({t, tx_free[static_cast<size_t>(from)], rx_free[static_cast<size_t>(to)]});
+      const double wire = x[static_cast<size_t>(i)] - handoff_latency_ns_;
+      tx_free[static_cast<size_t>(from)] = rx_free[static_cast<size_t>(to)] = start + wire;
+      return start + x[static_cast<size_t>(i)];
+    };
+    std::vector<double> arriveF(static_cast<size_t>(K * U), -1), arriveB(static_cast<size_t>(K * U), -1);
+    std::vector<double> st(static_cast<size_t>(K));
+    for (int i = 0, c = 0; i < n; c += lengths[static_cast<size_t>(i)], ++i) {
+      const int l = lengths[static_cast<size_t>(i)];
+      const auto key = std::make_pair(l, c);
+      auto it = stage_cache_.find(key);
+      if (it == stage_cache_.end()) {
+        cost_.slice_stage_ns(b, l, c, true, st);
+        it = stage_cache_.emplace(key, st).first;
+      }
+      for (int s = 0; s < K; ++s) {
+        fwd[static_cast<size_t>(s * n + i)] = static_cast<double>(std::max<int64_t>(1, std::llround(it->second[static_cast<size_t>(s)])));
+        tp[static_cast<size_t>(s * n + i)] = tp_ns(static_cast<double>(b) * l, s);
+      }
+      x[static_cast<size_t>(i)] = handoff_ns(static_cast<double>(b) * l);
+    }
+    std::vector<std::vector<Op>> order(static_cast<size_t>(K));
+    for (int s = 0; s < K; ++s) order[static_cast<size_t>(s)] = schedule_order(s, U);
+    std::vector<double> endF(static_cast<size_t>(K * U), -1), endB(static_cast<size_t>(K * U), -1), free_at(static_cast<size_t>(K), 0);
+    std::vector<size_t> next(static_cast<size_t>(K), 0);
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int s = 0; s < K; ++s)
+        while (next[static_cast<size_t>(s)] < order[static_cast<size_t>(s)].size()) {
+          const Op op = order[static_cast<size_t>(s)][next[static_cast<size_t>(s)]];
+          const int i = op.mb % n;
+          const size_t at = static_cast<size_t>(s * U + op.mb);
+          double ready = 0;
+          if (op.forward && s > 0) ready = arriveF[at];
+          else if (!op.forward) ready = s == K - 1 ? endF[at] : arriveB[at];
+          if (ready < 0) break;
+          const double f = fwd[static_cast<size_t>(s * n + i)];
+          const double end = std::max(free_at[static_cast<size_t>(s)], ready) + (op.forward ? f : std::floor(f * back)) + tp[static_cast<size_t>(s * n + i)];
+          (op.forward ? endF : endB)[at] = end;
+          free_at[static_cast<size_t>(s)] = end;
+          if (op.forward && s + 1 < K) arriveF[static_cast<size_t>((s + 1) * U + op.mb)] = handoff(s, s + 1, i, end);
+          if (!op.forward && s > 0) arriveB[static_cast<size_t>((s - 1) * U + op.mb)] = handoff(s, s - 1, i, end);
+          ++next[static_cast<size_t>(s)];
+          moved = true;
+        }
+    }
+    return *std::max_element(free_at.begin(), free_at.end());
+  }
+  static constexpr int kMaxUniformSlices = 64;  // uniform slicings judged beside the DP's candidates
+
   // The slices of a micro-batch's sequences (policy none: the whole sequence as one) and each
   // stage's forward time of each: slice i of l tokens after c costs f(l, c) on every stage
   // (cost model: the stage's own layers, attention over the c cached tokens, the LM head over
@@ -290,10 +364,28 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     std::vector<int> lengths{S};
     if (sc.policy == SlicingPolicy::Uniform) lengths = uniform_slices(S, sc.slices, sc.granularity);
     if (sc.policy == SlicingPolicy::TeraPipe) {
+      // The DP's candidates (its best slicing under each t_max it evaluates) and every uniform
+      // slicing, judged by the schedule the simulator runs; the formula only proposes.
+      std::vector<std::vector<int>> cands;
+      o.on_candidate = [&](const std::vector<int>& l) { cands.push_back(l); };
       const SlicePlan p = terapipe_slices(S, K, t, o);
-      lengths = p.lengths;
+      o.on_candidate = nullptr;
       res_.dp_candidates = p.candidates;
       res_.dp_evaluated = p.evaluated;
+      lengths = p.lengths;
+      double best = schedule_ns(lengths);
+      for (const auto& l : cands)
+        if (const double x = schedule_ns(l); x < best) best = x, lengths = l;
+      const int granules = (S + sc.granularity - 1) / sc.granularity;
+      double best_uniform = std::numeric_limits<double>::infinity();
+      for (int k = 1; k <= std::min(granules, kMaxUniformSlices); ++k) {
+        const auto l = uniform_slices(S, k, sc.granularity);
+        const double x = schedule_ns(l);
+        if (x < best_uniform) best_uniform = x, res_.best_uniform_slices = k;
+        if (x < best) best = x, lengths = l;
+      }
+      res_.slice_schedule_ms = best / 1e6;
+      res_.best_uniform_schedule_ms = best_uniform / 1e6;
     }
     const SlicePlan chosen = evaluate_slices(lengths, K, t, o), whole = evaluate_slices({S}, K, t, o);
     res_.slice_tokens = lengths;
@@ -315,8 +407,9 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // runs under GPipe over units: slices of a micro-batch in order, backwards in reverse unit
   // order, so a slice's backward follows the later slices' on its stage (they hand it the
   // gradient of its keys and values) and the next stage's backward of the same slice.
-  std::vector<Op> schedule_order(int s) const {
-    const int m = units_, K = c_.pp;
+  std::vector<Op> schedule_order(int s) const { return schedule_order(s, units_); }
+  std::vector<Op> schedule_order(int s, int m) const {
+    const int K = c_.pp;
     std::vector<Op> out;
     if (c_.schedule == Schedule::GPipe) {
       for (int i = 0; i < m; ++i) out.push_back({true, i});
@@ -349,6 +442,8 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
         st.busy_ns = 0;
         st.f_in.assign(static_cast<size_t>(units_), s == 0 ? 1 : 0);
         st.b_in.assign(static_cast<size_t>(units_), 0);
+        st.outbox.clear();
+        st.sending = false;
       }
     for (int i = 0; i < c_.dp * c_.pp; ++i) try_run(i);
   }
@@ -390,7 +485,28 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     op_done(sl);
   }
 
+  // A stage's hand-offs leave in the order its ops finish, one at a time (a pipeline engine
+  // posts them on one NCCL stream, whose send kernels run in turn); each waits for the one
+  // before it to arrive.
   void send(int from, int to, int mb, bool grad) {
+    Stage& st = stages_[static_cast<size_t>(from)];
+    if (st.sending) {
+      st.outbox.push_back({to, mb, grad});
+      return;
+    }
+    st.sending = true;
+    start_send(from, to, mb, grad);
+  }
+  void send_arrived(int from) {
+    Stage& st = stages_[static_cast<size_t>(from)];
+    st.sending = false;
+    if (st.outbox.empty()) return;
+    const Stage::Send next = st.outbox.front();
+    st.outbox.pop_front();
+    st.sending = true;
+    start_send(from, next.to, next.mb, next.grad);
+  }
+  void start_send(int from, int to, int mb, bool grad) {
     const auto& a = nodes_[static_cast<size_t>(from)];
     const auto& b = nodes_[static_cast<size_t>(to)];
     pending_[static_cast<size_t>((to * units_ + mb) * 2 + (grad ? 1 : 0))] = static_cast<int>(a.size());
@@ -534,7 +650,10 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
       if (st.tp_collective) graveyard_.push_back(std::move(st.tp_collective));
     for (auto& c : dp_live_) graveyard_.push_back(std::move(c));
     dp_live_.clear();
-    for (auto& st : stages_) st.busy = false;
+    for (auto& st : stages_) {
+      st.busy = st.sending = false;
+      st.outbox.clear();
+    }
     state_ = State::Recovering;
     restart_pending_ = decide_pending_ = false;
     failed_at_ns_ = now;
@@ -637,6 +756,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   std::vector<Stage> stages_;
   std::vector<int> pending_;             // flows left per (stage slot, micro-batch, direction)
   std::vector<int64_t> fwd_ns_;           // per (stage, slice): stage x slices + slice
+  std::map<std::pair<int, int>, std::vector<double>> stage_cache_;  // slice_stage_ns by (tokens, prefix), for schedule_ns
   std::vector<int> slice_len_;            // tokens per slice (one slice: the sequence)
   int n_slices_ = 1, units_ = 1;          // slices per micro-batch; passes per stage and direction
   double handoff_ns_per_byte_ = 0, handoff_latency_ns_ = 0, ring_ns_per_byte_ = 0, ring_latency_ns_ = 0;

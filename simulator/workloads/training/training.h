@@ -83,6 +83,12 @@ struct TrainingResults {
   std::vector<int> slice_tokens;
   double slice_model_ms = 0, unsliced_model_ms = 0;
   double slice_bubble_model = 0;            // (K-1) max t / T: the bubble the formula predicts for one micro-batch
+  // TeraPipe: the chosen slicing's forward/backward phase as the schedule runs it (every stage's
+  // ops in order, each after its input hand-off, tensor-parallel all-reduces in line; no other
+  // traffic), and the best uniform slicing's: the DP's candidates and every uniform slicing are
+  // judged by it, so no uniform slicing the simulator would run faster is passed over.
+  double slice_schedule_ms = 0, best_uniform_schedule_ms = 0;
+  int best_uniform_slices = 0;
   long dp_candidates = 0, dp_evaluated = 0;
   double dp_allreduce_ms = 0;               // mean per iteration, from the last backward to the last gradient
   double optimizer_ms = 0;
