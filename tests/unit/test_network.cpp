@@ -368,6 +368,17 @@ TEST_CASE("topology: a torus with a 2-ring cannot be twisted (no separate wrap l
   CHECK(twist_allowed({4, 8, 8}));
 }
 
+namespace {
+// `servers` 8-GPU servers (no host CPUs) on a rail-optimized or a non-blocking fat-tree Clos.
+Topology servers_clos(int servers, bool rail) {
+  ClosSpec c;
+  c.servers = servers;
+  c.rail_optimized = rail;
+  c.server.host_cpus = 0;
+  return build_clos(c, rail ? "rail" : "fat-tree");
+}
+}  // namespace
+
 TEST_CASE("collectives as NCCL runs them: a data-parallel ring over two 8-GPU servers uses every NIC, on fat-tree and rail-optimized alike") {
   // tp 1, dp 16 on two servers with eight 400 Gb/s NICs each: NCCL's bus bandwidth is about
   // the sum of the NICs, so the all-reduce takes 2(n-1)/n S / (8 x 50 GB/s); the NVLink hops
@@ -376,11 +387,7 @@ TEST_CASE("collectives as NCCL runs them: a data-parallel ring over two 8-GPU se
   const double ideal_s = 2.0 * 15 / 16 * S / (8 * 50e9);
   for (const bool rail : {false, true}) {
     CAPTURE(rail);
-    ClosSpec c;
-    c.servers = 2;
-    c.rail_optimized = rail;
-    c.server.host_cpus = 0;
-    const Topology t = build_clos(c, rail ? "rail" : "fat-tree");
+    const Topology t = servers_clos(2, rail);
     const std::vector<int> devs = t.devices();
     REQUIRE(devs.size() == 16);
     const double got = collective_time(t, CollectiveKind::AllReduceRing, devs, S).to_seconds();
@@ -582,11 +589,7 @@ TEST_CASE("collectives as NCCL runs them: its tree (chains inside servers, a dou
   CHECK(nvlink_bound * 1e3 == doctest::Approx(10.11).epsilon(0.001));
   for (const bool rail : {false, true}) {
     CAPTURE(rail);
-    ClosSpec c;
-    c.servers = 2;
-    c.rail_optimized = rail;
-    c.server.host_cpus = 0;
-    const Topology t = build_clos(c, rail ? "rail" : "fat-tree");
+    const Topology t = servers_clos(2, rail);
     const std::vector<int> devs = t.devices();
     const double ring = collective_time(t, CollectiveKind::AllReduceRing, devs, S).to_seconds();
     const double tree = collective_time(t, CollectiveKind::AllReduceNcclTree, devs, S).to_seconds();
@@ -605,11 +608,7 @@ TEST_CASE("collectives as NCCL runs them: its tree (chains inside servers, a dou
   // 16 servers (128 GPUs): the ring's 2(n-1) = 254 steps of latency against the tree's 2(7 + 4)
   // hops. Small all-reduces go by the tree, large ones by the ring, as NCCL's tuner picks; the
   // pick is the faster of the two as simulated.
-  ClosSpec c;
-  c.servers = 16;
-  c.rail_optimized = true;
-  c.server.host_cpus = 0;
-  const Topology t = build_clos(c, "rail");
+  const Topology t = servers_clos(16, true);
   Router router(t, RoutePolicy::Auto);
   for (const double bytes : {1e5, 1e6, 1e8, 1e9}) {
     CAPTURE(bytes);
