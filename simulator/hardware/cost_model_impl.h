@@ -1,0 +1,760 @@
+// The private body of hardware/cost_model.cpp: the parts an iteration is summed from, the
+// sinks that sum or list them, and CostModel::Impl (the tables, the per-layer kernels of each
+// implementation, the caches of the serving hot path). Included by cost_model.cpp alone, so
+// the whole cost model stays one translation unit: its helpers keep internal linkage and the
+// compiler inlines the hot path exactly as before the split (moving them into a header shared
+// by several files made GCC stop inlining them: Vidur's benchmark went from 484 to 501 M
+// instructions under callgrind).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "hardware/cost_model.h"
+#include "hardware/tables.h"
+
+namespace sluice {
+
+namespace {
+
+using costtab::Ceilings;
+using costtab::Estimate;
+
+enum class Op : uint8_t {
+  Embed, Qkv, O, GateUp, Down, AttnPrefill, AttnDecode, AttnLayout, KvWrite, Norm, Rope, RopeAngles, Act, Residual,
+  FinalNorm, LmHead, Argmax, Sampling, AllReduce, AllGather, PpSend, Glue, Count
+};
+enum class Src : uint8_t { Table, Scaled, Roofline, Analytic, Network, Fitted };
+enum class File : uint8_t { None, Gemm, Decode, Prefill, Slice, Elementwise };
+
+const char* file_name(File f) {
+  switch (f) {
+    case File::Gemm: return "gemm.csv";
+    case File::Decode: return "attention_decode.csv";
+    case File::Prefill: return "attention_prefill.csv";
+    case File::Slice: return "attention_slice.csv";
+    case File::Elementwise: return "elementwise.csv";
+    case File::None: break;
+  }
+  return "";
+}
+
+// One operation's contribution, before names and strings are attached.
+struct Part {
+  Op op;
+  Src src;
+  File file;
+  double ns, flops, bytes;
+  double kernels = 1;
+};
+
+// Sums parts (the hot path).
+struct SumSink {
+  double total = 0;
+  void operator()(const Part& p) { total += p.ns; }
+};
+
+// Collects parts merged by (op, source) (the breakdown).
+struct ListSink {
+  std::vector<Part> parts;
+  void operator()(const Part& p) {
+    for (auto& q : parts)
+      if (q.op == p.op && q.src == p.src && q.file == p.file) {
+        q.ns += p.ns;
+        q.flops += p.flops;
+        q.bytes += p.bytes;
+        q.kernels += p.kernels;
+        return;
+      }
+    parts.push_back(p);
+  }
+};
+
+// DecodeTable::share without its search loop: a row's segment is the number of inner knots
+// below l (the knots ascend strictly), counted without a branch per knot, so a batch of mixed
+// lengths costs no mispredicted branches. Same value as share(row, l), bit for bit.
+struct Share {
+  const double *k, *a, *b;
+  size_t last;
+  double floor;
+  explicit Share(const costtab::DecodeTable::Row& r)
+      : k(r.knot.data()), a(r.a.data()), b(r.b.data()), last(r.a.size() - 1), floor(r.floor_ns) {}
+  double operator()(double l) const {
+    size_t s = 0;
+    for (size_t j = 1; j <= last; ++j) s += l > k[j] ? 1 : 0;
+    const double v = a[s] + b[s] * l;
+    return v > floor ? v : floor;
+  }
+};
+
+constexpr long kCacheSize = 16384;  // token counts (M) and sampled rows (R) cached per model
+
+}  // namespace
+
+
+struct CostModel::Impl {
+  HardwareSpec hw;
+  ModelSpec m;
+  CostOptions opt;
+  Implementation impl = Implementation::PytorchLean;
+  double knl = 0;  // per-kernel floor (launch + gap) of kernels no table measures
+  Ceilings ceil;
+  // Derived tables: the ceilings and launch floor of this device (ceil and knl then hold the
+  // tables device's, which cost every kernel before derive() moves it here).
+  bool derived = false;
+  Ceilings target;
+  double knl_target = 0;
+  int tp = 1, pp = 1, layers_stage = 0;
+  // What one costed unit of work holds: decoder layers, and whether the embedding gather, the
+  // LM head (with the final norm and sampling) and the send to the next stage are on it.
+  struct Span {
+    double L = 0;
+    bool embed = false, head = false, send = false;
+  };
+  // spans[0]: the legacy costed stage (ceil(layers / pp) layers, the LM head, the embedding when
+  // pp == 1, the send when pp > 1) that iteration() and iteration_ns() cost; then one span per
+  // distinct pipeline stage under Megatron's split, stage_span[s] its index.
+  std::vector<Span> spans;
+  std::vector<int> stage_span;
+  std::vector<LayerRange> ranges;
+  std::vector<std::unique_ptr<std::atomic<double>[]>> span_cache;  // dense parts per span, by M
+  double H = 0, KV = 0, hd = 0, hidden = 0, ffn = 0, vocab = 0, b = 2;
+
+  std::optional<costtab::GemmTable> gemm;
+  std::optional<costtab::DecodeTable> decode;
+  std::optional<costtab::PrefillTable> prefill;
+  std::optional<costtab::SliceTable> slice;
+  std::optional<costtab::ElementwiseTable> elem;
+
+  struct GemmPlan {
+    double K = 0, N = 0;
+    int shape = -1;
+  };
+  GemmPlan qkv, o, up, down, lm;
+  costtab::DecodeTable::Plan dplan;
+  // Decode shares by context, row-major over the plan's batch rows: dshare[row * dshare_ctx + c]
+  // is DecodeTable::share(row, (c + 1) * len_scale), for contexts below dshare_ctx.
+  std::vector<double> dshare;
+  int dshare_ctx = 0;
+  // DecodeTable::bracket of each batch size below 1024 (its two logarithms, once).
+  struct Bracket {
+    size_t lo, hi;
+    double w;
+  };
+  std::vector<Bracket> dbracket;
+  int pgroup = -1;
+  double prefill_head_scale = 1, slice_head_scale = 1;
+  const costtab::ElementwiseTable::Op *e_norm = nullptr, *e_rope = nullptr, *e_act = nullptr, *e_res = nullptr;
+
+  mutable std::unique_ptr<std::atomic<double>[]> rows_cache;
+
+  Impl(HardwareSpec h, ModelSpec mm, CostOptions o_) : hw(std::move(h)), m(std::move(mm)), opt(std::move(o_)) {
+    tp = opt.tensor_parallel;
+    pp = opt.pipeline_parallel;
+    if (tp < 1 || pp < 1) throw std::invalid_argument(fmt::format("tensor and pipeline parallel must be >= 1 (tp {}, pp {})", tp, pp));
+    if (m.layers <= 0 || m.hidden <= 0 || m.heads <= 0 || m.kv_heads <= 0 || m.head_dim <= 0 || m.ffn <= 0 || m.vocab <= 0)
+      throw std::invalid_argument(fmt::format("model '{}' has a non-positive size", m.name));
+    if (m.heads % tp != 0)
+      throw std::invalid_argument(fmt::format("tensor parallel {} does not divide the {} heads of {}", tp, m.heads, m.name));
+    if (m.kv_heads % tp != 0 && tp % m.kv_heads != 0)
+      throw std::invalid_argument(
+          fmt::format("tensor parallel {} neither divides nor is a multiple of the {} KV heads of {}", tp, m.kv_heads, m.name));
+    if (pp > m.layers)
+      throw std::invalid_argument(fmt::format("pipeline parallel {} exceeds the {} layers of {}", pp, m.layers, m.name));
+    if (tp > 1 && hw.interconnect_Bps <= 0)
+      throw std::invalid_argument(fmt::format("tensor parallel {} needs scale-up links, and {} has none", tp, hw.name));
+    if (pp > 1 && hw.interconnect_Bps <= 0 && hw.pcie_Bps <= 0)
+      throw std::invalid_argument(fmt::format("pipeline parallel {} needs a link between devices, and {} has none", pp, hw.name));
+    if (hw.effective_flops() <= 0 || hw.effective_bandwidth_Bps() <= 0)
+      throw std::invalid_argument(fmt::format("hardware '{}' has no compute or memory ceiling", hw.name));
+    layers_stage = (m.layers + pp - 1) / pp;
+    spans.push_back(Span{static_cast<double>(layers_stage), pp == 1, true, pp > 1});
+    for (int s = 0; s < pp; ++s) {
+      const LayerRange r = pipeline_stage_layers(m.layers, pp, s);
+      ranges.push_back(r);
+      const Span sp = span_of(r);
+      int at = -1;
+      for (size_t i = 0; i < spans.size(); ++i)
+        if (spans[i].L == sp.L && spans[i].embed == sp.embed && spans[i].head == sp.head && spans[i].send == sp.send)
+          at = static_cast<int>(i);
+      if (at < 0) {
+        at = static_cast<int>(spans.size());
+        spans.push_back(sp);
+      }
+      stage_span.push_back(at);
+    }
+    H = static_cast<double>(m.heads) / tp;
+    KV = std::max(1.0, static_cast<double>(m.kv_heads) / tp);
+    hd = m.head_dim;
+    hidden = m.hidden;
+    ffn = static_cast<double>(m.ffn) / tp;
+    vocab = std::ceil(static_cast<double>(m.vocab) / tp);
+    b = m.dtype_bytes;
+    ceil = Ceilings{hw.effective_flops(), hw.effective_bandwidth_Bps()};
+    impl = opt.fused_elementwise ? Implementation::Fused : opt.implementation;
+    knl = hw.kernel_launch_ns > 0 ? hw.kernel_launch_ns : opt.kernel_floor_ns;
+    knl_target = knl;
+    if (opt.tables_device && !opt.tables_dir.empty()) {
+      const HardwareSpec& src = *opt.tables_device;
+      derived = true;
+      target = ceil;
+      ceil = Ceilings{src.effective_flops(), src.effective_bandwidth_Bps()};
+      knl = src.kernel_launch_ns > 0 ? src.kernel_launch_ns : opt.kernel_floor_ns;
+    }
+
+    qkv = {hidden, (H + 2 * KV) * hd};
+    o = {H * hd, hidden};
+    up = {hidden, (m.gated_ffn ? 2 : 1) * ffn};
+    down = {ffn, hidden};
+    lm = {hidden, vocab};
+
+    if (!opt.tables_dir.empty()) load_tables();
+    rows_cache.reset(new std::atomic<double>[kCacheSize]);
+    for (long i = 0; i < kCacheSize; ++i) rows_cache[i].store(-1, std::memory_order_relaxed);
+    for (size_t k = 0; k < spans.size(); ++k) {
+      span_cache.emplace_back(new std::atomic<double>[kCacheSize]);
+      for (long i = 0; i < kCacheSize; ++i) span_cache.back()[i].store(-1, std::memory_order_relaxed);
+    }
+  }
+
+  static Span span_of(const LayerRange& r) { return Span{static_cast<double>(r.count), r.embedding, r.lm_head, r.send}; }
+
+  void load_tables() {
+    namespace fs = std::filesystem;
+    const fs::path dir(opt.tables_dir);
+    if (!sluice::path_is_directory(dir))
+      throw std::invalid_argument(fmt::format("cost tables folder '{}' does not exist (for {}: calibration '{}')",
+                                              opt.tables_dir, hw.name, hw.calibration));
+    if (m.dtype_bytes != 2) return;  // tables are bf16 kernels
+    auto have = [&](const char* f) { return sluice::path_exists(dir / f); };
+    auto csv = [&](const char* f) { return costtab::read_csv((dir / f).string()); };
+    if (have("gemm.csv")) {
+      gemm = costtab::GemmTable::from_csv(csv("gemm.csv"));
+      for (GemmPlan* g : {&qkv, &o, &up, &down, &lm}) g->shape = gemm->nearest(g->K, g->N, opt.max_shape_ratio);
+    }
+    if (have("attention_decode.csv")) {
+      decode = costtab::DecodeTable::from_csv(csv("attention_decode.csv"));
+      dplan = decode->plan(H, KV, hd);
+      if (dplan.group >= 0) {
+        const auto& g = decode->groups()[static_cast<size_t>(dplan.group)];
+        dshare_ctx = std::clamp(m.max_context + 1, 1, 1 << 15);
+        dshare.resize(g.rows.size() * static_cast<size_t>(dshare_ctx));
+        for (size_t k = 0; k < g.rows.size(); ++k) {
+          const Share sh(g.rows[k]);
+          for (int c = 0; c < dshare_ctx; ++c)
+            dshare[k * static_cast<size_t>(dshare_ctx) + static_cast<size_t>(c)] = sh(static_cast<double>(c + 1) * dplan.len_scale);
+        }
+        dbracket.resize(1024);
+        for (size_t n = 0; n < dbracket.size(); ++n) {
+          Bracket& br = dbracket[n];
+          decode->bracket(g, static_cast<double>(n), &br.lo, &br.hi, &br.w);
+        }
+      }
+    }
+    if (have("attention_prefill.csv")) {
+      prefill = costtab::PrefillTable::from_csv(csv("attention_prefill.csv"));
+      pgroup = prefill->plan(H / KV, true);
+      if (pgroup >= 0) {
+        const auto& g = prefill->groups()[static_cast<size_t>(pgroup)];
+        prefill_head_scale = H * hd / (g.heads * g.head_dim);
+      }
+    }
+    if (have("attention_slice.csv")) {
+      slice = costtab::SliceTable::from_csv(csv("attention_slice.csv"));
+      if (slice->empty()) slice.reset();
+      else slice_head_scale = H * hd / (slice->heads * slice->head_dim);
+    }
+    if (have("elementwise.csv")) {
+      elem = costtab::ElementwiseTable::from_csv(csv("elementwise.csv"));
+      e_norm = elem->find("rmsnorm");
+      e_rope = elem->find("rope");
+      e_act = elem->find("silu_mul");
+      e_res = elem->find("residual_add");
+    }
+  }
+
+  double roof(double flops, double bytes) const { return std::max(costtab::roof_ns(flops, bytes, ceil), knl); }
+
+  // How compute-bound a kernel of these FLOPs and bytes is: its FLOP time over its roofline time.
+  double compute_share(double flops, double bytes) const {
+    const double r = costtab::roof_ns(flops, bytes, ceil);
+    return r > 0 ? costtab::roof_ns(flops, 0, ceil) / r : 0;
+  }
+
+  // A kernel's time inside a whole step: its tensor-core share runs at the sustained clock.
+  double in_step(double ns, double flops, double bytes) const {
+    return ns * (1 + (1 / hw.sustained_clock - 1) * compute_share(flops, bytes));
+  }
+
+  // Derived tables: a part costed on the tables device, moved to this one. Its launch floors
+  // become this device's; the rest scales by the ratio of the two rooflines of its FLOPs and
+  // bytes (a memory-bound kernel by bandwidth, a compute-bound one by FLOP/s).
+  void derive(Part& p) const {
+    if (!derived || p.op == Op::AllReduce || p.op == Op::AllGather || p.op == Op::PpSend) return;
+    const double rs = costtab::roof_ns(p.flops, p.bytes, ceil), rt = costtab::roof_ns(p.flops, p.bytes, target);
+    const double ratio = rs > 0 ? rt / rs : 1, floors = p.kernels * knl;
+    p.ns = p.kernels * knl_target + std::max(0.0, p.ns - floors) * ratio;
+  }
+
+  // A sink that moves each part to this device (derived tables) before passing it on.
+  template <class S>
+  struct Moved {
+    const Impl& im;
+    S& s;
+    void operator()(Part p) const {
+      im.derive(p);
+      s(p);
+    }
+  };
+
+  Part gemm_part(Op id, const GemmPlan& g, double M) const {
+    const double flops = 2 * M * g.K * g.N, bytes = b * (M * g.K + g.K * g.N + M * g.N);
+    if (gemm && g.shape >= 0) {
+      Estimate e = gemm->estimate(g.shape, M, g.K, g.N, b, ceil);
+      // Rows are computed in tiles of 64 (cuBLAS's smaller Hopper tiles): where the GEMM is
+      // compute-bound, a row count between multiples costs the next multiple's FLOPs. The
+      // table's rows are all multiples of 64, so this only moves unmeasured M.
+      const double Mq = std::ceil(M / 64) * 64;
+      e.ns *= costtab::roof_ns(2 * Mq * g.K * g.N, bytes, ceil) / costtab::roof_ns(flops, bytes, ceil);
+      return {id, e.scaled ? Src::Scaled : Src::Table, File::Gemm, in_step(e.ns, flops, bytes), flops, bytes};
+    }
+    return {id, Src::Roofline, File::None, in_step(roof(flops, bytes), flops, bytes), flops, bytes};
+  }
+
+  // `calls` calls of a measured elementwise op over `tokens` rows moving `bpt` bytes per row;
+  // `kpc` kernels per call (the table's time per call already holds their floors and gaps).
+  Part elem_part(Op id, const costtab::ElementwiseTable::Op* t, double tokens, double bpt, double calls, double kpc,
+                 bool other_op = false) const {
+    const double bytes = tokens * bpt, flops = tokens * bpt / b * 4;
+    if (t) {
+      const Estimate e = elem->estimate(*t, tokens, bpt);
+      return {id, (e.scaled || other_op) ? Src::Scaled : Src::Table, File::Elementwise, e.ns * calls, flops * calls,
+              bytes * calls, kpc * calls};
+    }
+    return {id, Src::Analytic, File::None, calls * kpc * kernel(bytes / kpc, flops / kpc), flops * calls, bytes * calls,
+            kpc * calls};
+  }
+
+  // One kernel that no table measures: its traffic at the copy ceiling (FLOPs at the GEMM
+  // ceiling), never under the device's per-kernel floor.
+  double kernel(double bytes, double flops = 0) const { return std::max(costtab::roof_ns(flops, bytes, ceil), knl); }
+
+  // `n` kernels of `bytes` each, from physics (Src::Analytic).
+  Part kernels_part(Op id, double n, double bytes, double flops = 0) const {
+    return {id, Src::Analytic, File::None, n * kernel(bytes, flops), n * flops, n * bytes, n};
+  }
+
+  // RMSNorm upcast to fp32 by hand over `rows` rows (pytorch-naive): x.float(), pow(2), mean,
+  // + eps, rsqrt, x * r, .to(bf16), * weight: eight kernels, each at its own traffic.
+  Part naive_norm_part(Op id, double rows) const {
+    const double h = hidden, f = 4;  // fp32 bytes
+    const double per_row[8] = {h * (b + f), 2 * h * f, h * f + f, 2 * f, 2 * f, h * f + f + h * f, h * (f + b), 2 * h * b};
+    Part p{id, Src::Analytic, File::None, 0, rows * h * 6, 0, 8};
+    for (double bpr : per_row) {
+      p.ns += kernel(rows * bpr);
+      p.bytes += rows * bpr;
+    }
+    return p;
+  }
+
+  // Ring collective over tp devices: all-reduce moves 2(n-1)/n of the data in 2(n-1) steps,
+  // all-gather half of that.
+  double ring_ns(double bytes, double steps_factor) const {
+    const double n = tp;
+    return steps_factor * ((n - 1) / n * bytes / hw.interconnect_Bps * 1e9 + (n - 1) * hw.interconnect_latency_ns);
+  }
+
+  // A fused kernel (vLLM): `calls` kernels of `bpt` bytes per token each, at the least traffic.
+  Part fused_part(Op id, double M, double bpt, double calls) const {
+    const double bytes = M * bpt, flops = M * bpt / b * 4;
+    return {id, Src::Roofline, File::None, calls * kernel(bytes, flops), calls * flops, calls * bytes, calls};
+  }
+
+  // The per-layer memory-bound kernels of the implementation, over M new tokens.
+  //   pytorch-lean: F.rms_norm x2 (1 kernel each, table), rotary on q and on k (7 kernels each:
+  //     4 multiplies, 2 adds, a concat; table), k and v copied into the dense cache (2 copy
+  //     kernels, physics), F.silu(g) * u (2 kernels, table), residual adds x2 (table).
+  //   pytorch-naive: the norms as 8 kernels each in fp32 (physics), and each rotary call first
+  //     rebuilds its angle table (12 small kernels: arange, pow, outer product, cat, cos, sin and
+  //     casts; physics) before the same 7 kernels.
+  //   fused: fused add+RMSNorm x2, one rotary kernel over q and k, one SiLU*mul, one cache write.
+  template <class Layer>
+  void layer_elementwise(double M, Layer& layer) const {
+    const double kv_row = KV * hd * b;  // one token's k (or v) on this device
+    if (impl == Implementation::Fused) {
+      layer(fused_part(Op::Norm, M, 4 * hidden * b, 2));  // reads x and residual, writes both
+      if (!m.learned_positions) layer(fused_part(Op::Rope, M, 2 * (H + KV) * hd * b, 1));
+      layer(fused_part(Op::Act, M, (m.gated_ffn ? 3 : 2) * ffn * b, 1));
+      layer(fused_part(Op::KvWrite, M, 4 * kv_row, 1));
+      return;
+    }
+    if (impl == Implementation::PytorchNaive && !m.layernorm) {
+      Part p = naive_norm_part(Op::Norm, M);
+      p.ns *= 2, p.flops *= 2, p.bytes *= 2, p.kernels *= 2;
+      layer(p);
+    } else {
+      layer(elem_part(Op::Norm, e_norm, M, 2 * hidden * b, 2, 1, m.layernorm));
+    }
+    if (!m.learned_positions) {
+      if (impl == Implementation::PytorchNaive)  // per call: 12 kernels over the step's positions x hd/2 angles
+        layer(kernels_part(Op::RopeAngles, 2 * 12, M * hd / 2 * 4 * 2));
+      layer(elem_part(Op::Rope, e_rope, M, 2 * H * hd * b, 1, 7));
+      layer(elem_part(Op::Rope, e_rope, M, 2 * KV * hd * b, 1, 7));
+    }
+    layer(kernels_part(Op::KvWrite, 2, 2 * M * kv_row));  // cache[:, :, pos:pos+T] = k (and v)
+    if (m.gated_ffn) layer(elem_part(Op::Act, e_act, M, 3 * ffn * b, 1, 2));
+    else layer(elem_part(Op::Act, e_act, M, 2 * ffn * b, 1, 1, true));
+    layer(elem_part(Op::Residual, e_res, M, 3 * hidden * b, 2, 1));
+    // The glue kernels no table holds (Src::Fitted; see glue_kernels()): each at the launch floor.
+    const double g = glue_kernels(M);
+    if (g > 0) layer(Part{Op::Glue, Src::Fitted, File::None, g * knl, 0, 0, g});
+  }
+
+  // Kernels a plain PyTorch decoder layer launches beyond the ones costed above, counted in
+  // launch floors: kGlueAlways per layer, plus kGlueRows when the layer runs more than one token
+  // row. Not measured kernel by kernel: the two counts are fitted to the whole steps of
+  // model_steps.csv (Llama-2-7B and TinyLlama-1.1B, lean and naive alike, one pair for both
+  // models and both profiles), where a step costs more than its kernels' table sum by a nearly
+  // constant amount per layer: flat in KV length, flat in batch beyond one row, the same in
+  // microseconds for a 2048-wide and a 4096-wide model (so not traffic), about 5 us per layer
+  // at one row and 15 us from eight rows on. That is the signature of short kernels at the
+  // floor, not of any kernel's work: the glue between the fused qkv output, the rotary, the
+  // cache and SDPA (layout copies of strided views, position gathers) is where a plain decoder
+  // launches them, and only a profile of the measured steps can name them one by one.
+  // The fused profile (vLLM) has none: its kernels take the views directly.
+  static constexpr double kGlueAlways = 3, kGlueRows = 6;
+  double glue_kernels(double M) const {
+    if (impl == Implementation::Fused) return 0;
+    if (opt.glue_kernels) return (*opt.glue_kernels)[0] + (M > 1 ? (*opt.glue_kernels)[1] : 0);
+    return kGlueAlways + (M > 1 ? kGlueRows : 0);
+  }
+
+  // Every part that depends only on the total new tokens M of the batch.
+  template <class Sink>
+  void dense_parts(double M, Sink& sink, const Span& sp) const {
+    if (M <= 0) return;
+    const double L = sp.L;
+    auto layer = [&](Part p) {
+      p.ns *= L;
+      p.flops *= L;
+      p.bytes *= L;
+      p.kernels *= L;
+      sink(p);
+    };
+    layer(gemm_part(Op::Qkv, qkv, M));
+    layer(gemm_part(Op::O, o, M));
+    layer(gemm_part(Op::GateUp, up, M));
+    layer(gemm_part(Op::Down, down, M));
+    layer_elementwise(M, layer);
+    if (tp > 1) {
+      const double bytes = M * hidden * b;
+      if (opt.comm_on_fabric)
+        layer(Part{Op::AllReduce, Src::Network, File::None, 0, 2 * M * hidden, 2 * bytes, 2});
+      else if (opt.allreduce_ns)
+        layer(Part{Op::AllReduce, Src::Network, File::None, 2 * opt.allreduce_ns(bytes), 2 * M * hidden, 2 * bytes, 2});
+      else
+        layer(Part{Op::AllReduce, Src::Analytic, File::None, 2 * ring_ns(bytes, 2), 2 * M * hidden, 2 * bytes, 2});
+    }
+    if (sp.embed)  // the embedding gather (first stage): a row of the table read and written per token
+      sink(kernels_part(Op::Embed, 1, 2 * M * hidden * b));
+    if (sp.head && impl == Implementation::Fused)  // vLLM normalises every token, then selects the sampled rows
+      sink(fused_part(Op::FinalNorm, M, 2 * hidden * b, 1));
+    if (sp.send && !opt.comm_on_fabric) {
+      const double bytes = M * hidden * b;
+      const bool nvlink = hw.interconnect_Bps > 0;
+      const double bw = nvlink ? hw.interconnect_Bps : hw.pcie_Bps;
+      sink(Part{Op::PpSend, Src::Analytic, File::None, bytes / bw * 1e9 + (nvlink ? hw.interconnect_latency_ns : 0), 0, bytes, 1});
+    }
+  }
+
+  // Every part that depends only on the number R of rows that sample a token.
+  template <class Sink>
+  void row_parts(double R, Sink& sink) const {
+    if (R <= 0) return;
+    const double v = m.vocab;
+    if (impl != Implementation::Fused) {
+      // The norm of each sequence's last token only, then the LM head and a greedy argmax
+      // over the bf16 logits (one reduction kernel reading them all).
+      if (impl == Implementation::PytorchNaive && !m.layernorm) sink(naive_norm_part(Op::FinalNorm, R));
+      else sink(elem_part(Op::FinalNorm, e_norm, R, 2 * hidden * b, 1, 1, m.layernorm));
+      sink(gemm_part(Op::LmHead, lm, R));
+      sink(kernels_part(Op::Argmax, 1, R * v * b + R * 8, R * v));
+    } else {
+      sink(gemm_part(Op::LmHead, lm, R));
+      // Sampling over the full vocabulary: fp32 logits written, read by softmax, read by the sampler.
+      const double bytes = R * v * 4 * 3, flops = R * v * 5;
+      sink(Part{Op::Sampling, Src::Roofline, File::None, roof(flops, bytes), flops, bytes});
+    }
+    if (tp > 1) {
+      const double g = R * static_cast<double>(m.vocab) * b;
+      sink(Part{Op::AllGather, Src::Analytic, File::None, ring_ns(g, 1), 0, g, 1});
+    }
+  }
+
+  // The parts of n tokens (dense) or n sampled rows, from the cache once computed: the lookup
+  // inline, the computation out of line.
+  double cached(std::atomic<double>* cache, long n, bool dense, const Span& sp) const {
+    if (n <= 0) return 0;
+    if (n < kCacheSize) {
+      const double v = cache[n].load(std::memory_order_relaxed);
+      if (v >= 0) return v;
+    }
+    return fill(cache, n, dense, sp);
+  }
+  [[gnu::noinline]] double fill(std::atomic<double>* cache, long n, bool dense, const Span& sp) const {
+    SumSink s;
+    Moved<SumSink> ms{*this, s};
+    if (dense) dense_parts(static_cast<double>(n), ms, sp);
+    else row_parts(static_cast<double>(n), ms);
+    if (n < kCacheSize) cache[n].store(s.total, std::memory_order_relaxed);
+    return s.total;
+  }
+
+  // One prefill chunk's attention per layer.
+  // FLOPs and bytes of one chunk's attention (no time).
+  Part prefill_part_work(double l, double c) const {
+    const double pairs = l * c + l * (l + 1) / 2;
+    return {Op::AttnPrefill, Src::Analytic, File::None, 0, 4 * hd * H * pairs, b * hd * (2 * l * H + 2 * (c + l) * KV)};
+  }
+
+  Part prefill_part(double l, double c) const {
+    const double pairs = l * c + l * (l + 1) / 2;
+    const double flops = 4 * hd * H * pairs, bytes = b * hd * (2 * l * H + 2 * (c + l) * KV);
+    if (c <= 0 && prefill && pgroup >= 0) {
+      Estimate e = prefill->estimate(pgroup, l, ceil);
+      if (prefill_head_scale != 1) {
+        e.ns = std::max(e.ns * prefill_head_scale, prefill->min_ns());
+        e.scaled = true;
+      }
+      return {Op::AttnPrefill, e.scaled ? Src::Scaled : Src::Table, File::Prefill, e.ns, flops, bytes};
+    }
+    if (slice && prefill && pgroup >= 0 && l > slice->rows.front().t_ns.x_max()) {
+      // A chunk longer than the slice table measures: the prefill table's time for l tokens
+      // (prefix 0, measured to 16k) plus the prefix's extra cost, measured at the table's
+      // longest slice L and scaled by l/L (each new token attends to c more keys). Continuous
+      // with the prefix-0 case as c -> 0, and monotone in c.
+      const double L = slice->rows.front().t_ns.x_max();
+      Estimate base = prefill->estimate(pgroup, l, ceil);
+      base.ns = std::max(base.ns * prefill_head_scale, prefill->min_ns());
+      const double extra = std::max(0.0, slice->estimate(L, c, ceil).ns - slice->estimate(L, 0, ceil).ns);
+      return {Op::AttnPrefill, Src::Scaled, File::Prefill, base.ns + extra * slice_head_scale * (l / L), flops, bytes};
+    }
+    if (slice) {
+      Estimate e = slice->estimate(l, c, ceil);
+      if (slice_head_scale != 1) {
+        e.ns = std::max(e.ns * slice_head_scale, slice->min_ns);
+        e.scaled = true;
+      }
+      return {Op::AttnPrefill, e.scaled ? Src::Scaled : Src::Table, File::Slice, e.ns, flops, bytes};
+    }
+    // No table: the FLOP ceiling at the device's attention efficiency for a chunk this long
+    // (short prompts fill few tiles), not the GEMM ceiling.
+    return {Op::AttnPrefill, Src::Roofline, File::None, roof(flops / hw.attention_efficiency(l), bytes), flops, bytes};
+  }
+
+  // Attention of a whole batch; sums into `sink` per layer x L layers. `nd` decode sequences.
+  template <class Sink, bool kDetail>
+  void attention_parts(std::span<const SeqWork> batch, long nd, Sink& sink, double L) const {
+    if (nd > 0) {
+      double t = 0, flops = 0, bytes = 0;
+      Src src = Src::Roofline;
+      File file = File::None;
+      if (decode && dplan.group >= 0) {
+        const auto& g = decode->groups()[static_cast<size_t>(dplan.group)];
+        size_t lo = 0, hi = 0;
+        double w = 0;
+        if (static_cast<size_t>(nd) < dbracket.size()) {  // the rows around nd, computed at construction
+          const Bracket& br = dbracket[static_cast<size_t>(nd)];
+          lo = br.lo;
+          hi = br.hi;
+          w = br.w;
+        } else {
+          decode->bracket(g, static_cast<double>(nd), &lo, &hi, &w);
+        }
+        const auto& rl = g.rows[lo];
+        const auto& rh = g.rows[hi];
+        const double r = dplan.len_scale;
+        double s_lo = 0, s_hi = 0, lmax = 0, lsum = 0;
+        bool out = !dplan.exact || static_cast<double>(nd) > g.rows.back().batch;
+        // The hot loop: each decode sequence's share on the two batch rows around nd, summed
+        // in batch order (the same sums, term for term, as DecodeTable::share gives them).
+        const Share sl(rl), sh(rh);
+        const bool two = hi != lo;
+        if constexpr (!kDetail) {
+          // Shares read from dshare (the same values, computed at construction) for contexts
+          // it holds; the longest length from the longest context (l grows with it, and so
+          // does its rounded product with r).
+          const double* tl = dshare.data() + lo * static_cast<size_t>(dshare_ctx);
+          const double* th = dshare.data() + hi * static_cast<size_t>(dshare_ctx);
+          const auto n = static_cast<unsigned>(dshare_ctx);
+          int cmax = -1;
+          // One loop per case, its tests out of the loop: every sequence decodes (the steady
+          // decode of a serving replica) or not, one row or two. The sums are the same.
+          auto sum = [&]<bool kAllDecode, bool kTwo>() {
+            for (const SeqWork& s : batch) {
+              if (!kAllDecode && s.new_tokens != 1) continue;
+              const int c = s.context;
+              cmax = c > cmax ? c : cmax;
+              if (static_cast<unsigned>(c) < n) {
+                s_lo += tl[c];
+                if (kTwo) s_hi += th[c];
+              } else {
+                const double l = static_cast<double>(c + 1) * r;
+                s_lo += sl(l);
+                if (kTwo) s_hi += sh(l);
+              }
+            }
+          };
+          if (static_cast<size_t>(nd) == batch.size()) {
+            if (two) sum.template operator()<true, true>();
+            else sum.template operator()<true, false>();
+          } else if (two) {
+            sum.template operator()<false, true>();
+          } else {
+            sum.template operator()<false, false>();
+          }
+          const double l = static_cast<double>(cmax + 1) * r;
+          lmax = l > 0 ? l : 0;
+        } else {
+          for (const SeqWork& s : batch) {
+            if (s.new_tokens != 1) continue;
+            const double l = static_cast<double>(s.context + 1) * r;
+            s_lo += sl(l);
+            if (two) s_hi += sh(l);
+            lmax = l > lmax ? l : lmax;
+            lsum += s.context + 1;
+            out = out || l < rl.knot.front() || l > rl.knot.back() || l < rh.knot.front() || l > rh.knot.back();
+          }
+        }
+        t = w > 0 ? std::exp((1 - w) * std::log(s_lo) + w * std::log(s_hi)) : s_lo;
+        t = costtab::DecodeTable::at_least_longest_alone(t, g, rl, rh, w, static_cast<double>(nd), lmax);
+        t = t > g.min_ns ? t : g.min_ns;
+        src = out ? Src::Scaled : Src::Table;
+        file = File::Decode;
+        if (!kDetail && derived)  // derive() moves the part by its FLOPs and bytes: the hot path needs them too
+          for (const SeqWork& s : batch)
+            if (s.new_tokens == 1) lsum += s.context + 1;
+        if (kDetail || derived) {
+          flops = 4 * hd * H * lsum;
+          bytes = b * hd * (2 * KV * lsum + 2 * H * static_cast<double>(nd));
+        }
+      } else {
+        // The keys read, summed as integers: the same value as a double sum (exact below 2^53)
+        // without its chain of floating-point adds.
+        int64_t keys = 0;
+        for (const SeqWork& s : batch)
+          if (s.new_tokens == 1) keys += s.context + 1;
+        const double lsum = static_cast<double>(keys);
+        flops = 4 * hd * H * lsum;
+        bytes = b * hd * (2 * KV * lsum + 2 * H * static_cast<double>(nd));
+        t = roof(flops, bytes);
+      }
+      sink(Part{Op::AttnDecode, src, file, t * L, flops * L, bytes * L, L});
+    }
+    if (static_cast<size_t>(nd) == batch.size()) return;
+    // Chunks after a cached prefix: one attention call each. Fresh prompts (no prefix) are one
+    // batched call: it costs as a single prompt of the same causal FLOPs, sqrt(sum of l^2)
+    // tokens (a batch fills the device as a longer prompt does), never less than its longest
+    // prompt alone.
+    double sq = 0, lmax = 0, n_fresh = 0;
+    auto emit = [&](Part p, double kernels) {
+      p.ns = in_step(p.ns, p.flops, p.bytes) * L;
+      p.flops *= L;
+      p.bytes *= L;
+      p.kernels = kernels * L;
+      sink(p);
+    };
+    for (const SeqWork& s : batch) {
+      if (s.new_tokens <= 1) continue;
+      if (s.context > 0 || !prefill || pgroup < 0) {
+        emit(prefill_part(s.new_tokens, s.context), 1);
+        continue;
+      }
+      const double l = s.new_tokens;
+      sq += l * l;
+      lmax = l > lmax ? l : lmax;
+      n_fresh += 1;
+    }
+    if (n_fresh > 0) {
+      Part p = prefill_part(n_fresh > 1 ? std::sqrt(sq) : lmax, 0);
+      if (n_fresh > 1) {
+        // FLOPs and bytes of the batch itself, not of the equivalent prompt.
+        double flops = 0, bytes = 0;
+        for (const SeqWork& s : batch)
+          if (s.new_tokens > 1 && s.context == 0) {
+            const Part q = prefill_part_work(s.new_tokens, 0);
+            flops += q.flops;
+            bytes += q.bytes;
+          }
+        p.ns = std::max(p.ns, prefill_part(lmax, 0).ns);
+        p.flops = flops;
+        p.bytes = bytes;
+        p.src = Src::Scaled;
+      }
+      emit(p, 1);
+    }
+    // PyTorch: the attention output [B, heads, T, d] transposed back to [B, T, heads * d] and
+    // reshaped is a copy once T > 1 (a decode step's is a view); one kernel per layer over the
+    // batch's prefill tokens. vLLM's kernels write the output in place.
+    if (impl != Implementation::Fused) {
+      double tokens = 0;
+      for (const SeqWork& s : batch)
+        if (s.new_tokens > 1) tokens += s.new_tokens;
+      if (tokens > 0) {
+        Part p = kernels_part(Op::AttnLayout, 1, 2 * tokens * H * hd * b);
+        p.ns *= L, p.bytes *= L, p.kernels *= L;
+        sink(p);
+      }
+    }
+  }
+
+  std::string op_name(Op op) const {
+    switch (op) {
+      case Op::Embed: return "embedding";
+      case Op::Qkv: return "gemm.qkv";
+      case Op::O: return "gemm.o";
+      case Op::GateUp: return m.gated_ffn ? "gemm.gate_up" : "gemm.up";
+      case Op::Down: return "gemm.down";
+      case Op::AttnPrefill: return "attention.prefill";
+      case Op::AttnDecode: return "attention.decode";
+      case Op::Norm: return m.layernorm ? "elementwise.layernorm" : "elementwise.rmsnorm";
+      case Op::Rope: return "elementwise.rope";
+      case Op::RopeAngles: return "elementwise.rope_angles";
+      case Op::KvWrite: return "kv_cache.write";
+      case Op::AttnLayout: return "attention.layout_copy";
+      case Op::FinalNorm: return m.layernorm ? "final_norm.layernorm" : "final_norm.rmsnorm";
+      case Op::Argmax: return "argmax";
+      case Op::Act: return m.gated_ffn ? "elementwise.silu_mul" : "elementwise.gelu";
+      case Op::Residual: return "elementwise.residual_add";
+      case Op::LmHead: return "lm_head";
+      case Op::Sampling: return "sampling";
+      case Op::AllReduce: return "allreduce";
+      case Op::AllGather: return "allgather.logits";
+      case Op::PpSend: return "pp_send";
+      case Op::Glue: return "glue";
+      case Op::Count: break;
+    }
+    return "?";
+  }
+
+  static std::string source_name(Src s, File f) {
+    switch (s) {
+      case Src::Table: return std::string("table:") + file_name(f);
+      case Src::Scaled: return std::string("table:") + file_name(f) + "~scaled";
+      case Src::Roofline: return "roofline";
+      case Src::Analytic: return "analytic";
+      case Src::Network: return "network";
+      case Src::Fitted: return "fitted:model_steps.csv";
+    }
+    return "?";
+  }
+};
+
+}  // namespace sluice
