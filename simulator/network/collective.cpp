@@ -276,8 +276,7 @@ AllReduceEstimate allreduce_choice(const Topology& topo, Router& router, const s
   for (int k = 0; k < K; ++k) {
     double edges = 0;
     for (int t = 0; t < 2; ++t) {
-      int q = 0;
-      while (tree_server(t, q, K) != k) ++q;
+      const int q = tree_server(t, k, K);  // its place in tree t (the orders are their own inverses)
       edges += (q > 0 ? 1 : 0) + (2 * q + 1 < K ? 1 : 0) + (2 * q + 2 < K ? 1 : 0);
     }
     busiest = std::max(busiest, edges);
@@ -492,25 +491,12 @@ SimTime collective_time(const Topology& topo, CollectiveKind kind, const std::ve
 }
 
 std::vector<std::vector<int>> ring_channels(const Topology& topo, const std::vector<int>& devices) {
-  // A torus (TPU ICI, a GPU torus) has no NICs: its ring follows the wiring (ring_order).
-  if (topo.torus) return {devices};
-  std::vector<int> keys;
-  std::vector<std::vector<int>> servers;
-  for (int d : devices) {
-    const int g = topo.node(d).group;
-    if (g < 0) return {devices};
-    auto it = std::find(keys.begin(), keys.end(), g);
-    if (it == keys.end()) {
-      keys.push_back(g);
-      servers.push_back({d});
-    } else {
-      servers[static_cast<size_t>(it - keys.begin())].push_back(d);
-    }
-  }
-  const size_t m = servers.front().size();
-  if (servers.size() < 2 || m < 2) return {devices};
-  for (const auto& s : servers)
-    if (s.size() != m) return {devices};
+  // A torus (TPU ICI, a GPU torus) has no NICs: its ring follows the wiring (ring_order); by_server
+  // makes each of its devices a server of one, so it gets one ring, as does a group with any
+  // ungrouped device or servers holding different numbers of it.
+  const auto servers = by_server(topo, devices);
+  const size_t m = static_cast<size_t>(channel_count(servers));
+  if (m < 2) return {devices};
   const long K = static_cast<long>(servers.size()), M = static_cast<long>(m);
   std::vector<std::vector<int>> channels(m);
   // Channel c enters an even server at local rank c and walks up to c - 1; the next (odd)

@@ -373,8 +373,8 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
   }
 
   void schedule_compute_end(int64_t now) {
-    compute_end_ = now + std::max<int64_t>(0, static_cast<int64_t>(std::ceil(work_left_ / rate_)));
-    world_.engine().schedule_at(SimTime::ns(compute_end_), Priority::Compute, this, kPhaseTimer, 0, Generation(++timer_gen_));
+    const int64_t end = now + std::max<int64_t>(0, static_cast<int64_t>(std::ceil(work_left_ / rate_)));
+    world_.engine().schedule_at(SimTime::ns(end), Priority::Compute, this, kPhaseTimer, 0, Generation(++timer_gen_));
   }
 
   void rate_change(int64_t now, double rate) {
@@ -645,7 +645,7 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
   bool compute_running_ = false;
   double work_left_ = 0;       // the phase's compute left, in ns at full rate
   double rate_ = 1;            // its rate now: 1, or 1 / overlap_stretch() beside a transfer
-  int64_t rate_since_ = 0, compute_start_ = 0, compute_end_ = 0;
+  int64_t rate_since_ = 0, compute_start_ = 0;
   uint32_t timer_gen_ = 0;
   int64_t step_start_ns_ = 0;
   std::vector<std::unique_ptr<net::Collective>> live_;
