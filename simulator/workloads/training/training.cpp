@@ -206,7 +206,11 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
 
   int slot(int d, int s) const { return d * c_.pp + s; }
   int64_t fwd_ns(int s, int slice) const { return fwd_ns_[static_cast<size_t>(s * n_slices_ + slice)]; }
-  int64_t bwd_ns(int s, int slice) const { return fwd_ns(s, slice) * (c_.recompute ? 3 : 2); }
+  int64_t bwd_ns(int s, int slice) const { return backward_of(fwd_ns(s, slice)); }
+  // A pass's backward from its forward: twice it, three times recomputing.
+  int64_t backward_of(int64_t forward_ns) const { return forward_ns * (c_.recompute ? 3 : 2); }
+  // A stage's forward of a slice as the schedule runs it: the cost model's ns, at least 1.
+  static int64_t pass_ns(double cost_ns) { return std::max<int64_t>(1, std::llround(cost_ns)); }
   double unit_tokens(int unit) const {
     return static_cast<double>(c_.micro_batch_size) * slice_len_[static_cast<size_t>(unit % n_slices_)];
   }
@@ -269,8 +273,8 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // than compute, as over one 25 Gb/s NIC, they queue). Returns the last stage op's end.
   double schedule_ns(const std::vector<int>& lengths) {
     const int K = c_.pp, n = static_cast<int>(lengths.size()), U = c_.micro_batches * n, b = c_.micro_batch_size;
-    const double back = c_.recompute ? 3 : 2;
-    std::vector<double> fwd(static_cast<size_t>(K * n)), tp(static_cast<size_t>(K * n)), x(static_cast<size_t>(n));
+    std::vector<int64_t> fwd(static_cast<size_t>(K * n));
+    std::vector<double> tp(static_cast<size_t>(K * n)), x(static_cast<size_t>(n));
     std::vector<double> tx_free(static_cast<size_t>(K), 0), rx_free(static_cast<size_t>(K), 0);
     // A hand-off of slice i from stage `from` to `to`, sent at t: when it has arrived.
     auto handoff = [&](int from, int to, int i, double t) {
@@ -290,14 +294,14 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
         it = stage_cache_.emplace(key, st).first;
       }
       for (int s = 0; s < K; ++s) {
-        fwd[static_cast<size_t>(s * n + i)] = static_cast<double>(std::max<int64_t>(1, std::llround(it->second[static_cast<size_t>(s)])));
+        fwd[static_cast<size_t>(s * n + i)] = pass_ns(it->second[static_cast<size_t>(s)]);
         tp[static_cast<size_t>(s * n + i)] = tp_ns(static_cast<double>(b) * l, s);
       }
       x[static_cast<size_t>(i)] = handoff_ns(static_cast<double>(b) * l);
     }
     std::vector<std::vector<Op>> order(static_cast<size_t>(K));
     for (int s = 0; s < K; ++s) order[static_cast<size_t>(s)] = schedule_order(s, U);
-    std::vector<double> endF(static_cast<size_t>(K * U), -1), endB(static_cast<size_t>(K * U), -1), free_at(static_cast<size_t>(K), 0);
+    std::vector<double> endF(static_cast<size_t>(K * U), -1), free_at(static_cast<size_t>(K), 0);
     std::vector<size_t> next(static_cast<size_t>(K), 0);
     for (bool moved = true; moved;) {
       moved = false;
@@ -310,9 +314,10 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
           if (op.forward && s > 0) ready = arriveF[at];
           else if (!op.forward) ready = s == K - 1 ? endF[at] : arriveB[at];
           if (ready < 0) break;
-          const double f = fwd[static_cast<size_t>(s * n + i)];
-          const double end = std::max(free_at[static_cast<size_t>(s)], ready) + (op.forward ? f : std::floor(f * back)) + tp[static_cast<size_t>(s * n + i)];
-          (op.forward ? endF : endB)[at] = end;
+          const int64_t f = fwd[static_cast<size_t>(s * n + i)];
+          const double end = std::max(free_at[static_cast<size_t>(s)], ready) + static_cast<double>(op.forward ? f : backward_of(f)) +
+                             tp[static_cast<size_t>(s * n + i)];
+          if (op.forward) endF[at] = end;
           free_at[static_cast<size_t>(s)] = end;
           if (op.forward && s + 1 < K) arriveF[static_cast<size_t>((s + 1) * U + op.mb)] = handoff(s, s + 1, i, end);
           if (!op.forward && s > 0) arriveB[static_cast<size_t>((s - 1) * U + op.mb)] = handoff(s, s - 1, i, end);
@@ -398,7 +403,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     int c = 0;
     for (int i = 0; i < n_slices_; ++i) {
       cost_.slice_stage_ns(b, lengths[static_cast<size_t>(i)], c, true, st);
-      for (int s = 0; s < K; ++s) fwd_ns_[static_cast<size_t>(s * n_slices_ + i)] = std::max<int64_t>(1, std::llround(st[static_cast<size_t>(s)]));
+      for (int s = 0; s < K; ++s) fwd_ns_[static_cast<size_t>(s * n_slices_ + i)] = pass_ns(st[static_cast<size_t>(s)]);
       c += lengths[static_cast<size_t>(i)];
     }
   }
