@@ -233,6 +233,14 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                        {"truncated_by_max_sim_time", res.truncated},
                        {"in_flight_max", res.in_flight_high_water}};
   if (!res.classes.empty()) m["requests"]["rejected_late"] = res.rejected_late;
+  if (res.tp_allreduces + res.stage_handoffs > 0) {
+    // The stages' traffic on the fabric, per iteration's stage pass: what contention stretches.
+    auto mean_ms = [](int64_t ns, int64_t n) { return n ? static_cast<double>(ns) / 1e6 / static_cast<double>(n) : 0.0; };
+    m["communication"] = Json{{"tp_allreduces", res.tp_allreduces},
+                              {"tp_allreduce_ms_mean", mean_ms(res.tp_allreduce_ns, res.tp_allreduces)},
+                              {"stage_handoffs", res.stage_handoffs},
+                              {"stage_handoff_ms_mean", mean_ms(res.stage_handoff_ns, res.stage_handoffs)}};
+  }
   if (res.faults) {
     // Under failures: what the failures cost the requests, and how long replicas were out.
     int64_t in_flight = res.announced - res.completed;
@@ -454,6 +462,11 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                         100 * d["decode"]["utilization"].get<double>(), res.kv_transfers, format_bytes(res.kv_transfer_bytes),
                         res.kv_transfer_time.mean / 1e6, res.handoff_wait.mean / 1e6));
   }
+  if (m.contains("communication"))
+    summary(fmt::format("on the fabric: {} tensor-parallel all-reduce passes, {:.3f} ms each on average (a stage's all-reduces "
+                        "of one iteration); {} stage hand-offs, {:.3f} ms each",
+                        res.tp_allreduces, m["communication"]["tp_allreduce_ms_mean"].get<double>(), res.stage_handoffs,
+                        m["communication"]["stage_handoff_ms_mean"].get<double>()));
   if (res.autoscaled)
     summary(fmt::format("autoscaling ({}): {:.2f} replicas on average ({} to {}, at most {} at once), {:.3f} replica-hours; {} "
                         "scale-ups, {} scale-downs; {:.0f} s under-provisioned",

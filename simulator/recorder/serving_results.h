@@ -99,6 +99,9 @@ struct ServingResults {
   double kv_transfer_bytes = 0;
   GapSummary kv_transfer_time;  // from the start of the copy to its last byte (ns)
   GapSummary handoff_wait;      // from the end of the prefill to the start of the copy: waiting for decode KV blocks (ns)
+  // Stages' communication on the fabric (tp > 1 or pp > 1 on a topology): their tensor-parallel
+  // all-reduces and their hand-offs to the next stage, each from its start to its last flow's end.
+  int64_t tp_allreduces = 0, tp_allreduce_ns = 0, stage_handoffs = 0, stage_handoff_ns = 0;
   // The host tier of the KV cache (kv_host_cache_bytes 0: none): prefix claims served from HBM
   // and from host memory, and the bytes moved down, fetched back and dropped.
   double kv_host_cache_bytes = 0;

@@ -109,6 +109,32 @@ TEST_CASE("contention that matters: two DP jobs whose rings share 3:1 uplinks ea
   CHECK(top["mean_utilization"].get<double>() > 0.7);
 }
 
+TEST_CASE("multi-node tensor-parallel serving: TPOT rises with the uplinks a training job's rings take, by what its all-reduces lose") {
+  // Llama-2-70B at TP 16 across two leaves; the training job disjoint, compact on the same two
+  // leaves, then interleaved across them (every ring hop on the uplinks).
+  const Json disjoint = run_file("contention-serving-tp.yaml", {"workloads.1.place.servers=12-21"});
+  const Json compact = run_file("contention-serving-tp.yaml");
+  const Json scattered = run_file("contention-serving-tp.yaml", {"workloads.1.place.servers=[1, 7, 2, 8, 3, 9, 4, 10, 5, 11]"});
+  const auto tpot = [](const Json& m) { return m["workloads"]["chat"]["latency_ms"]["tpot"]["mean"].get<double>(); };
+  const auto ar = [](const Json& m) { return m["workloads"]["chat"]["communication"]["tp_allreduce_ms_mean"].get<double>(); };
+  CAPTURE(tpot(disjoint));
+  CAPTURE(tpot(compact));
+  CAPTURE(tpot(scattered));
+  CHECK(tpot(compact) > 1.05 * tpot(disjoint));
+  CHECK(tpot(scattered) > 1.25 * tpot(disjoint));
+  // The rise is the all-reduces' (one per iteration; compute is the same): within a fifth.
+  for (const Json* m : {&compact, &scattered}) {
+    const double d_tpot = tpot(*m) - tpot(disjoint), d_ar = ar(*m) - ar(disjoint);
+    CHECK(d_ar > 0);
+    CHECK(d_tpot == doctest::Approx(d_ar).epsilon(0.2));
+  }
+  // Each all-reduce pass carries a chunk's all-reduces: the counts equal the iterations.
+  CHECK(disjoint["workloads"]["chat"]["communication"]["tp_allreduces"].get<int64_t>() ==
+        disjoint["workloads"]["chat"]["batching"]["iterations"].get<int64_t>());
+  // The training job pays too: its gradient rings share the uplinks with the serving channels.
+  CHECK(scattered["workloads"]["pretrain"]["dp_allreduce_ms"].get<double>() > 2 * disjoint["workloads"]["pretrain"]["dp_allreduce_ms"].get<double>());
+}
+
 TEST_CASE("GPipe and 1F1B bubbles match (K-1)/(m+K-1) with equal stages and free transfers") {
   for (const char* schedule : {"gpipe", "1f1b"}) {
     CAPTURE(schedule);

@@ -336,6 +336,7 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
     int stage = 0;
     int sends_pending = 0;
     int64_t stage_started_ns = 0;
+    int64_t comm_started_ns = 0;  // when its all-reduce or hand-off began (the communication metrics)
     double tokens = 0;
     std::unique_ptr<net::Collective> collective;
   };
@@ -358,6 +359,9 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   std::vector<char> stage_busy_;              // per replica and stage
   std::vector<std::deque<int>> stage_queue_;  // per replica and stage: engines waiting for it
   ServingFabric fabric_;
+  // Time stages spent in their tensor-parallel all-reduces and in their hand-offs to the next
+  // stage (start to the last flow's end), and how many: the fabric's share of an iteration.
+  int64_t tp_comm_ns_ = 0, tp_comm_count_ = 0, handoff_ns_ = 0, handoff_count_ = 0;
 
   ServingConfig cfg_;
   Engine& engine_;

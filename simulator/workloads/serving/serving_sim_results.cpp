@@ -79,6 +79,10 @@ ServingResults ServingSim::results() const {
   }
   r.kv_transfers = kv_transfers_;
   r.kv_transfer_bytes = kv_transfer_bytes_;
+  r.tp_allreduces = tp_comm_count_;
+  r.tp_allreduce_ns = tp_comm_ns_;
+  r.stage_handoffs = handoff_count_;
+  r.stage_handoff_ns = handoff_ns_;
   auto summary = [](const LogHistogram& h) {
     GapSummary g;
     g.count = h.count();

@@ -53,8 +53,12 @@ void ServingSim::stage_compute_done(int ri, int k) {
     o.fused_count = 2 * cost_.stage_range(p.stage).count;
     o.salt = static_cast<uint64_t>(ri);
     p.collective = std::make_unique<net::Collective>(*fabric_.flows, net::CollectiveKind::AllReduceRing, nodes, allreduce_bytes, o);
-    p.collective->start([this, ri, k, ep = epoch_[static_cast<size_t>(ri)]](Engine&) {
-      if (ep == epoch_[static_cast<size_t>(ri)]) stage_comm_done(ri, k);
+    p.comm_started_ns = engine_.now().count_ns();
+    p.collective->start([this, ri, k, ep = epoch_[static_cast<size_t>(ri)]](Engine& e) {
+      if (ep != epoch_[static_cast<size_t>(ri)]) return;
+      tp_comm_ns_ += e.now().count_ns() - inflight_[static_cast<size_t>(ri)].passes[static_cast<size_t>(k)].comm_started_ns;
+      ++tp_comm_count_;
+      stage_comm_done(ri, k);
     });
     return;
   }
@@ -94,6 +98,7 @@ void ServingSim::stage_comm_done(int ri, int k) {
     const auto& from = fabric_.stage_nodes[static_cast<size_t>(r)][static_cast<size_t>(s)];
     const auto& to = fabric_.stage_nodes[static_cast<size_t>(r)][static_cast<size_t>(s + 1)];
     p.sends_pending = static_cast<int>(from.size());
+    p.comm_started_ns = now;
     const double bytes = cost_.activation_bytes(p.tokens) / static_cast<double>(from.size());
     const uint64_t tag = static_cast<uint64_t>(ri) | (static_cast<uint64_t>(k) << 32) |
                          (static_cast<uint64_t>(epoch_[static_cast<size_t>(ri)] & 0x7FFFFF) << 41);
@@ -137,7 +142,11 @@ void ServingSim::on_flow_done(Engine&, uint64_t tag) {
   }
   const int k = static_cast<int>((tag >> 32) & 0xFF);
   Pass& p = f.passes[static_cast<size_t>(k)];
-  if (--p.sends_pending == 0) begin_stage(ri, k, p.stage + 1);
+  if (--p.sends_pending == 0) {
+    handoff_ns_ += engine_.now().count_ns() - p.comm_started_ns;
+    ++handoff_count_;
+    begin_stage(ri, k, p.stage + 1);
+  }
 }
 
 // Prefill slicing: a prompt's prefill of `tokens` new tokens after `context` cached ones, as
