@@ -98,6 +98,10 @@ const Bound<HardwareSpec>& hardware_binding() {
     h.quantity("interconnect_latency", UnitKind::Time, &H::interconnect_latency_ns, "latency of one hop over the scale-up links")
         .def("0ns")
         .range(0, 1e9);  // at most 1 s: it is added per hop or token
+    h.flag("nvls", &H::nvls,
+           "the scale-up switch reduces in the network (NVLink SHARP: third-generation NVSwitch, HGX H100/H200); the servers of "
+           "a short form's implicit cluster get it (a named topology says so itself)")
+        .def("false");
     h.quantity("pcie_bandwidth", UnitKind::Bandwidth, &H::pcie_Bps, "host link, one direction").def("0B/s").nonneg();
     h.quantity("price_usd", UnitKind::Money, &H::price_usd, "unit price (an estimate unless the file cites a quote)").def("0").nonneg();
     h.text("calibration", &H::calibration, "folder under results/calibration/ with measured cost tables; \"\" = none").def("");

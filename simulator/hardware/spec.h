@@ -27,6 +27,7 @@ struct HardwareSpec {
   double attention_half_tokens = 1430;
   double interconnect_Bps = 0;        // scale-up link bandwidth per device per direction (NVLink / ICI)
   double interconnect_latency_ns = 0; // per hop
+  bool nvls = false;                  // its NVSwitch reduces in the network (NVLink SHARP): the implicit cluster's servers get it
   double pcie_Bps = 0;                // host link per direction
   double price_usd = 0;
   std::string calibration;            // folder under results/calibration/ with measured tables, or ""

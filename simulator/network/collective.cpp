@@ -21,7 +21,7 @@ constexpr NameOf kNames[] = {
     {CollectiveKind::AllReduceHierarchical, "allreduce-hierarchical"}, {CollectiveKind::AllGather, "allgather"},
     {CollectiveKind::ReduceScatter, "reducescatter"},    {CollectiveKind::AllToAll, "alltoall"},
     {CollectiveKind::SendRecv, "sendrecv"},            {CollectiveKind::AllReduceNcclTree, "allreduce-nccl-tree"},
-    {CollectiveKind::AllReduceAuto, "allreduce-auto"},
+    {CollectiveKind::AllReduceAuto, "allreduce-auto"},     {CollectiveKind::AllReduceNvls, "allreduce-nvls"},
 };
 // The group's devices by server (node group), in order of first appearance; a device with no
 // group, or any device on a torus, is its own server.
@@ -39,6 +39,26 @@ std::vector<std::vector<int>> by_server(const Topology& topo, const std::vector<
     }
   }
   return servers;
+}
+
+// The group's devices by the reducing NVSwitch each is linked to (in order of first
+// appearance); empty when a device has none.
+std::vector<std::vector<int>> by_nvls_switch(const Topology& topo, const std::vector<int>& devices, std::vector<int>* switches = nullptr) {
+  std::vector<int> keys;
+  std::vector<std::vector<int>> groups;
+  for (int d : devices) {
+    const int sw = nvls_switch(topo, d);
+    if (sw < 0) return {};
+    auto it = std::find(keys.begin(), keys.end(), sw);
+    if (it == keys.end()) {
+      keys.push_back(sw);
+      groups.push_back({d});
+    } else {
+      groups[static_cast<size_t>(it - keys.begin())].push_back(d);
+    }
+  }
+  if (switches) *switches = keys;
+  return groups;
 }
 
 // NCCL's channels for a group: one per device a server holds when two or more servers hold
@@ -66,10 +86,32 @@ uint64_t make_tag(size_t op, int from, uint64_t info) {
 }
 }  // namespace
 
+int nvls_switch(const Topology& topo, int device) {
+  for (int l : topo.out_links(device)) {
+    const NodeInfo& n = topo.node(topo.link(l).dst);
+    if (n.kind == NodeKind::Switch && n.reduces && topo.link(l).up) return topo.link(l).dst;
+  }
+  return -1;
+}
+
+void require_nvls(const Topology& topo, const std::vector<int>& devices, const std::string& key) {
+  for (int d : devices)
+    if (nvls_switch(topo, d) < 0)
+      throw std::runtime_error(fmt::format("{} allreduce-nvls: device {} is not on an NVSwitch with NVLink SHARP (the topology's "
+                                           "nvls: true; HGX H100/H200 have it, A100 does not); valid: allreduce-ring, allreduce-auto",
+                                           key, topo.node(d).name));
+}
+
 const char* collective_name(CollectiveKind k) {
   for (const auto& x : kNames)
     if (x.k == k) return x.n;
   return "?";
+}
+std::vector<std::pair<std::string, CollectiveKind>> tp_allreduces() {
+  std::vector<std::pair<std::string, CollectiveKind>> v;
+  for (const CollectiveKind k : {CollectiveKind::AllReduceRing, CollectiveKind::AllReduceNvls, CollectiveKind::AllReduceAuto})
+    v.emplace_back(collective_name(k), k);
+  return v;
 }
 std::optional<CollectiveKind> parse_collective(const std::string& name) {
   for (const auto& x : kNames)
@@ -137,6 +179,49 @@ void Collective::plan() {
       std::vector<int> parent(static_cast<size_t>(n));
       for (int p = 0; p < n; ++p) parent[static_cast<size_t>(p)] = p == 0 ? -1 : (p - 1) / 2;
       phases_.push_back({tree_op(devices_, std::move(parent), bytes_, opt_.chunks)});
+      break;
+    }
+    case CollectiveKind::AllReduceNvls: {
+      // NVLink SHARP: each device's share of the buffer is read-reduced by its NVSwitch and the
+      // result multicast back (NCCL's NVLS: multimem ld_reduce and st), so a device sends and
+      // receives S(1 + 1/M) over its NVLink instead of a ring's 2(M-1)/M S each way. Across
+      // servers (NCCL's NVLS with a network part): the switches reduce-scatter (a device sends
+      // S, receives S/M), each local rank all-reduces its S/M with its peers in the other
+      // servers by a ring (one per rail), and the switches all-gather (sends S/M, receives S).
+      std::vector<int> switches;
+      const auto groups = by_nvls_switch(sim_.topology(), devices_, &switches);
+      if (groups.empty())
+        throw std::invalid_argument(fmt::format("allreduce-nvls: a device of the group is not on an NVSwitch with NVLink SHARP "
+                                                "(topology key nvls: true); valid: allreduce-ring, allreduce-nccl-tree, allreduce-auto"));
+      const int K = static_cast<int>(groups.size()), M = static_cast<int>(groups.front().size());
+      for (const auto& g : groups)
+        if (static_cast<int>(g.size()) != M)
+          throw std::invalid_argument(fmt::format("allreduce-nvls: NVSwitches hold {} and {} of the devices; it needs the same number on each", M, g.size()));
+      auto sw_op = [&](int k, double up, double down) {
+        Op o{Op::Switch, groups[static_cast<size_t>(k)]};
+        o.sw = switches[static_cast<size_t>(k)];
+        o.chunk_bytes = up;
+        o.down_bytes = down;
+        return o;
+      };
+      const double S = bytes_, m = static_cast<double>(M);
+      if (K == 1) {
+        phases_.push_back({sw_op(0, S * (1 + 1 / m), S * (1 + 1 / m))});
+        break;
+      }
+      std::vector<Op> rs, inter, ag;
+      for (int k = 0; k < K; ++k) {
+        rs.push_back(sw_op(k, S, S / m));
+        ag.push_back(sw_op(k, S / m, S));
+      }
+      for (int r = 0; r < M; ++r) {
+        std::vector<int> d;
+        for (int k = 0; k < K; ++k) d.push_back(groups[static_cast<size_t>(k)][static_cast<size_t>(r)]);
+        inter.push_back(ring(d, S / m / K, 2 * (K - 1)));
+      }
+      phases_.push_back(std::move(rs));
+      phases_.push_back(std::move(inter));
+      phases_.push_back(std::move(ag));
       break;
     }
     case CollectiveKind::AllReduceHierarchical: {
@@ -263,12 +348,15 @@ AllReduceEstimate allreduce_choice(const Topology& topo, Router& router, const s
     }
   if (K >= 2) hop(servers[0][0], servers[1][0], lat_out, bw_out);
   const double S = bytes;
+  // A fused collective stands for `fused` back-to-back ones: each pays its latencies (the tree
+  // is not run fused: it is left out).
+  const double fused = static_cast<double>(std::max(1, opt.fused_count));
   // Ring: 2(n-1) steps, each device forwarding as its step arrives, so the latency is twice a
   // lap of the ring (K crossings between servers, the other hops inside); each channel's
   // crossing has a NIC to itself.
   const double ring_lat = 2 * (n - 1) / n * (K * (K >= 2 ? lat_out : lat_in) + (n - K) * lat_in);
   const double ring_bw = K >= 2 ? m * bw_out : bw_in;
-  e.ring_ns = ring_lat + 2 * (n - 1) / n * S / ring_bw * 1e9;
+  e.ring_ns = fused * ring_lat + 2 * (n - 1) / n * S / ring_bw * 1e9;
   // Tree: chain hops inside, heap levels between servers, up and down.
   const double levels = K >= 2 ? std::floor(std::log2(static_cast<double>(K))) : 0;
   const double depth_hops = static_cast<double>(M - 1) + levels;
@@ -295,7 +383,25 @@ AllReduceEstimate allreduce_choice(const Topology& topo, Router& router, const s
   const double in_ns = M >= 2 ? edge_ns(sends, bw_in, lat_in) : 0;
   const double fill_ns = 2 * depth_hops * chunk / std::min(bw_in, K >= 2 ? bw_out : bw_in) * 1e9;
   e.tree_ns = 2 * ((static_cast<double>(M) - 1) * lat_in + levels * lat_out) + std::max(out_ns, in_ns) + fill_ns;
+  if (fused > 1) e.tree_ns = std::numeric_limits<double>::infinity();
   e.choice = e.tree_ns < e.ring_ns ? CollectiveKind::AllReduceNcclTree : CollectiveKind::AllReduceRing;
+  const auto sw_groups = by_nvls_switch(topo, devices);
+  if (!sw_groups.empty()) {
+    const int Ks = static_cast<int>(sw_groups.size());
+    const double Ms = static_cast<double>(sw_groups.front().size());
+    bool equal = true;
+    for (const auto& g : sw_groups) equal = equal && static_cast<double>(g.size()) == Ms;
+    double lat_sw = 0, bw_sw = 0;
+    hop(devices[0], nvls_switch(topo, devices[0]), lat_sw, bw_sw);
+    if (equal && Ks == 1) {
+      e.nvls_ns = fused * 2 * lat_sw + S * (1 + 1 / Ms) / bw_sw * 1e9;
+    } else if (equal) {
+      double lat_x = 0, bw_x = 0;
+      hop(sw_groups[0][0], sw_groups[1][0], lat_x, bw_x);
+      e.nvls_ns = 2 * (fused * 2 * lat_sw + S / bw_sw * 1e9) + fused * 2 * (Ks - 1) * lat_x + 2.0 * (Ks - 1) / Ks * S / Ms / bw_x * 1e9;
+    }
+    if (e.nvls_ns < std::min(e.ring_ns, e.tree_ns)) e.choice = CollectiveKind::AllReduceNvls;
+  }
   return e;
 }
 
@@ -359,6 +465,21 @@ void Collective::start_op(size_t oi) {
     case Op::Send:
       send(oi, 0, 1, o.chunk_bytes, 0, 0);
       break;
+    case Op::Switch: {
+      // Up and down at once; the multicast trails the reduction by a hop (and each of the
+      // fused collectives pays both hops).
+      int64_t lat = 0;
+      for (int i = 0; i < n; ++i) {
+        const int d = o.dev[static_cast<size_t>(i)];
+        lat = std::max(lat, sim_.router().latency_ns(sim_.router().route(d, o.sw)));
+        o.pending += 2;
+        flows_ += 2;
+        sim_.start(d, o.sw, o.chunk_bytes, this, make_tag(oi, i, 0), route_hash(opt_.salt, static_cast<uint64_t>(i), 1));
+        sim_.start(o.sw, d, o.down_bytes, this, make_tag(oi, i, 1), route_hash(opt_.salt, static_cast<uint64_t>(i), 2));
+      }
+      o.tail_latency_ns = lat * (2 * static_cast<int64_t>(std::max(1, opt_.fused_count)) - 1);
+      break;
+    }
     case Op::Tree:
       o.recv.assign(static_cast<size_t>(n * o.chunks), 0);
       o.have.assign(static_cast<size_t>(n * o.chunks), 0);
@@ -434,6 +555,13 @@ void Collective::on_flow_done(Engine& e, uint64_t tag) {
     case Op::AllToAll:
     case Op::Send:
       done = o.pending == 0;
+      break;
+    case Op::Switch:
+      done = o.pending == 0;
+      if (done && o.tail_latency_ns > 0) {
+        e.schedule_in(SimTime::ns(o.tail_latency_ns), Priority::Network, this, 0, static_cast<uint32_t>(oi));
+        return;
+      }
       break;
     case Op::Tree: {
       const int c = static_cast<int>(info >> 3);
@@ -548,7 +676,8 @@ SLUICE_REGISTER(component, collectives) {
       {"alltoall", "every device sends S/n to every other at once (optionally split over several ECMP paths)"},
       {"sendrecv", "one flow of S bytes from the first device to the second"},
       {"allreduce-nccl-tree", "NCCL's tree: per channel (one per NIC), a chain through each server's devices and a double binary tree over the servers' heads, half the bytes each, pipelined in chunks"},
-      {"allreduce-auto", "NCCL's choice: the ring or its tree, whichever its tuner-style estimate (latency + bytes / bandwidth from the topology) predicts faster"},
+      {"allreduce-auto", "NCCL's choice: the ring, its tree or NVLS (where the NVSwitch reduces), whichever its tuner-style estimate (latency + bytes / bandwidth from the topology) predicts fastest"},
+      {"allreduce-nvls", "NVLink SHARP: the NVSwitch reduces and multicasts, S(1+1/M) each way over a device's NVLink; across servers a ring per local rank between the switches' reduce-scatter and all-gather (needs nvls: true)"},
   };
   for (const auto& [n, doc] : collectives) reg.add("collective", n, doc, Schema{});
 }

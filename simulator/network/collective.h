@@ -3,6 +3,7 @@
 // collectives (tensor-parallel inside servers, data-parallel across them) contend for links.
 #pragma once
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,9 +15,12 @@ namespace sluice::net {
 enum class CollectiveKind {
   AllReduceRing, AllReduceTree, AllReduceHierarchical, AllGather, ReduceScatter, AllToAll, SendRecv,
   AllReduceNcclTree,  // NCCL's tree: chains inside servers, a double binary tree across them, per channel
-  AllReduceAuto       // NCCL's choice between its ring and its tree, by their predicted times (allreduce_choice)
+  AllReduceAuto,      // NCCL's choice among its ring, its tree and NVLS, by their predicted times (allreduce_choice)
+  AllReduceNvls       // NVLink SHARP: the NVSwitch reduces and multicasts; across servers, rings per local rank between
 };
 const char* collective_name(CollectiveKind k);
+// The all-reduces a tensor-parallel group may run (fused per stage): ring, NVLS, auto.
+std::vector<std::pair<std::string, CollectiveKind>> tp_allreduces();
 std::optional<CollectiveKind> parse_collective(const std::string& name);
 std::vector<std::string> collective_names();
 
@@ -52,8 +56,12 @@ struct CollectiveOptions {
 //   tree  2(M-1) chain hops inside + 2 floor(log2 K) tree hops between servers, the busiest
 //         server head's share (its parent and children in both trees, S/(2m) each) / b,
 //         and the pipeline's fill (depth x one chunk's time)
+//   nvls  (every device on an NVSwitch that reduces) two hops to the switch and back + S(1 + 1/M)
+//         over a device's NVLink; across K servers plus a ring per local rank on S/M between
+//         them (2(K-1) steps), after the switches' reduce-scatter and before their all-gather
+//         (infinite where a device has no such switch)
 struct AllReduceEstimate {
-  double ring_ns = 0, tree_ns = 0;
+  double ring_ns = 0, tree_ns = 0, nvls_ns = std::numeric_limits<double>::infinity();
   CollectiveKind choice = CollectiveKind::AllReduceRing;
 };
 AllReduceEstimate allreduce_choice(const Topology& topo, Router& router, const std::vector<int>& devices, double bytes,
@@ -78,8 +86,8 @@ class Collective final : public FlowSink, public EventHandler {
   void on_event(Engine& engine, uint32_t kind, uint32_t arg) override;
 
  private:
-  struct Op {  // one ring, tree, all-to-all or send within a phase
-    enum Type { Ring, Tree, AllToAll, Send } type;
+  struct Op {  // one ring, tree, all-to-all, send or in-switch reduction within a phase
+    enum Type { Ring, Tree, AllToAll, Send, Switch } type;
     std::vector<int> dev;
     double chunk_bytes = 0;
     int steps = 0;
@@ -90,6 +98,10 @@ class Collective final : public FlowSink, public EventHandler {
     std::vector<int> recv, next_up, next_down;  // recv[p*chunks+c], next_down[kid_off[p]+k]
     std::vector<char> busy_up, busy_down, have;
     uint64_t pending = 0;
+    // in-switch reduction (NVLS): each device sends chunk_bytes to switch `sw` and receives
+    // down_bytes from it, both ways at once (the reduction and the multicast pipelined)
+    int sw = -1;
+    double down_bytes = 0;
   };
   void plan();
   static Op tree_op(std::vector<int> dev, std::vector<int> parent, double bytes, int chunks);
@@ -128,6 +140,11 @@ SimTime collective_time(const Topology& topo, CollectiveKind kind, const std::ve
 // (rail to rail) but, with an odd number of servers, the one closing the ring. Otherwise (and
 // on a torus, whose rings follow its wiring) one ring, in the given order.
 std::vector<std::vector<int>> ring_channels(const Topology& topo, const std::vector<int>& devices);
+
+// The NVSwitch that reduces in the network (NodeInfo::reduces) a device is linked to, or -1.
+int nvls_switch(const Topology& topo, int device);
+// Throws std::runtime_error naming `key` and the device when one of `devices` has none.
+void require_nvls(const Topology& topo, const std::vector<int>& devices, const std::string& key);
 
 // A ring order of all devices that keeps ring neighbours adjacent: a boustrophedon snake on
 // a torus (closing through the wrap-around), the device list order elsewhere.

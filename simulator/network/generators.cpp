@@ -11,7 +11,7 @@ namespace sluice::net {
 
 std::vector<int> add_server(Topology& t, int index, const ServerSpec& s) {
   std::vector<int> gpus;
-  const int sw = t.add_node(NodeInfo{fmt::format("nvswitch{}", index), NodeKind::Switch, s.gpus + s.switch_uplinks, 0, {-1, -1, -1}, index});
+  const int sw = t.add_node(NodeInfo{fmt::format("nvswitch{}", index), NodeKind::Switch, s.gpus + s.switch_uplinks, 0, {-1, -1, -1}, index, s.nvls});
   for (int g = 0; g < s.gpus; ++g) {
     const int v = t.add_node(NodeInfo{fmt::format("gpu{}.{}", index, g), NodeKind::Device, 0, s.gpu_usd, {-1, -1, -1}, index});
     t.add_link(v, sw, s.nvlink_Bps, s.nvlink_latency_ns, "nvlink");

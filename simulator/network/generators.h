@@ -22,6 +22,7 @@ struct ServerSpec {
   double gpu_usd = 0, nvswitch_usd = 0, host_usd = 0, server_other_usd = 0;
   int nvswitch_chips = 4;         // physical chips behind the logical crossbar (capex only)
   int switch_uplinks = 0;         // NVSwitch ports beyond the GPUs' (a server NIC)
+  bool nvls = false;              // the NVSwitch reduces in the network (NVLink SHARP; third-generation NVSwitch, HGX H100/H200)
 };
 // Adds server `index` to `t`: returns its GPU node ids in local-rank order.
 std::vector<int> add_server(Topology& t, int index, const ServerSpec& s);

@@ -26,6 +26,7 @@ struct NodeInfo {
   double price_usd = 0;                // capex of this component
   std::array<int, 3> coord{-1, -1, -1};  // torus coordinates, -1 when not on a torus
   int group = -1;                      // server or cube index, -1 when none
+  bool reduces = false;                // a switch that reduces and multicasts in the network (NVLink SHARP: NVLS)
 };
 
 // One direction of a full-duplex link.

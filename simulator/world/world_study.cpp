@@ -35,6 +35,7 @@ std::shared_ptr<net::Topology> implicit_cluster(const HardwareSpec& hw, int node
   s.nvlink_Bps = hw.interconnect_Bps > 0 ? hw.interconnect_Bps : 1e9;
   s.nvlink_latency_ns = static_cast<int64_t>(hw.interconnect_latency_ns);
   s.pcie_Bps = hw.pcie_Bps > 0 ? hw.pcie_Bps : 16e9;
+  s.nvls = hw.nvls;
   std::vector<std::vector<int>> servers;
   for (int n = 0; n < nodes; ++n) servers.push_back(net::add_server(*t, n, s));
   if (nodes > 1) {

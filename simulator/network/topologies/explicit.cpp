@@ -14,7 +14,7 @@ namespace {
 Schema explicit_schema() {
   Schema s;
   add_common_topology_keys(s);
-  s.add("nodes", ParamType::List, "nodes: {name, kind: device|switch|host, radix, price, group}");
+  s.add("nodes", ParamType::List, "nodes: {name, kind: device|switch|host, radix, price, group, nvls (a switch with NVLink SHARP)}");
   s.add("links", ParamType::List, "links: {a, b, bandwidth (per direction), latency, label, price, count}");
   return s;
 }
@@ -50,7 +50,7 @@ Topology build_explicit(const Params& p, const std::string& name) {
     const Node& m = nodes.seq[i];
     const std::string path = fmt::format("{}[{}]", npath, i);
     if (!m.is_map()) throw ConfigError(m.origin, path, m.brief(), "expected a mapping", "{name: gpu0, kind: device}");
-    reject_unknown(m, {"name", "kind", "radix", "price", "group"}, path);
+    reject_unknown(m, {"name", "kind", "radix", "price", "group", "nvls"}, path);
     NodeInfo info;
     info.name = need(m, "name", path).scalar;
     const std::string kind = need(m, "kind", path).scalar;
@@ -68,6 +68,13 @@ Topology build_explicit(const Params& p, const std::string& name) {
       auto v = g->is_scalar() ? parse_int(g->scalar) : std::nullopt;
       if (!v) throw ConfigError(g->origin, path + ".group", g->brief(), "not an integer", "a server index");
       info.group = static_cast<int>(*v);
+    }
+    if (const Node* r = m.find("nvls")) {
+      if (!r->is_scalar() || (r->scalar != "true" && r->scalar != "false"))
+        throw ConfigError(r->origin, path + ".nvls", r->brief(), "not a boolean", "true or false");
+      if (info.kind != NodeKind::Switch && r->scalar == "true")
+        throw ConfigError(r->origin, path + ".nvls", r->brief(), "only a switch reduces in the network", "nvls on a node of kind switch");
+      info.reduces = r->scalar == "true";
     }
     if (by_name.count(info.name))
       throw ConfigError(m.find("name")->origin, path + ".name", info.name, "duplicate node name", "a name used once");

@@ -29,6 +29,10 @@ Binding<ServerSpec> server_keys(Schema& s, const std::string& host_cpus_default)
   b.quantity("gpu_price", UnitKind::Money, &S::gpu_usd, "capex per GPU").def("0").nonneg();
   b.quantity("nvswitch_price", UnitKind::Money, &S::nvswitch_usd, "capex per NVSwitch chip").def("0").nonneg();
   b.integer("nvswitch_chips", &S::nvswitch_chips, "NVSwitch chips per server (capex only; modelled as one crossbar)").def("4").range(0, 64);
+  b.flag("nvls", &S::nvls,
+         "the NVSwitch reduces and multicasts in the network (NVLink SHARP, third-generation NVSwitch: HGX H100/H200; "
+         "not A100): allreduce-nvls and allreduce-auto can use it")
+      .def("false");
   b.quantity("host_price", UnitKind::Money, &S::host_usd, "capex per host CPU").def("0").nonneg();
   b.quantity("server_other_price", UnitKind::Money, &S::server_other_usd, "capex per server for chassis, memory, storage, power")
       .def("0")

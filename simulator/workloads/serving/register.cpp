@@ -78,8 +78,12 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
   k.autoscaling.time_ns("cooldown", &A::cooldown_ns, "after a change, no other for this long").def("60s").nonneg();
   auto& d = k.deployment;
   d.integer("replicas", &C::replicas, "model replicas behind the router").def("1").range(1, 1e5);  // 1e6 took 1.8 GB to build
-  d.integer("tensor_parallel", &C::tensor_parallel, "GPUs per pipeline stage (inside one node)").def("1").range(1, 64);
+  d.integer("tensor_parallel", &C::tensor_parallel, "GPUs per pipeline stage (in a world they may span servers: multi-node tensor parallelism)").def("1").range(1, 64);
   d.integer("pipeline_parallel", &C::pipeline_parallel, "pipeline stages per replica").def("1").range(1, 256);
+  d.choice<net::CollectiveKind>("tp_algorithm", net::tp_allreduces(), &C::tp_algorithm,
+                                "tensor-parallel all-reduces on a topology (a stage's, fused per iteration): the ring, NVLink SHARP "
+                                "(allreduce-nvls, where the NVSwitch has nvls: true) or NCCL's choice between them")
+      .def("allreduce-ring");
   if (short_form) {
     d.integer("nodes", &C::nodes, "nodes in the cluster").def("1").range(1, 1e6);
     d.integer("gpus_per_node", &C::gpus_per_node, "GPUs per node (NVLink domain)").def("8").range(1, 1024);

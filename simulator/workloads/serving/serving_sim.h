@@ -78,6 +78,7 @@ struct ServingConfig {
   HardwareSpec hardware;
   ModelSpec model;
   int replicas = 1, tensor_parallel = 1, pipeline_parallel = 1;
+  net::CollectiveKind tp_algorithm = net::CollectiveKind::AllReduceRing;  // on a fabric: ring, NVLS or auto
   int nodes = 1, gpus_per_node = 8;  // the short form's implicit cluster (a named topology or placement decides otherwise)
   double gpu_memory_utilization = 0.9;
   int block_size = 16;

@@ -52,7 +52,7 @@ void ServingSim::stage_compute_done(int ri, int k) {
     o.fused_ring_steps = true;
     o.fused_count = 2 * cost_.stage_range(p.stage).count;
     o.salt = static_cast<uint64_t>(ri);
-    p.collective = std::make_unique<net::Collective>(*fabric_.flows, net::CollectiveKind::AllReduceRing, nodes, allreduce_bytes, o);
+    p.collective = std::make_unique<net::Collective>(*fabric_.flows, cfg_.tp_algorithm, nodes, allreduce_bytes, o);
     p.comm_started_ns = engine_.now().count_ns();
     p.collective->start([this, ri, k, ep = epoch_[static_cast<size_t>(ri)]](Engine& e) {
       if (ep != epoch_[static_cast<size_t>(ri)]) return;

@@ -67,6 +67,9 @@ class ServingWorkload final : public Workload {
         }
       }
     }
+    if (tp > 1 && cfg.tp_algorithm == net::CollectiveKind::AllReduceNvls)
+      for (const auto& stages : fabric.stage_nodes)
+        for (const auto& nodes : stages) net::require_nvls(world.topology(), nodes, "deployment.tp_algorithm");
     devices_ = devices;
     per_replica_ = static_cast<size_t>(tp * pp);
     cfg.topology_name = world.topology().name();

@@ -96,6 +96,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
       for (int d = 0; d < c_.dp; ++d)
         for (int k = 0; k < c_.tp; ++k)
           nodes_[static_cast<size_t>(slot(d, s))].push_back(world_.device_node(devices[static_cast<size_t>((s * c_.dp + d) * c_.tp + k)]));
+    if (c_.tp > 1 && c_.tp_algorithm == net::CollectiveKind::AllReduceNvls) net::require_nvls(world_.topology(), nodes_.front(), "tp_algorithm");
   }
 
   void start(World& w) override {
@@ -479,7 +480,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
       o.fused_count = 2 * cost_.stage_range(s).count;
       o.salt = static_cast<uint64_t>(sl);
       const double tokens = unit_tokens(st.order[st.next - 1].mb);
-      st.tp_collective = std::make_unique<net::Collective>(world_.fabric(), net::CollectiveKind::AllReduceRing, nodes_[static_cast<size_t>(sl)],
+      st.tp_collective = std::make_unique<net::Collective>(world_.fabric(), c_.tp_algorithm, nodes_[static_cast<size_t>(sl)],
                                                            cost_.tp_allreduce_bytes(tokens, s), o);
       flows_ += static_cast<uint64_t>(c_.tp);
       st.tp_collective->start([this, sl, g = gen_](Engine&) {

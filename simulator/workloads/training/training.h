@@ -38,6 +38,7 @@ struct TrainingConfig {
   int iterations = 1;          // 0: runs as long as the other workloads
   bool recompute = false;      // full activation recomputation (one more forward in the backward)
   net::CollectiveKind dp_algorithm = net::CollectiveKind::AllReduceRing;
+  net::CollectiveKind tp_algorithm = net::CollectiveKind::AllReduceRing;  // ring, NVLS or auto
   std::string tables_dir;
   std::shared_ptr<const HardwareSpec> tables_device;  // derived tables: the device they were measured on
   std::string cost_source;                            // how it is costed, in words (CostSource::describe)

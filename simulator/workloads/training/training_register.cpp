@@ -103,6 +103,10 @@ SLUICE_REGISTER(workload, training_workload) {
   keys.choice<net::CollectiveKind>("dp_algorithm", allreduces, &T::dp_algorithm,
                                    "data-parallel gradient all-reduce, one per stage and tensor-parallel rank")
       .def("allreduce-ring");
+  keys.choice<net::CollectiveKind>("tp_algorithm", net::tp_allreduces(), &T::tp_algorithm,
+                                   "tensor-parallel all-reduces (two a layer, fused per stage and op): the ring, NVLink SHARP "
+                                   "(allreduce-nvls, where the topology's NVSwitch has nvls: true) or NCCL's choice between them")
+      .def("allreduce-ring");
   s.add("cost_tables", ParamType::String, kCostTablesDoc).def("auto");
   auto slicing = std::make_shared<Schema>();
   const Binding<SlicingConfig> sl_keys = slicing_keys(*slicing);
