@@ -3,6 +3,10 @@
 // and bad input.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
 #include "test_support.h"
 
 #include "config/node.h"
@@ -94,6 +98,54 @@ outputs: {trace: false}
   // A load without shared prefixes reports nothing about them.
   const Json none = run_text(text, {"workload.shared_prefix.tokens=0"})["serving"];
   CHECK_FALSE(none["kv_cache"].contains("prefix_caching"));
+}
+
+TEST_CASE("prefix cache on a hand-built trace: rows name their shared prefix (prefix_id, prefix_tokens), CSV and JSONL alike") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("sluice-prefix-trace-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream(dir / "t.csv") << "arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n"
+                                    "0.0,1050,10,sys,1000\n1.0,1060,10,sys,1000\n2.0,60,10,,\n3.0,1070,10,sys,1000\n"
+                                    "4.0,2040,10,fewshot,2000\n5.0,2050,10,fewshot,2000\n";
+    std::ofstream(dir / "t.jsonl") << R"({"arrival_s": 0.0, "input_tokens": 1050, "output_tokens": 10, "prefix_id": "sys", "prefix_tokens": 1000})" "\n"
+                                      R"({"arrival_s": 1.0, "input_tokens": 1060, "output_tokens": 10, "prefix_id": "sys", "prefix_tokens": 1000})" "\n"
+                                      R"({"arrival_s": 2.0, "input_tokens": 60, "output_tokens": 10})" "\n"
+                                      R"({"arrival_s": 3.0, "input_tokens": 1070, "output_tokens": 10, "prefix_id": "sys", "prefix_tokens": 1000})" "\n"
+                                      R"({"arrival_s": 4.0, "input_tokens": 2040, "output_tokens": 10, "prefix_id": 7, "prefix_tokens": 2000})" "\n"
+                                      R"({"arrival_s": 5.0, "input_tokens": 2050, "output_tokens": 10, "prefix_id": 7, "prefix_tokens": 2000})" "\n";
+  }
+  auto run = [&](const std::string& file, std::vector<std::string> sets = {}) {
+    return run_text("name: t\nmodel: tinyllama-1.1b\nhardware: h200\ndeployment: {replicas: 1, cost_tables: none}\n"
+                    "workload: {kind: trace, file: " + (dir / file).string() + "}\noutputs: {trace: false}\n", sets)["serving"];
+  };
+  for (const char* file : {"t.csv", "t.jsonl"}) {
+    CAPTURE(file);
+    const Json m = run(file);
+    const Json& p = m["kv_cache"]["prefix_caching"];
+    // Five rows name a prefix; the first of each prefix computes it, the three after hit: the
+    // system prompt's 62 whole blocks of 16 (992 tokens) twice, the few-shot's 125 (2000) once.
+    CHECK(p["requests_with_prefix"].get<int>() == 5);
+    CHECK(p["hits"].get<int>() == 3);
+    CHECK(p["prefix_tokens"].get<int>() == 7000);
+    CHECK(p["tokens_saved"].get<int>() == 2 * 992 + 2000);
+    const Json off = run(file, {"deployment.prefix_caching=false"});
+    CHECK(off["kv_cache"]["prefix_caching"]["hits"].get<int>() == 0);
+    CHECK(m["latency_ms"]["ttft"]["p50"].get<double>() < off["latency_ms"]["ttft"]["p50"].get<double>());
+  }
+  // Bad rows are refused at their line: a length that differs for one prefix, a prefix longer
+  // than its prompt, an id without a length, a prefix on a conversation's later turn.
+  auto refused = [&](const std::string& body, const std::string& why) {
+    std::ofstream(dir / "bad.csv") << body;
+    CHECK_THROWS_WITH(run("bad.csv"), doctest::Contains(why.c_str()));
+  };
+  refused("arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n0,100,5,a,50\n1,100,5,a,60\n", "bad.csv:3:1");
+  refused("arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n0,100,5,a,50\n1,100,5,a,60\n", "one prefix, one length");
+  refused("arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n0,100,5,a,150\n", "exceeds input_tokens");
+  refused("arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n0,100,5,a,\n", "both or neither");
+  refused("arrival_s,input_tokens,output_tokens,conversation,prefix_id,prefix_tokens\n0,100,5,c,a,50\n9,100,5,c,a,50\n",
+          "later turn of conversation c");
+  fs::remove_all(dir);
 }
 
 TEST_CASE("prefix-aware routing sends a request where its prefix is cached, within the load bound") {

@@ -366,8 +366,10 @@ class LlmperfSource final : public WorkloadSource {
   int64_t t_ns_ = 0;
 };
 
-// Replays a trace: one row per request (arrival time, input tokens, output tokens and an
-// optional conversation id; rows of one conversation are its turns in arrival order).
+// Replays a trace: one row per request (arrival time, input tokens, output tokens, an
+// optional conversation id, rows of one conversation being its turns in arrival order, and
+// an optional shared prefix: prefix_id names it, prefix_tokens is its length within the
+// prompt, the same wherever the id appears).
 class TraceSource final : public WorkloadSource {
  public:
   TraceSource(const Params& p, double ratio, int max_context) {
@@ -378,7 +380,7 @@ class TraceSource final : public WorkloadSource {
              "an existing .csv or .jsonl file");
     const std::string file = *found;
     const double scale = p.real("time_scale");
-    struct Row { double t; int64_t in, out; std::string conv; size_t line; };
+    struct Row { double t; int64_t in, out; std::string conv; size_t line; std::string prefix; int64_t prefix_tokens; };
     std::vector<Row> rows;
     std::error_code ec;
     const auto bytes = std::filesystem::file_size(file, ec);
@@ -394,7 +396,8 @@ class TraceSource final : public WorkloadSource {
     auto bad = [&](const std::string& what) {
       throw ConfigError(Origin{file, static_cast<int>(ln), 1}, join_path(p.path(), "file"), line.substr(0, 60), what,
                         fmt::format("rows with arrival_s (seconds >= 0), input_tokens and output_tokens (integers in "
-                                    "[1, {}]) and an optional conversation", kMaxTraceTokens));
+                                    "[1, {}]), an optional conversation, and optionally prefix_id with prefix_tokens "
+                                    "(a shared prompt prefix, at most input_tokens)", kMaxTraceTokens));
     };
     // Token counts are whole numbers of tokens, checked in 64 bits before they are narrowed.
     auto count = [&](const char* what, std::optional<long long> v) -> int64_t {
@@ -424,7 +427,8 @@ class TraceSource final : public WorkloadSource {
       if (line.empty() || line[0] == '#') continue;
       if (rows.size() >= static_cast<size_t>(kMaxTraceRequests))
         bad(fmt::format("the trace has more than {} requests, the most one run holds", kMaxTraceRequests));
-      Row r{0, 0, 0, "", ln};
+      Row r{0, 0, 0, "", ln, "", 0};
+      bool has_prefix_tokens = false;
       if (jsonl) {
         // A trace row is flat: nesting deeper than a few levels is refused before parsing (a
         // 100000-deep array crashed the recursive destructor and dump()).
@@ -453,6 +457,15 @@ class TraceSource final : public WorkloadSource {
           if (!c.is_string() && !c.is_number_integer()) bad("conversation must be a string or an integer");
           r.conv = c.is_string() ? c.get<std::string>() : c.dump();
         }
+        if (j.contains("prefix_id")) {
+          const auto& c = j["prefix_id"];
+          if (!c.is_string() && !c.is_number_integer()) bad("prefix_id must be a string or an integer");
+          r.prefix = c.is_string() ? c.get<std::string>() : c.dump();
+        }
+        if (j.contains("prefix_tokens")) {
+          has_prefix_tokens = true;
+          r.prefix_tokens = json_count(j, "prefix_tokens");
+        }
       } else {
         std::vector<std::string> cells;
         std::stringstream ss(line);
@@ -461,6 +474,7 @@ class TraceSource final : public WorkloadSource {
           const auto b = cell.find_first_not_of(" \t\r"), e = cell.find_last_not_of(" \t\r");
           cells.push_back(b == std::string::npos ? std::string() : cell.substr(b, e - b + 1));
         }
+        if (!line.empty() && line.back() == ',') cells.emplace_back();  // an empty last cell (getline drops it)
         if (header.empty()) {
           header = cells;
           continue;
@@ -469,7 +483,8 @@ class TraceSource final : public WorkloadSource {
           for (size_t i = 0; i < header.size(); ++i) if (header[i] == name) return static_cast<int>(i);
           return -1;
         };
-        const int ct = col("arrival_s"), ci = col("input_tokens"), co = col("output_tokens"), cc = col("conversation");
+        const int ct = col("arrival_s"), ci = col("input_tokens"), co = col("output_tokens"), cc = col("conversation"),
+                  cp = col("prefix_id"), cpt = col("prefix_tokens");
         if (ct < 0 || ci < 0 || co < 0) { ln = 1; bad("the CSV header lacks arrival_s, input_tokens or output_tokens"); }
         if (cells.size() < header.size()) bad("too few columns");
         auto t = parse_real(cells[ct]);
@@ -478,6 +493,19 @@ class TraceSource final : public WorkloadSource {
         r.in = count("input_tokens", parse_int(cells[ci]));
         r.out = count("output_tokens", parse_int(cells[co]));
         if (cc >= 0) r.conv = cells[cc];
+        if (cp >= 0) r.prefix = cells[cp];
+        if (cpt >= 0 && !cells[cpt].empty()) {
+          has_prefix_tokens = true;
+          r.prefix_tokens = count("prefix_tokens", parse_int(cells[cpt]));
+        }
+      }
+      if (r.prefix.empty() != !has_prefix_tokens) bad("prefix_id and prefix_tokens come together: both or neither");
+      if (r.prefix_tokens > r.in) bad(fmt::format("prefix_tokens = {} exceeds input_tokens = {}: the prefix is part of the prompt", r.prefix_tokens, r.in));
+      if (!r.prefix.empty()) {
+        const auto [it, fresh] = prefix_len_.emplace(r.prefix, std::make_pair(r.prefix_tokens, ln));
+        if (!fresh && it->second.first != r.prefix_tokens)
+          bad(fmt::format("prefix {} has {} tokens here and {} on line {}: one prefix, one length", r.prefix, r.prefix_tokens,
+                          it->second.first, it->second.second));
       }
       if (!std::isfinite(r.t) || r.t < 0) bad("arrival_s must be a time in seconds >= 0");
       if (!(r.t * scale * 1e9 < 9e18))
@@ -486,8 +514,10 @@ class TraceSource final : public WorkloadSource {
     }
     if (rows.empty()) p.fail("file", "the trace has no requests", "a file with at least one row");
     std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.t < b.t; });
-    // Group rows into conversations (in order of first appearance).
+    // Group rows into conversations (in order of first appearance); prefixes get dense ids in
+    // order of first appearance.
     std::unordered_map<std::string, size_t> index;
+    std::unordered_map<std::string, int32_t> prefix_ids;
     for (const auto& r : rows) {
       size_t ci;
       if (r.conv.empty() || !index.count(r.conv)) {
@@ -505,6 +535,17 @@ class TraceSource final : public WorkloadSource {
       ts.input_tokens = static_cast<int32_t>(std::min<int64_t>(in_tok, max_context - 1));
       ts.output_tokens = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(out_tok, max_context - ts.input_tokens)));
       if (ts.input_tokens != in_tok || ts.output_tokens != out_tok) ++truncated_;
+      if (!r.prefix.empty()) {
+        if (!convs_[ci].turns.empty()) {
+          ln = r.line;
+          line = "";
+          bad(fmt::format("a shared prefix on a later turn of conversation {}: a later turn's prompt starts with the "
+                          "conversation so far, so only a first turn may name one", r.conv));
+        }
+        const auto [it, fresh] = prefix_ids.emplace(r.prefix, static_cast<int32_t>(prefix_ids.size()));
+        ts.prefix_id = it->second;
+        ts.prefix_tokens = static_cast<int32_t>(std::min<int64_t>(std::llround(static_cast<double>(r.prefix_tokens) * ratio), ts.input_tokens));
+      }
       convs_[ci].turns.push_back(ts);
       convs_[ci].turn_arrivals_ns.push_back(static_cast<int64_t>(std::llround(r.t * scale * 1e9)));
     }
@@ -526,6 +567,7 @@ class TraceSource final : public WorkloadSource {
   }
 
  private:
+  std::unordered_map<std::string, std::pair<int64_t, size_t>> prefix_len_;  // while reading: a prefix's length and first line
   int64_t truncated_ = 0;
   int max_context_ = 0;
   ArrivalSpec arrival_;
@@ -566,7 +608,9 @@ SLUICE_REGISTER(component, serving_loads) {
           }));
 
   Schema t;
-  t.add("file", ParamType::String, "CSV (header arrival_s,input_tokens,output_tokens[,conversation]) or JSONL with those fields");
+  t.add("file", ParamType::String,
+        "CSV (header arrival_s,input_tokens,output_tokens[,conversation][,prefix_id,prefix_tokens]) or JSONL with those fields; "
+        "prefix_id names a shared prompt prefix (a system prompt) of prefix_tokens tokens, part of input_tokens");
   t.add("time_scale", ParamType::Real, "multiply arrival times (0.5 replays twice as fast)").def("1").positive();
   t.add("tokenizer", ParamType::String, "tokenizer the trace's lengths are counted in").def("llama");
   reg.add("load", "trace", "replay of a request trace file (CSV or JSONL)", t,
