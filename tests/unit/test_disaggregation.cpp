@@ -151,6 +151,30 @@ TEST_CASE("goodput counts the requests that meet both SLOs, per second and per G
   CHECK_FALSE(none.contains("slo"));
 }
 
+TEST_CASE("an SLO no request could meet on the deployment is flagged: the shortest prompt alone on an idle replica is slower") {
+  auto warnings = [](const std::string& text) {
+    Scenario sc = load_scenario_text(text, "t.yaml", {}, registry());
+    Recorder rec;
+    run_into(sc, rec, {});
+    std::string all;
+    for (const auto& w : rec.warnings()) all += w + "\n";
+    return all;
+  };
+  const std::string fixed = "{kind: llmperf, requests: 20, input_tokens: {mean: 2000, sd: 0}, output_tokens: {mean: 8, sd: 0}, "
+                            "arrival: {kind: poisson, rate: 5/s}}";
+  // TinyLlama prefills 2000 tokens in far more than 1 us, and decodes a step in more than 1 us.
+  const std::string w = warnings(deployment_text(fixed, "    slo: {ttft: 1us, tpot: 1us}\n"));
+  CHECK(w.find("TTFT objective 1.000us cannot be met by any request") != std::string::npos);
+  CHECK(w.find("2000 tokens to compute") != std::string::npos);
+  CHECK(w.find("TPOT objective 1.000us cannot be met") != std::string::npos);
+  // Objectives an idle replica can meet draw no warning (whether the load lets them is the run's answer).
+  CHECK(warnings(deployment_text(fixed, "    slo: {ttft: 10s, tpot: 1s}\n")).find("objective") == std::string::npos);
+  // A spread of lengths may draw a one-token prompt: the TTFT bound is that prompt's.
+  const std::string spread = "{kind: llmperf, requests: 20, input_tokens: {mean: 2000, sd: 100}, output_tokens: {mean: 8, sd: 0}, "
+                             "arrival: {kind: poisson, rate: 5/s}}";
+  CHECK(warnings(deployment_text(spread, "    slo: {ttft: 1us}\n")).find("(1 tokens to compute)") != std::string::npos);
+}
+
 TEST_CASE("disaggregation's bad input: no decode pool left, or pipeline-parallel replicas, is refused where it is written") {
   const std::string base = R"(name: t
 model: tinyllama-1.1b

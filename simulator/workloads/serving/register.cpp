@@ -35,6 +35,22 @@ void warn_about_run(const ServingSim& sim, int64_t asked_interval_ns, Recorder& 
       rec.warn(fmt::format("overloaded: requests arrived at {:.3g}/s but were served at {:.3g}/s, so the queue grew for the "
                            "whole run; latencies describe the backlog, not the deployment", a.rate_per_s, served));
   }
+  // Objectives no request can meet on this deployment, whatever the load or the scheduling:
+  // even the load's shortest prompt alone on an idle replica is slower.
+  const int fewest = c.workload->fewest_new_tokens();
+  auto impossible = [&](const std::string& who, int64_t ttft_ns, int64_t tpot_ns) {
+    if (const int64_t t = sim.idle_ttft_ns(fewest); ttft_ns > 0 && t > ttft_ns)
+      rec.warn(fmt::format("{}TTFT objective {} cannot be met by any request: the shortest prompt of this load ({} tokens to "
+                           "compute) alone on an idle replica takes {} to its first token; no load, router or scheduler changes "
+                           "that, a faster deployment (more tensor parallelism, a faster device) does",
+                           who, SimTime::ns(ttft_ns).str(), fewest, SimTime::ns(t).str()));
+    if (const int64_t t = sim.idle_tpot_ns(fewest); tpot_ns > 0 && t > tpot_ns)
+      rec.warn(fmt::format("{}TPOT objective {} cannot be met by any request: one decode step of one sequence after a prompt of {} "
+                           "tokens takes {} on an idle replica; no load, router or scheduler changes that, a faster deployment does",
+                           who, SimTime::ns(tpot_ns).str(), fewest, SimTime::ns(t).str()));
+  };
+  impossible("", c.slo_ttft_ns, c.slo_tpot_ns);
+  for (const auto& cls : c.workload->classes()) impossible(fmt::format("class {}: ", cls.name), cls.ttft_ns, cls.tpot_ns);
   if (sim.rejected_overload() > 0)
     rec.warn(fmt::format("overloaded: {} of {} requests were rejected on arrival because {} were already in flight "
                          "(deployment.max_in_flight); the queue was held at that bound instead of growing without limit",

@@ -242,6 +242,11 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   const LogHistogram& gaps() const { return gaps_; }
   const MemoryPlan& memory() const { return mem_; }
   const ServingConfig& config() const { return cfg_; }
+  // Lower bounds for one request alone on an idle replica (every stage's compute; no
+  // communication, no last mile): its prefill of `tokens` to the first token, and one decode
+  // step at `context` tokens. What no load, router or scheduler can beat.
+  int64_t idle_ttft_ns(int tokens) const;
+  int64_t idle_tpot_ns(int context) const;
   int64_t completed() const { return front_.counts().completed; }
   int64_t rejected() const { return front_.counts().rejected_too_long; }
   int64_t first_arrival_ns() const { return front_.first_arrival_ns(); }

@@ -3,6 +3,20 @@
 
 namespace sluice::serving {
 
+int64_t ServingSim::idle_ttft_ns(int tokens) const {
+  const SeqWork w{tokens, 0, true};
+  double t = 0;
+  for (int s = 0; s < pp_; ++s) t += cost_.stage_ns(std::span<const SeqWork>(&w, 1), s);
+  return std::llround(t);
+}
+
+int64_t ServingSim::idle_tpot_ns(int context) const {
+  const SeqWork w{1, context, true};
+  double t = 0;
+  for (int s = 0; s < pp_; ++s) t += cost_.stage_ns(std::span<const SeqWork>(&w, 1), s);
+  return std::llround(t);
+}
+
 ServingResults ServingSim::results() const {
   ServingResults r;
   const ServingConfig& c = cfg_;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -341,6 +342,10 @@ class LlmperfSource final : public WorkloadSource {
   }
   int64_t truncated_to_context() const override { return truncated_; }
   const std::vector<RequestClass>& classes() const override { return classes_; }
+  // Fixed lengths (sd 0) give every prompt the mean's tokens; a spread may draw down to 1.
+  int32_t fewest_new_tokens() const override {
+    return in_sd_ > 0 ? 1 : std::max<int32_t>(1, std::min<int32_t>(convert(static_cast<int32_t>(in_mean_)), max_context_ - 1));
+  }
   std::vector<std::string> warnings() const override {
     if (truncated_ == 0) return {};
     return {fmt::format("{} of {} requests drawn were longer than the model's context of {} tokens and were truncated "
@@ -535,6 +540,7 @@ class TraceSource final : public WorkloadSource {
       ts.input_tokens = static_cast<int32_t>(std::min<int64_t>(in_tok, max_context - 1));
       ts.output_tokens = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(out_tok, max_context - ts.input_tokens)));
       if (ts.input_tokens != in_tok || ts.output_tokens != out_tok) ++truncated_;
+      fewest_ = std::min<int32_t>(fewest_, std::max<int32_t>(1, ts.input_tokens - static_cast<int32_t>(std::llround(static_cast<double>(r.prefix_tokens) * ratio))));
       if (!r.prefix.empty()) {
         if (!convs_[ci].turns.empty()) {
           ln = r.line;
@@ -560,6 +566,7 @@ class TraceSource final : public WorkloadSource {
   int64_t total_requests() const override { return total_; }
   int64_t think_time_ns() override { return 0; }
   int64_t truncated_to_context() const override { return truncated_; }
+  int32_t fewest_new_tokens() const override { return fewest_; }
   std::vector<std::string> warnings() const override {
     if (truncated_ == 0) return {};
     return {fmt::format("{} of {} trace requests were longer than the model's context of {} tokens and were truncated "
@@ -568,6 +575,7 @@ class TraceSource final : public WorkloadSource {
 
  private:
   std::unordered_map<std::string, std::pair<int64_t, size_t>> prefix_len_;  // while reading: a prefix's length and first line
+  int32_t fewest_ = std::numeric_limits<int32_t>::max();
   int64_t truncated_ = 0;
   int max_context_ = 0;
   ArrivalSpec arrival_;

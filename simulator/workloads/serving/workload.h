@@ -70,6 +70,9 @@ class WorkloadSource {
   // Requests issued so far whose lengths exceeded the model's context and were truncated to it
   // (served, not rejected: `requests.truncated_to_context`, beside `rejected_too_long`).
   virtual int64_t truncated_to_context() const { return 0; }
+  // The fewest prompt tokens any of its requests will compute (beyond a shared prefix, which
+  // may be cached): 1 where lengths are drawn from a spread; for SLO lower bounds.
+  virtual int32_t fewest_new_tokens() const { return 1; }
   // The load's request classes (empty: none); a TurnSpec's class_id indexes them.
   virtual const std::vector<RequestClass>& classes() const {
     static const std::vector<RequestClass> none;
