@@ -60,6 +60,19 @@ std::string deployment_text(const std::string& load, const std::string& extra = 
 const std::string kOne = "{kind: llmperf, requests: 1, input_tokens: {mean: 1000, sd: 0}, output_tokens: {mean: 4, sd: 0}, "
                          "arrival: {kind: closed_loop, clients: 1}}";
 
+// The deployment's prefill of kOne's 999 tokens and its first decode step with the last mile
+// (7 + 3 us), in ms, from the cost model it uses (the roofline).
+std::pair<double, double> prefill_and_first_ms() {
+  const auto cfg_node = load_yaml_string("model: tinyllama-1.1b\nhardware: h200\ndeployment: {cost_tables: none}\n"
+                                         "workload: {kind: llmperf, requests: 1}\n", "c.yaml");
+  auto parsed = registry().parse(cfg_node, "study", "", "serving");
+  const serving::ServingConfig cfg = serving::build_serving_config(parsed.params, registry(), 1, nullptr);
+  CostModel cost(cfg.hardware, cfg.model, CostOptions{1, 1, ""});
+  std::vector<SeqWork> prefill{{999, 0, true}}, first{{1, 999, true}};
+  auto t = [](double ns) { return std::max<int64_t>(1, static_cast<int64_t>(std::llround(ns))); };
+  return {static_cast<double>(t(cost.iteration_ns(prefill))) / 1e6, static_cast<double>(t(cost.iteration_ns(first)) + 7000 + 3000) / 1e6};
+}
+
 }  // namespace
 
 TEST_CASE("disaggregated TTFT = prefill + KV copy over the fabric + the first decode step (hand-computed)") {
@@ -90,6 +103,35 @@ workload: {kind: llmperf, requests: 1}
   // Decoding then goes on at the decode replica alone: 4 tokens, 3 gaps.
   CHECK(m["disaggregation"]["decode"]["iterations"].get<int>() == 4);
   CHECK(m["disaggregation"]["prefill"]["iterations"].get<int>() == 1);
+}
+
+TEST_CASE("layer-by-layer KV copies: only the last layer's share is left when the prefill ends, unless the link is the bound") {
+  const Json whole = run_text(deployment_text(kOne))["serving"];
+  const Json layered = run_text(deployment_text(kOne), {"workloads.0.deployment.kv_transfer=layerwise"})["serving"];
+  const double copy_ms = 999 * 22528 / 10e9 * 1e3;  // the whole copy over the 10 GB/s link (2.25 ms: less than the prefill)
+  const auto ttft = [](const Json& m) { return m["latency_ms"]["ttft"]["p50"].get<double>(); };
+  // TinyLlama has 22 layers: 21 of them crossed during the prefill; the 22nd after it.
+  CHECK(ttft(whole) - ttft(layered) == doctest::Approx(copy_ms * 21 / 22).epsilon(1e-3));
+  CHECK(layered["disaggregation"]["kv_transfer_ms"]["mean"].get<double>() == doctest::Approx(copy_ms / 22).epsilon(1e-3));
+  CHECK(layered["disaggregation"]["kv_transfer_bytes"].get<double>() == whole["disaggregation"]["kv_transfer_bytes"].get<double>());
+  CHECK(layered["requests"]["completed"].get<int>() == 1);
+  // A link ten times slower (22.5 ms a copy, longer than the prefill): the copy is bound by the
+  // link from the prefill's start, so TTFT is the copy and the first decode step, the prefill hidden.
+  std::string slow = deployment_text(kOne);
+  slow.replace(slow.find("bandwidth: 10GB/s"), 17, "bandwidth: 1GB/s");
+  const Json s_layered = run_text(slow, {"workloads.0.deployment.kv_transfer=layerwise"})["serving"];
+  const auto [prefill_ms, first_ms] = prefill_and_first_ms();
+  CHECK(10 * copy_ms > prefill_ms);
+  CHECK(ttft(layered) == doctest::Approx(prefill_ms + copy_ms / 22 + first_ms).epsilon(1e-6));
+  CHECK(ttft(s_layered) == doctest::Approx(10 * copy_ms + first_ms).epsilon(1e-6));
+  // Requests conserved over a busier load, and layerwise never slower.
+  const std::string load = "{kind: llmperf, requests: 40, input_tokens: {mean: 1500, sd: 200}, output_tokens: {mean: 16, sd: 0}, "
+                           "arrival: {kind: poisson, rate: 20/s}}";
+  const Json a = run_text(deployment_text(load))["serving"];
+  const Json b = run_text(deployment_text(load), {"workloads.0.deployment.kv_transfer=layerwise"})["serving"];
+  CHECK(b["requests"]["completed"].get<int>() == 40);
+  CHECK(b["disaggregation"]["kv_transfers"].get<int>() == 40);
+  CHECK(b["latency_ms"]["ttft"]["mean"].get<double>() < a["latency_ms"]["ttft"]["mean"].get<double>());
 }
 
 TEST_CASE("a KV copy slows when it shares a link with a gradient all-reduce (the world's fabric)") {
@@ -175,7 +217,7 @@ TEST_CASE("an SLO no request could meet on the deployment is flagged: the shorte
   CHECK(warnings(deployment_text(spread, "    slo: {ttft: 1us}\n")).find("(1 tokens to compute)") != std::string::npos);
 }
 
-TEST_CASE("disaggregation's bad input: no decode pool left, or pipeline-parallel replicas, is refused where it is written") {
+TEST_CASE("disaggregation's bad input: no decode pool left, pipeline-parallel replicas, or a KV copy mode without pools, is refused where it is written") {
   const std::string base = R"(name: t
 model: tinyllama-1.1b
 deployment: {replicas: 2, prefill_replicas: 1, cost_tables: none}
@@ -183,5 +225,8 @@ workload: {kind: llmperf, requests: 4}
 )";
   CHECK_THROWS_WITH_AS(run_text(base, {"deployment.prefill_replicas=2"}), doctest::Contains("no decode pool"), ConfigError);
   CHECK_THROWS_WITH_AS(run_text(base, {"deployment.pipeline_parallel=2"}), doctest::Contains("pipeline-parallel"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(base, {"deployment.prefill_replicas=0", "deployment.kv_transfer=layerwise"}),
+                       doctest::Contains("deployment.kv_transfer"), ConfigError);
   CHECK_NOTHROW(run_text(base));
+  CHECK_NOTHROW(run_text(base, {"deployment.kv_transfer=layerwise"}));
 }

@@ -73,6 +73,14 @@ class BlockManager {
     return n;
   }
   void free_detached(int64_t blocks) { free_ += blocks; }
+  // Blocks taken for a request that is not here yet (its KV cache arriving layer by layer):
+  // in use until adopt() hands them to it. False (nothing taken) if they cannot be had.
+  bool reserve(int64_t blocks, bool admission) {
+    if (!can_allocate(blocks, admission) || (free_ < blocks && !evict_until(blocks))) return false;
+    free_ -= blocks;
+    return true;
+  }
+  void adopt(Request& r, int64_t blocks) { r.blocks += static_cast<int32_t>(blocks); }
   // After a turn finishes: keep its blocks resident as the conversation's cache (replacing
   // an older entry of the same conversation) instead of freeing them.
   void retain(Request& r, int64_t tokens);

@@ -143,6 +143,11 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
             "its tokens (0: colocated, every replica prefills and decodes its own requests)")
       .def("0")
       .range(0, 1e5);
+  d.choice<bool>("kv_transfer", {{"whole", false}, {"layerwise", true}}, &C::kv_layerwise,
+                 "disaggregated: a prompt's KV cache crosses to its decode replica whole, after the prefill, or layer by "
+                 "layer during the prefill that completes it (Splitwise), so only the last layer's share is left when it ends; "
+                 "layerwise needs the decode replica's blocks when that prefill starts, else the copy is whole")
+      .def("whole");
   dep.add("cost_tables", ParamType::String, kCostTablesDoc).def("auto");
   d.choice<Implementation>("implementation",
                            {{"pytorch-lean", Implementation::PytorchLean}, {"pytorch-naive", Implementation::PytorchNaive},
@@ -237,6 +242,8 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
     if (c.pipeline_parallel > 1)
       d.fail("prefill_replicas", "disaggregation does not yet take pipeline-parallel replicas", "pipeline_parallel: 1, or prefill_replicas: 0");
     c.prefix_reuse = false;  // a turn ends on a decode replica; its next turn prefills on a prefill replica
+  } else if (c.kv_layerwise) {
+    d.fail("kv_transfer", "a KV copy between pools needs a disaggregated deployment", "whole, or prefill_replicas > 0");
   }
   if (c.preemption == PreemptionMode::Swap && c.hardware.pcie_Bps <= 0)
     d.fail("preemption", fmt::format("swap needs a host link, but {} has no pcie_bandwidth", c.hardware.name),

@@ -13,24 +13,24 @@
 // and the request joins the decode engine's waiting queue with its blocks held; the decode
 // engine's first step on it computes the prompt's last token and samples the first token. So
 // TTFT = queueing + prefill + wait for decode blocks + KV copy + the first decode step (with
-// the last mile); the copy is whole, after the prefill (not layer by layer during it).
+// the last mile).
+//
+// `kv_transfer: layerwise` (Splitwise): when the prefill iteration that completes a prompt
+// starts, its decode engine is chosen and the blocks reserved there (if none are waiting ahead
+// of it and they can be had now; otherwise the copy is whole, as above). All but the last
+// layer's share of the KV then leaves at once, as flows that share the fabric (a layer's share
+// cannot really leave before that layer is computed, but a copy slower than the prefill is
+// bound by the link from the start, and one faster ends with the last layer's share, which
+// leaves when the prefill ends: both ends come out right), so TTFT = queueing + prefill + the
+// last layer's copy (or the whole copy, when the link is the bound) + the first decode step.
 #include <fmt/format.h>
 
 #include "workloads/serving/serving_sim.h"
 
 namespace sluice::serving {
 
-void ServingSim::start_handoff(int from, uint32_t id) {
-  Request& q = front_.requests()[id];
-  const int64_t now = engine_.now().count_ns();
-  q.input_tokens += 1;  // the prompt's last token, held back by the global scheduler
-  q.handoff_from = from;
-  replicas_[static_cast<size_t>(from)]->kv.publish_prefix(q);  // the prefill engine keeps its prompt's shared prefix
-  q.handoff_blocks = static_cast<int32_t>(replicas_[static_cast<size_t>(from)]->kv.detach(q));  // still in use there until copied
-  q.handoff_mark_ns = now;
-  q.state = ReqState::Handoff;
-  ++in_handoff_;
-  // The decode engine with the fewest requests routed to it or on their way (ties: lowest).
+// The decode engine with the fewest requests routed to it or on their way (ties: lowest).
+int ServingSim::pick_decode_engine() const {
   int to = -1;
   int64_t least = 0;
   for (int d = pool_split_; d < static_cast<int>(replicas_.size()); ++d) {
@@ -41,6 +41,71 @@ void ServingSim::start_handoff(int from, uint32_t id) {
     }
   }
   if (to < 0) throw std::logic_error("internal: no healthy decode engine for a handoff");
+  return to;
+}
+
+// A layer-by-layer copy, as the prefill iteration that brings request `id` to `final_tokens`
+// computed tokens starts on engine `from`: blocks reserved at its decode engine, all but the
+// last layer's share sent now (the last when the prefill ends: start_handoff).
+void ServingSim::begin_layerwise(int from, uint32_t id, int32_t final_tokens) {
+  Request& q = front_.requests()[id];
+  const auto& from_nodes = fabric_.replica_nodes[static_cast<size_t>(from)];
+  if (q.layerwise_to >= 0 || from_nodes.empty()) return;
+  const int to = pick_decode_engine();
+  Replica& dst = *replicas_[static_cast<size_t>(to)];
+  if (!handoff_wait_[static_cast<size_t>(to)].empty()) return;  // first come, first served: it waits behind them, whole
+  const int64_t now = engine_.now().count_ns();
+  account_kv(to, now);
+  const int64_t blocks = dst.kv.blocks_for(static_cast<int64_t>(final_tokens) + 1);
+  if (!dst.kv.reserve(blocks, /*admission=*/true)) return;
+  q.layerwise_to = to;
+  q.layerwise_blocks = static_cast<int32_t>(blocks);
+  ++incoming_[static_cast<size_t>(to)];
+  const double layers = static_cast<double>(cfg_.model.layers);
+  const double early = dst.kv_bytes_per_token * final_tokens * (layers - 1) / layers;
+  const auto& to_nodes = fabric_.replica_nodes[static_cast<size_t>(to)];
+  // One more than the flows: the prefill's end, which sends the last layer's share.
+  q.handoff_flows = static_cast<int32_t>(from_nodes.size()) + 1;
+  const double share = early / static_cast<double>(from_nodes.size());
+  for (size_t j = 0; j < from_nodes.size(); ++j)
+    fabric_.flows->start(from_nodes[j], to_nodes[j % to_nodes.size()], share, this, kHandoffFlow | q.id,
+                         static_cast<uint64_t>(q.serial) * 7919 + j);
+}
+
+void ServingSim::start_handoff(int from, uint32_t id) {
+  Request& q = front_.requests()[id];
+  const int64_t now = engine_.now().count_ns();
+  q.input_tokens += 1;  // the prompt's last token, held back by the global scheduler
+  q.handoff_from = from;
+  replicas_[static_cast<size_t>(from)]->kv.publish_prefix(q);  // the prefill engine keeps its prompt's shared prefix
+  q.handoff_blocks = static_cast<int32_t>(replicas_[static_cast<size_t>(from)]->kv.detach(q));  // still in use there until copied
+  q.state = ReqState::Handoff;
+  ++in_handoff_;
+  if (q.layerwise_to >= 0) {
+    // Its blocks are waiting at the decode engine and all but the last layer left during the
+    // prefill: the last layer's share goes now.
+    const int to = q.layerwise_to;
+    Replica& dst = *replicas_[static_cast<size_t>(to)];
+    q.replica = to;
+    q.handoff_mark_ns = now;  // the copy's time on the request's path: from the prefill's end to the last byte
+    dst.kv.adopt(q, q.layerwise_blocks);
+    q.layerwise_to = -1;
+    q.layerwise_blocks = 0;
+    handoff_wait_ns_.record(0);
+    const double bytes = dst.kv_bytes_per_token * q.computed;
+    kv_transfer_bytes_ += bytes;
+    const auto& from_nodes = fabric_.replica_nodes[static_cast<size_t>(from)];
+    const auto& to_nodes = fabric_.replica_nodes[static_cast<size_t>(to)];
+    const double share = bytes / static_cast<double>(cfg_.model.layers) / static_cast<double>(from_nodes.size());
+    q.handoff_flows += static_cast<int32_t>(from_nodes.size());
+    for (size_t j = 0; j < from_nodes.size(); ++j)
+      fabric_.flows->start(from_nodes[j], to_nodes[j % to_nodes.size()], share, this, kHandoffFlow | q.id,
+                           static_cast<uint64_t>(q.serial) * 7919 + from_nodes.size() + j);
+    kv_copied(id);  // the prefill's end: the copy completes with its last flow
+    return;
+  }
+  q.handoff_mark_ns = now;
+  const int to = pick_decode_engine();
   q.replica = to;
   ++incoming_[static_cast<size_t>(to)];
   handoff_wait_[static_cast<size_t>(to)].push_back(id);

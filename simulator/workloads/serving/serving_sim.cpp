@@ -347,6 +347,12 @@ void ServingSim::try_start(int ri) {
     work_.push_back(SeqWork{en.new_tokens, en.context, en.samples});
     if (en.samples) ++generating;
   }
+  if (cfg_.kv_layerwise && ri < pool_split_)  // prompts this prefill completes: their KV leaves layer by layer during it
+    for (const auto& en : b.entries)
+      if (en.req != kPaddingSlot) {
+        const Request& q = front_.requests()[en.req];
+        if (q.computed + en.new_tokens >= q.length()) begin_layerwise(ri, en.req, static_cast<int32_t>(q.computed + en.new_tokens));
+      }
   const bool swap_flows = fabric_.active() && b.swap_bytes > 0 && !fabric_.host_links.empty() &&
                           !fabric_.host_links[static_cast<size_t>(ri / pp_)].empty();
   // The passes of the iteration: one of every token, or a long prompt's prefill as slices.

@@ -121,6 +121,9 @@ struct ServingConfig {
   // Prefill/decode disaggregation: the first `prefill_replicas` replicas form the prefill pool,
   // the others the decode pool (0: every replica prefills and decodes its own requests).
   int prefill_replicas = 0;
+  // How a prompt's KV cache crosses to the decode pool: whole, after the prefill, or layer by
+  // layer during it (each layer's share leaves as that layer is computed: Splitwise).
+  bool kv_layerwise = false;
   // Autoscaling: the deployment runs between min_replicas and `replicas` (the most), judged
   // every `interval` by a signal against its target (queue: requests waiting per serving
   // replica; concurrency: requests in flight per serving replica, Knative's signal;
@@ -294,6 +297,8 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   // fabric as flows from each prefill device to its decode peer; it then joins that engine's
   // waiting queue with its blocks held, its prompt's last token the first step there.
   void start_handoff(int from, uint32_t id);
+  int pick_decode_engine() const;
+  void begin_layerwise(int from, uint32_t id, int32_t final_tokens);
   void pump_handoffs(int to);
   void kv_copied(uint32_t id);
   static constexpr uint64_t kHandoffFlow = uint64_t{1} << 39;  // flow tag bit: a KV copy (low 32 bits: the request)
