@@ -103,6 +103,10 @@ const Bound<HardwareSpec>& hardware_binding() {
            "a short form's implicit cluster get it (a named topology says so itself)")
         .def("false");
     h.quantity("pcie_bandwidth", UnitKind::Bandwidth, &H::pcie_Bps, "host link, one direction").def("0B/s").nonneg();
+    h.quantity("ssd_read_bandwidth", UnitKind::Bandwidth, &H::ssd_read_Bps,
+               "the host's local NVMe drives' read bandwidth, per device (a KV-cache tier below host memory); 0 = none")
+        .def("0B/s")
+        .nonneg();
     h.quantity("price_usd", UnitKind::Money, &H::price_usd, "unit price (an estimate unless the file cites a quote)").def("0").nonneg();
     h.text("calibration", &H::calibration, "folder under results/calibration/ with measured cost tables; \"\" = none").def("");
     h.text("derive_tables_from", &H::derive_tables_from,

@@ -29,6 +29,7 @@ struct HardwareSpec {
   double interconnect_latency_ns = 0; // per hop
   bool nvls = false;                  // its NVSwitch reduces in the network (NVLink SHARP): the implicit cluster's servers get it
   double pcie_Bps = 0;                // host link per direction
+  double ssd_read_Bps = 0;            // the host's local NVMe drives, read, per device (a KV tier below host memory)
   double price_usd = 0;
   std::string calibration;            // folder under results/calibration/ with measured tables, or ""
   std::string derive_tables_from;     // a catalog device whose tables can be scaled to this one, or ""

@@ -356,6 +356,17 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                                       {"offloaded_bytes", res.kv_offloaded_bytes},
                                       {"fetched_bytes", res.kv_fetched_bytes},
                                       {"dropped_bytes", res.kv_dropped_bytes}};
+  if (res.kv_ssd_cache_bytes > 0) {
+    if (res.kv_host_cache_bytes <= 0)  // the HBM claims are counted with the tiers below
+      m["kv_cache"]["host_tier"] = Json{{"capacity_bytes_per_replica", 0.0}, {"prefix_claims_from_hbm", res.kv_claims_hbm},
+                                        {"prefix_claims_from_host", 0}, {"offloaded_bytes", 0.0},
+                                        {"fetched_bytes", res.kv_fetched_bytes}, {"dropped_bytes", res.kv_dropped_bytes}};
+    m["kv_cache"]["ssd_tier"] = Json{{"capacity_bytes_per_replica", res.kv_ssd_cache_bytes},
+                                     {"prefix_claims_from_ssd", res.kv_claims_ssd},
+                                     {"recomputed_instead", res.kv_ssd_skipped},
+                                     {"moved_down_bytes", res.kv_to_ssd_bytes},
+                                     {"read_bytes", res.kv_ssd_read_bytes}};
+  }
   m["batching"] = Json{{"iterations", iters}, {"prefill_iterations", pre_it}, {"decode_iterations", dec_it},
                        {"mixed_iterations", mix_it}, {"mean_batch", busy > 0 ? batch_int / busy : 0.0},
                        {"max_batch", max_batch}, {"utilization", busy / end / nrep}};

@@ -107,6 +107,10 @@ struct ServingResults {
   double kv_host_cache_bytes = 0;
   int64_t kv_claims_hbm = 0, kv_claims_host = 0;
   double kv_offloaded_bytes = 0, kv_fetched_bytes = 0, kv_dropped_bytes = 0;
+  // The SSD tier below it (kv_ssd_cache_bytes 0: none).
+  double kv_ssd_cache_bytes = 0;
+  int64_t kv_claims_ssd = 0, kv_ssd_skipped = 0;
+  double kv_to_ssd_bytes = 0, kv_ssd_read_bytes = 0;
   // Autoscaling (autoscaled false: a fixed pool of `replicas`).
   bool autoscaled = false;
   std::string autoscale_policy;

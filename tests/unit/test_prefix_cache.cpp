@@ -230,3 +230,84 @@ TEST_CASE("with a host tier, prefixes a replica evicted are fetched back over th
   CHECK(on["kv_cache"]["prefix_caching"]["hit_rate"].get<double>() > off["kv_cache"]["prefix_caching"]["hit_rate"].get<double>());
   CHECK(on["latency_ms"]["ttft"]["p50"].get<double>() < off["latency_ms"]["ttft"]["p50"].get<double>());
 }
+
+TEST_CASE("KV SSD tier: what the host tier evicts moves down to the SSD, a claim there is read back, or recomputed when that is faster") {
+  BlockManager kv(20, 4, 0.0, false, true);
+  kv.set_host_tier(5);  // one 4-block prefix
+  kv.set_ssd_tier(8);   // two
+  auto cache = [&](uint32_t id, int32_t prefix) {
+    Request a = with_prefix(id, prefix, 16, 20);
+    REQUIRE(kv.grow_to(a, 20));
+    a.computed = 20;
+    kv.publish_prefix(a);
+    kv.release(a);
+  };
+  cache(0, 1);
+  cache(1, 2);
+  cache(2, 3);  // three prefixes cached in HBM (12 blocks), 8 free
+  Request all = with_prefix(3, -1, 0, 80);
+  REQUIRE(kv.grow_to(all, 80));  // every block: 1 goes to the host, then 2 pushes 1 down to the SSD, then 3 pushes 2 down
+  CHECK(kv.host_used_blocks() == 4);
+  CHECK(kv.ssd_used_blocks() == 8);
+  CHECK(kv.tier_counts().to_ssd_blocks == 8);
+  CHECK(kv.tier_counts().dropped_blocks == 0);
+  kv.release(all);
+  // Prefix 1 is on the SSD: read back (4 blocks over the host link, all 4 from the drive).
+  Request c = with_prefix(4, 1, 16, 20);
+  CHECK(kv.claim_prefix(c) == 16);
+  CHECK(kv.tier_counts().hits_ssd == 1);
+  CHECK(kv.take_fetched() == 4);
+  CHECK(kv.take_fetched_ssd() == 4);
+  CHECK(kv.ssd_used_blocks() == 4);
+  kv.release(c);
+  // Prefix 3 is on the host: copied back, nothing read from the drive.
+  Request d = with_prefix(5, 3, 16, 20);
+  CHECK(kv.claim_prefix(d) == 16);
+  CHECK(kv.take_fetched() == 4);
+  CHECK(kv.take_fetched_ssd() == 0);
+  kv.release(d);
+  // A policy that finds the read slower than a prefill: prefix 2 stays on the SSD, computed again.
+  kv.set_ssd_policy([](int64_t) { return false; });
+  Request e = with_prefix(6, 2, 16, 20);
+  CHECK(kv.claim_prefix(e) == 0);
+  CHECK(kv.tier_counts().ssd_skipped == 1);
+  CHECK(kv.ssd_used_blocks() == 4);
+}
+
+TEST_CASE("with an SSD tier: a 7B model on an H200 prefills faster than its drives read, so when_faster recomputes, and a 70B at TP 8 gains") {
+  const std::string base = std::string(SLUICE_TESTS_DIR) + "/../scenarios/prefix-system-prompt-base.yaml";
+  auto run = [&](std::vector<std::string> sets) {
+    sets.push_back("router.kind=least_outstanding");
+    Scenario sc = load_scenario(base, sets, registry());
+    Recorder rec;
+    run_into(sc, rec, {});
+    return rec.metrics()["serving"];
+  };
+  const auto mean = [](const Json& m) { return m["latency_ms"]["ttft"]["mean"].get<double>(); };
+  // Llama-2-7B (512 KiB of KV a token): a 2000-token prefix is 1 GB, 160 ms from one drive.
+  const std::vector<std::string> small = {"workload.requests=2500"};
+  auto with = [](std::vector<std::string> v, const std::string& x) { v.push_back(x); return v; };
+  const Json none = run(small);
+  const Json always = run(with(small, "deployment.kv_ssd_cache=2TiB"));
+  const Json faster = run(with(with(small, "deployment.kv_ssd_cache=2TiB"), "deployment.kv_ssd_fetch=when_faster"));
+  const Json& t = always["kv_cache"]["ssd_tier"];
+  CHECK(t["prefix_claims_from_ssd"].get<int64_t>() > 0);
+  CHECK(t["read_bytes"].get<double>() == doctest::Approx(t["prefix_claims_from_ssd"].get<double>() * 2000 * 524288));
+  CHECK(mean(always) > mean(none));  // the reads cost more than the prefills they save
+  CHECK(faster["kv_cache"]["ssd_tier"]["prefix_claims_from_ssd"].get<int64_t>() == 0);
+  CHECK(faster["kv_cache"]["ssd_tier"]["recomputed_instead"].get<int64_t>() > 0);
+  CHECK(mean(faster) == doctest::Approx(mean(none)));
+  // Llama-2-70B at TP 8 (GQA: 320 KiB a token over 8 GPUs' drives, ten times the compute), 1500
+  // prefixes of 4000 tokens, more than HBM holds: reads beat prefills, and when_faster agrees.
+  const std::vector<std::string> big = {"model=llama2-70b", "deployment.tensor_parallel=8", "deployment.replicas=1",
+                                        "workload.arrival.rate=6/s", "workload.requests=3000", "workload.shared_prefix.groups=1500",
+                                        "workload.shared_prefix.tokens=4000"};
+  const Json b_none = run(big);
+  const Json b_ssd = run(with(with(big, "deployment.kv_ssd_cache=4TiB"), "deployment.kv_ssd_fetch=when_faster"));
+  CHECK(b_ssd["kv_cache"]["ssd_tier"]["prefix_claims_from_ssd"].get<int64_t>() > 0);
+  CHECK(b_ssd["kv_cache"]["ssd_tier"]["recomputed_instead"].get<int64_t>() == 0);
+  CHECK(b_ssd["kv_cache"]["prefix_caching"]["hit_rate"].get<double>() > b_none["kv_cache"]["prefix_caching"]["hit_rate"].get<double>());
+  CHECK(mean(b_ssd) < 0.9 * mean(b_none));
+  // A tier with no path to it is refused where it is written: the A100's catalog names no drives.
+  CHECK_THROWS_WITH_AS(run({"hardware=a100-80gb", "deployment.kv_ssd_cache=1TiB"}), doctest::Contains("ssd_read_bandwidth"), ConfigError);
+}

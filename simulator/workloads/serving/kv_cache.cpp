@@ -40,24 +40,43 @@ bool BlockManager::evict_until(int64_t need) {
   return free_ >= need;
 }
 
-// A prefix leaving HBM: to the host tier if it fits there (making room by dropping the
-// host's least recently used), else dropped.
+// Puts a prefix into `tier`, its least recently used making room by moving down to `below`
+// (or being dropped where there is none, or it does not fit there); false (nothing moved) when
+// the prefix is larger than the tier.
+bool BlockManager::place(TierStore& tier, TierStore* below, int32_t prefix_id, int64_t blocks) {
+  if (blocks > tier.capacity) return false;
+  while (tier.used + blocks > tier.capacity) {
+    auto it = tier.entries.find(tier.lru.front());
+    tier.lru.pop_front();
+    tier.used -= it->second.blocks;
+    const int32_t victim = it->first;
+    const int64_t b = it->second.blocks;
+    tier.entries.erase(it);
+    if (below && place(*below, nullptr, victim, b)) tiers_.to_ssd_blocks += b;
+    else tiers_.dropped_blocks += b;
+  }
+  tier.lru.push_back(prefix_id);
+  tier.entries.emplace(prefix_id, HostEntry{blocks, std::prev(tier.lru.end())});
+  tier.used += blocks;
+  return true;
+}
+
+int64_t BlockManager::take_out(TierStore& tier, int32_t prefix_id) {
+  const auto it = tier.entries.find(prefix_id);
+  if (it == tier.entries.end()) return 0;
+  const int64_t blocks = it->second.blocks;
+  tier.lru.erase(it->second.lru_pos);
+  tier.used -= blocks;
+  tier.entries.erase(it);
+  return blocks;
+}
+
+// A prefix leaving HBM: to the host tier if it fits there (its least recently used moving
+// down to the SSD tier), else to the SSD tier, else dropped.
 void BlockManager::offload(int32_t prefix_id, int64_t blocks) {
-  if (blocks > host_capacity_) {
-    tiers_.dropped_blocks += blocks;
-    return;
-  }
-  while (host_used_ + blocks > host_capacity_) {
-    auto it = host_.find(host_lru_.front());
-    host_lru_.pop_front();
-    host_used_ -= it->second.blocks;
-    tiers_.dropped_blocks += it->second.blocks;
-    host_.erase(it);
-  }
-  host_lru_.push_back(prefix_id);
-  host_.emplace(prefix_id, HostEntry{blocks, std::prev(host_lru_.end())});
-  host_used_ += blocks;
-  tiers_.offloaded_blocks += blocks;
+  if (place(host_, &ssd_, prefix_id, blocks)) tiers_.offloaded_blocks += blocks;
+  else if (place(ssd_, nullptr, prefix_id, blocks)) tiers_.to_ssd_blocks += blocks;
+  else tiers_.dropped_blocks += blocks;
 }
 
 bool BlockManager::grow_slow(Request& r, int64_t tokens, bool admission) {
@@ -79,14 +98,18 @@ void BlockManager::release(Request& r) {
 int64_t BlockManager::claim_prefix(Request& r) {
   auto it = prefixes_.find(r.prefix_id);
   if (it == prefixes_.end()) {
-    // In the host tier: fetched back into HBM (if HBM can hold it) as a prefix entry again.
-    const auto h = host_.find(r.prefix_id);
-    if (h == host_.end()) return 0;
-    const int64_t blocks = h->second.blocks;
+    // In the host or the SSD tier: fetched back into HBM (if HBM can hold it) as a prefix entry again.
+    const auto h = host_.entries.find(r.prefix_id);
+    const bool on_host = h != host_.entries.end();
+    const auto s = on_host ? ssd_.entries.end() : ssd_.entries.find(r.prefix_id);
+    if (!on_host && s == ssd_.entries.end()) return 0;
+    const int64_t blocks = on_host ? h->second.blocks : s->second.blocks;
     if (blocks > (static_cast<int64_t>(r.prompt_len()) - 1) / block_size_ || !can_allocate(blocks, /*admission=*/true)) return 0;
-    host_lru_.erase(h->second.lru_pos);
-    host_used_ -= blocks;
-    host_.erase(h);
+    if (!on_host && ssd_worth_ && !ssd_worth_(blocks)) {
+      ++tiers_.ssd_skipped;
+      return 0;
+    }
+    take_out(on_host ? host_ : ssd_, r.prefix_id);
     if (!evict_until(blocks)) throw std::logic_error("internal: a prefix fetch found fewer blocks than can_allocate promised");
     free_ -= blocks;
     // Held by nobody yet: cached, as if it had just been released (the claim below takes it).
@@ -95,7 +118,13 @@ int64_t BlockManager::claim_prefix(Request& r) {
     cached_ += blocks;
     fetched_pending_ += blocks;
     tiers_.fetched_blocks += blocks;
-    ++tiers_.hits_host;
+    if (on_host) {
+      ++tiers_.hits_host;
+    } else {
+      fetched_ssd_pending_ += blocks;
+      tiers_.fetched_ssd_blocks += blocks;
+      ++tiers_.hits_ssd;
+    }
   } else {
     ++tiers_.hits_hbm;
   }

@@ -7,6 +7,7 @@
 // caches first, then prefixes).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <unordered_map>
 
@@ -52,18 +53,33 @@ class BlockManager {
   // request whose prefix is there fetches it back into HBM over the host link instead of
   // prefilling it again. The blocks fetched since the last take_fetched() are the copy the
   // next iteration waits for.
-  void set_host_tier(int64_t blocks) { host_capacity_ = blocks; }
-  int64_t take_fetched() {
+  void set_host_tier(int64_t blocks) { host_.capacity = blocks; }
+  // A local-SSD tier below the host's (0 blocks: none): what the host tier evicts (or a prefix
+  // HBM evicts when there is no host tier or it does not fit there) moves there; a claim from
+  // it is read from the drive, then copied over the host link like a host fetch.
+  void set_ssd_tier(int64_t blocks) { ssd_.capacity = blocks; }
+  // Whether a prefix of `blocks` is worth reading back from the SSD (else it is prefilled
+  // again and stays there); none: always.
+  void set_ssd_policy(std::function<bool(int64_t blocks)> worth) { ssd_worth_ = std::move(worth); }
+  int64_t take_fetched() {  // blocks to copy over the host link (from host memory or the SSD)
     const int64_t n = fetched_pending_;
     fetched_pending_ = 0;
     return n;
   }
+  int64_t take_fetched_ssd() {  // of which read from the SSD first
+    const int64_t n = fetched_ssd_pending_;
+    fetched_ssd_pending_ = 0;
+    return n;
+  }
   struct TierCounts {
-    int64_t hits_hbm = 0, hits_host = 0;     // prefix claims served from each tier
-    int64_t offloaded_blocks = 0, fetched_blocks = 0, dropped_blocks = 0;
+    int64_t hits_hbm = 0, hits_host = 0, hits_ssd = 0;  // prefix claims served from each tier
+    int64_t offloaded_blocks = 0, fetched_blocks = 0, dropped_blocks = 0;  // to host; over the host link (any tier); lost
+    int64_t to_ssd_blocks = 0, fetched_ssd_blocks = 0;  // moved down to the SSD; read back from it
+    int64_t ssd_skipped = 0;  // claims that found their prefix on the SSD but recomputed it (faster)
   };
   const TierCounts& tier_counts() const { return tiers_; }
-  int64_t host_used_blocks() const { return host_used_; }
+  int64_t host_used_blocks() const { return host_.used; }
+  int64_t ssd_used_blocks() const { return ssd_.used; }
   // The request stops counting its blocks here, but they stay in use (its KV cache being
   // copied to another engine) until free_detached gives them back. Returns how many.
   int64_t detach(Request& r) {
@@ -120,9 +136,16 @@ class BlockManager {
     int64_t blocks;
     std::list<int32_t>::iterator lru_pos;
   };
-  std::unordered_map<int32_t, HostEntry> host_;
-  std::list<int32_t> host_lru_;
-  int64_t host_capacity_ = 0, host_used_ = 0, fetched_pending_ = 0;
+  struct TierStore {  // a tier below HBM: prefixes by id, least recently used first
+    int64_t capacity = 0, used = 0;
+    std::unordered_map<int32_t, HostEntry> entries;
+    std::list<int32_t> lru;
+  };
+  bool place(TierStore& tier, TierStore* below, int32_t prefix_id, int64_t blocks);
+  int64_t take_out(TierStore& tier, int32_t prefix_id);  // its blocks (0: not there), removed
+  TierStore host_, ssd_;
+  std::function<bool(int64_t)> ssd_worth_;
+  int64_t fetched_pending_ = 0, fetched_ssd_pending_ = 0;
   TierCounts tiers_;
 };
 

@@ -137,6 +137,16 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
              "being dropped, and is fetched back over the host link on reuse instead of prefilled again (0B: none)")
       .def("0B")
       .nonneg();
+  d.quantity("kv_ssd_cache", UnitKind::Bytes, &C::kv_ssd_cache_bytes,
+             "a local-SSD tier below host memory, per replica: what the host tier evicts (or HBM, where there is no host "
+             "tier or a prefix does not fit it) moves there, and is read back from the drive (hardware ssd_read_bandwidth) "
+             "then copied over the host link on reuse (0B: none)")
+      .def("0B")
+      .nonneg();
+  d.choice<bool>("kv_ssd_fetch", {{"always", false}, {"when_faster", true}}, &C::kv_ssd_when_faster,
+                 "a prefix found on the SSD tier: always read back (as LMCache does), or only when the read and the host-link "
+                 "copy take less than prefilling it again on an idle replica")
+      .def("always");
   d.integer("prefill_replicas", &C::prefill_replicas,
             "prefill/decode disaggregation: this many of the replicas form the prefill pool, the rest the decode pool; a "
             "prompt prefills on the prefill pool and its KV cache crosses the fabric to a decode replica, which generates "
@@ -221,6 +231,10 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   keys.outputs.fill(p.section("outputs"), c);
   keys.recovery.fill(p.section("recovery"), c);
   keys.slo.fill(p.section("slo"), c);
+  if (c.kv_ssd_cache_bytes > 0 && (c.hardware.ssd_read_Bps <= 0 || c.hardware.pcie_Bps <= 0))
+    d.fail("kv_ssd_cache", fmt::format("an SSD tier is read from the host's drives and copied over the host link, and {} has {}", c.hardware.name,
+                                       c.hardware.ssd_read_Bps <= 0 ? "no ssd_read_bandwidth" : "no pcie_bandwidth"),
+           "0B, or hardware with ssd_read_bandwidth and pcie_bandwidth > 0");
   if (c.kv_host_cache_bytes > 0 && c.hardware.pcie_Bps <= 0)
     d.fail("kv_host_cache", fmt::format("a host tier is reached over the host link, and {} has no pcie_bandwidth", c.hardware.name),
            "0B, or hardware with pcie_bandwidth > 0");

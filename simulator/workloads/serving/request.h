@@ -97,6 +97,7 @@ struct Batch {
   std::vector<BatchEntry> entries;
   double extra_ns = 0;        // swap traffic etc. on the iteration's critical path
   double swap_bytes = 0;      // of which KV copied over the host link (a flow per device on a fabric)
+  double storage_ns = 0;      // of which reading KV from a local SSD first (the drive's bandwidth, not a flow)
   int64_t start_ns = 0;       // when the iteration starts: a request's first scheduling, set as it is added
   int prefill_entries = 0;
   int decode_entries = 0;
@@ -108,6 +109,7 @@ struct Batch {
     entries.clear();
     extra_ns = 0;
     swap_bytes = 0;
+    storage_ns = 0;
     prefill_entries = decode_entries = 0;
     steady_decode = false;
   }

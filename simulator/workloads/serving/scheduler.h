@@ -44,6 +44,7 @@ struct Replica {
   PreemptionMode preemption = PreemptionMode::Recompute;
   double kv_bytes_per_token = 0;  // over the whole replica (all its GPUs)
   double swap_Bps = 0;            // host link bandwidth over all the replica's GPUs
+  double ssd_Bps = 0;             // its host's drives' read bandwidth, over all its GPUs
   int64_t swap_capacity_tokens = 0;
   int64_t swapped_tokens = 0;
   bool reuse = false;

@@ -59,7 +59,7 @@ void ServingSim::replica_down(int r) {
     rep.swapped_tokens = 0;
     // The KV cache is gone with the device (resident conversation caches included).
     rep.kv = BlockManager(rep.kv.total_blocks(), rep.kv.block_size(), cfg_.watermark, rep.reuse, cfg_.prefix_caching);
-    rep.kv.set_host_tier(static_cast<int64_t>(cfg_.kv_host_cache_bytes / pp_ / (rep.kv_bytes_per_token * cfg_.block_size)));
+    set_kv_tiers(rep.kv, rep.kv_bytes_per_token);
     batches_[i].clear();
   }
   for (uint32_t id : back) {
@@ -102,7 +102,7 @@ void ServingSim::replica_up(int r, int64_t now) {
     Replica& rep = *replicas_[static_cast<size_t>(r * pp_ + k)];
     rep.set_health(true);
     rep.kv = BlockManager(rep.kv.total_blocks(), rep.kv.block_size(), cfg_.watermark, rep.reuse, cfg_.prefix_caching);
-    rep.kv.set_host_tier(static_cast<int64_t>(cfg_.kv_host_cache_bytes / pp_ / (rep.kv_bytes_per_token * cfg_.block_size)));
+    set_kv_tiers(rep.kv, rep.kv_bytes_per_token);
     kv_last_ns_[static_cast<size_t>(r * pp_ + k)] = now;
   }
   if (trace_ && trace_->enabled() && r < 64) trace_->complete(cfg_.trace_pid, r * pp_, "down", "fault", now - out, out);

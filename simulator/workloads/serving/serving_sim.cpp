@@ -100,7 +100,8 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
     r->kv_bytes_per_token = cfg_.model.kv_bytes_per_token_per_gpu(cfg_.tensor_parallel, cfg_.pipeline_parallel) * shards;
     r->swap_Bps = cfg_.hardware.pcie_Bps * shards;
     r->swap_capacity_tokens = static_cast<int64_t>(cfg_.swap_space_bytes / r->kv_bytes_per_token);
-    r->kv.set_host_tier(static_cast<int64_t>(cfg_.kv_host_cache_bytes / pp_ / (r->kv_bytes_per_token * cfg_.block_size)));
+    r->ssd_Bps = cfg_.hardware.ssd_read_Bps * shards;
+    set_kv_tiers(r->kv, r->kv_bytes_per_token);
     replicas_.push_back(std::move(r));
     schedulers_.push_back(cfg_.make_scheduler());
   }
@@ -333,6 +334,12 @@ void ServingSim::try_start(int ri) {
     const double bytes = static_cast<double>(fetched) * cfg_.block_size * r.kv_bytes_per_token;
     b.extra_ns += bytes / r.swap_Bps * 1e9;
     b.swap_bytes += bytes;
+    if (const int64_t from_ssd = r.kv.take_fetched_ssd(); from_ssd > 0) {
+      // Read from the drives into host memory first (then the copy above): in series.
+      const double read_ns = static_cast<double>(from_ssd) * cfg_.block_size * r.kv_bytes_per_token / r.ssd_Bps * 1e9;
+      b.extra_ns += read_ns;
+      b.storage_ns += read_ns;
+    }
   }
   work_.clear();
   int generating = 0;
@@ -397,7 +404,7 @@ void ServingSim::try_start(int ri) {
     f.parked.assign(static_cast<size_t>(pp_), {});
     // KV swapped over PCIe is a flow from each of the replica's devices to its host (or back):
     // the copy's time comes from the fabric, not from a fixed bandwidth.
-    f.extra_ns = swap_flows ? 0 : round_ns(b.extra_ns);
+    f.extra_ns = round_ns(swap_flows ? b.storage_ns : b.extra_ns);  // the host-link copies are flows
     f.swaps_pending = 0;
     if (swap_flows) {
       const auto& hl = fabric_.host_links[static_cast<size_t>(ri / pp_)];

@@ -88,6 +88,8 @@ struct ServingConfig {
   bool prefix_reuse = true;
   bool prefix_caching = true;  // shared prompt prefixes' KV blocks shared across requests
   double kv_host_cache_bytes = 0;  // per replica: host memory that evicted prefixes move to (0: none)
+  double kv_ssd_cache_bytes = 0;   // per replica: local SSD below host memory (0: none)
+  bool kv_ssd_when_faster = false; // read a prefix back from the SSD only when that beats prefilling it again
   // Request classes: waiting queues ordered by class priority (else FCFS), and a request still
   // waiting for its first scheduling when its class's TTFT objective has passed is shed.
   bool priority_scheduling = false;
@@ -245,6 +247,8 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   const LogHistogram& gaps() const { return gaps_; }
   const MemoryPlan& memory() const { return mem_; }
   const ServingConfig& config() const { return cfg_; }
+  // The KV tiers below a replica's HBM (host memory, SSD), sized per engine.
+  void set_kv_tiers(BlockManager& kv, double kv_bytes_per_token) const;
   // Lower bounds for one request alone on an idle replica (every stage's compute; no
   // communication, no last mile): its prefill of `tokens` to the first token, and one decode
   // step at `context` tokens. What no load, router or scheduler can beat.

@@ -3,6 +3,22 @@
 
 namespace sluice::serving {
 
+void ServingSim::set_kv_tiers(BlockManager& kv, double kv_bytes_per_token) const {
+  const double per_block = kv_bytes_per_token * cfg_.block_size * pp_;
+  kv.set_host_tier(static_cast<int64_t>(cfg_.kv_host_cache_bytes / per_block));
+  kv.set_ssd_tier(static_cast<int64_t>(cfg_.kv_ssd_cache_bytes / per_block));
+  if (cfg_.kv_ssd_cache_bytes > 0 && cfg_.kv_ssd_when_faster) {
+    // Read (the drives) then copy (the host link) against a prefill of the same tokens.
+    const int shards = cfg_.tensor_parallel * cfg_.pipeline_parallel;
+    const double per_token = kv_bytes_per_token;  // over the replica's devices, as the fetch charges it
+    const double move_ns_per_token = per_token / (cfg_.hardware.ssd_read_Bps * shards) * 1e9 + per_token / (cfg_.hardware.pcie_Bps * shards) * 1e9;
+    kv.set_ssd_policy([this, move_ns_per_token](int64_t blocks) {
+      const int tokens = static_cast<int>(blocks * cfg_.block_size);
+      return move_ns_per_token * tokens < static_cast<double>(idle_ttft_ns(tokens));
+    });
+  }
+}
+
 int64_t ServingSim::idle_ttft_ns(int tokens) const {
   const SeqWork w{tokens, 0, true};
   double t = 0;
@@ -66,8 +82,9 @@ ServingResults ServingSim::results() const {
   r.replica_failures = replica_failures_;
   r.replica_down_ns = replica_down_ns();
   r.outages_ns = outages_ns_;
-  if (cfg_.kv_host_cache_bytes > 0) {
+  if (cfg_.kv_host_cache_bytes > 0 || cfg_.kv_ssd_cache_bytes > 0) {
     r.kv_host_cache_bytes = cfg_.kv_host_cache_bytes;
+    r.kv_ssd_cache_bytes = cfg_.kv_ssd_cache_bytes;
     for (const auto& e : replicas_) {
       const auto& t = e->kv.tier_counts();
       const double per_block = cfg_.block_size * e->kv_bytes_per_token;
@@ -76,6 +93,10 @@ ServingResults ServingSim::results() const {
       r.kv_offloaded_bytes += static_cast<double>(t.offloaded_blocks) * per_block;
       r.kv_fetched_bytes += static_cast<double>(t.fetched_blocks) * per_block;
       r.kv_dropped_bytes += static_cast<double>(t.dropped_blocks) * per_block;
+      r.kv_claims_ssd += t.hits_ssd;
+      r.kv_ssd_skipped += t.ssd_skipped;
+      r.kv_to_ssd_bytes += static_cast<double>(t.to_ssd_blocks) * per_block;
+      r.kv_ssd_read_bytes += static_cast<double>(t.fetched_ssd_blocks) * per_block;
     }
   }
   r.prefill_replicas = pool_split_;
