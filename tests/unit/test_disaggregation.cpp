@@ -134,6 +134,28 @@ TEST_CASE("layer-by-layer KV copies: only the last layer's share is left when th
   CHECK(b["latency_ms"]["ttft"]["mean"].get<double>() < a["latency_ms"]["ttft"]["mean"].get<double>());
 }
 
+TEST_CASE("the decode router is a registered router: least_outstanding keeps one client on one decode replica, round_robin alternates") {
+  // One prefill replica (device 0) and two decode replicas (devices 1 and 2); one client at a time.
+  std::string text = deployment_text("{kind: llmperf, requests: 10, input_tokens: {mean: 300, sd: 0}, output_tokens: {mean: 4, sd: 0}, "
+                                     "arrival: {kind: closed_loop, clients: 1}}");
+  text.replace(text.find("replicas: 2, prefill_replicas: 1"), 32, "replicas: 3, prefill_replicas: 1");
+  text.replace(text.find("devices: [0, 2]"), 15, "devices: [0, 1, 2]");
+  auto decode_iterations = [](const Json& m) {
+    std::vector<int64_t> v;
+    for (const auto& r : m["replicas"]) v.push_back(r["iterations"].get<int64_t>());
+    return v;
+  };
+  const Json least = run_text(text)["serving"];
+  const Json rr = run_text(text, {"workloads.0.decode_router=round_robin"})["serving"];
+  for (const Json* m : {&least, &rr}) {
+    CHECK((*m)["requests"]["completed"].get<int>() == 10);
+    CHECK((*m)["disaggregation"]["kv_transfers"].get<int>() == 10);
+  }
+  // Each request decodes 4 tokens there: 40 decode iterations in all.
+  CHECK(decode_iterations(least) == std::vector<int64_t>{10, 40, 0});
+  CHECK(decode_iterations(rr) == std::vector<int64_t>{10, 20, 20});
+}
+
 TEST_CASE("a KV copy slows when it shares a link with a gradient all-reduce (the world's fabric)") {
   const std::string load = "{kind: llmperf, requests: 20, input_tokens: {mean: 2000, sd: 0}, output_tokens: {mean: 8, sd: 0}, "
                            "arrival: {kind: poisson, rate: 5/s}}";

@@ -290,6 +290,7 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   const auto& sched_factory = reg.factory<SchedulerFactory>(*reg.find("scheduler", p.str("scheduler")));
   c.make_scheduler = [sched_params, sched_factory] { return sched_factory(*sched_params); };
   c.router = reg.factory<RouterFactory>(*reg.find("router", p.str("router")))(p.section("router"));
+  c.decode_router = reg.factory<RouterFactory>(*reg.find("router", p.str("decode_router")))(p.section("decode_router"));
   auto wb = reg.factory<WorkloadFactory>(*reg.find("load", p.str("workload")))(
       p.section("workload"), reg, seed, c.model.tokenizer, c.model.max_context);
   c.workload = std::move(wb.source);
@@ -335,6 +336,9 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
   s.section("deployment", dep, "replicas × tensor × pipeline parallelism, KV cache settings");
   s.component("scheduler", &reg, "scheduler", "vllm", "batching scheduler");
   s.component("router", &reg, "router", "round_robin", "router across replicas");
+  s.component("decode_router", &reg, "router", "least_outstanding",
+              "disaggregated: which decode replica a prefilled request's KV cache goes to (any router; least_outstanding counts "
+              "the copies on their way)");
   s.component("workload", &reg, "load", "llmperf", "requests to serve (see `sluice list load`)");
   s.section("last_mile", lm, "the GPU-to-client path of every token");
   s.section("outputs", out, "what to write besides metrics.json");

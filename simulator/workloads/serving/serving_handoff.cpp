@@ -29,19 +29,13 @@
 
 namespace sluice::serving {
 
-// The decode engine with the fewest requests routed to it or on their way (ties: lowest).
-int ServingSim::pick_decode_engine() const {
-  int to = -1;
-  int64_t least = 0;
-  for (int d = pool_split_; d < static_cast<int>(replicas_.size()); ++d) {
-    const int64_t load = static_cast<int64_t>(replicas_[static_cast<size_t>(d)]->routed) + incoming_[static_cast<size_t>(d)];
-    if (replicas_[static_cast<size_t>(d)]->routable() && (to < 0 || load < least)) {
-      to = d;
-      least = load;
-    }
-  }
-  if (to < 0) throw std::logic_error("internal: no healthy decode engine for a handoff");
-  return to;
+// The decode engine a prefilled request goes to: the decode router's choice among the decode
+// pool (by default least_outstanding: the fewest requests routed there or on their way).
+int ServingSim::pick_decode_engine(const Request& q) {
+  const std::span<const std::unique_ptr<Replica>> pool(replicas_.begin() + pool_split_, replicas_.end());
+  const int i = cfg_.decode_router->route(q, pool);
+  if (i < 0) throw std::logic_error("internal: no healthy decode engine for a handoff");
+  return pool_split_ + i;
 }
 
 // A layer-by-layer copy, as the prefill iteration that brings request `id` to `final_tokens`
@@ -51,7 +45,7 @@ void ServingSim::begin_layerwise(int from, uint32_t id, int32_t final_tokens) {
   Request& q = front_.requests()[id];
   const auto& from_nodes = fabric_.replica_nodes[static_cast<size_t>(from)];
   if (q.layerwise_to >= 0 || from_nodes.empty()) return;
-  const int to = pick_decode_engine();
+  const int to = pick_decode_engine(q);
   Replica& dst = *replicas_[static_cast<size_t>(to)];
   if (!handoff_wait_[static_cast<size_t>(to)].empty()) return;  // first come, first served: it waits behind them, whole
   const int64_t now = engine_.now().count_ns();
@@ -60,7 +54,7 @@ void ServingSim::begin_layerwise(int from, uint32_t id, int32_t final_tokens) {
   if (!dst.kv.reserve(blocks, /*admission=*/true)) return;
   q.layerwise_to = to;
   q.layerwise_blocks = static_cast<int32_t>(blocks);
-  ++incoming_[static_cast<size_t>(to)];
+  ++replicas_[static_cast<size_t>(to)]->incoming;
   const double layers = static_cast<double>(cfg_.model.layers);
   const double early = dst.kv_bytes_per_token * final_tokens * (layers - 1) / layers;
   const auto& to_nodes = fabric_.replica_nodes[static_cast<size_t>(to)];
@@ -105,9 +99,9 @@ void ServingSim::start_handoff(int from, uint32_t id) {
     return;
   }
   q.handoff_mark_ns = now;
-  const int to = pick_decode_engine();
+  const int to = pick_decode_engine(q);
   q.replica = to;
-  ++incoming_[static_cast<size_t>(to)];
+  ++replicas_[static_cast<size_t>(to)]->incoming;
   handoff_wait_[static_cast<size_t>(to)].push_back(id);
   pump_handoffs(to);
 }
@@ -154,7 +148,7 @@ void ServingSim::kv_copied(uint32_t id) {
   account_kv(from, now);
   replicas_[static_cast<size_t>(from)]->kv.free_detached(q.handoff_blocks);
   q.handoff_blocks = 0;
-  --incoming_[static_cast<size_t>(to)];
+  --replicas_[static_cast<size_t>(to)]->incoming;
   --in_handoff_;
   Replica& dst = *replicas_[static_cast<size_t>(to)];
   q.state = ReqState::Waiting;

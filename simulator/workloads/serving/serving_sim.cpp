@@ -142,7 +142,6 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
     global_.set_shed_late(std::move(ttft));
   }
   handoff_wait_.resize(static_cast<size_t>(engines));
-  incoming_.assign(static_cast<size_t>(engines), 0);
   down_since_ns_.assign(static_cast<size_t>(cfg_.replicas), -1);
   if (trace_ && trace_->enabled()) {
     trace_->name_process(cfg_.trace_pid, "replicas");

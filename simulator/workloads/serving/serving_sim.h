@@ -105,6 +105,7 @@ struct ServingConfig {
   std::function<double(double bytes)> allreduce_ns;  // TP all-reduce over the topology, if named
   std::function<std::unique_ptr<Scheduler>()> make_scheduler;
   std::unique_ptr<Router> router;
+  std::unique_ptr<Router> decode_router;  // disaggregated: which decode engine a prefilled request goes to
   std::unique_ptr<WorkloadSource> workload;
   LastMile last_mile;
   PrefillSlicingConfig prefill_slicing;
@@ -301,7 +302,7 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   // fabric as flows from each prefill device to its decode peer; it then joins that engine's
   // waiting queue with its blocks held, its prompt's last token the first step there.
   void start_handoff(int from, uint32_t id);
-  int pick_decode_engine() const;
+  int pick_decode_engine(const Request& q);
   void begin_layerwise(int from, uint32_t id, int32_t final_tokens);
   void pump_handoffs(int to);
   void kv_copied(uint32_t id);
@@ -309,7 +310,6 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   int pool_split_ = 0;                          // prefill engines (0: one pool)
   std::vector<uint32_t> handing_off_;           // slots whose prefill ended in the iteration being closed
   std::vector<std::deque<uint32_t>> handoff_wait_;  // per decode engine: waiting for its KV blocks
-  std::vector<int64_t> incoming_;               // per engine: handoffs assigned to it, not yet in its queues
   int64_t in_handoff_ = 0, kv_transfers_ = 0;
   double kv_transfer_bytes_ = 0;
   LogHistogram kv_transfer_ns_, handoff_wait_ns_;
