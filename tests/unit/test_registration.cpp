@@ -104,7 +104,8 @@ TEST_CASE("every component registers itself: each category the built-ins need is
   const Registry& reg = testing::registry();
   // The linker drops nothing: one component per file, found by name.
   for (const auto& [cat, name] : std::vector<std::pair<std::string, std::string>>{
-           {"scheduler", "vllm"}, {"scheduler", "orca"}, {"scheduler", "sarathi"}, {"scheduler", "static"},
+           {"scheduler", "vllm"}, {"scheduler", "orca"}, {"scheduler", "sarathi"}, {"scheduler", "static"}, {"scheduler", "vllm_chunked"},
+           {"collective", "allreduce-nvls"},
            {"router", "round_robin"}, {"placement", "first-fit"}, {"placement", "best-fit"}, {"fault", "random"},
            {"fault", "trace"}, {"topology", "fat-tree"}, {"topology", "rail-optimized"}, {"topology", "torus-3d"},
            {"topology", "tpu-v4-pod"}, {"topology", "explicit"}, {"topology", "nvswitch-server"},
