@@ -346,12 +346,24 @@ TEST_CASE("a huge MTBF or repair time in the pod study is a failure that never c
   const fs::path pod = fs::path(SLUICE_TESTS_DIR).parent_path() / "scenarios" / "tpu-v4-ocs-vs-static.yaml";
   Scenario sc = load_scenario(pod.string(), {"failures.host_mtbf=100000d", "failures.host_repair=100000d"}, registry());
   Recorder rec;
-  CHECK_NOTHROW(run_into(sc, rec, {}));
+  REQUIRE_NOTHROW(run_into(sc, rec, {}));
+  // Over the study's horizon no host fails: nothing is interrupted, no work is lost, every
+  // cube stays healthy, and jobs still run.
+  const Json& variants = rec.metrics()["variants"];
+  REQUIRE(variants.size() >= 2);
+  for (const auto& v : variants) {
+    CAPTURE(v["variant"].get<std::string>());
+    CHECK(v["host_failures"].get<int64_t>() == 0);
+    CHECK(v["interruptions"].get<int64_t>() == 0);
+    CHECK(v["healthy_fraction"].get<double>() == 1.0);
+    CHECK(v["completed"].get<int64_t>() > 0);
+    for (const auto& c : v["classes"]) CHECK(c["lost_iterations"].get<double>() == 0);
+  }
 }
 
 TEST_CASE("a --set key path thousands of keys deep is refused") {
   std::string path = "a";
-  for (int i = 0; i < 100; ++i) path += ".a";
+  for (int i = 0; i < 5000; ++i) path += ".a";
   const std::string msg = scenario_error("model: llama3-8b\n", {path + "=1"});
   CHECK(msg.find("more than 64 keys deep") != std::string::npos);
 }
@@ -382,9 +394,24 @@ TEST_CASE("a metric outside what its name allows stops the run, named") {
 }
 
 TEST_CASE("every shipped scenario's figures keep their invariants (checked as each run ends)") {
-  // run_into checks the metrics of every run; the golden test runs every shipped scenario through
-  // it, so a scenario that reported a negative delay or a fraction above 1 would fail there. Here
-  // the check itself is shown to be on: a run's metrics pass it as they are.
+  // run_into checks the metrics of every run, and the golden test runs every shipped scenario
+  // and holds its metrics equal to tests/golden/<name>.json: so each shipped scenario's metrics
+  // are its golden, and every golden must pass the check (one per shipped scenario, none missed).
+  const fs::path root = fs::path(SLUICE_TESTS_DIR).parent_path();
+  size_t scenarios = 0, checked = 0;
+  for (const auto& e : fs::directory_iterator(root / "scenarios")) {
+    if (e.path().extension() != ".yaml") continue;
+    ++scenarios;
+    const fs::path golden = root / "tests" / "golden" / (e.path().stem().string() + ".json");
+    CAPTURE(golden.string());
+    REQUIRE(fs::exists(golden));
+    const Json m = Json::parse(testing::slurp(golden));
+    CHECK_NOTHROW(check_metric_invariants(m));
+    ++checked;
+  }
+  CHECK(scenarios >= 40);
+  CHECK(checked == scenarios);
+  // And the check is on in a run: a run's metrics pass it as they are.
   const Json m = testing::run_text("study: serving\nname: t\nmodel: llama3-8b\nhardware: h200\nworkload: {kind: llmperf, requests: 20, arrival: {kind: closed_loop, clients: 2}}\n");
   CHECK_NOTHROW(check_metric_invariants(m));
 }
