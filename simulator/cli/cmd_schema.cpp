@@ -8,50 +8,13 @@
 
 #include "cli/commands.h"
 #include "config/schema.h"
+#include "config/schema_json.h"
 #include "config/units.h"
 #include "recorder/recorder.h"
 
 namespace sluice::cli {
 
 namespace {
-
-constexpr const char* kNumber = R"([+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)";
-
-std::string regex_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (std::string("\\^$.|?*+()[]{}/").find(c) != std::string::npos) o += '\\';
-    o += c;
-  }
-  return o;
-}
-
-// The unit suffixes of a kind, read from the one table the parser uses (via valid_units).
-std::vector<std::string> unit_suffixes(UnitKind k) {
-  const std::string text = valid_units(k);
-  std::vector<std::string> out;
-  const size_t from = text.find("one of ");
-  if (from == std::string::npos) return out;
-  const size_t to = text.find(" (e.g.", from);
-  const std::string list = text.substr(from + 7, to == std::string::npos ? std::string::npos : to - from - 7);
-  size_t start = 0;
-  for (;;) {
-    const size_t c = list.find(", ", start);
-    out.push_back(list.substr(start, c == std::string::npos ? std::string::npos : c - start));
-    if (c == std::string::npos) break;
-    start = c + 2;
-  }
-  return out;
-}
-
-Json quantity_schema(UnitKind k) {
-  if (k == UnitKind::Money)
-    return Json{{"anyOf", Json::array({Json{{"type", "number"}, {"minimum", 0}},
-                                       Json{{"type", "string"}, {"pattern", fmt::format(R"(^\s*\$?{}\s*(USD)?\s*$)", kNumber)}}})}};
-  std::string alt;
-  for (const auto& u : unit_suffixes(k)) alt += (alt.empty() ? "" : "|") + regex_escape(u);
-  return Json{{"type", "string"}, {"pattern", fmt::format(R"(^\s*{}\s*({})\s*$)", kNumber, alt)}};
-}
 
 Json default_value(const ParamSpec& p) {
   const std::string& d = *p.default_text;
@@ -88,12 +51,12 @@ class Generator {
   Json param(const ParamSpec& p) {
     Json j;
     switch (p.type) {
-      case ParamType::Int: j = Json{{"type", "integer"}}; break;
-      case ParamType::Real: j = Json{{"type", "number"}}; break;
+      case ParamType::Int:
+      case ParamType::Real:
+      case ParamType::Quantity: j = scalar_json_schema(p); break;
       case ParamType::Bool: j = Json{{"type", "boolean"}}; break;
       case ParamType::String: j = Json{{"type", "string"}}; break;
       case ParamType::Enum: j = Json{{"enum", p.choices}}; break;
-      case ParamType::Quantity: j = quantity_schema(p.unit); break;
       case ParamType::Section: j = p.section ? object_of(*p.section) : Json{{"type", "object"}}; break;
       case ParamType::Ref: {
         std::vector<std::string> names;
@@ -109,10 +72,6 @@ class Generator {
       case ParamType::ComponentList: j = Json{{"type", "array"}, {"items", component(p.category, "")}}; break;
       case ParamType::List: j = Json{{"type", "array"}}; break;
       case ParamType::Any: j = Json::object(); break;
-    }
-    if (p.type == ParamType::Int || p.type == ParamType::Real) {
-      if (std::isfinite(p.min)) j[p.min_exclusive ? "exclusiveMinimum" : "minimum"] = p.min;
-      if (std::isfinite(p.max)) j["maximum"] = p.max;
     }
     std::string doc = p.doc;
     if (p.type == ParamType::Quantity) doc += fmt::format(" [{}: {}]", unit_kind_name(p.unit), valid_units(p.unit));
