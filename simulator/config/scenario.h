@@ -5,7 +5,7 @@
 
 #include "config/node.h"
 #include "config/schema.h"
-#include "recorder/recorder.h"
+#include "config/json.h"
 
 namespace sluice {
 

@@ -19,7 +19,7 @@
 
 #include "config/binding.h"
 #include "engine/rng.h"
-#include "network/availability_results.h"
+#include "recorder/availability_results.h"
 #include "recorder/availability_report.h"
 #include "run/scenario.h"
 #include "run/study.h"

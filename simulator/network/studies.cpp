@@ -9,7 +9,7 @@
 #include "run/scenario.h"
 #include "network/collective.h"
 #include "network/generators.h"
-#include "network/study_results.h"
+#include "recorder/network_results.h"
 #include "recorder/network_report.h"
 
 namespace sluice::net {

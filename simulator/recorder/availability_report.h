@@ -1,7 +1,7 @@
 // Formats the availability study's results: metrics.json entries, availability.csv and the
 // summary table (one line per availability and slice size, OCS beside static).
 #pragma once
-#include "network/availability_results.h"
+#include "recorder/availability_results.h"
 #include "recorder/recorder.h"
 
 namespace sluice {

@@ -1,7 +1,7 @@
 // Formats the results of the network studies into metrics.json sections, their CSV
 // tables and the human summary lines.
 #pragma once
-#include "network/study_results.h"
+#include "recorder/network_results.h"
 #include "recorder/recorder.h"
 
 namespace sluice {

@@ -1,7 +1,7 @@
 // Formats the pod-scheduling study's results (workloads/cluster/pod_study.cpp).
 #pragma once
 #include "recorder/recorder.h"
-#include "workloads/cluster/pod_results.h"
+#include "recorder/pod_results.h"
 
 namespace sluice {
 

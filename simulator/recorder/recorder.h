@@ -12,13 +12,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "config/json.h"
 #include "recorder/output_dir.h"
 
 namespace sluice {
-
-using Json = nlohmann::ordered_json;
 
 // One numeric argument of a trace event (shown in the viewer's details pane).
 struct TraceArg {

@@ -33,7 +33,7 @@
 #include "network/pod.h"
 #include "recorder/pod_report.h"
 #include "run/scenario.h"
-#include "workloads/cluster/pod_results.h"
+#include "recorder/pod_results.h"
 #include "workloads/cluster/pod_stream.h"
 #include "workloads/training/training.h"
 #include "world/world.h"

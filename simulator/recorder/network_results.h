@@ -1,4 +1,4 @@
-// Plain results of the network studies (studies.cpp; pod-scheduling is workloads/cluster/pod_results.h): what each study measured, with no
+// Plain results of the network studies (network/studies.cpp; pod-scheduling is recorder/pod_results.h): what each study measured, with no
 // network types in them, so the recorder (recorder/network_report.h) can format them.
 #pragma once
 #include <array>
