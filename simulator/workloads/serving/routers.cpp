@@ -7,16 +7,15 @@ namespace sluice::serving {
 namespace {
 
 // Every router sends only to healthy replicas; -1 when none is. Outstanding: routed there
-// and not ended, or on its way there (a disaggregated decode engine's incoming KV copies).
+// and not ended (a disaggregated decode engine's count includes the KV copies on their way).
 int least_outstanding(std::span<const std::unique_ptr<Replica>> rs) {
   int best = -1;
   size_t least = 0;
   for (int i = 0; i < static_cast<int>(rs.size()); ++i) {
     const Replica& r = *rs[i];
-    const size_t load = r.routed + r.incoming;
-    if (r.routable() && (best < 0 || load < least)) {  // ties: lowest index
+    if (r.routable() && (best < 0 || r.routed < least)) {  // ties: lowest index
       best = i;
-      least = load;
+      least = r.routed;
     }
   }
   return best;

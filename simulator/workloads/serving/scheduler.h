@@ -22,9 +22,9 @@ struct Replica {
   // cache line. Requests routed here and not yet ended (waiting + running + swapped), kept by
   // the simulation as it routes, ends and requeues them (summing three queues' sizes over
   // every replica cost a tenth of a serving run):
+  // On a disaggregated decode engine it also counts the prefilled requests assigned here whose
+  // KV cache is still on its way (`incoming` of them, not yet in its queues).
   size_t routed = 0;
-  // Disaggregation: prefilled requests assigned here whose KV cache is still on its way (not
-  // yet counted in `routed`); 0 on colocated engines and on the prefill pool.
   size_t incoming = 0;
   // Routers send here: healthy and not draining, kept in one byte beside `routed` (routers read
   // it for every replica on every arrival). Written through set_health and set_draining only.

@@ -55,6 +55,7 @@ void ServingSim::begin_layerwise(int from, uint32_t id, int32_t final_tokens) {
   q.layerwise_to = to;
   q.layerwise_blocks = static_cast<int32_t>(blocks);
   ++replicas_[static_cast<size_t>(to)]->incoming;
+  ++replicas_[static_cast<size_t>(to)]->routed;
   const double layers = static_cast<double>(cfg_.model.layers);
   const double early = dst.kv_bytes_per_token * final_tokens * (layers - 1) / layers;
   const auto& to_nodes = fabric_.replica_nodes[static_cast<size_t>(to)];
@@ -102,6 +103,7 @@ void ServingSim::start_handoff(int from, uint32_t id) {
   const int to = pick_decode_engine(q);
   q.replica = to;
   ++replicas_[static_cast<size_t>(to)]->incoming;
+  ++replicas_[static_cast<size_t>(to)]->routed;
   handoff_wait_[static_cast<size_t>(to)].push_back(id);
   pump_handoffs(to);
 }
@@ -153,7 +155,6 @@ void ServingSim::kv_copied(uint32_t id) {
   Replica& dst = *replicas_[static_cast<size_t>(to)];
   q.state = ReqState::Waiting;
   global_.enqueue(dst, id);
-  ++dst.routed;
   request_schedule(to);
   request_schedule(from);  // its blocks are free: a waiting prompt may fit now
 }

@@ -270,7 +270,7 @@ void ServingSim::check_conservation() const {
                   n.made - n.completed == queued + running + swapped + parked + handoff + pending && n.made <= n.announced &&
                   handoff == in_handoff_;
   for (size_t i = 0; i < replicas_.size(); ++i) {
-    if (replicas_[i]->routed != replicas_[i]->outstanding())
+    if (replicas_[i]->routed != replicas_[i]->outstanding() + replicas_[i]->incoming)
       throw std::logic_error(fmt::format("routing count broken on engine {}: the routers see {} requests, its queues hold {}", i,
                                          replicas_[i]->routed, replicas_[i]->outstanding()));
     const auto& kv = replicas_[i]->kv;
