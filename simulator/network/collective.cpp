@@ -143,6 +143,19 @@ void Collective::plan() {
     o.steps = steps;
     return o;
   };
+  // Across groups (servers, or NVSwitches), one ring per local rank through every group's
+  // device of that rank, each all-reducing `per_rank` bytes: the middle of a hierarchical
+  // all-reduce, its rails.
+  auto rails = [&](const std::vector<std::vector<int>>& groups, double per_rank) {
+    const int K = static_cast<int>(groups.size()), M = static_cast<int>(groups.front().size());
+    std::vector<Op> ops;
+    for (int r = 0; r < M; ++r) {
+      std::vector<int> d;
+      for (int k = 0; k < K; ++k) d.push_back(groups[static_cast<size_t>(k)][static_cast<size_t>(r)]);
+      ops.push_back(ring(d, per_rank / K, 2 * (K - 1)));
+    }
+    return ops;
+  };
   // Rings run as NCCL's channels, each carrying its share of the bytes.
   auto rings = [&](int steps) {
     const auto orders = opt_.channels == 1 ? std::vector<std::vector<int>>{devices_} : ring_channels(sim_.topology(), devices_);
@@ -209,18 +222,13 @@ void Collective::plan() {
         phases_.push_back({sw_op(0, S * (1 + 1 / m), S * (1 + 1 / m))});
         break;
       }
-      std::vector<Op> rs, inter, ag;
+      std::vector<Op> rs, ag;
       for (int k = 0; k < K; ++k) {
         rs.push_back(sw_op(k, S, S / m));
         ag.push_back(sw_op(k, S / m, S));
       }
-      for (int r = 0; r < M; ++r) {
-        std::vector<int> d;
-        for (int k = 0; k < K; ++k) d.push_back(groups[static_cast<size_t>(k)][static_cast<size_t>(r)]);
-        inter.push_back(ring(d, S / m / K, 2 * (K - 1)));
-      }
       phases_.push_back(std::move(rs));
-      phases_.push_back(std::move(inter));
+      phases_.push_back(rails(groups, S / m));
       phases_.push_back(std::move(ag));
       break;
     }
@@ -253,19 +261,13 @@ void Collective::plan() {
         if (static_cast<int>(grp.size()) != g)
           throw std::invalid_argument(fmt::format("hierarchical all-reduce: servers hold {} and {} of the devices; it needs the same number in each",
                                                   g, grp.size()));
-      const int groups = static_cast<int>(groups_of.size());
-      std::vector<Op> intra_rs, inter, intra_ag;
-      for (int k = 0; k < groups; ++k) {
-        intra_rs.push_back(ring(groups_of[static_cast<size_t>(k)], bytes_ / g, g - 1));
-        intra_ag.push_back(ring(groups_of[static_cast<size_t>(k)], bytes_ / g, g - 1));
-      }
-      for (int r = 0; r < g; ++r) {
-        std::vector<int> d;
-        for (int k = 0; k < groups; ++k) d.push_back(groups_of[static_cast<size_t>(k)][static_cast<size_t>(r)]);
-        inter.push_back(ring(d, bytes_ / g / groups, 2 * (groups - 1)));
+      std::vector<Op> intra_rs, intra_ag;
+      for (const auto& grp : groups_of) {
+        intra_rs.push_back(ring(grp, bytes_ / g, g - 1));
+        intra_ag.push_back(ring(grp, bytes_ / g, g - 1));
       }
       phases_.push_back(std::move(intra_rs));
-      phases_.push_back(std::move(inter));
+      phases_.push_back(rails(groups_of, bytes_ / g));
       phases_.push_back(std::move(intra_ag));
       break;
     }
