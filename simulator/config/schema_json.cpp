@@ -19,11 +19,14 @@ std::string regex_escape(const std::string& s) {
   return o;
 }
 
-// A decimal number: sign as the range allows, and a nonzero mantissa where it must be positive.
+// A decimal number: sign as the range allows, and a nonzero mantissa where it must be positive
+// (a nonzero digit before the point, or after it), without lookahead: JSON Schema's portable
+// regex subset has none.
 std::string number_pattern(const ParamSpec& p) {
   const bool nonneg = p.min >= 0;
   const bool positive = p.min > 0 || (p.min == 0 && p.min_exclusive);
-  return fmt::format(R"({}{}([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)", nonneg ? R"(\+?)" : "[+-]?", positive ? "(?=[0-9.]*[1-9])" : "");
+  const char* mantissa = positive ? R"((0*[1-9][0-9]*(\.[0-9]*)?|[0-9]*\.0*[1-9][0-9]*))" : R"(([0-9]+\.?[0-9]*|\.[0-9]+))";
+  return fmt::format(R"({}{}([eE][+-]?[0-9]+)?)", nonneg ? R"(\+?)" : "[+-]?", mantissa);
 }
 
 }  // namespace

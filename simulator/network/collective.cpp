@@ -100,6 +100,12 @@ void require_nvls(const Topology& topo, const std::vector<int>& devices, const s
       throw std::runtime_error(fmt::format("{} allreduce-nvls: device {} is not on an NVSwitch with NVLink SHARP (the topology's "
                                            "nvls: true; HGX H100/H200 have it, A100 does not); valid: allreduce-ring, allreduce-auto",
                                            key, topo.node(d).name));
+  const auto groups = by_nvls_switch(topo, devices);
+  for (const auto& g : groups)
+    if (g.size() != groups.front().size())
+      throw std::runtime_error(fmt::format("{} allreduce-nvls: the group's NVSwitches hold {} and {} of its devices; NVLS across "
+                                           "switches needs the same number on each; valid: allreduce-ring, allreduce-auto",
+                                           key, groups.front().size(), g.size()));
 }
 
 const char* collective_name(CollectiveKind k) {

@@ -272,6 +272,26 @@ TEST_CASE("KV SSD tier: what the host tier evicts moves down to the SSD, a claim
   CHECK(kv.claim_prefix(e) == 0);
   CHECK(kv.tier_counts().ssd_skipped == 1);
   CHECK(kv.ssd_used_blocks() == 4);
+  // ...and published again from its new prefill, then evicted again: the tiers hold one copy of
+  // it (the older one replaced), their counts stay whole, and it can still be found.
+  REQUIRE(kv.grow_to(e, 20));
+  e.computed = 20;
+  kv.publish_prefix(e);
+  kv.release(e);
+  Request all2 = with_prefix(7, -1, 0, 80);
+  REQUIRE(kv.grow_to(all2, 80));
+  CHECK(kv.host_used_blocks() + kv.ssd_used_blocks() <= 12);
+  CHECK(kv.ssd_used_blocks() <= 8);
+  kv.release(all2);
+  kv.set_ssd_policy({});
+  for (int32_t prefix : {1, 2, 3}) {
+    Request f = with_prefix(static_cast<uint32_t>(10 + prefix), prefix, 16, 20);
+    const int64_t got = kv.claim_prefix(f);
+    CHECK((got == 16 || got == 0));
+    kv.release(f);
+  }
+  Request all3 = with_prefix(20, -1, 0, 80);
+  CHECK(kv.grow_to(all3, 80));  // every block can still be had: nothing was counted twice
 }
 
 TEST_CASE("with an SSD tier: a 7B model on an H200 prefills faster than its drives read, so when_faster recomputes, and a 70B at TP 8 gains") {

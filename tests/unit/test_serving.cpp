@@ -923,6 +923,16 @@ scheduler: {kind: orca}
 workload: {kind: llmperf, requests: 200, input_tokens: {mean: 400, sd: 100}, output_tokens: {mean: 200, sd: 100},
            arrival: {kind: closed_loop, clients: 6}}
 )"},
+      {"vllm_chunked, its default budget", R"(
+scheduler: {kind: vllm_chunked}
+workload: {kind: llmperf, requests: 300, input_tokens: {mean: 550, sd: 100}, output_tokens: {mean: 150, sd: 50},
+           arrival: {kind: poisson, rate: 4/s}}
+)"},
+      {"vllm_chunked, a budget below the running decodes", R"(
+scheduler: {kind: vllm_chunked, max_num_batched_tokens: 8}
+workload: {kind: llmperf, requests: 120, input_tokens: {mean: 40, sd: 0}, output_tokens: {mean: 60, sd: 20},
+           arrival: {kind: closed_loop, clients: 16}}
+)"},
       {"vllm, cut at max_sim_time", R"(
 max_sim_time: 20s
 scheduler: {kind: vllm}

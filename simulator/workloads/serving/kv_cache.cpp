@@ -72,8 +72,11 @@ int64_t BlockManager::take_out(TierStore& tier, int32_t prefix_id) {
 }
 
 // A prefix leaving HBM: to the host tier if it fits there (its least recently used moving
-// down to the SSD tier), else to the SSD tier, else dropped.
+// down to the SSD tier), else to the SSD tier, else dropped. An older copy of it in a tier
+// (one a request recomputed rather than fetched) is replaced: a prefix is in one tier at most.
 void BlockManager::offload(int32_t prefix_id, int64_t blocks) {
+  take_out(host_, prefix_id);
+  take_out(ssd_, prefix_id);
   if (place(host_, &ssd_, prefix_id, blocks)) tiers_.offloaded_blocks += blocks;
   else if (place(ssd_, nullptr, prefix_id, blocks)) tiers_.to_ssd_blocks += blocks;
   else tiers_.dropped_blocks += blocks;

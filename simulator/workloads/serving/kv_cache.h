@@ -75,7 +75,7 @@ class BlockManager {
     int64_t hits_hbm = 0, hits_host = 0, hits_ssd = 0;  // prefix claims served from each tier
     int64_t offloaded_blocks = 0, fetched_blocks = 0, dropped_blocks = 0;  // to host; over the host link (any tier); lost
     int64_t to_ssd_blocks = 0, fetched_ssd_blocks = 0;  // moved down to the SSD; read back from it
-    int64_t ssd_skipped = 0;  // claims that found their prefix on the SSD but recomputed it (faster)
+    int64_t ssd_skipped = 0;  // claim attempts that found their prefix on the SSD and chose to recompute it (faster)
   };
   const TierCounts& tier_counts() const { return tiers_; }
   int64_t host_used_blocks() const { return host_.used; }

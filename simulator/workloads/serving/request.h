@@ -72,6 +72,7 @@ struct alignas(64) Request {
   int32_t handoff_blocks = 0;
   int32_t handoff_flows = 0;
   int32_t layerwise_to = -1;     // a layer-by-layer copy under way to this decode engine (-1: none)
+  int32_t handoff_pick = -1;     // the decode engine already picked for it (a layer-by-layer copy that fell back to whole)
   int32_t layerwise_blocks = 0;  // the blocks reserved there for it
   int64_t handoff_mark_ns = 0;
 

@@ -58,8 +58,11 @@ class VllmChunkedScheduler final : public Scheduler {
       budget -= chunk;
     }
   }
-  // Nothing waiting or swapped (and, as the simulation checks, no running prefill chunk): only decodes.
-  bool steady_decode(const Replica& r) const override { return r.waiting.empty() && r.swapped.empty(); }
+  // Nothing waiting or swapped (and, as the simulation checks, no running prefill chunk), and
+  // every running decode within the budget: only decodes, all of them.
+  bool steady_decode(const Replica& r) const override {
+    return r.waiting.empty() && r.swapped.empty() && static_cast<int64_t>(r.running.size()) <= budget_;
+  }
   int64_t max_tokens_per_iteration() const override { return budget_ + static_cast<int64_t>(max_seqs_); }
 
  private:

@@ -44,8 +44,9 @@ int ServingSim::pick_decode_engine(const Request& q) {
 void ServingSim::begin_layerwise(int from, uint32_t id, int32_t final_tokens) {
   Request& q = front_.requests()[id];
   const auto& from_nodes = fabric_.replica_nodes[static_cast<size_t>(from)];
-  if (q.layerwise_to >= 0 || from_nodes.empty()) return;
+  if (q.layerwise_to >= 0 || q.handoff_pick >= 0 || from_nodes.empty()) return;
   const int to = pick_decode_engine(q);
+  q.handoff_pick = to;  // the router is asked once: a fallback to a whole copy goes here too
   Replica& dst = *replicas_[static_cast<size_t>(to)];
   if (!handoff_wait_[static_cast<size_t>(to)].empty()) return;  // first come, first served: it waits behind them, whole
   const int64_t now = engine_.now().count_ns();
@@ -54,6 +55,7 @@ void ServingSim::begin_layerwise(int from, uint32_t id, int32_t final_tokens) {
   if (!dst.kv.reserve(blocks, /*admission=*/true)) return;
   q.layerwise_to = to;
   q.layerwise_blocks = static_cast<int32_t>(blocks);
+  q.handoff_pick = -1;
   ++replicas_[static_cast<size_t>(to)]->incoming;
   ++replicas_[static_cast<size_t>(to)]->routed;
   const double layers = static_cast<double>(cfg_.model.layers);
@@ -100,7 +102,8 @@ void ServingSim::start_handoff(int from, uint32_t id) {
     return;
   }
   q.handoff_mark_ns = now;
-  const int to = pick_decode_engine(q);
+  const int to = q.handoff_pick >= 0 ? q.handoff_pick : pick_decode_engine(q);
+  q.handoff_pick = -1;
   q.replica = to;
   ++replicas_[static_cast<size_t>(to)]->incoming;
   ++replicas_[static_cast<size_t>(to)]->routed;

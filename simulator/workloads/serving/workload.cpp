@@ -479,7 +479,7 @@ class TraceSource final : public WorkloadSource {
           const auto b = cell.find_first_not_of(" \t\r"), e = cell.find_last_not_of(" \t\r");
           cells.push_back(b == std::string::npos ? std::string() : cell.substr(b, e - b + 1));
         }
-        if (!line.empty() && line.back() == ',') cells.emplace_back();  // an empty last cell (getline drops it)
+        if (!header.empty() && !line.empty() && line.back() == ',') cells.emplace_back();  // a row's empty last cell (getline drops it)
         if (header.empty()) {
           header = cells;
           continue;

@@ -96,7 +96,8 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
       for (int d = 0; d < c_.dp; ++d)
         for (int k = 0; k < c_.tp; ++k)
           nodes_[static_cast<size_t>(slot(d, s))].push_back(world_.device_node(devices[static_cast<size_t>((s * c_.dp + d) * c_.tp + k)]));
-    if (c_.tp > 1 && c_.tp_algorithm == net::CollectiveKind::AllReduceNvls) net::require_nvls(world_.topology(), nodes_.front(), "tp_algorithm");
+    if (c_.tp > 1 && c_.tp_algorithm == net::CollectiveKind::AllReduceNvls)
+      for (const auto& group : nodes_) net::require_nvls(world_.topology(), group, "tp_algorithm");
   }
 
   void start(World& w) override {
