@@ -235,6 +235,7 @@ Topology build_tpu_pod(const PodSpec& p, const std::string& name) {
       }
   t.extra_capex.push_back(CapexItem{"hosts", (X * Y * Z) / p.chips_per_host, p.host_usd});
   t.torus = std::move(ts);
+  t.pod = PodShape{e, p.cubes, p.ocs};
   return t;
 }
 

@@ -58,6 +58,15 @@ struct TorusShape {
   int index(int x, int y, int z) const { return x + dims[0] * (y + dims[1] * z); }
 };
 
+// What a TPU v4-style pod generator knows of its pod: cubes of edge^3 chips on a grid of cubes,
+// their faces joined by optical circuit switches (or by fixed cables: a static torus). The
+// world's slices are formed from it.
+struct PodShape {
+  int cube_edge = 0;
+  std::array<int, 3> grid{0, 0, 0};  // cubes along x, y, z
+  bool ocs = false;
+};
+
 // An item of capex that is not a graph element (hosts, racks, chassis).
 struct CapexItem {
   std::string name;
@@ -95,6 +104,7 @@ class Topology {
   void set_name(std::string n) { name_ = std::move(n); }
   std::string family;  // generator name
   std::optional<TorusShape> torus;
+  std::optional<PodShape> pod;  // set by the TPU pod generator
   std::vector<CapexItem> extra_capex;
 
   // Checks: endpoints exist, ports within each switch's radix, the routable part connected,

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -43,12 +42,10 @@ World::World(uint64_t seed, Cluster cluster)
   router_.set_hash_seed(static_cast<uint64_t>(cluster_.hash_seed));
   flows_.set_adaptive(cluster_.adaptive_routing);
   const auto& t = *cluster_.topology;
-  if (t.family.rfind("tpu-v4-pod", 0) == 0 && t.torus) {
-    pod_ocs_ = has_ocs(t);
-    std::map<int, int> per_cube;
-    for (int d = 0; d < device_count(); ++d) ++per_cube[group_of(d)];
-    pod_edge_ = static_cast<int>(std::lround(std::cbrt(static_cast<double>(per_cube.begin()->second))));
-    for (int k = 0; k < 3; ++k) pod_grid_[static_cast<size_t>(k)] = t.torus->dims[static_cast<size_t>(k)] / pod_edge_;
+  if (t.pod && t.torus) {  // the pod generator's own description, not guessed from names or counts
+    pod_ocs_ = t.pod->ocs;
+    pod_edge_ = t.pod->cube_edge;
+    pod_grid_ = t.pod->grid;
     cube_at_.assign(static_cast<size_t>(device_count()), -1);
     for (int d = 0; d < device_count(); ++d) {
       const auto& c = t.node(device_node(d)).coord;

@@ -115,7 +115,7 @@ class World {
   // The workload holding a device, or "" when free.
   const std::string& holder(int device) const { return owner_[static_cast<size_t>(device)]; }
 
-  // TPU v4 pods (topology family tpu-v4-pod-*): cubes of edge^3 chips on a grid of cubes.
+  // TPU v4 pods (a topology whose generator describes its pod, Topology::pod): cubes of edge^3 chips on a grid of cubes.
   bool is_pod() const { return pod_edge_ > 0; }
   bool pod_has_ocs() const { return pod_ocs_; }
   int pod_cube_edge() const { return pod_edge_; }
