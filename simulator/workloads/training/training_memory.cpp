@@ -1,0 +1,26 @@
+// A training job's memory per device (Megatron's accounting): weights, gradients, Adam's
+// fp32 state, and the activations the schedule keeps in flight.
+#include <algorithm>
+#include <cmath>
+
+#include "workloads/training/training.h"
+
+namespace sluice::training {
+
+TrainingMemory training_memory(const TrainingConfig& c) {
+  const ModelSpec& m = c.model;
+  TrainingMemory mem;
+  const double params = m.parameters() / (c.tp * c.pp);
+  mem.weights = params * m.dtype_bytes;
+  mem.gradients = params * m.dtype_bytes;
+  mem.optimizer = params * 12;  // fp32 master weights, Adam's m and v
+  const double s = c.sequence, b = c.micro_batch_size, h = m.hidden, a = m.heads;
+  const double layers = std::ceil(static_cast<double>(m.layers) / c.pp);
+  const double per_layer = c.recompute ? 2 * s * b * h : s * b * h * (34 + 5 * a * s / h) / c.tp;
+  // 1F1B: the first stage holds pp micro-batches' activations at most; GPipe holds all m.
+  const double in_flight = c.schedule == Schedule::GPipe ? c.micro_batches : std::min(c.micro_batches, c.pp);
+  mem.activations = per_layer * layers * in_flight;
+  return mem;
+}
+
+}  // namespace sluice::training
