@@ -2,6 +2,7 @@
 // stops at once (its iteration in flight void, its KV cache lost), its requests go back to
 // the global scheduler (a healthy replica prefills them again), and it serves again
 // `reload_ns` after its repair.
+#include <algorithm>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -83,10 +84,18 @@ void ServingSim::replica_repaired(int r) {
                       epoch(r * pp_));
 }
 
+// Down time within the deployment's own run: once every request has ended (the world may go
+// on for other workloads), an outage in progress counts up to the deployment's end only.
+int64_t ServingSim::down_until_ns() const {
+  const int64_t now = engine_.now().count_ns();
+  return front_.all_ended() ? std::min(now, end_ns()) : now;
+}
+
 int64_t ServingSim::replica_down_ns() const {
   int64_t t = down_ns_;
+  const int64_t until = down_until_ns();
   for (int64_t s : down_since_ns_)
-    if (s >= 0) t += engine_.now().count_ns() - s;
+    if (s >= 0) t += std::max<int64_t>(0, until - s);
   return t;
 }
 
@@ -96,7 +105,7 @@ void ServingSim::replica_up(int r, int64_t now) {
   if (down_since_ns_[static_cast<size_t>(r)] < 0) return;
   const int64_t out = now - down_since_ns_[static_cast<size_t>(r)];
   outages_ns_.push_back(out);
-  down_ns_ += out;
+  down_ns_ += std::max<int64_t>(0, down_until_ns() - down_since_ns_[static_cast<size_t>(r)]);
   down_since_ns_[static_cast<size_t>(r)] = -1;
   for (int k = 0; k < pp_; ++k) {
     Replica& rep = *replicas_[static_cast<size_t>(r * pp_ + k)];

@@ -101,7 +101,10 @@ class ServingWorkload final : public Workload {
   }
   bool holds_world() const override { return !done_; }
   // A replica is down while any of its devices is; it serves again after repair and reload.
+  // Once every request has ended the deployment has nothing left to serve: failures after
+  // it (the world going on for other workloads) are not its own.
   void on_devices_changed(World& w, const std::vector<int>& devices, bool up) override {
+    if (done_) return;
     std::vector<int> touched;
     for (int d : devices) {
       const auto it = std::find(devices_.begin(), devices_.end(), d);
