@@ -85,6 +85,20 @@ class Engine {
   // A handler did inline the work of an event it would otherwise have scheduled for now()
   // (see nothing_due_by): counted as processed, so event counts do not depend on it.
   void count_inline_event() { ++processed_; }
+  // A handler stood for `n` events it did not schedule (a training job's repeated iterations,
+  // see workloads/training): counted as processed, so event counts do not depend on it.
+  void count_inline_events(uint64_t n) { processed_ += n; }
+  // The earliest pending event another handler than `self` will receive (INT64_MAX: none). A
+  // handler alone in the world until then can know what happens before it.
+  // Void events (EventHandler::is_void) are not counted: they will do nothing.
+  int64_t next_event_excluding(const EventHandler* self) const { return queue_.earliest_excluding(self, kKindBits); }
+  // A handler that received a void event (one superseded before it came due: a flow's
+  // completion after its rate changed, a job's step from before a failure) says so: it is
+  // not counted as processed. The events a run reports are the ones that did something, so
+  // they do not depend on how many superseded timers a shortcut never created.
+  void discount_void_event() { --processed_; }
+  // The horizon of the run in progress (SimTime::max() when none): no event after it runs.
+  int64_t horizon_ns() const { return until_; }
   // Fast-forward: a handler that knows what it alone would do up to `t_ns` (nothing else is
   // due by then, and the run's horizon is not passed) may advance the clock there and do it
   // inline, counting each event it stands for. can_advance_to says whether it may.

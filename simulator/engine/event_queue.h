@@ -26,6 +26,13 @@ class EventHandler {
  public:
   virtual ~EventHandler() = default;
   virtual void on_event(Engine& engine, uint32_t kind, uint32_t arg) = 0;
+  // Whether a pending event (kind, arg, generation) is already void: it will do nothing when
+  // delivered (a timer superseded by a later one). Asked only by scans of the queue
+  // (Engine::next_event_excluding); false, the default, is always safe.
+  virtual bool is_void(uint32_t kind, uint32_t arg, uint32_t generation) const {
+    (void)kind, (void)arg, (void)generation;
+    return false;
+  }
 };
 
 // The generation an event was scheduled under (Engine::schedule_at): 24 bits are kept, so two
@@ -100,6 +107,16 @@ class EventQueue {
   }
 
   uint64_t inserted() const { return seq_; }
+  // The earliest time of a pending event whose handler is not `target` and that is not void
+  // (INT64_MAX when none): a linear scan, for a handler that asks whether anything else can
+  // act before a time. `kind_bits`: the low bits of Event::kind that hold the handler's kind.
+  int64_t earliest_excluding(const EventHandler* target, uint32_t kind_bits) const {
+    int64_t t = INT64_MAX;
+    const uint32_t mask = (1u << kind_bits) - 1;
+    for (const Event& e : heap_)
+      if (e.target != target && e.time_ns() < t && !e.target->is_void(e.kind & mask, e.arg, e.kind >> kind_bits)) t = e.time_ns();
+    return t;
+  }
 
  private:
   void sift_up(size_t i, const Event e) {

@@ -118,8 +118,10 @@ void FlowSim::begin(uint32_t f) {
   fl.gen = (fl.gen + 1) & kGenMask;
   fl.shared = false;
   ++stats_.started;
-  stats_.bytes_started += fl.left_bytes;
-  for (int l : fl.path) link_bytes_[static_cast<size_t>(l)] += fl.left_bytes;
+  const Fixed b = to_fixed(fl.left_bytes);
+  bytes_started_ += b;
+  stats_.bytes_started = from_fixed(bytes_started_);
+  for (int l : fl.path) link_bytes_[static_cast<size_t>(l)] += b;
   if (fl.path.empty() || fl.left_bytes <= 0) {
     // Nothing to share: the bytes (if any) are local, or only the latency remains.
     fl.left_bytes = 0;
@@ -166,7 +168,8 @@ void FlowSim::set_link_capacity(int link, double Bps) {
 }
 
 std::vector<double> FlowSim::carried_link_bytes() const {
-  std::vector<double> carried = link_bytes_;
+  std::vector<double> carried(link_bytes_.size());
+  for (size_t l = 0; l < carried.size(); ++l) carried[l] = from_fixed(link_bytes_[l]);
   const int64_t now = engine_.now().count_ns();
   for (const Flow& fl : flows_) {
     if (fl.state != State::Sending) continue;
@@ -219,8 +222,9 @@ std::pair<int, int> FlowSim::reroute(const std::vector<int>& links, int64_t pena
     }
     settle(fl, now);
     detach(f);
-    for (int l : fl.path) link_bytes_[static_cast<size_t>(l)] -= fl.left_bytes;
-    for (int l : np) link_bytes_[static_cast<size_t>(l)] += fl.left_bytes;
+    const Fixed b = to_fixed(fl.left_bytes);
+    for (int l : fl.path) link_bytes_[static_cast<size_t>(l)] -= b;
+    for (int l : np) link_bytes_[static_cast<size_t>(l)] += b;
     fl.path = np;
     fl.latency_ns = router_.latency_ns(fl.path) + penalty_ns;
     fl.rate_Bps = 0;
@@ -235,6 +239,68 @@ std::pair<int, int> FlowSim::reroute(const std::vector<int>& links, int64_t pena
     request_recompute();
   }
   return {moved, stalled};
+}
+
+FlowLedger FlowLedger::between(const FlowLedger& a, const FlowLedger& b) {
+  FlowLedger d;
+  d.started = b.started - a.started;
+  d.completed = b.completed - a.completed;
+  d.recomputes = b.recomputes - a.recomputes;
+  d.flows_rated = b.flows_rated - a.flows_rated;
+  d.links_rated = b.links_rated - a.links_rated;
+  d.reschedules = b.reschedules - a.reschedules;
+  d.rerouted = b.rerouted - a.rerouted;
+  d.unsplit_completed = b.unsplit_completed - a.unsplit_completed;
+  d.shared_bottleneck = b.shared_bottleneck - a.shared_bottleneck;
+  d.sprayed = b.sprayed - a.sprayed;
+  d.bytes = b.bytes - a.bytes;
+  d.link_bytes.resize(b.link_bytes.size());
+  for (size_t l = 0; l < b.link_bytes.size(); ++l) d.link_bytes[l] = b.link_bytes[l] - (l < a.link_bytes.size() ? a.link_bytes[l] : 0);
+  return d;
+}
+
+FlowLedger FlowSim::ledger() const {
+  FlowLedger g;
+  g.started = stats_.started;
+  g.completed = stats_.completed;
+  g.recomputes = stats_.recomputes;
+  g.flows_rated = stats_.flows_rated;
+  g.links_rated = stats_.links_rated;
+  g.reschedules = stats_.reschedules;
+  g.rerouted = stats_.rerouted;
+  g.unsplit_completed = stats_.unsplit_completed;
+  g.shared_bottleneck = stats_.shared_bottleneck;
+  g.sprayed = stats_.sprayed;
+  g.bytes = bytes_started_;
+  g.link_bytes = link_bytes_;
+  return g;
+}
+
+bool FlowSim::still() const {
+  if (recompute_pending_) return false;
+  if (active_ == 0) return true;
+  for (const Flow& fl : flows_)
+    if (fl.state == State::Sending && (!fl.keyed || fl.rate_Bps > 0)) return false;
+  return true;
+}
+
+void FlowSim::replay(const FlowLedger& d, uint64_t n) {
+  if (!still()) throw std::logic_error("internal: a fabric ledger replayed while flows move");
+  if (d.link_bytes.size() > link_bytes_.size()) throw std::logic_error("internal: a fabric ledger from more links than the fabric has");
+  stats_.started += n * d.started;
+  stats_.completed += n * d.completed;
+  stats_.recomputes += n * d.recomputes;
+  stats_.flows_rated += n * d.flows_rated;
+  stats_.links_rated += n * d.links_rated;
+  stats_.reschedules += n * d.reschedules;
+  stats_.rerouted += n * d.rerouted;
+  stats_.unsplit_completed += n * d.unsplit_completed;
+  stats_.shared_bottleneck += n * d.shared_bottleneck;
+  stats_.sprayed += n * d.sprayed;
+  const Fixed k = static_cast<Fixed>(n);
+  bytes_started_ += k * d.bytes;
+  stats_.bytes_started = from_fixed(bytes_started_);
+  for (size_t l = 0; l < d.link_bytes.size(); ++l) link_bytes_[l] += k * d.link_bytes[l];
 }
 
 void FlowSim::set_link_capacity_at(SimTime at, int link, double Bps) {
@@ -459,6 +525,12 @@ void FlowSim::recompute() {
   }
 }
 
+bool FlowSim::is_void(uint32_t kind, uint32_t arg, uint32_t generation) const {
+  if (kind != kTxDone) return false;
+  const Flow& fl = flows_[arg];
+  return fl.state != State::Sending || !(Generation(generation) == Generation(fl.gen));
+}
+
 void FlowSim::on_event(Engine& engine, uint32_t kind, uint32_t arg) {
   switch (kind) {
     case kRecompute:
@@ -467,7 +539,10 @@ void FlowSim::on_event(Engine& engine, uint32_t kind, uint32_t arg) {
       return;
     case kTxDone: {
       Flow& fl = flows_[arg];
-      if (fl.state != State::Sending || !(engine.event_generation() == Generation(fl.gen))) return;  // superseded by a rate change
+      if (fl.state != State::Sending || !(engine.event_generation() == Generation(fl.gen))) {  // superseded by a rate change
+        engine.discount_void_event();
+        return;
+      }
       settle(fl, engine.now().count_ns());
       fl.left_bytes = 0;
       level_bound_ = std::min(level_bound_, fl.rate_Bps);

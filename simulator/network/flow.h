@@ -18,6 +18,10 @@
 
 namespace sluice::net {
 
+// Exact sums (fixed point, 2^-16 of the unit): adding and removing never drifts, and a sum
+// grown by the same additions is the same whatever else it held (rates on a link, bytes carried).
+__extension__ typedef __int128 FixedSum;
+
 // Receives flow completions (delivery of the last byte).
 class FlowSink {
  public:
@@ -40,6 +44,20 @@ struct FlowStats {
   uint64_t unsplit_completed = 0;  // completed flows that were not split (adaptive routing splits the others)
   uint64_t shared_bottleneck = 0;  // of those, the ones that at some time ran below their bottleneck link's capacity (shared it)
   uint64_t sprayed = 0;            // flows split over equal-cost paths (adaptive routing), each counted once
+};
+
+// What the fabric has counted, in exact sums: the counters of FlowStats that add up (not the
+// maxima), the bytes started, and the bytes each link was given. The difference of two
+// ledgers is what happened between them; FlowSim::replay adds it again n times, as n exact
+// repetitions of that interval would (a training job's repeated iteration, see training.cpp).
+struct FlowLedger {
+  uint64_t started = 0, completed = 0, recomputes = 0, flows_rated = 0, links_rated = 0, reschedules = 0, rerouted = 0,
+           unsplit_completed = 0, shared_bottleneck = 0, sprayed = 0;
+  FixedSum bytes = 0;
+  std::vector<FixedSum> link_bytes;
+  // after - before (same fabric; links added meanwhile count from zero).
+  static FlowLedger between(const FlowLedger& before, const FlowLedger& after);
+  bool operator==(const FlowLedger&) const = default;
 };
 
 class FlowSim final : public EventHandler {
@@ -79,6 +97,17 @@ class FlowSim final : public EventHandler {
   double rate_Bps(uint32_t flow) const { return flows_[flow].rate_Bps; }
   bool flow_active(uint32_t flow) const { return flows_[flow].state == State::Sending; }
   size_t active_flows() const { return active_; }
+  // True when nothing on the fabric moves: every active flow (if any) is rated and stalled at
+  // rate 0 (a link of its route carries nothing; only a capacity change revives it), and no
+  // recomputation is pending. O(flows ever held at once).
+  bool still() const;
+  // The fabric's counts so far (see FlowLedger), and n more repetitions of a difference of
+  // two of them added at once: only while the fabric is still (nothing in between to settle).
+  FlowLedger ledger() const;
+  void replay(const FlowLedger& delta, uint64_t n);
+  // The completion rounding quantum (0 or 1: exact); rounding to multiples of an absolute
+  // time makes a run depend on when it starts, unless a shift is a multiple of it.
+  int64_t quantum_ns() const { return quantum_ns_; }
   const FlowStats& stats() const { return stats_; }
   // Rounds every transmission end up to a multiple of `quantum` (0: exact, the default), so
   // completions that fall in one window share one rate recomputation. Each completion is
@@ -89,6 +118,8 @@ class FlowSim final : public EventHandler {
   const Topology& topology() const { return topo_; }
 
   void on_event(Engine& engine, uint32_t kind, uint32_t arg) override;
+  // A completion superseded by a rate change (or of a flow no longer sending) is void.
+  bool is_void(uint32_t kind, uint32_t arg, uint32_t generation) const override;
 
  private:
   enum class State : uint8_t { Free, Sending, Flying };
@@ -142,7 +173,6 @@ class FlowSim final : public EventHandler {
   std::vector<Flow> flows_;
   std::vector<uint32_t> free_;
   // Exact sums of rates (fixed point, 2^-16 B/s): adding and removing a rate never drifts.
-  __extension__ typedef __int128 FixedSum;
   std::vector<std::vector<LinkFlow>> link_flows_;  // per link, a max-heap of its flows by rate
   std::vector<FixedSum> load_;   // per link: exact sum of its flows' current rates
   std::vector<FixedSum> part_;   // per link, during a recompute: the part of load_ being re-filled
@@ -162,7 +192,8 @@ class FlowSim final : public EventHandler {
   std::vector<CapChange> cap_changes_;
   std::vector<Spray> sprays_;
   std::vector<uint32_t> free_sprays_;
-  std::vector<double> link_bytes_;
+  std::vector<FixedSum> link_bytes_;  // per link, bytes given to it (fixed point, 2^-16 B)
+  FixedSum bytes_started_ = 0;        // stats_.bytes_started exactly
   std::vector<int> part_path_;
   bool adaptive_ = false;
   uint32_t epoch_ = 0;

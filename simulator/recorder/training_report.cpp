@@ -32,9 +32,22 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                   {"cost_source", c.cost_source},
                   {"backward", "2x the forward time (the forward operations' FLOPs x2 at the same measured efficiency; no backward tables)"}};
   m["iterations"] = r.iteration_s.size();
+  // Each iteration's time; beyond kListedIterations (a run over simulated weeks holds millions)
+  // as runs of equal times instead, [seconds, count] each in order: the same information.
+  constexpr size_t kListedIterations = 1000;
   Json its = Json::array();
-  for (double x : r.iteration_s) its.push_back(x);
-  m["iteration_s"] = its;
+  if (r.iteration_s.size() <= kListedIterations) {
+    for (double x : r.iteration_s) its.push_back(x);
+    m["iteration_s"] = its;
+  } else {
+    for (size_t i = 0; i < r.iteration_s.size();) {
+      size_t j = i;
+      while (j < r.iteration_s.size() && r.iteration_s[j] == r.iteration_s[i]) ++j;
+      its.push_back(Json::array({r.iteration_s[i], j - i}));
+      i = j;
+    }
+    m["iteration_s_runs"] = its;
+  }
   m["iteration_s_mean"] = mean;
   m["tokens_per_s"] = tokens_s;
   m["mfu"] = mfu;
@@ -106,6 +119,10 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                         r.slice_tokens.empty() ? 0 : *std::min_element(r.slice_tokens.begin(), r.slice_tokens.end()),
                         r.slice_tokens.empty() ? 0 : *std::max_element(r.slice_tokens.begin(), r.slice_tokens.end()), r.slice_model_ms,
                         r.unsliced_model_ms, r.slice_model_ms > 0 ? r.unsliced_model_ms / r.slice_model_ms : 0.0));
+  if (r.fast_forwarded > 0)
+    summary(fmt::format("{} iterations (those a failure lost and were run again included) repeated the one before exactly and were counted without "
+                        "being simulated (steady-state fast-forward; --no-fast-forward simulates them and gives the same results)",
+                        r.fast_forwarded));
   summary(fmt::format("costs: {}", c.cost_source));
   summary(fmt::format("memory/device: {} of {} (weights {}, gradients {}, optimizer {}, activations {})", format_bytes(r.memory.total()),
                       format_bytes(c.hardware.hbm_bytes), format_bytes(r.memory.weights), format_bytes(r.memory.gradients),

@@ -12,6 +12,7 @@
 
 #include "config/binding.h"
 #include "config/units.h"
+#include "engine/run_control.h"
 #include "hardware/cost_source.h"
 #include "recorder/training_report.h"
 #include "registry/registry.h"
@@ -94,7 +95,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     mark_ns_ = w.engine().now().count_ns();
     start_ns_ = mark_ns_;
     start_iteration();
-    if (faults_ && c_.collective_timeout_ns > 0) schedule(kWatchdog, c_.collective_timeout_ns);
+    if (faults_ && c_.collective_timeout_ns > 0) arm_watchdog();
   }
   bool holds_world() const override { return c_.iterations > 0 && !done_; }
   void finish(World& w) override {
@@ -136,13 +137,20 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   const TrainingResults& results() const { return res_; }
 
   void on_event(Engine& e, uint32_t kind, uint32_t arg) override {
-    if (!(e.event_generation() == Generation(gen_))) return;  // from before a failure: void
+    if (!(e.event_generation() == Generation(gen_))) {  // from before a failure: void
+      e.discount_void_event();
+      return;
+    }
     switch (kind) {
       case kCompute: compute_done(static_cast<int>(arg)); break;
       case kIterationEnd: iteration_end(e); break;
+      case kSkipDone: skip_done(e); break;
       case kCheckpointDone: checkpoint_done(e); break;
       case kRestart: restart_done(e); break;
-      case kWatchdog: watchdog(e); break;
+      case kWatchdog:
+        ++side_events_;
+        watchdog(e);
+        break;
       case kRecover:
         decide_pending_ = false;
         recover(world_);
@@ -162,7 +170,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   }
 
  private:
-  enum : uint32_t { kCompute = 1, kIterationEnd = 2, kCheckpointDone = 3, kRestart = 4, kWatchdog = 5, kRecover = 6 };
+  enum : uint32_t { kCompute = 1, kIterationEnd = 2, kCheckpointDone = 3, kRestart = 4, kWatchdog = 5, kRecover = 6, kSkipDone = 7 };
   enum class State { Running, Checkpointing, Recovering };
   // Schedules an event of this generation `delay_ns` from now (a failure voids it).
   void schedule(uint32_t kind, int64_t delay_ns, uint32_t arg = 0) {
@@ -436,6 +444,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
         st.outbox.clear();
         st.sending = false;
       }
+    observe_start(now);
     for (int i = 0; i < c_.dp * c_.pp; ++i) try_run(i);
   }
 
@@ -588,6 +597,12 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     res_.bubble_fraction = bubble_sum_ / measured_;
     res_.dp_allreduce_ms = static_cast<double>(dp_ns_total_) / measured_ / 1e6;
     progress_ns_ = now;
+    observe_end(now, bubble / c_.pp);
+    after_iteration(now);
+  }
+
+  // What follows an iteration's end: done, a checkpoint, or the next iteration.
+  void after_iteration(int64_t now) {
     if (c_.iterations > 0 && iterations_done_ >= c_.iterations) {
       keep_work(now);
       done_ = true;
@@ -601,7 +616,131 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
       schedule(kCheckpointDone, c_.checkpoint_write_ns);
       return;
     }
-    start_iteration();
+    next_iteration();
+  }
+
+  // --- Steady-state fast-forward ------------------------------------------------------------
+  // An iteration that starts with nothing moving on the fabric (flows a failure left stalled
+  // on dead links may sit there at rate 0), and during which no other handler
+  // receives an event (none was pending before its end, and only handlers that run can add
+  // one), ran alone: what it did depends on the world's state at its start, which it leaves
+  // as it found it (its flows done, its collectives over), and not on the time it started
+  // (the engine and fabric work in differences of time; a completion quantum is checked).
+  // The next iteration, started the same way, repeats it exactly. Two such iterations in a
+  // row that counted the same (time, events, flows, the fabric's exact ledger, bubble, busy
+  // time) are the evidence that nothing hidden in the job's state differs; from then on, until
+  // the next event another handler receives, a checkpoint is due, the job is done or the
+  // run's horizon, the iterations are counted at once (skip_done) instead of simulated. Exact:
+  // --no-fast-forward simulates every one and gives the same outputs (tests/test_training_ff.cpp).
+  struct Counts {
+    uint64_t events = 0, side = 0, flows = 0;
+    int64_t dp_ns = 0;
+    net::FlowLedger fabric;
+  };
+  struct Steady {
+    int64_t ns = 0;
+    uint64_t events = 0, flows = 0;
+    int64_t dp_ns = 0;
+    double bubble = 0;  // this iteration's term of bubble_sum_
+    std::vector<double> busy;
+    net::FlowLedger fabric;
+    bool operator==(const Steady&) const = default;
+  };
+  Counts counts() const {
+    return Counts{world_.engine().events_processed(), side_events_, flows_, dp_ns_total_, world_.fabric().ledger()};
+  }
+  void observe_start(int64_t now) {
+    start_alone_ = false;
+    if (!RunControl::get().fast_forward()) return;
+    (void)now;
+    start_alone_ = world_.fabric().still();
+    if (!start_alone_) return;
+    others_at_start_ = world_.engine().next_event_excluding(this);
+    start_counts_ = counts();
+  }
+  void observe_end(int64_t now, double bubble_term) {
+    const bool alone = start_alone_ && others_at_start_ > now;
+    start_alone_ = false;
+    if (!alone) {
+      last_alone_ = steady_ = false;
+      return;
+    }
+    const Counts c = counts();
+    Steady r;
+    r.ns = now - iter_start_ns_;
+    r.events = (c.events - start_counts_.events) - (c.side - start_counts_.side);
+    r.flows = c.flows - start_counts_.flows;
+    r.dp_ns = c.dp_ns - start_counts_.dp_ns;
+    r.bubble = bubble_term;
+    r.busy = res_.stage_busy_fraction;
+    r.fabric = net::FlowLedger::between(start_counts_.fabric, c.fabric);
+    steady_ = last_alone_ && r == last_;
+    last_ = std::move(r);
+    last_alone_ = true;
+    clean_until_ = others_at_start_;  // nothing else has acted since this iteration started
+  }
+  void next_iteration() {
+    if (!try_skip()) start_iteration();
+  }
+  // Counts iterations at once when the last one is known to repeat (see above). False: run
+  // the next one.
+  bool try_skip() {
+    if (!steady_) return false;
+    Engine& e = world_.engine();
+    const int64_t now = e.now().count_ns();
+    if (now >= clean_until_) {  // another handler may have acted since (during a checkpoint write)
+      steady_ = last_alone_ = false;
+      return false;
+    }
+    const int64_t T = last_.ns;
+    if (T <= 0) return false;
+    const int64_t q = world_.fabric().quantum_ns();
+    if (q > 1 && T % q != 0) return false;
+    if (faults_ && c_.collective_timeout_ns > 0 && T >= c_.collective_timeout_ns) return false;
+    if (world_.trace().enabled() && iterations_done_ < 2) return false;
+    const int64_t others = e.next_event_excluding(this);
+    int64_t n = std::numeric_limits<int64_t>::max();
+    auto at_most = [&](int64_t k) { n = std::min(n, k); };
+    if (others != std::numeric_limits<int64_t>::max()) at_most((others - now - 1) / T);  // every skipped end before it
+    if (e.horizon_ns() != std::numeric_limits<int64_t>::max()) at_most((e.horizon_ns() - now) / T);
+    if (c_.iterations > 0) at_most(c_.iterations - iterations_done_);
+    if (faults_ && c_.checkpoint_interval_ns > 0) {
+      // Only the last skipped end may reach the checkpoint interval.
+      const int64_t need = c_.checkpoint_interval_ns - (now - mark_ns_);
+      at_most(need <= 0 ? 1 : (need + T - 1) / T);
+    }
+    at_most(int64_t{1} << 40);
+    // The live watchdog fires every timeout; none may fall on the skip's end (the order of two
+    // events at one instant would differ from the full simulation's).
+    if (faults_ && c_.collective_timeout_ns > 0)
+      while (n > 0 && now + n * T >= watchdog_at_ && (now + n * T - watchdog_at_) % c_.collective_timeout_ns == 0) --n;
+    if (n <= 0) return false;
+    skipping_ = n;
+    schedule(kSkipDone, n * T);
+    return true;
+  }
+  void skip_done(Engine& e) {
+    const int64_t n = skipping_;
+    skipping_ = 0;
+    const Steady& r = last_;
+    e.count_inline_events(static_cast<uint64_t>(n) * r.events - 1);  // this event stands for the last iteration's end
+    world_.fabric().replay(r.fabric, static_cast<uint64_t>(n));
+    flows_ += static_cast<uint64_t>(n) * r.flows;
+    for (int64_t i = 0; i < n; ++i) {
+      res_.iteration_s.push_back(static_cast<double>(r.ns) / 1e9);
+      bubble_sum_ += r.bubble;
+      dp_ns_total_ += r.dp_ns;
+      ++iterations_done_;
+      ++measured_;
+    }
+    res_.fast_forwarded += n;
+    res_.stage_busy_fraction = r.busy;
+    res_.bubble_fraction = bubble_sum_ / measured_;
+    res_.dp_allreduce_ms = static_cast<double>(dp_ns_total_) / measured_ / 1e6;
+    const int64_t now = e.now().count_ns();
+    iter_start_ns_ = now - r.ns;
+    progress_ns_ = now;
+    after_iteration(now);
   }
 
   // --- Failures -----------------------------------------------------------------------------
@@ -620,7 +759,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     kept_iterations_ = iterations_done_;
     ++res_.checkpoints;
     state_ = State::Running;
-    start_iteration();
+    next_iteration();
   }
   // A device of the job failed: everything in flight is void, the work since the last
   // checkpoint is lost, and the iterations after it will be done again.
@@ -628,6 +767,8 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     const int64_t now = w.engine().now().count_ns();
     ++gen_;
     ++res_.failures;
+    steady_ = last_alone_ = false;
+    skipping_ = 0;
     if (state_ == State::Checkpointing) {
       // The interrupted write is lost with the iterations it would have saved.
       res_.lost_s += static_cast<double>(ckpt_start_ns_ - mark_ns_) / 1e9;
@@ -720,13 +861,19 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     mark_ns_ = now;
     progress_ns_ = now;
     start_iteration();
-    if (c_.collective_timeout_ns > 0) schedule(kWatchdog, c_.collective_timeout_ns);
+    if (c_.collective_timeout_ns > 0) arm_watchdog();
+  }
+  void arm_watchdog() {
+    watchdog_at_ = world_.engine().now().count_ns() + c_.collective_timeout_ns;
+    schedule(kWatchdog, c_.collective_timeout_ns);
   }
   // A transfer that makes no progress for the timeout (its group cut off by failed links)
   // fails the job for good.
   void watchdog(Engine& e) {
     const int64_t now = e.now().count_ns();
-    if (state_ == State::Running && now - progress_ns_ >= c_.collective_timeout_ns) {
+    // During a skip the job progresses at least once an iteration, and an iteration is shorter
+    // than the timeout (try_skip): the check would pass.
+    if (state_ == State::Running && skipping_ == 0 && now - progress_ns_ >= c_.collective_timeout_ns) {
       ++gen_;
       res_.failed = true;
       res_.failure_reason = fmt::format("no progress for {:.3g} s: a transfer's group is cut off from the fabric", c_.collective_timeout_ns / 1e9);
@@ -737,7 +884,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
       return;
     }
     // Re-armed at this generation's events only while running; a failure re-arms it on restart.
-    world_.engine().schedule_in(SimTime::ns(c_.collective_timeout_ns), Priority::Compute, this, kWatchdog, 0, Generation(gen_));
+    arm_watchdog();
   }
 
   TrainingConfig c_;
@@ -767,7 +914,17 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   State state_ = State::Running;
   bool faults_ = false, restart_pending_ = false, decide_pending_ = false;
   int kept_iterations_ = 0, measured_ = 0;
-  int64_t start_ns_ = 0, mark_ns_ = 0, ckpt_start_ns_ = 0, failed_at_ns_ = 0, progress_ns_ = 0;
+  int64_t start_ns_ = 0, mark_ns_ = 0, ckpt_start_ns_ = 0, failed_at_ns_ = 0, progress_ns_ = 0, watchdog_at_ = 0;
+  // Steady-state fast-forward (see try_skip).
+  uint64_t side_events_ = 0;     // events of this job that are no iteration's work: the watchdog's
+  bool start_alone_ = false;     // the iteration in progress started with nothing on the fabric
+  bool last_alone_ = false;      // the last iteration ran alone (last_ holds what it counted)
+  bool steady_ = false;          // ... and repeated the one before it exactly
+  int64_t others_at_start_ = 0;  // the first event another handler had pending when it started
+  int64_t clean_until_ = 0;      // no other handler acts before this time (from the last lone iteration)
+  int64_t skipping_ = 0;         // iterations a pending kSkipDone stands for
+  Counts start_counts_;
+  Steady last_;
 };
 
 }  // namespace

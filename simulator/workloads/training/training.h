@@ -96,6 +96,7 @@ struct TrainingResults {
   TrainingMemory memory;
   double dp_bytes_per_device = 0;
   uint64_t flows = 0;
+  int64_t fast_forwarded = 0;     // iterations counted by the steady-state fast-forward (not a metric: results do not depend on it)
   // Under failures (all zero without them).
   bool faults = false;            // the world has fault processes
   int failures = 0, restarts = 0, reformed = 0, checkpoints = 0;

@@ -93,7 +93,7 @@ SLUICE_REGISTER(workload, training_workload) {
   s.section("parallel", par, "tensor x pipeline x data parallelism and the pipeline schedule");
   Binding<T> keys(s);
   keys.integer("sequence", &T::sequence, "tokens per sequence").def("2048").range(1, 1 << 20);
-  keys.integer("iterations", &T::iterations, "iterations to run (0: as long as the other workloads run)").def("2").range(0, 1e6);
+  keys.integer("iterations", &T::iterations, "iterations to run (0: as long as the other workloads run; up to 10 million, weeks of simulated training: repeated iterations are fast-forwarded)").def("2").range(0, 1e7);
   keys.flag("recompute", &T::recompute,
             "full activation recomputation: activations kept per layer input only, one more forward in the backward")
       .def("false");

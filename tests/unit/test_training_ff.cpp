@@ -1,0 +1,161 @@
+// Training's steady-state fast-forward: iterations that repeat the last one exactly are
+// counted without being simulated, and every output is the same as simulating each one.
+#include <doctest/doctest.h>
+
+#include "test_support.h"
+
+#include "engine/event_queue.h"
+#include "engine/run_control.h"
+#include "network/flow.h"
+#include "network/routing.h"
+#include "network/topology.h"
+#include "run/runner.h"
+
+using namespace sluice;
+using sluice::testing::registry;
+
+namespace {
+
+struct Ran {
+  std::string metrics;
+  std::vector<std::pair<std::string, std::string>> files;
+  std::vector<std::string> summary;
+};
+
+Ran run(const std::string& yaml, bool fast_forward, const std::vector<std::string>& sets = {}) {
+  const RunControl::FastForward ff(fast_forward);
+  Scenario sc = load_scenario_text(yaml, "t.yaml", sets, registry());
+  Recorder rec;
+  run_into(sc, rec, {});
+  return {rec.metrics().dump(1), rec.files(), rec.summary_lines()};
+}
+
+// How many iterations the fast-forward counted, from the summary ("N iterations (...) ..." / 0).
+long skipped(const Ran& r) {
+  for (const auto& l : r.summary) {
+    const auto p = l.find(" were counted without being simulated");
+    if (p == std::string::npos) continue;
+    size_t b = 0;
+    while (b < l.size() && !std::isdigit(static_cast<unsigned char>(l[b]))) ++b;
+    return std::stol(l.substr(b));
+  }
+  return 0;
+}
+
+void same(const Ran& a, const Ran& b) {
+  CHECK(a.metrics == b.metrics);
+  REQUIRE(a.files.size() == b.files.size());
+  for (size_t i = 0; i < a.files.size(); ++i) {
+    CAPTURE(a.files[i].first);
+    CHECK(a.files[i] == b.files[i]);
+  }
+}
+
+// 32 GPUs on four leaves (16-port switches) joined by two spines: a TP2 x PP2 x DP4 job on
+// servers 0-1 whose gradient rings cross the spines, a small chat deployment on server 3.
+const char* kWorld = R"(
+name: ff
+seed: 7
+cluster:
+  topology: {catalog: fat-tree, name: ft32, servers: 4, switch_radix: 16}
+  hardware: h100-sxm
+workloads:
+  - name: pretrain
+    kind: training
+    model: tinyllama-1.1b
+    cost_tables: none
+    parallel: {tp: 2, pp: 2, dp: 4, micro_batches: 4}
+    sequence: 512
+    iterations: 1200
+    place: {servers: [0-1]}
+    recovery: {checkpoint_interval: 2s, checkpoint_write: 150ms, restart: 400ms, collective_timeout: 1s}
+)";
+
+const char* kChat = R"(
+  - name: chat
+    kind: serving
+    model: tinyllama-1.1b
+    deployment: {replicas: 1, tensor_parallel: 2}
+    workload:
+      kind: llmperf
+      input_tokens: {mean: 256, sd: 0}
+      output_tokens: {mean: 16, sd: 0}
+      requests: 12
+      arrival: {kind: poisson, rate: 4/s}
+    place: {devices: [24-25]}
+)";
+
+const char* kFaults = R"(
+faults:
+  - {name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 60s}, repair: {dist: fixed, mean: 1s}}
+  - {kind: trace, events: ["3s switch:spine0 down", "7s switch:spine0 up"]}
+)";
+
+}  // namespace
+
+TEST_CASE("training fast-forward: a lone job's repeated iterations are counted, with the same outputs as simulating each") {
+  const std::string yaml = kWorld;
+  const Ran ff = run(yaml, true), full = run(yaml, false);
+  same(ff, full);
+  CHECK(skipped(full) == 0);
+  // Two iterations establish the steady state, the other 1198 are counted at once.
+  CHECK(skipped(ff) == 1198);
+}
+
+TEST_CASE("training fast-forward: the same outputs under chip failures, a spine outage, checkpoints and a watchdog") {
+  const std::string yaml = std::string(kWorld) + kFaults;
+  const Ran ff = run(yaml, true), full = run(yaml, false);
+  same(ff, full);
+  const Json m = Json::parse(ff.metrics);
+  const Json& f = m["training"]["faults"];
+  CHECK(f["failures"].get<int>() >= 3);   // the job failed and restarted several times ...
+  CHECK(f["checkpoints"].get<int>() >= 5);  // ... and wrote checkpoints between
+  CHECK(m["world"]["faults"]["flows_rerouted"].get<int>() + m["world"]["faults"]["flows_stalled"].get<int>() > 0);
+  CHECK(skipped(ff) > 600);  // most iterations still counted at once
+}
+
+TEST_CASE("training fast-forward: the same outputs with a serving deployment beside it, skipping only once it is idle") {
+  const std::string yaml = std::string(kWorld) + kChat + kFaults;
+  const Ran ff = run(yaml, true), full = run(yaml, false);
+  same(ff, full);
+  CHECK(skipped(ff) > 0);
+  // With the deployment serving all run long (a request every 10 ms), a skip fits only where
+  // its replica waits for a repair; the outputs are still the same.
+  const std::vector<std::string> busy_sets{"workloads.1.workload.requests=100000", "workloads.1.workload.arrival.rate=100/s"};
+  const Ran busy = run(yaml, true, busy_sets);
+  same(busy, run(yaml, false, busy_sets));
+  MESSAGE("skipped alone " << skipped(ff) << ", beside a busy deployment " << skipped(busy));
+  CHECK(skipped(busy) * 20 < skipped(ff));
+}
+
+TEST_CASE("training fast-forward: a run's horizon (max_sim_time) cuts a skip where the full simulation stops") {
+  const std::string yaml = std::string(kWorld) + kChat + "max_sim_time: 9s\n";
+  const Ran ff = run(yaml, true, {"workloads.0.iterations=0"}), full = run(yaml, false, {"workloads.0.iterations=0"});
+  same(ff, full);
+}
+
+TEST_CASE("a fabric ledger replayed n times equals n repetitions, in exact sums") {
+  Engine e(1);
+  net::Topology t("line");
+  const int a = t.add_node({"a", net::NodeKind::Device});
+  const int b = t.add_node({"b", net::NodeKind::Device});
+  t.add_link(a, b, 3e9, 0);
+  net::Router router(t);
+  net::FlowSim repeated(e, t, router);
+  const net::FlowLedger start = repeated.ledger();
+  for (int i = 0; i < 5; ++i) {
+    repeated.start(a, b, 1e6 / 3.0, nullptr, 0);
+    e.run();
+  }
+  Engine e2(1);
+  net::FlowSim once(e2, t, router);
+  const net::FlowLedger before = once.ledger();
+  once.start(a, b, 1e6 / 3.0, nullptr, 0);
+  e2.run();
+  CHECK(once.still());
+  once.replay(net::FlowLedger::between(before, once.ledger()), 4);
+  CHECK(once.ledger() == repeated.ledger());
+  CHECK(once.stats().bytes_started == repeated.stats().bytes_started);
+  CHECK(once.carried_link_bytes() == repeated.carried_link_bytes());
+  CHECK(net::FlowLedger::between(start, repeated.ledger()).started == 5);
+}
