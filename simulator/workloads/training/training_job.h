@@ -1,0 +1,244 @@
+// The training job's class, shared by the files that define its parts (internal to the
+// training workload: everything else uses training.h): training.cpp runs iterations (compute,
+// hand-offs, collectives), training_plan.cpp plans token slices and estimates a schedule,
+// training_recovery.cpp handles failures, checkpoints and restarts, training_steady.cpp
+// fast-forwards repeated iterations.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "network/flow.h"
+#include "workloads/training/training.h"
+
+namespace sluice::training::detail {
+
+CostOptions cost_options(const TrainingConfig& c);
+
+class TrainingJob final : public Workload, public EventHandler, public net::FlowSink {
+ public:
+  TrainingJob(std::string name, TrainingConfig cfg, World& world, std::vector<int> devices);
+
+  // Megatron's rank order: tensor parallel fastest, then data parallel, then pipeline stages.
+  void map_devices(const std::vector<int>& devices);
+
+  void start(World& w) override;
+  bool holds_world() const override { return c_.iterations > 0 && !done_; }
+  void finish(World& w) override;
+
+  void on_devices_changed(World& w, const std::vector<int>& devices, bool up) override;
+  void report(Recorder& rec, bool scoped) const override;
+  const TrainingResults& results() const { return res_; }
+
+  void on_event(Engine& e, uint32_t kind, uint32_t arg) override;
+
+  void on_flow_done(Engine&, uint64_t tag) override;
+
+ private:
+  enum : uint32_t { kCompute = 1, kIterationEnd = 2, kCheckpointDone = 3, kRestart = 4, kWatchdog = 5, kRecover = 6, kSkipDone = 7 };
+  enum class State { Running, Checkpointing, Recovering };
+  // Schedules an event of this generation `delay_ns` from now (a failure voids it).
+  void schedule(uint32_t kind, int64_t delay_ns, uint32_t arg = 0) {
+    world_.engine().schedule_in(SimTime::ns(delay_ns), Priority::Compute, this, kind, arg, Generation(gen_));
+  }
+  // A pass of one unit: a micro-batch, or with token slicing one slice of one micro-batch
+  // (unit = micro-batch x slices + slice).
+  struct Op {
+    bool forward;
+    int mb;  // the unit
+  };
+  struct Stage {
+    std::vector<Op> order;
+    size_t next = 0;
+    bool busy = false;
+    std::vector<char> f_in, b_in;
+    // Its hand-offs go out on one communication stream, in order: one at a time, the rest wait.
+    struct Send {
+      int to, mb;
+      bool grad;
+    };
+    std::deque<Send> outbox;
+    bool sending = false;
+    int64_t busy_ns = 0, op_start_ns = 0, last_end_ns = 0;
+    std::unique_ptr<net::Collective> tp_collective;
+  };
+
+  int slot(int d, int s) const { return d * c_.pp + s; }
+  int64_t fwd_ns(int s, int slice) const { return fwd_ns_[static_cast<size_t>(s * n_slices_ + slice)]; }
+  int64_t bwd_ns(int s, int slice) const { return backward_of(fwd_ns(s, slice)); }
+  // A pass's backward from its forward: twice it, three times recomputing.
+  int64_t backward_of(int64_t forward_ns) const { return forward_ns * (c_.recompute ? 3 : 2); }
+  // A stage's forward of a slice as the schedule runs it: the cost model's ns, at least 1.
+  static int64_t pass_ns(double cost_ns) { return std::max<int64_t>(1, std::llround(cost_ns)); }
+  double unit_tokens(int unit) const {
+    return static_cast<double>(c_.micro_batch_size) * slice_len_[static_cast<size_t>(unit % n_slices_)];
+  }
+
+  // For each stage boundary of replica 0, what handing over activations costs when the
+  // fabric carries nothing else: every tensor-parallel rank sends its share at once over its
+  // route, so a link that k of them cross gives each 1/k of it. The slicing DP's estimate of a
+  // slice's hand-off (the simulation itself times every send as flows).
+  void measure_handoffs();
+  // The same for a stage's tensor-parallel ring (replica 0, stage 0; every stage's ring has the
+  // same shape): the ring's slowest edge, and a step's route latency.
+  void measure_tp_ring();
+  // A pass's tensor-parallel all-reduces on stage s over `tokens` tokens, as the fused ring
+  // the simulation runs (2(n-1)/n of the bytes over the slowest edge, every step's latency).
+  double tp_ns(double tokens, int s) const;
+  // One direction of the slowest boundary for `tokens` tokens: each rank's share of the activations.
+  double handoff_ns(double tokens) const;
+
+  // The forward/backward phase of one iteration with these slices, as the schedule runs it on
+  // an otherwise idle fabric: every stage takes its ops in schedule order, each once its input
+  // has arrived (the previous stage's activations or the next stage's gradients; the last
+  // stage's backward after its own forward), for its compute and then its tensor-parallel
+  // all-reduces. Sends do not hold a stage, but a stage's sends leave one after another and a
+  // stage receives one after another (its links carry them in turn: where hand-offs take longer
+  // than compute, as over one 25 Gb/s NIC, they queue). Returns the last stage op's end.
+  double schedule_ns(const std::vector<int>& lengths);
+  static constexpr int kMaxUniformSlices = 64;  // uniform slicings judged beside the DP's candidates
+
+  // The slices of a micro-batch's sequences (policy none: the whole sequence as one) and each
+  // stage's forward time of each: slice i of l tokens after c costs f(l, c) on every stage
+  // (cost model: the stage's own layers, attention over the c cached tokens, the LM head over
+  // every token on the last stage; for the formula also its tensor-parallel all-reduces), its
+  // backward 2f (3f recomputing). The policies choose
+  // lengths by TeraPipe's formula over the m micro-batches, T = m sum a + (K-1) max t, with
+  // f, b the slowest stage's and x the slice's hand-off: t = f + b + 2x (one slice's way down
+  // and back up the pipeline) and a = max(f, x) + max(b, x) (a stage sends while it computes
+  // the next slice, so per slice it is held by the slower of the two); x = 0 on one stage.
+  void plan_slices();
+
+  // The order in which stage s runs its forward (F) and backward (B) passes. Token slicing
+  // runs under GPipe over units: slices of a micro-batch in order, backwards in reverse unit
+  // order, so a slice's backward follows the later slices' on its stage (they hand it the
+  // gradient of its keys and values) and the next stage's backward of the same slice.
+  std::vector<Op> schedule_order(int s) const { return schedule_order(s, units_); }
+  std::vector<Op> schedule_order(int s, int m) const;
+
+  void start_iteration();
+
+  void try_run(int sl);
+
+  void compute_done(int sl);
+
+  // A stage's hand-offs leave in the order its ops finish, one at a time (a pipeline engine
+  // posts them on one NCCL stream, whose send kernels run in turn); each waits for the one
+  // before it to arrive.
+  void send(int from, int to, int mb, bool grad);
+  void send_arrived(int from);
+  void start_send(int from, int to, int mb, bool grad);
+
+  void op_done(int sl);
+
+  // Every replica finished stage s's backward: its gradients are all-reduced across the data
+  // parallel replicas, one collective per tensor-parallel rank, while other stages still work.
+  void stage_backward_done(int s);
+
+  void stage_reduced();
+
+  void iteration_end(Engine& e);
+
+  // What follows an iteration's end: done, a checkpoint, or the next iteration.
+  void after_iteration(int64_t now);
+
+  // --- Steady-state fast-forward ------------------------------------------------------------
+  // An iteration that starts with nothing moving on the fabric (flows a failure left stalled
+  // on dead links may sit there at rate 0), and during which no other handler
+  // receives an event (none was pending before its end, and only handlers that run can add
+  // one), ran alone: what it did depends on the world's state at its start, which it leaves
+  // as it found it (its flows done, its collectives over), and not on the time it started
+  // (the engine and fabric work in differences of time; a completion quantum is checked).
+  // The next iteration, started the same way, repeats it exactly. Two such iterations in a
+  // row that counted the same (time, events, flows, the fabric's exact ledger, bubble, busy
+  // time) are the evidence that nothing hidden in the job's state differs; from then on, until
+  // the next event another handler receives, a checkpoint is due, the job is done or the
+  // run's horizon, the iterations are counted at once (skip_done) instead of simulated. Exact:
+  // --no-fast-forward simulates every one and gives the same outputs (tests/test_training_ff.cpp).
+  struct Counts {
+    uint64_t events = 0, side = 0, flows = 0;
+    int64_t dp_ns = 0;
+    net::FlowLedger fabric;
+  };
+  struct Steady {
+    int64_t ns = 0;
+    uint64_t events = 0, flows = 0;
+    int64_t dp_ns = 0;
+    double bubble = 0;  // this iteration's term of bubble_sum_
+    std::vector<double> busy;
+    net::FlowLedger fabric;
+    bool operator==(const Steady&) const = default;
+  };
+  Counts counts() const;
+  void observe_start(int64_t now);
+  void observe_end(int64_t now, double bubble_term);
+  void next_iteration();
+  // Counts iterations at once when the last one is known to repeat (see above). False: run
+  // the next one.
+  bool try_skip();
+  void skip_done(Engine& e);
+
+  // --- Failures -----------------------------------------------------------------------------
+  // The work since the last checkpoint (or restart) is kept: it counts as useful.
+  void keep_work(int64_t now);
+  void checkpoint_done(Engine& e);
+  // A device of the job failed: everything in flight is void, the work since the last
+  // checkpoint is lost, and the iterations after it will be done again.
+  void fail_stop(World& w);
+  bool all_up() const;
+  // Where to train again: the same devices once healthy; on a TPU pod slice, a slice re-formed
+  // at once from healthy free cubes (OCS: the healthy cubes kept and a spare for each failed
+  // one; static: any healthy contiguous free block), else the same cubes after repair.
+  void recover(World& w);
+  void reform(World& w);
+  void restart_done(Engine& e);
+  void arm_watchdog();
+  // A transfer that makes no progress for the timeout (its group cut off by failed links)
+  // fails the job for good.
+  void watchdog(Engine& e);
+
+  TrainingConfig c_;
+  World& world_;
+  CostModel cost_;
+  std::vector<std::vector<int>> nodes_;  // per (replica, stage): topology nodes of its tp ranks
+  std::vector<Stage> stages_;
+  std::vector<int> pending_;             // flows left per (stage slot, micro-batch, direction)
+  std::vector<int64_t> fwd_ns_;           // per (stage, slice): stage x slices + slice
+  std::map<std::pair<int, int>, std::vector<double>> stage_cache_;  // slice_stage_ns by (tokens, prefix), for schedule_ns
+  std::vector<int> slice_len_;            // tokens per slice (one slice: the sequence)
+  int n_slices_ = 1, units_ = 1;          // slices per micro-batch; passes per stage and direction
+  double handoff_ns_per_byte_ = 0, handoff_latency_ns_ = 0, ring_ns_per_byte_ = 0, ring_latency_ns_ = 0;
+  std::vector<int> stage_bwd_done_, stage_dp_left_;
+  std::vector<std::unique_ptr<net::Collective>> dp_live_;
+  double tokens_ = 0, params_per_device_ = 0, dp_bytes_ = 0;
+  int64_t optimizer_ns_ = 0, iter_start_ns_ = 0, last_backward_ns_ = 0, dp_ns_total_ = 0;
+  int stages_reduced_ = 0, iterations_done_ = 0, pid_ = 0;
+  double bubble_sum_ = 0;
+  bool done_ = false;
+  uint64_t flows_ = 0;
+  TrainingResults res_;
+  // Failures.
+  std::vector<int> devices_;
+  std::vector<std::unique_ptr<net::Collective>> graveyard_;  // collectives a failure voided, whose flows may still land
+  uint32_t gen_ = 0;
+  State state_ = State::Running;
+  bool faults_ = false, restart_pending_ = false, decide_pending_ = false;
+  int kept_iterations_ = 0, measured_ = 0;
+  int64_t start_ns_ = 0, mark_ns_ = 0, ckpt_start_ns_ = 0, failed_at_ns_ = 0, progress_ns_ = 0, watchdog_at_ = 0;
+  // Steady-state fast-forward (see try_skip).
+  uint64_t side_events_ = 0;     // events of this job that are no iteration's work: the watchdog's
+  bool start_alone_ = false;     // the iteration in progress started with nothing on the fabric
+  bool last_alone_ = false;      // the last iteration ran alone (last_ holds what it counted)
+  bool steady_ = false;          // ... and repeated the one before it exactly
+  int64_t others_at_start_ = 0;  // the first event another handler had pending when it started
+  int64_t clean_until_ = 0;      // no other handler acts before this time (from the last lone iteration)
+  int64_t skipping_ = 0;         // iterations a pending kSkipDone stands for
+  Counts start_counts_;
+  Steady last_;
+};
+
+}  // namespace sluice::training::detail

@@ -1,0 +1,228 @@
+// The training job's plans: token slices (TeraPipe's DP over slice lengths) and the schedule
+// estimate on an idle fabric that judges them (see training_job.h).
+#include "workloads/training/training_job.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace sluice::training::detail {
+
+// For each stage boundary of replica 0, what handing over activations costs when the
+// fabric carries nothing else: every tensor-parallel rank sends its share at once over its
+// route, so a link that k of them cross gives each 1/k of it. The slicing DP's estimate of a
+// slice's hand-off (the simulation itself times every send as flows).
+void TrainingJob::measure_handoffs() {
+  for (int s = 0; s + 1 < c_.pp; ++s) {
+    const auto& a = nodes_[static_cast<size_t>(slot(0, s))];
+    const auto& b = nodes_[static_cast<size_t>(slot(0, s + 1))];
+    std::map<int, int> crossing;
+    std::vector<std::vector<int>> routes;
+    for (size_t k = 0; k < a.size(); ++k) {
+      routes.push_back(world_.fabric().router().route(a[k], b[k], k));
+      for (int l : routes.back()) ++crossing[l];
+    }
+    double ns_per_byte = 0, lat = 0;
+    for (const auto& r : routes) {
+      for (int l : r) ns_per_byte = std::max(ns_per_byte, crossing[l] * 1e9 / world_.topology().link(l).bandwidth_Bps);
+      lat = std::max(lat, static_cast<double>(world_.fabric().router().latency_ns(r)));
+    }
+    handoff_ns_per_byte_ = std::max(handoff_ns_per_byte_, ns_per_byte);
+    handoff_latency_ns_ = std::max(handoff_latency_ns_, lat);
+  }
+}
+
+// The same for a stage's tensor-parallel ring (replica 0, stage 0; every stage's ring has the
+// same shape): the ring's slowest edge, and a step's route latency.
+void TrainingJob::measure_tp_ring() {
+  const auto& a = nodes_[static_cast<size_t>(slot(0, 0))];
+  const size_t n = a.size();
+  if (n < 2) return;
+  for (size_t k = 0; k < n; ++k) {
+    const auto r = world_.fabric().router().route(a[k], a[(k + 1) % n], k);
+    for (int l : r) ring_ns_per_byte_ = std::max(ring_ns_per_byte_, 1e9 / world_.topology().link(l).bandwidth_Bps);
+    ring_latency_ns_ = std::max(ring_latency_ns_, static_cast<double>(world_.fabric().router().latency_ns(r)));
+  }
+}
+
+// A pass's tensor-parallel all-reduces on stage s over `tokens` tokens, as the fused ring
+// the simulation runs (2(n-1)/n of the bytes over the slowest edge, every step's latency).
+double TrainingJob::tp_ns(double tokens, int s) const {
+  const double n = c_.tp;
+  if (c_.tp < 2) return 0;
+  const int layers = cost_.stage_range(s).count;
+  return 2 * (n - 1) / n * cost_.tp_allreduce_bytes(tokens, s) * ring_ns_per_byte_ + 2 * (n - 1) * 2 * layers * ring_latency_ns_;
+}
+
+// One direction of the slowest boundary for `tokens` tokens: each rank's share of the activations.
+double TrainingJob::handoff_ns(double tokens) const {
+  if (c_.pp == 1) return 0;
+  return cost_.activation_bytes(tokens) / c_.tp * handoff_ns_per_byte_ + handoff_latency_ns_;
+}
+
+// The forward/backward phase of one iteration with these slices, as the schedule runs it on
+// an otherwise idle fabric: every stage takes its ops in schedule order, each once its input
+// has arrived (the previous stage's activations or the next stage's gradients; the last
+// stage's backward after its own forward), for its compute and then its tensor-parallel
+// all-reduces. Sends do not hold a stage, but a stage's sends leave one after another and a
+// stage receives one after another (its links carry them in turn: where hand-offs take longer
+// than compute, as over one 25 Gb/s NIC, they queue). Returns the last stage op's end.
+double TrainingJob::schedule_ns(const std::vector<int>& lengths) {
+  const int K = c_.pp, n = static_cast<int>(lengths.size()), U = c_.micro_batches * n, b = c_.micro_batch_size;
+  std::vector<int64_t> fwd(static_cast<size_t>(K * n));
+  std::vector<double> tp(static_cast<size_t>(K * n)), x(static_cast<size_t>(n));
+  std::vector<double> tx_free(static_cast<size_t>(K), 0), rx_free(static_cast<size_t>(K), 0);
+  // A hand-off of slice i from stage `from` to `to`, sent at t: when it has arrived.
+  auto handoff = [&](int from, int to, int i, double t) {
+    const double start = std::max({t, tx_free[static_cast<size_t>(from)], rx_free[static_cast<size_t>(to)]});
+    const double wire = x[static_cast<size_t>(i)] - handoff_latency_ns_;
+    tx_free[static_cast<size_t>(from)] = rx_free[static_cast<size_t>(to)] = start + wire;
+    return start + x[static_cast<size_t>(i)];
+  };
+  std::vector<double> arriveF(static_cast<size_t>(K * U), -1), arriveB(static_cast<size_t>(K * U), -1);
+  std::vector<double> st(static_cast<size_t>(K));
+  for (int i = 0, c = 0; i < n; c += lengths[static_cast<size_t>(i)], ++i) {
+    const int l = lengths[static_cast<size_t>(i)];
+    const auto key = std::make_pair(l, c);
+    auto it = stage_cache_.find(key);
+    if (it == stage_cache_.end()) {
+      cost_.slice_stage_ns(b, l, c, true, st);
+      it = stage_cache_.emplace(key, st).first;
+    }
+    for (int s = 0; s < K; ++s) {
+      fwd[static_cast<size_t>(s * n + i)] = pass_ns(it->second[static_cast<size_t>(s)]);
+      tp[static_cast<size_t>(s * n + i)] = tp_ns(static_cast<double>(b) * l, s);
+    }
+    x[static_cast<size_t>(i)] = handoff_ns(static_cast<double>(b) * l);
+  }
+  std::vector<std::vector<Op>> order(static_cast<size_t>(K));
+  for (int s = 0; s < K; ++s) order[static_cast<size_t>(s)] = schedule_order(s, U);
+  std::vector<double> endF(static_cast<size_t>(K * U), -1), free_at(static_cast<size_t>(K), 0);
+  std::vector<size_t> next(static_cast<size_t>(K), 0);
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int s = 0; s < K; ++s)
+      while (next[static_cast<size_t>(s)] < order[static_cast<size_t>(s)].size()) {
+        const Op op = order[static_cast<size_t>(s)][next[static_cast<size_t>(s)]];
+        const int i = op.mb % n;
+        const size_t at = static_cast<size_t>(s * U + op.mb);
+        double ready = 0;
+        if (op.forward && s > 0) ready = arriveF[at];
+        else if (!op.forward) ready = s == K - 1 ? endF[at] : arriveB[at];
+        if (ready < 0) break;
+        const int64_t f = fwd[static_cast<size_t>(s * n + i)];
+        const double end = std::max(free_at[static_cast<size_t>(s)], ready) + static_cast<double>(op.forward ? f : backward_of(f)) +
+                           tp[static_cast<size_t>(s * n + i)];
+        if (op.forward) endF[at] = end;
+        free_at[static_cast<size_t>(s)] = end;
+        if (op.forward && s + 1 < K) arriveF[static_cast<size_t>((s + 1) * U + op.mb)] = handoff(s, s + 1, i, end);
+        if (!op.forward && s > 0) arriveB[static_cast<size_t>((s - 1) * U + op.mb)] = handoff(s, s - 1, i, end);
+        ++next[static_cast<size_t>(s)];
+        moved = true;
+      }
+  }
+  return *std::max_element(free_at.begin(), free_at.end());
+}
+
+// The slices of a micro-batch's sequences (policy none: the whole sequence as one) and each
+// stage's forward time of each: slice i of l tokens after c costs f(l, c) on every stage
+// (cost model: the stage's own layers, attention over the c cached tokens, the LM head over
+// every token on the last stage; for the formula also its tensor-parallel all-reduces), its
+// backward 2f (3f recomputing). The policies choose
+// lengths by TeraPipe's formula over the m micro-batches, T = m sum a + (K-1) max t, with
+// f, b the slowest stage's and x the slice's hand-off: t = f + b + 2x (one slice's way down
+// and back up the pipeline) and a = max(f, x) + max(b, x) (a stage sends while it computes
+// the next slice, so per slice it is held by the slower of the two); x = 0 on one stage.
+void TrainingJob::plan_slices() {
+  const SlicingConfig& sc = c_.slicing;
+  const int K = c_.pp, b = c_.micro_batch_size, S = c_.sequence;
+  const double back = c_.recompute ? 3 : 2;
+  std::vector<double> st(static_cast<size_t>(K));
+  int last_l = -1, last_c = -1;  // the DP asks for t and a of the same slice in turn
+  std::pair<double, double> last{0, 0};
+  auto parts = [&](int l, int c) {
+    if (l == last_l && c == last_c) return last;
+    cost_.slice_stage_ns(b, l, c, true, st);
+    double f = 0;  // the slowest stage: compute and its tensor-parallel all-reduces
+    for (int s = 0; s < K; ++s) f = std::max(f, st[static_cast<size_t>(s)] + tp_ns(static_cast<double>(b) * l, s));
+    last = {f, handoff_ns(static_cast<double>(b) * l)};
+    last_l = l, last_c = c;
+    return last;
+  };
+  auto t = [&](int l, int c) {
+    const auto [f, x] = parts(l, c);
+    return f * (1 + back) + 2 * x;
+  };
+  TeraPipeOptions o;
+  o.granularity = sc.granularity;
+  o.candidate_gap = sc.candidate_gap;
+  o.micro_batches = c_.micro_batches;
+  o.sum_cost = [&](int l, int c) {
+    const auto [f, x] = parts(l, c);
+    return std::max(f, x) + std::max(back * f, x);
+  };
+  std::vector<int> lengths{S};
+  if (sc.policy == SlicingPolicy::Uniform) lengths = uniform_slices(S, sc.slices, sc.granularity);
+  if (sc.policy == SlicingPolicy::TeraPipe) {
+    // The DP's candidates (its best slicing under each t_max it evaluates) and every uniform
+    // slicing, judged by the schedule the simulator runs; the formula only proposes.
+    std::vector<std::vector<int>> cands;
+    o.on_candidate = [&](const std::vector<int>& l) { cands.push_back(l); };
+    const SlicePlan p = terapipe_slices(S, K, t, o);
+    o.on_candidate = nullptr;
+    res_.dp_candidates = p.candidates;
+    res_.dp_evaluated = p.evaluated;
+    lengths = p.lengths;
+    double best = schedule_ns(lengths);
+    for (const auto& l : cands)
+      if (const double x = schedule_ns(l); x < best) best = x, lengths = l;
+    const int granules = (S + sc.granularity - 1) / sc.granularity;
+    double best_uniform = std::numeric_limits<double>::infinity();
+    for (int k = 1; k <= std::min(granules, kMaxUniformSlices); ++k) {
+      const auto l = uniform_slices(S, k, sc.granularity);
+      const double x = schedule_ns(l);
+      if (x < best_uniform) best_uniform = x, res_.best_uniform_slices = k;
+      if (x < best) best = x, lengths = l;
+    }
+    res_.slice_schedule_ms = best / 1e6;
+    res_.best_uniform_schedule_ms = best_uniform / 1e6;
+  }
+  const SlicePlan chosen = evaluate_slices(lengths, K, t, o), whole = evaluate_slices({S}, K, t, o);
+  res_.slice_tokens = lengths;
+  res_.slice_model_ms = chosen.latency_ns / 1e6;
+  res_.unsliced_model_ms = whole.latency_ns / 1e6;
+  res_.slice_bubble_model = chosen.latency_ns > 0 ? (K - 1) * chosen.max_ns / chosen.latency_ns : 0;
+  n_slices_ = static_cast<int>(lengths.size());
+  slice_len_ = lengths;
+  fwd_ns_.assign(static_cast<size_t>(K * n_slices_), 0);
+  int c = 0;
+  for (int i = 0; i < n_slices_; ++i) {
+    cost_.slice_stage_ns(b, lengths[static_cast<size_t>(i)], c, true, st);
+    for (int s = 0; s < K; ++s) fwd_ns_[static_cast<size_t>(s * n_slices_ + i)] = pass_ns(st[static_cast<size_t>(s)]);
+    c += lengths[static_cast<size_t>(i)];
+  }
+}
+
+auto TrainingJob::schedule_order(int s, int m) const -> std::vector<Op> {
+  const int K = c_.pp;
+  std::vector<Op> out;
+  if (c_.schedule == Schedule::GPipe) {
+    for (int i = 0; i < m; ++i) out.push_back({true, i});
+    for (int i = m - 1; i >= 0; --i) out.push_back({false, i});
+    return out;
+  }
+  const int warm = std::min(K - s - 1, m);
+  int f = 0, b = 0;
+  for (; f < warm; ++f) out.push_back({true, f});
+  while (f < m) {
+    out.push_back({true, f++});
+    out.push_back({false, b++});
+  }
+  while (b < m) out.push_back({false, b++});
+  return out;
+}
+
+}  // namespace sluice::training::detail

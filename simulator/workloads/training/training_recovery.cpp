@@ -1,0 +1,180 @@
+// The training job under failures: a failure voids the iteration in flight and loses the work
+// since the last checkpoint; the job restarts when its devices are healthy again (or on a
+// re-formed TPU slice); a watchdog fails it for good when a transfer makes no progress.
+#include "workloads/training/training_job.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "network/pod.h"
+
+namespace sluice::training::detail {
+
+void TrainingJob::on_devices_changed(World& w, const std::vector<int>& devices, bool up) {
+  (void)devices;
+  if (done_) return;
+  if (!up && state_ != State::Recovering) fail_stop(w);
+  if (state_ != State::Recovering || restart_pending_ || decide_pending_) return;
+  // Decided at the end of the instant, once every failure and repair at this time is known
+  // (a rack or several hosts failing together re-form the slice once).
+  decide_pending_ = true;
+  w.engine().schedule_in(SimTime::zero(), Priority::Schedule, this, kRecover, 0, Generation(gen_));
+}
+
+// --- Failures -----------------------------------------------------------------------------
+// The work since the last checkpoint (or restart) is kept: it counts as useful.
+void TrainingJob::keep_work(int64_t now) {
+  res_.useful_s += static_cast<double>(now - mark_ns_) / 1e9;
+  mark_ns_ = now;
+  kept_iterations_ = iterations_done_;
+}
+
+void TrainingJob::checkpoint_done(Engine& e) {
+  const int64_t now = e.now().count_ns();
+  // The iterations before the write are safe; the write itself is overhead.
+  res_.useful_s += static_cast<double>(ckpt_start_ns_ - mark_ns_) / 1e9;
+  res_.checkpoint_s += static_cast<double>(now - ckpt_start_ns_) / 1e9;
+  mark_ns_ = now;
+  kept_iterations_ = iterations_done_;
+  ++res_.checkpoints;
+  state_ = State::Running;
+  next_iteration();
+}
+
+// A device of the job failed: everything in flight is void, the work since the last
+// checkpoint is lost, and the iterations after it will be done again.
+void TrainingJob::fail_stop(World& w) {
+  const int64_t now = w.engine().now().count_ns();
+  ++gen_;
+  ++res_.failures;
+  steady_ = last_alone_ = false;
+  skipping_ = 0;
+  if (state_ == State::Checkpointing) {
+    // The interrupted write is lost with the iterations it would have saved.
+    res_.lost_s += static_cast<double>(ckpt_start_ns_ - mark_ns_) / 1e9;
+    res_.checkpoint_s += static_cast<double>(now - ckpt_start_ns_) / 1e9;
+  } else {
+    res_.lost_s += static_cast<double>(now - mark_ns_) / 1e9;
+  }
+  iterations_done_ = kept_iterations_;
+  res_.iteration_s.resize(std::min(res_.iteration_s.size(), static_cast<size_t>(kept_iterations_)));
+  for (auto& st : stages_)
+    if (st.tp_collective) graveyard_.push_back(std::move(st.tp_collective));
+  for (auto& c : dp_live_) graveyard_.push_back(std::move(c));
+  dp_live_.clear();
+  for (auto& st : stages_) {
+    st.busy = st.sending = false;
+    st.outbox.clear();
+  }
+  state_ = State::Recovering;
+  restart_pending_ = decide_pending_ = false;
+  failed_at_ns_ = now;
+}
+
+bool TrainingJob::all_up() const {
+  for (int d : devices_)
+    if (!world_.device_up(d)) return false;
+  return true;
+}
+
+// Where to train again: the same devices once healthy; on a TPU pod slice, a slice re-formed
+// at once from healthy free cubes (OCS: the healthy cubes kept and a spare for each failed
+// one; static: any healthy contiguous free block), else the same cubes after repair.
+void TrainingJob::recover(World& w) {
+  if (done_ || restart_pending_) return;
+  if (!all_up() && c_.slice_cubes[0] > 0 && w.is_pod()) reform(w);
+  if (!all_up()) return;  // waits for the repair (on_devices_changed)
+  restart_pending_ = true;
+  schedule(kRestart, c_.restart_ns);
+}
+
+void TrainingJob::reform(World& w) {
+  const auto g = w.pod_grid();
+  const int cubes = g[0] * g[1] * g[2];
+  std::vector<char> mine(static_cast<size_t>(cubes), 0), usable(static_cast<size_t>(cubes), 1);
+  for (int d : devices_) mine[static_cast<size_t>(w.group_of(d))] = 1;
+  for (int d = 0; d < w.device_count(); ++d) {
+    const size_t c = static_cast<size_t>(w.group_of(d));
+    if (!w.device_up(d) || (!w.holder(d).empty() && w.holder(d) != name())) usable[c] = 0;
+  }
+  std::vector<int> chosen;
+  if (w.pod_has_ocs()) {
+    std::vector<int> order;  // the job's cubes in its slice order
+    for (int d : devices_) {
+      const int c = w.group_of(d);
+      if (std::find(order.begin(), order.end(), c) == order.end()) order.push_back(c);
+    }
+    std::vector<int> spares;
+    for (int c = 0; c < cubes; ++c)
+      if (usable[static_cast<size_t>(c)] && !mine[static_cast<size_t>(c)]) spares.push_back(c);
+    size_t next = 0;
+    for (int c : order) {
+      if (usable[static_cast<size_t>(c)]) chosen.push_back(c);
+      else if (next < spares.size()) chosen.push_back(spares[next++]);
+      else return;  // too few healthy cubes: wait for a repair
+    }
+  } else {
+    uint64_t free = 0;
+    for (int c = 0; c < cubes; ++c)
+      if (usable[static_cast<size_t>(c)]) free |= uint64_t{1} << c;
+    const net::PodAllocator alloc(g, false, net::PlacementPolicy::FirstFit);
+    const auto mask = alloc.place(net::CubeShape{c_.slice_cubes[0], c_.slice_cubes[1], c_.slice_cubes[2]}, free);
+    if (!mask) return;
+    for (uint64_t r = *mask; r; r &= r - 1) chosen.push_back(std::countr_zero(r));
+  }
+  w.tear_down_slice(devices_);
+  w.release(devices_);
+  const auto devs = w.form_slice(chosen, c_.slice_cubes, c_.slice_twisted, name());
+  w.claim(devs, name());
+  map_devices(devs);
+  ++res_.reformed;
+}
+
+void TrainingJob::restart_done(Engine& e) {
+  restart_pending_ = false;
+  if (!all_up()) {  // failed again meanwhile: re-form or wait again
+    recover(world_);
+    return;
+  }
+  const int64_t now = e.now().count_ns();
+  res_.recovering_s += static_cast<double>(now - failed_at_ns_) / 1e9;
+  res_.recover_s.push_back(static_cast<double>(now - failed_at_ns_) / 1e9);
+  ++res_.restarts;
+  if (world_.trace().enabled()) world_.trace().complete(pid_, 0, "recovery", "fault", failed_at_ns_, now - failed_at_ns_);
+  state_ = State::Running;
+  mark_ns_ = now;
+  progress_ns_ = now;
+  start_iteration();
+  if (c_.collective_timeout_ns > 0) arm_watchdog();
+}
+
+void TrainingJob::arm_watchdog() {
+  watchdog_at_ = world_.engine().now().count_ns() + c_.collective_timeout_ns;
+  schedule(kWatchdog, c_.collective_timeout_ns);
+}
+
+// A transfer that makes no progress for the timeout (its group cut off by failed links)
+// fails the job for good.
+void TrainingJob::watchdog(Engine& e) {
+  const int64_t now = e.now().count_ns();
+  // During a skip the job progresses at least once an iteration, and an iteration is shorter
+  // than the timeout (try_skip): the check would pass.
+  if (state_ == State::Running && skipping_ == 0 && now - progress_ns_ >= c_.collective_timeout_ns) {
+    ++gen_;
+    res_.failed = true;
+    res_.failure_reason = fmt::format("no progress for {:.3g} s: a transfer's group is cut off from the fabric", c_.collective_timeout_ns / 1e9);
+    res_.lost_s += static_cast<double>(now - mark_ns_) / 1e9;
+    res_.wall_s = static_cast<double>(now - start_ns_) / 1e9;
+    done_ = true;
+    if (c_.iterations > 0) world_.workload_done();
+    return;
+  }
+  // Re-armed at this generation's events only while running; a failure re-arms it on restart.
+  arm_watchdog();
+}
+
+}  // namespace sluice::training::detail

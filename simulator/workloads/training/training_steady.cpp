@@ -1,0 +1,117 @@
+// The training job's steady-state fast-forward (see the comment above Counts in training_job.h).
+#include "workloads/training/training_job.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "engine/run_control.h"
+
+namespace sluice::training::detail {
+
+auto TrainingJob::counts() const -> Counts {
+  return Counts{world_.engine().events_processed(), side_events_, flows_, dp_ns_total_, world_.fabric().ledger()};
+}
+
+void TrainingJob::observe_start(int64_t now) {
+  start_alone_ = false;
+  if (!RunControl::get().fast_forward()) return;
+  (void)now;
+  start_alone_ = world_.fabric().still();
+  if (!start_alone_) return;
+  others_at_start_ = world_.engine().next_event_excluding(this);
+  start_counts_ = counts();
+}
+
+void TrainingJob::observe_end(int64_t now, double bubble_term) {
+  const bool alone = start_alone_ && others_at_start_ > now;
+  start_alone_ = false;
+  if (!alone) {
+    last_alone_ = steady_ = false;
+    return;
+  }
+  const Counts c = counts();
+  Steady r;
+  r.ns = now - iter_start_ns_;
+  r.events = (c.events - start_counts_.events) - (c.side - start_counts_.side);
+  r.flows = c.flows - start_counts_.flows;
+  r.dp_ns = c.dp_ns - start_counts_.dp_ns;
+  r.bubble = bubble_term;
+  r.busy = res_.stage_busy_fraction;
+  r.fabric = net::FlowLedger::between(start_counts_.fabric, c.fabric);
+  steady_ = last_alone_ && r == last_;
+  last_ = std::move(r);
+  last_alone_ = true;
+  clean_until_ = others_at_start_;  // nothing else has acted since this iteration started
+}
+
+void TrainingJob::next_iteration() {
+  if (!try_skip()) start_iteration();
+}
+
+// Counts iterations at once when the last one is known to repeat (see above). False: run
+// the next one.
+bool TrainingJob::try_skip() {
+  if (!steady_) return false;
+  Engine& e = world_.engine();
+  const int64_t now = e.now().count_ns();
+  if (now >= clean_until_) {  // another handler may have acted since (during a checkpoint write)
+    steady_ = last_alone_ = false;
+    return false;
+  }
+  const int64_t T = last_.ns;
+  if (T <= 0) return false;
+  const int64_t q = world_.fabric().quantum_ns();
+  if (q > 1 && T % q != 0) return false;
+  if (faults_ && c_.collective_timeout_ns > 0 && T >= c_.collective_timeout_ns) return false;
+  if (world_.trace().enabled() && iterations_done_ < 2) return false;
+  const int64_t others = e.next_event_excluding(this);
+  int64_t n = std::numeric_limits<int64_t>::max();
+  auto at_most = [&](int64_t k) { n = std::min(n, k); };
+  if (others != std::numeric_limits<int64_t>::max()) at_most((others - now - 1) / T);  // every skipped end before it
+  if (e.horizon_ns() != std::numeric_limits<int64_t>::max()) at_most((e.horizon_ns() - now) / T);
+  if (c_.iterations > 0) at_most(c_.iterations - iterations_done_);
+  if (faults_ && c_.checkpoint_interval_ns > 0) {
+    // Only the last skipped end may reach the checkpoint interval.
+    const int64_t need = c_.checkpoint_interval_ns - (now - mark_ns_);
+    at_most(need <= 0 ? 1 : (need + T - 1) / T);
+  }
+  at_most(int64_t{1} << 40);
+  // The live watchdog fires every timeout; none may fall on the skip's end (the order of two
+  // events at one instant would differ from the full simulation's).
+  if (faults_ && c_.collective_timeout_ns > 0)
+    while (n > 0 && now + n * T >= watchdog_at_ && (now + n * T - watchdog_at_) % c_.collective_timeout_ns == 0) --n;
+  if (n <= 0) return false;
+  skipping_ = n;
+  schedule(kSkipDone, n * T);
+  return true;
+}
+
+void TrainingJob::skip_done(Engine& e) {
+  const int64_t n = skipping_;
+  skipping_ = 0;
+  const Steady& r = last_;
+  e.count_inline_events(static_cast<uint64_t>(n) * r.events - 1);  // this event stands for the last iteration's end
+  world_.fabric().replay(r.fabric, static_cast<uint64_t>(n));
+  flows_ += static_cast<uint64_t>(n) * r.flows;
+  for (int64_t i = 0; i < n; ++i) {
+    res_.iteration_s.push_back(static_cast<double>(r.ns) / 1e9);
+    bubble_sum_ += r.bubble;
+    dp_ns_total_ += r.dp_ns;
+    ++iterations_done_;
+    ++measured_;
+  }
+  res_.fast_forwarded += n;
+  res_.stage_busy_fraction = r.busy;
+  res_.bubble_fraction = bubble_sum_ / measured_;
+  res_.dp_allreduce_ms = static_cast<double>(dp_ns_total_) / measured_ / 1e6;
+  const int64_t now = e.now().count_ns();
+  iter_start_ns_ = now - r.ns;
+  progress_ns_ = now;
+  after_iteration(now);
+}
+
+}  // namespace sluice::training::detail
