@@ -29,6 +29,7 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                   {"recompute", c.recompute},
                   {"dp_algorithm", net::collective_name(c.dp_algorithm)},
                   {"tp_algorithm", net::collective_name(c.tp_algorithm)},
+                  {"zero", c.zero},
                   {"cost_source", c.cost_source},
                   {"backward", "2x the forward time (the forward operations' FLOPs x2 at the same measured efficiency; no backward tables)"}};
   m["iterations"] = r.iteration_s.size();

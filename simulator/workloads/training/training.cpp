@@ -45,7 +45,8 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
   pending_.assign(static_cast<size_t>(slots * units_ * 2), 0);
   params_per_device_ = c_.model.parameters() / (c_.tp * c_.pp);
   dp_bytes_ = params_per_device_ * c_.model.dtype_bytes;
-  optimizer_ns_ = std::max<int64_t>(1, std::llround(params_per_device_ * c_.optimizer_bytes_per_param /
+  // Adam's step streams the optimizer state of the parameters a device updates (its shard under ZeRO).
+  optimizer_ns_ = std::max<int64_t>(1, std::llround(params_per_device_ / (c_.zero >= 1 ? c_.dp : 1) * c_.optimizer_bytes_per_param /
                                                     c_.hardware.effective_bandwidth_Bps() * 1e9));
   pid_ = world.trace_pid();
   res_.devices = c_.tp * c_.pp * c_.dp;
@@ -126,6 +127,7 @@ void TrainingJob::on_event(Engine& e, uint32_t kind, uint32_t arg) {
   switch (kind) {
     case kCompute: compute_done(static_cast<int>(arg)); break;
     case kIterationEnd: iteration_end(e); break;
+    case kOptimizerDone: optimizer_done(); break;
     case kSkipDone: skip_done(e); break;
     case kCheckpointDone: checkpoint_done(e); break;
     case kRestart: restart_done(e); break;
@@ -269,7 +271,8 @@ void TrainingJob::op_done(int sl) {
 }
 
 // Every replica finished stage s's backward: its gradients are all-reduced across the data
-// parallel replicas, one collective per tensor-parallel rank, while other stages still work.
+// parallel replicas (under ZeRO reduce-scattered: each replica keeps the sum of its shard), one
+// collective per tensor-parallel rank, while other stages still work.
 void TrainingJob::stage_backward_done(int s) {
   last_backward_ns_ = std::max(last_backward_ns_, world_.engine().now().count_ns());
   if (++stage_bwd_done_[static_cast<size_t>(s)] < c_.dp) return;
@@ -283,8 +286,10 @@ void TrainingJob::stage_backward_done(int s) {
     for (int d = 0; d < c_.dp; ++d) group.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(k)]);
     net::CollectiveOptions o;
     o.salt = static_cast<uint64_t>(s * 1009 + k);
-    o.fused_ring_steps = c_.dp_algorithm == net::CollectiveKind::AllReduceRing || c_.dp_algorithm == net::CollectiveKind::AllReduceAuto;
-    auto coll = std::make_unique<net::Collective>(world_.fabric(), c_.dp_algorithm, group, dp_bytes_, o);
+    const net::CollectiveKind kind = c_.zero >= 1 ? net::CollectiveKind::ReduceScatter : c_.dp_algorithm;
+    o.fused_ring_steps = kind == net::CollectiveKind::AllReduceRing || kind == net::CollectiveKind::AllReduceAuto ||
+                         kind == net::CollectiveKind::ReduceScatter;
+    auto coll = std::make_unique<net::Collective>(world_.fabric(), kind, group, dp_bytes_, o);
     net::Collective* raw = coll.get();
     dp_live_.push_back(std::move(coll));
     raw->start([this, s, g = gen_](Engine&) {
@@ -301,7 +306,32 @@ void TrainingJob::stage_reduced() {
   dp_ns_total_ += now - last_backward_ns_;
   for (auto& c : dp_live_) flows_ += c->flows_started();
   (void)now;
-  schedule(kIterationEnd, optimizer_ns_);
+  schedule(c_.zero >= 1 && c_.dp > 1 ? kOptimizerDone : kIterationEnd, optimizer_ns_);
+}
+
+// ZeRO: every replica updated its shard of the parameters; each stage's tensor-parallel rank
+// all-gathers them over the data-parallel replicas before the next iteration's forward.
+void TrainingJob::optimizer_done() {
+  dp_live_.clear();
+  gather_left_ = c_.pp * c_.tp;
+  for (int s = 0; s < c_.pp; ++s)
+    for (int k = 0; k < c_.tp; ++k) {
+      std::vector<int> group;
+      for (int d = 0; d < c_.dp; ++d) group.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(k)]);
+      net::CollectiveOptions o;
+      o.salt = static_cast<uint64_t>(s * 1009 + k) + 7;
+      o.fused_ring_steps = true;
+      auto coll = std::make_unique<net::Collective>(world_.fabric(), net::CollectiveKind::AllGather, group, dp_bytes_, o);
+      net::Collective* raw = coll.get();
+      dp_live_.push_back(std::move(coll));
+      raw->start([this, g = gen_](Engine& e) {
+        if (g != gen_) return;
+        progress_ns_ = e.now().count_ns();
+        if (--gather_left_ > 0) return;
+        for (auto& c : dp_live_) flows_ += c->flows_started();
+        iteration_end(e);
+      });
+    }
 }
 
 void TrainingJob::iteration_end(Engine& e) {

@@ -34,6 +34,11 @@ struct TrainingConfig {
   Schedule schedule = Schedule::OneFOneB;
   int micro_batches = 1;       // m per pipeline replica per iteration
   int micro_batch_size = 1;    // sequences per micro-batch
+  // ZeRO stage over the data-parallel replicas: 0 none; 1 the optimizer state sharded
+  // (Megatron's distributed optimizer: gradients reduce-scattered, each replica updates its
+  // shard, the parameters all-gathered); 2 the gradients sharded too (memory only: the same
+  // traffic as 1).
+  int zero = 0;
   int sequence = 2048;
   int iterations = 1;          // 0: runs as long as the other workloads
   bool recompute = false;      // full activation recomputation (one more forward in the backward)

@@ -39,7 +39,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   void on_flow_done(Engine&, uint64_t tag) override;
 
  private:
-  enum : uint32_t { kCompute = 1, kIterationEnd = 2, kCheckpointDone = 3, kRestart = 4, kWatchdog = 5, kRecover = 6, kSkipDone = 7 };
+  enum : uint32_t { kCompute = 1, kIterationEnd = 2, kCheckpointDone = 3, kRestart = 4, kWatchdog = 5, kRecover = 6, kSkipDone = 7, kOptimizerDone = 8 };
   enum class State { Running, Checkpointing, Recovering };
   // Schedules an event of this generation `delay_ns` from now (a failure voids it).
   void schedule(uint32_t kind, int64_t delay_ns, uint32_t arg = 0) {
@@ -139,6 +139,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // parallel replicas, one collective per tensor-parallel rank, while other stages still work.
   void stage_backward_done(int s);
 
+  void optimizer_done();
   void stage_reduced();
 
   void iteration_end(Engine& e);
@@ -216,6 +217,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   std::vector<std::unique_ptr<net::Collective>> dp_live_;
   double tokens_ = 0, params_per_device_ = 0, dp_bytes_ = 0;
   int64_t optimizer_ns_ = 0, iter_start_ns_ = 0, last_backward_ns_ = 0, dp_ns_total_ = 0;
+  int gather_left_ = 0;  // ZeRO: parameter all-gathers still running
   int stages_reduced_ = 0, iterations_done_ = 0, pid_ = 0;
   double bubble_sum_ = 0;
   bool done_ = false;

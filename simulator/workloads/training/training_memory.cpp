@@ -12,8 +12,9 @@ TrainingMemory training_memory(const TrainingConfig& c) {
   TrainingMemory mem;
   const double params = m.parameters() / (c.tp * c.pp);
   mem.weights = params * m.dtype_bytes;
-  mem.gradients = params * m.dtype_bytes;
-  mem.optimizer = params * 12;  // fp32 master weights, Adam's m and v
+  // ZeRO shards the optimizer state (stage 1) and the gradients (stage 2) over the replicas.
+  mem.gradients = params * m.dtype_bytes / (c.zero >= 2 ? c.dp : 1);
+  mem.optimizer = params * 12 / (c.zero >= 1 ? c.dp : 1);  // fp32 master weights, Adam's m and v
   const double s = c.sequence, b = c.micro_batch_size, h = m.hidden, a = m.heads;
   const double layers = std::ceil(static_cast<double>(m.layers) / c.pp);
   const double per_layer = c.recompute ? 2 * s * b * h : s * b * h * (34 + 5 * a * s / h) / c.tp;

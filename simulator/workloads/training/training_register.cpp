@@ -90,6 +90,12 @@ SLUICE_REGISTER(workload, training_workload) {
       .def("1f1b");
   par_keys.integer("micro_batches", &T::micro_batches, "micro-batches per replica per iteration").def("8").range(1, 65536);
   par_keys.integer("micro_batch_size", &T::micro_batch_size, "sequences per micro-batch").def("1").range(1, 65536);
+  par_keys.integer("zero", &T::zero,
+                   "ZeRO stage over the data-parallel replicas: 0 none; 1 optimizer state sharded (gradients reduce-scattered, "
+                   "each replica updates its shard, parameters all-gathered: Megatron's distributed optimizer); 2 gradients "
+                   "sharded too (memory; the same traffic). Stage 3 (parameters gathered per layer) is not modelled yet")
+      .def("0")
+      .range(0, 2);
   s.section("parallel", par, "tensor x pipeline x data parallelism and the pipeline schedule");
   Binding<T> keys(s);
   keys.integer("sequence", &T::sequence, "tokens per sequence").def("2048").range(1, 1 << 20);
