@@ -35,15 +35,34 @@ Router::Router(const Topology& t, RoutePolicy policy) : t_(t) {
   }
 }
 
-int32_t Router::weight(int link) const {
+// Hops first; among equal hop counts the faster links (NVLink before the NIC path inside a
+// server); hosts only as endpoints; torn-down circuits only as a last resort. A link's
+// bandwidth and ends do not change once the router exists (only whether it is up), so the
+// rest is computed once per link (static_w_).
+int32_t Router::static_weight(int link) const {
   const auto& l = t_.link(link);
   const bool host = t_.node(l.src).kind == NodeKind::Host || t_.node(l.dst).kind == NodeKind::Host;
-  // Hops first; among equal hop counts the faster links (NVLink before the NIC path inside
-  // a server); hosts only as endpoints; torn-down circuits only as a last resort.
-  if (!l.up) return 1 << 26;
   if (host) return 1 << 20;
   const double slow = std::min(512.0, 64.0 * 50e9 / l.bandwidth_Bps);
   return 1024 + static_cast<int32_t>(std::lround(slow));
+}
+
+int32_t Router::weight(int link) const {
+  if (!t_.link(link).up) return 1 << 26;
+  return static_cast<size_t>(link) < static_w_.size() ? static_w_[static_cast<size_t>(link)] : static_weight(link);
+}
+
+void Router::ensure_weights() {
+  for (int e = static_cast<int>(static_w_.size()); e < t_.link_count(); ++e) static_w_.push_back(static_weight(e));
+  if (weights_.size() == static_cast<size_t>(t_.link_count())) return;
+  weights_.resize(static_cast<size_t>(t_.link_count()));
+  link_dst_.resize(static_cast<size_t>(t_.link_count()));
+  weights_down_ = false;
+  for (int e = 0; e < t_.link_count(); ++e) {
+    weights_[static_cast<size_t>(e)] = weight(e);
+    link_dst_[static_cast<size_t>(e)] = t_.link(e).dst;
+    weights_down_ |= weights_[static_cast<size_t>(e)] >= (1 << 26);
+  }
 }
 
 const std::vector<int32_t>& Router::dist_to(int dst, bool complete) {
@@ -60,14 +79,7 @@ const std::vector<int32_t>& Router::dist_to(int dst, bool complete) {
   using Item = std::pair<int32_t, int>;
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> q;
   std::vector<char> done(n, 0);
-  if (weights_.size() != static_cast<size_t>(t_.link_count())) {
-    weights_.resize(static_cast<size_t>(t_.link_count()));
-    link_dst_.resize(static_cast<size_t>(t_.link_count()));
-    for (int e = 0; e < t_.link_count(); ++e) {
-      weights_[static_cast<size_t>(e)] = weight(e);
-      link_dst_[static_cast<size_t>(e)] = t_.link(e).dst;
-    }
-  }
+  ensure_weights();
   dist[static_cast<size_t>(dst)] = 0;
   q.push({0, dst});
   bool stopped = false;
@@ -137,16 +149,30 @@ void Router::route(int src, int dst, uint64_t salt, std::vector<int>& out) {
   route_walk(src, dst, salt, -1, out);
 }
 
-const std::vector<int32_t>& Router::distances(int src, int dst) {
-  const std::vector<int32_t>* dp = &dist_to(dst, false);
-  if ((*dp)[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max()) dp = &dist_to(dst, true);
-  if ((*dp)[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max())
+Router::Dist Router::distances(int src, int dst) {
+  Dist d;
+  d.dst = dst;
+  ensure_weights();
+  // Composed from the first hop: exact when every distance comes from the same weights with
+  // none torn down (then a partial Dijkstra is a complete one). Only where it saves vectors:
+  // a device whose neighbours are no devices (not cached already).
+  bool compose = !weights_down_ && t_.node(dst).kind == NodeKind::Device && !dist_.count(dst);
+  for (int e : t_.out_links(dst)) compose = compose && t_.node(t_.link(e).dst).kind != NodeKind::Device;
+  if (compose) {
+    for (int e : t_.out_links(dst)) d.via.emplace_back(weights_[static_cast<size_t>(e)], nullptr);
+    size_t i = 0;
+    for (int e : t_.out_links(dst)) d.via[i++].second = &dist_to(t_.link(e).dst, false);
+  } else {
+    d.whole = &dist_to(dst, false);
+    if ((*d.whole)[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max()) d.whole = &dist_to(dst, true);
+  }
+  if (d[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max())
     throw TopologyError(fmt::format("no route from '{}' to '{}'", t_.node(src).name, t_.node(dst).name));
-  return *dp;
+  return d;
 }
 
 void Router::route_walk(int src, int dst, uint64_t salt, int part, std::vector<int>& out) {
-  const auto& dist = distances(src, dst);
+  const Dist dist = distances(src, dst);
   const uint64_t pair = static_cast<uint64_t>(src) << 32 | static_cast<uint32_t>(dst);
   int v = src;
   int hop = 0;
@@ -171,7 +197,7 @@ void Router::route_walk(int src, int dst, uint64_t salt, int part, std::vector<i
 
 int Router::spray_width(int src, int dst) {
   if (src == dst || dor_) return 1;
-  const auto& dist = distances(src, dst);
+  const Dist dist = distances(src, dst);
   int v = src;
   while (v != dst) {
     int n = 0, next = -1;

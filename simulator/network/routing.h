@@ -2,6 +2,8 @@
 // shortest paths elsewhere (Dijkstra from the destination over the links out of each node) with a
 // deterministic ECMP choice among equal-cost next hops. Hosts are never transit nodes.
 #pragma once
+#include <algorithm>
+#include <limits>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -60,18 +62,39 @@ class Router {
   void route_dor(int src, int dst, uint64_t salt, std::vector<int>& out) const;
   // The shortest-path walk: part < 0 picks by hash, else route_part's choice.
   void route_walk(int src, int dst, uint64_t salt, int part, std::vector<int>& out);
-  const std::vector<int32_t>& distances(int src, int dst);
+  // Distances to a destination as a walk reads them: the destination's own Dijkstra, or (a
+  // device whose neighbours are switches, with no torn-down link in the weights) composed
+  // from its neighbours' distances over its first hop, min_u w(dst,u) + d(u, .): the same
+  // numbers, without a distance vector per device (on a 16k-GPU fat-tree, 16k of them).
+  struct Dist {
+    const std::vector<int32_t>* whole = nullptr;
+    std::vector<std::pair<int32_t, const std::vector<int32_t>*>> via;  // first hop's weight, its far end's distances
+    int dst = -1;
+    int32_t operator[](size_t w) const {
+      if (whole) return (*whole)[w];
+      if (static_cast<int>(w) == dst) return 0;
+      int64_t best = std::numeric_limits<int32_t>::max();
+      for (const auto& [wt, d] : via)
+        if ((*d)[w] != std::numeric_limits<int32_t>::max()) best = std::min<int64_t>(best, static_cast<int64_t>(wt) + (*d)[w]);
+      return static_cast<int32_t>(best);
+    }
+  };
+  Dist distances(int src, int dst);
+  void ensure_weights();
   // Distances to dst. Unless `complete`, only those below a torn-down circuit's weight
   // (the rest are left unknown, the max): what every route over live links needs, without
   // exploring the whole of a large pod whose idle circuits are down.
   const std::vector<int32_t>& dist_to(int dst, bool complete);
   int32_t weight(int link) const;
+  int32_t static_weight(int link) const;
+  std::vector<int32_t> static_w_;  // static_weight() per link (links added later: computed when asked)
   const Topology& t_;
   bool dor_ = false;
   std::vector<int> torus_link_;  // node * 6 + 2 * dim + (0: +, 1: -) -> link id, -1 when none
   std::unordered_map<int, std::vector<int32_t>> dist_;
   std::unordered_map<int, char> partial_;
   std::vector<int32_t> weights_;  // weight() per link, until invalidate() (links added, failed or torn down)
+  bool weights_down_ = false;     // some link in weights_ is torn down (weight 1 << 26)
   std::vector<int> link_dst_;     // each link's far end, beside its weight (the Dijkstra's inner loop)  // destinations whose cached distances stop at a torn-down circuit
   std::vector<int> cand_;
   uint64_t seed_mix_ = 0;
