@@ -29,6 +29,7 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                   {"recompute", c.recompute},
                   {"dp_algorithm", net::collective_name(c.dp_algorithm)},
                   {"tp_algorithm", net::collective_name(c.tp_algorithm)},
+                  {"virtual_stages", c.virtual_stages},
                   {"zero", c.zero},
                   {"cost_source", c.cost_source},
                   {"backward", "2x the forward time (the forward operations' FLOPs x2 at the same measured efficiency; no backward tables)"}};
@@ -110,8 +111,13 @@ void report_training(const training::TrainingResults& r, const training::Trainin
   if (scope.empty()) rec.metrics()["training"] = m;
   else rec.metrics()["workloads"][scope] = m;
   summary(fmt::format("{} training on {} × {} (tp {} × pp {} × dp {}, {} over {} micro-batches of {} × {} tokens)", c.model.name,
-                      r.devices, c.hardware.name, c.tp, c.pp, c.dp, c.schedule == training::Schedule::GPipe ? "GPipe" : "1F1B",
+                      r.devices, c.hardware.name, c.tp, c.pp, c.dp,
+                      c.schedule == training::Schedule::GPipe ? std::string("GPipe")
+                      : c.virtual_stages > 1                  ? fmt::format("interleaved 1F1B ({} chunks a rank)", c.virtual_stages)
+                                                              : std::string("1F1B"),
                       c.micro_batches, c.micro_batch_size, c.sequence));
+  if (c.zero > 0) summary(fmt::format("ZeRO-{}: the optimizer state{} sharded over the {} data-parallel replicas", c.zero,
+                                      c.zero >= 2 ? " and the gradients" : "", c.dp));
   summary(fmt::format("iteration {:.3f} s mean over {}; {:.0f} tokens/s; MFU {:.1f}%; bubble {:.1f}% (textbook {:.1f}%); DP all-reduce {:.1f} ms",
                       mean, r.iteration_s.size(), tokens_s, 100 * mfu, 100 * r.bubble_fraction, 100 * r.textbook_bubble, r.dp_allreduce_ms));
   if (c.slicing.policy != training::SlicingPolicy::None)

@@ -1,5 +1,5 @@
 // The parallelism of large training jobs beyond TP x PP x DP: ZeRO's sharded optimizer state
-// and gradients (memory and traffic), checked by hand.
+// and gradients (memory and traffic), and interleaved 1F1B's virtual stages, checked by hand.
 #include <doctest/doctest.h>
 
 #include "test_support.h"
@@ -68,4 +68,52 @@ TEST_CASE("ZeRO's reduce-scatter and all-gather move what the ring all-reduce mo
 
 TEST_CASE("ZeRO stage 3 is refused where it is declared, not silently run as stage 2") {
   CHECK_THROWS_WITH_AS(run_zero(3), doctest::Contains("parallel.zero"), std::exception);
+}
+
+namespace {
+
+// Equal stages and free transfers (links of 1 PB/s on one switch): the pipeline's own bubble.
+Json run_pipeline(int pp, int v, int m, const std::string& extra = "") {
+  std::string y = R"(name: t
+cluster:
+  topology:
+    kind: explicit
+    nodes:
+      - {name: s, kind: switch}
+)";
+  std::string links;
+  for (int i = 0; i < pp; ++i) {
+    y += "      - {name: d" + std::to_string(i) + ", kind: device, group: " + std::to_string(i) + "}\n";
+    links += "      - {a: d" + std::to_string(i) + ", b: s, bandwidth: 1000000GB/s, latency: 0ns}\n";
+  }
+  y += "    links:\n" + links + "  hardware: h200\nworkloads:\n";
+  y += "  - {name: j, kind: training, sequence: 512, iterations: 1, cost_tables: none, " + extra + "\n"
+       "     model: {name: flat, layers: 16, hidden: 4096, heads: 32, kv_heads: 32, ffn: 16384, vocab: 8, max_context: 512},\n"
+       "     parallel: {tp: 1, pp: " + std::to_string(pp) + ", dp: 1, micro_batches: " + std::to_string(m) +
+       ", virtual_stages: " + std::to_string(v) + "}}\n";
+  return run_text(y)["training"];
+}
+
+}  // namespace
+
+TEST_CASE("interleaved 1F1B: the bubble is (K-1)/(v m + K-1) with equal stages and free transfers") {
+  // K = 4 ranks, m = 8 micro-batches: 3/11 in plain 1F1B; 2 chunks a rank halve the fill and
+  // drain (3/19), 4 chunks quarter it (3/35). The flat model's LM head (vocab 8) is negligible.
+  for (const auto& [v, expect] : {std::pair{1, 3.0 / 11}, {2, 3.0 / 19}, {4, 3.0 / 35}}) {
+    CAPTURE(v);
+    const Json t = run_pipeline(4, v, 8);
+    CHECK(t["bubble_textbook"].get<double>() == doctest::Approx(expect));
+    CHECK(t["bubble_fraction"].get<double>() == doctest::Approx(expect).epsilon(5e-3));
+    // Every rank does the same work whatever v: the iteration is that work over (1 - bubble).
+    const double work_ms = 8 * (t["per_micro_batch_ms"]["forward"].get<double>() + t["per_micro_batch_ms"]["backward"].get<double>());
+    CHECK(t["iteration_s_mean"].get<double>() * 1e3 == doctest::Approx(work_ms / (1 - expect) + t["optimizer_ms"].get<double>()).epsilon(5e-3));
+  }
+}
+
+TEST_CASE("interleaved 1F1B: a shape that cannot interleave is refused at parallel.virtual_stages") {
+  CHECK_THROWS_WITH_AS(run_pipeline(4, 2, 6), doctest::Contains("virtual_stages"), std::exception);   // 6 micro-batches, groups of 4
+  CHECK_THROWS_WITH_AS(run_pipeline(4, 8, 8), doctest::Contains("virtual_stages"), std::exception);   // 32 stages, 16 layers
+  CHECK_THROWS_WITH_AS(run_pipeline(1, 2, 8), doctest::Contains("virtual_stages"), std::exception);   // no pipeline
+  // Token slicing runs GPipe-style, so it is refused with interleaving too (at parallel.schedule).
+  CHECK_THROWS_WITH_AS(run_pipeline(4, 2, 8, "slicing: {policy: uniform, slices: 2},"), doctest::Contains("gpipe"), std::exception);
 }

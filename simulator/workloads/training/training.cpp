@@ -22,7 +22,7 @@ namespace detail {
 CostOptions cost_options(const TrainingConfig& c) {
   CostOptions o;
   o.tensor_parallel = c.tp;
-  o.pipeline_parallel = c.pp;
+  o.pipeline_parallel = c.pp * c.virtual_stages;  // the cost model's stages are the virtual ones
   o.tables_dir = c.tables_dir;
   o.tables_device = c.tables_device;
   o.comm_on_fabric = true;
@@ -42,7 +42,7 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
   stages_.resize(static_cast<size_t>(slots));
   for (int d = 0; d < c_.dp; ++d)
     for (int s = 0; s < c_.pp; ++s) stages_[static_cast<size_t>(slot(d, s))].order = schedule_order(s);
-  pending_.assign(static_cast<size_t>(slots * units_ * 2), 0);
+  pending_.assign(static_cast<size_t>(slots * rank_units() * 2), 0);
   params_per_device_ = c_.model.parameters() / (c_.tp * c_.pp);
   dp_bytes_ = params_per_device_ * c_.model.dtype_bytes;
   // Adam's step streams the optimizer state of the parameters a device updates (its shard under ZeRO).
@@ -54,11 +54,13 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
   res_.tokens_per_iteration = tokens_ * m * c_.dp;
   res_.model_flops_per_iteration = res_.tokens_per_iteration * (6 * c_.model.parameters() +
                                                                 12.0 * c_.model.layers * c_.model.hidden * c_.sequence);
-  const int K = c_.pp;
-  res_.textbook_bubble = static_cast<double>(K - 1) / (units_ + K - 1);
+  const int K = c_.pp, v = c_.virtual_stages;
+  // Interleaving cuts the pipeline's fill and drain v-fold: (K-1)/v of a micro-batch's time.
+  res_.textbook_bubble = static_cast<double>(K - 1) / (v * units_ + K - 1);
   for (int s = 0; s < K; ++s) {
     int64_t f = 0, b = 0;
-    for (int i = 0; i < n_slices_; ++i) f += fwd_ns(s, i), b += bwd_ns(s, i);
+    for (int c = 0; c < v; ++c)
+      for (int i = 0; i < n_slices_; ++i) f += fwd_ns(c * K + s, i), b += bwd_ns(c * K + s, i);
     res_.forward_ms = std::max(res_.forward_ms, f / 1e6);
     res_.backward_ms = std::max(res_.backward_ms, b / 1e6);
   }
@@ -145,11 +147,11 @@ void TrainingJob::on_event(Engine& e, uint32_t kind, uint32_t arg) {
 void TrainingJob::on_flow_done(Engine&, uint64_t tag) {
   if ((tag >> 56) != (gen_ & 0xFF)) return;  // a transfer of an iteration a failure cut short
   const int target = static_cast<int>((tag >> 32) & 0xFFFFFF), mb = static_cast<int>((tag >> 1) & 0x7FFFFFFF), grad = static_cast<int>(tag & 1);
-  int& left = pending_[static_cast<size_t>((target * units_ + mb) * 2 + grad)];
+  int& left = pending_[static_cast<size_t>((target * rank_units() + mb) * 2 + grad)];
   if (--left > 0) return;
   Stage& st = stages_[static_cast<size_t>(target)];
   (grad ? st.b_in : st.f_in)[static_cast<size_t>(mb)] = 1;
-  send_arrived(grad ? target + 1 : target - 1);  // same replica: the next or previous stage's slot
+  send_arrived(neighbour(target, grad ? 1 : -1));  // same replica: the next or previous rank's slot (it sent this)
   try_run(target);
 }
 
@@ -166,8 +168,10 @@ void TrainingJob::start_iteration() {
       Stage& st = stages_[static_cast<size_t>(slot(d, s))];
       st.next = 0;
       st.busy_ns = 0;
-      st.f_in.assign(static_cast<size_t>(units_), s == 0 ? 1 : 0);
-      st.b_in.assign(static_cast<size_t>(units_), 0);
+      // The first virtual stage's inputs (chunk 0 on rank 0) are the data: there from the start.
+      st.f_in.assign(static_cast<size_t>(rank_units()), 0);
+      if (s == 0) std::fill(st.f_in.begin(), st.f_in.begin() + units_, 1);
+      st.b_in.assign(static_cast<size_t>(rank_units()), 0);
       st.outbox.clear();
       st.sending = false;
     }
@@ -182,7 +186,7 @@ void TrainingJob::try_run(int sl) {
   if (!(op.forward ? st.f_in : st.b_in)[static_cast<size_t>(op.mb)]) return;
   st.busy = true;
   ++st.next;
-  const int s = sl % c_.pp;
+  const int s = virtual_stage(sl, op.mb);
   const int64_t now = world_.engine().now().count_ns();
   st.op_start_ns = now;
   const int slice = op.mb % n_slices_;
@@ -197,7 +201,7 @@ void TrainingJob::compute_done(int sl) {
     // The op's tensor-parallel all-reduces (two per layer, forward or backward) as one fused ring.
     net::CollectiveOptions o;
     o.fused_ring_steps = true;
-    const int s = sl % c_.pp;
+    const int s = virtual_stage(sl, st.order[st.next - 1].mb);
     o.fused_count = 2 * cost_.stage_range(s).count;
     o.salt = static_cast<uint64_t>(sl);
     const double tokens = unit_tokens(st.order[st.next - 1].mb);
@@ -238,7 +242,7 @@ void TrainingJob::send_arrived(int from) {
 void TrainingJob::start_send(int from, int to, int mb, bool grad) {
   const auto& a = nodes_[static_cast<size_t>(from)];
   const auto& b = nodes_[static_cast<size_t>(to)];
-  pending_[static_cast<size_t>((to * units_ + mb) * 2 + (grad ? 1 : 0))] = static_cast<int>(a.size());
+  pending_[static_cast<size_t>((to * rank_units() + mb) * 2 + (grad ? 1 : 0))] = static_cast<int>(a.size());
   const double bytes = cost_.activation_bytes(unit_tokens(mb)) / static_cast<double>(a.size());
   const uint64_t tag = (static_cast<uint64_t>(to) << 32) | (static_cast<uint64_t>(mb) << 1) | (grad ? 1u : 0u);
   const uint64_t gtag = tag | (static_cast<uint64_t>(gen_ & 0xFF) << 56);
@@ -257,14 +261,18 @@ void TrainingJob::op_done(int sl) {
   st.last_end_ns = now;
   if (d == 0 && iterations_done_ < 2 && world_.trace().enabled())
     world_.trace().complete(pid_, s,
-                            n_slices_ == 1 ? fmt::format("{}{}", op.forward ? "F" : "B", op.mb)
-                                           : fmt::format("{}{}.{}", op.forward ? "F" : "B", op.mb / n_slices_, op.mb % n_slices_),
+                            c_.virtual_stages > 1 ? fmt::format("{}{}c{}", op.forward ? "F" : "B", op.mb % units_, op.mb / units_)
+                            : n_slices_ == 1      ? fmt::format("{}{}", op.forward ? "F" : "B", op.mb)
+                                                  : fmt::format("{}{}.{}", op.forward ? "F" : "B", op.mb / n_slices_, op.mb % n_slices_),
                             op.forward ? "forward" : "backward", st.op_start_ns, now - st.op_start_ns);
+  // Hand-offs follow the virtual stages: j -> j + 1 forward (chunk j / K on rank j mod K; the
+  // last rank's chunk hands to the first rank's next one), j -> j - 1 backward.
+  const int j = virtual_stage(sl, op.mb), last = c_.pp * c_.virtual_stages - 1, unit = op.mb % units_;
   if (op.forward) {
-    if (s + 1 < c_.pp) send(sl, slot(d, s + 1), op.mb, false);
+    if (j < last) send(sl, slot(d, (j + 1) % c_.pp), (j + 1) / c_.pp * units_ + unit, false);
     else st.b_in[static_cast<size_t>(op.mb)] = 1;  // the last stage's loss: its backward may start
-  } else if (s > 0) {
-    send(sl, slot(d, s - 1), op.mb, true);
+  } else if (j > 0) {
+    send(sl, slot(d, (j - 1) % c_.pp), (j - 1) / c_.pp * units_ + unit, true);
   }
   if (!op.forward && st.next == st.order.size()) stage_backward_done(s);
   try_run(sl);

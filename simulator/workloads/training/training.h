@@ -39,6 +39,9 @@ struct TrainingConfig {
   // shard, the parameters all-gathered); 2 the gradients sharded too (memory only: the same
   // traffic as 1).
   int zero = 0;
+  // Interleaved 1F1B (Megatron): each pipeline rank holds this many model chunks, the model
+  // cut into pp x v virtual stages (virtual stage j on rank j mod pp); 1: plain 1F1B.
+  int virtual_stages = 1;
   int sequence = 2048;
   int iterations = 1;          // 0: runs as long as the other workloads
   bool recompute = false;      // full activation recomputation (one more forward in the backward)

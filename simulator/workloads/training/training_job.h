@@ -68,6 +68,13 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   };
 
   int slot(int d, int s) const { return d * c_.pp + s; }
+  // Ops per rank and direction: a unit of each of its chunks (index chunk x units + unit).
+  int rank_units() const { return units_ * c_.virtual_stages; }
+  // The virtual stage an op of slot sl on unit index u runs: its chunk's, on the slot's rank.
+  int virtual_stage(int sl, int u) const { return u / units_ * c_.pp + sl % c_.pp; }
+  // The slot of the same replica `step` ranks on (wrapping: interleaving hands the last rank's
+  // chunk to the first rank's next).
+  int neighbour(int sl, int step) const { return sl - sl % c_.pp + (sl % c_.pp + step + c_.pp) % c_.pp; }
   int64_t fwd_ns(int s, int slice) const { return fwd_ns_[static_cast<size_t>(s * n_slices_ + slice)]; }
   int64_t bwd_ns(int s, int slice) const { return backward_of(fwd_ns(s, slice)); }
   // A pass's backward from its forward: twice it, three times recomputing.

@@ -19,7 +19,12 @@ TrainingMemory training_memory(const TrainingConfig& c) {
   const double layers = std::ceil(static_cast<double>(m.layers) / c.pp);
   const double per_layer = c.recompute ? 2 * s * b * h : s * b * h * (34 + 5 * a * s / h) / c.tp;
   // 1F1B: the first stage holds pp micro-batches' activations at most; GPipe holds all m.
-  const double in_flight = c.schedule == Schedule::GPipe ? c.micro_batches : std::min(c.micro_batches, c.pp);
+  // Interleaved over v chunks: the first rank holds Kv + K - 1 chunks' worth (its warm-up and
+  // one more), each of layers / (Kv) layers: K (1 + (K-1)/(Kv)) micro-batches of its layers.
+  const int K = c.pp, v = c.virtual_stages;
+  const double in_flight = c.schedule == Schedule::GPipe ? c.micro_batches
+                           : v > 1 ? std::min(static_cast<double>(c.micro_batches) * v, static_cast<double>(K * v + K - 1)) / v
+                                   : std::min(c.micro_batches, c.pp);
   mem.activations = per_layer * layers * in_flight;
   return mem;
 }

@@ -138,16 +138,16 @@ double TrainingJob::schedule_ns(const std::vector<int>& lengths) {
 // the next slice, so per slice it is held by the slower of the two); x = 0 on one stage.
 void TrainingJob::plan_slices() {
   const SlicingConfig& sc = c_.slicing;
-  const int K = c_.pp, b = c_.micro_batch_size, S = c_.sequence;
+  const int K = c_.pp, VS = K * c_.virtual_stages, b = c_.micro_batch_size, S = c_.sequence;
   const double back = c_.recompute ? 3 : 2;
-  std::vector<double> st(static_cast<size_t>(K));
+  std::vector<double> st(static_cast<size_t>(VS));
   int last_l = -1, last_c = -1;  // the DP asks for t and a of the same slice in turn
   std::pair<double, double> last{0, 0};
   auto parts = [&](int l, int c) {
     if (l == last_l && c == last_c) return last;
     cost_.slice_stage_ns(b, l, c, true, st);
     double f = 0;  // the slowest stage: compute and its tensor-parallel all-reduces
-    for (int s = 0; s < K; ++s) f = std::max(f, st[static_cast<size_t>(s)] + tp_ns(static_cast<double>(b) * l, s));
+    for (int s = 0; s < VS; ++s) f = std::max(f, st[static_cast<size_t>(s)] + tp_ns(static_cast<double>(b) * l, s));
     last = {f, handoff_ns(static_cast<double>(b) * l)};
     last_l = l, last_c = c;
     return last;
@@ -197,18 +197,36 @@ void TrainingJob::plan_slices() {
   res_.slice_bubble_model = chosen.latency_ns > 0 ? (K - 1) * chosen.max_ns / chosen.latency_ns : 0;
   n_slices_ = static_cast<int>(lengths.size());
   slice_len_ = lengths;
-  fwd_ns_.assign(static_cast<size_t>(K * n_slices_), 0);
+  fwd_ns_.assign(static_cast<size_t>(VS * n_slices_), 0);
   int c = 0;
   for (int i = 0; i < n_slices_; ++i) {
     cost_.slice_stage_ns(b, lengths[static_cast<size_t>(i)], c, true, st);
-    for (int s = 0; s < K; ++s) fwd_ns_[static_cast<size_t>(s * n_slices_ + i)] = pass_ns(st[static_cast<size_t>(s)]);
+    for (int s = 0; s < VS; ++s) fwd_ns_[static_cast<size_t>(s * n_slices_ + i)] = pass_ns(st[static_cast<size_t>(s)]);
     c += lengths[static_cast<size_t>(i)];
   }
 }
 
 auto TrainingJob::schedule_order(int s, int m) const -> std::vector<Op> {
-  const int K = c_.pp;
+  const int K = c_.pp, v = c_.virtual_stages;
   std::vector<Op> out;
+  if (v > 1) {
+    // Megatron's interleaved 1F1B: the k-th forward runs micro-batch (k / Kv) K + k mod K on
+    // chunk (k mod Kv) / K, backwards likewise with the chunks reversed; rank s warms up with
+    // 2(K - s - 1) + (v - 1) K forwards, then alternates, then drains (m divides by K).
+    const int total = m * v, warm = std::min(2 * (K - s - 1) + (v - 1) * K, total);
+    auto unit = [&](int k, bool forward) {
+      const int chunk = (k % (K * v)) / K, mb = k / (K * v) * K + k % K;
+      return (forward ? chunk : v - 1 - chunk) * m + mb;
+    };
+    int f = 0, b = 0;
+    for (; f < warm; ++f) out.push_back({true, unit(f, true)});
+    while (f < total) {
+      out.push_back({true, unit(f++, true)});
+      out.push_back({false, unit(b++, false)});
+    }
+    while (b < total) out.push_back({false, unit(b++, false)});
+    return out;
+  }
   if (c_.schedule == Schedule::GPipe) {
     for (int i = 0; i < m; ++i) out.push_back({true, i});
     for (int i = m - 1; i >= 0; --i) out.push_back({false, i});

@@ -71,6 +71,19 @@ void check_training_shape(const TrainingConfig& c, const Params& job, const Para
                   "a divisor of the head count");
   if (c.pp > c.model.layers)
     parallel.fail("pp", fmt::format("{} has {} layers", c.model.name, c.model.layers), fmt::format("at most {}", c.model.layers));
+  if (c.virtual_stages > 1) {
+    const int v = c.virtual_stages;
+    if (c.schedule != Schedule::OneFOneB)
+      parallel.fail("virtual_stages", "interleaving is a 1F1B schedule (Megatron's interleaved 1F1B)", "1 with schedule: gpipe");
+    if (c.pp < 2) parallel.fail("virtual_stages", "interleaving needs a pipeline (pp >= 2)", "1 with pp: 1");
+    if (c.pp * v > c.model.layers)
+      parallel.fail("virtual_stages", fmt::format("{} x {} virtual stages but {} has {} layers", c.pp, v, c.model.name, c.model.layers),
+                    fmt::format("at most {}", c.model.layers / c.pp));
+    if (c.micro_batches % c.pp != 0)
+      parallel.fail("virtual_stages", fmt::format("interleaving runs micro-batches in groups of pp = {}; {} micro-batches do not divide", c.pp,
+                                                  c.micro_batches),
+                    fmt::format("micro_batches a multiple of {}", c.pp));
+  }
   if (c.sequence > c.model.max_context)
     job.fail("sequence", fmt::format("longer than {}'s context of {} tokens", c.model.name, c.model.max_context),
              fmt::format("at most {}", c.model.max_context));
@@ -90,6 +103,11 @@ SLUICE_REGISTER(workload, training_workload) {
       .def("1f1b");
   par_keys.integer("micro_batches", &T::micro_batches, "micro-batches per replica per iteration").def("8").range(1, 65536);
   par_keys.integer("micro_batch_size", &T::micro_batch_size, "sequences per micro-batch").def("1").range(1, 65536);
+  par_keys.integer("virtual_stages", &T::virtual_stages,
+                   "model chunks per pipeline rank (Megatron's interleaved 1F1B): the model cut into pp x v stages, stage j on rank "
+                   "j mod pp; the bubble shrinks v-fold for v times the hand-offs. 1: plain 1F1B")
+      .def("1")
+      .range(1, 64);
   par_keys.integer("zero", &T::zero,
                    "ZeRO stage over the data-parallel replicas: 0 none; 1 optimizer state sharded (gradients reduce-scattered, "
                    "each replica updates its shard, parameters all-gathered: Megatron's distributed optimizer); 2 gradients "
