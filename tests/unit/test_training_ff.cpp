@@ -100,6 +100,14 @@ TEST_CASE("training fast-forward: a lone job's repeated iterations are counted, 
   CHECK(skipped(full) == 0);
   // Two iterations establish the steady state, the other 1198 are counted at once.
   CHECK(skipped(ff) == 1198);
+  // The same with ZeRO's reduce-scatter and all-gather and with interleaved virtual stages.
+  for (const std::vector<std::string>& sets : {std::vector<std::string>{"workloads.0.parallel.zero=2"},
+                                              std::vector<std::string>{"workloads.0.parallel.virtual_stages=2"}}) {
+    CAPTURE(sets[0]);
+    const Ran a = run(yaml, true, sets), b = run(yaml, false, sets);
+    same(a, b);
+    CHECK(skipped(a) == 1198);
+  }
 }
 
 TEST_CASE("training fast-forward: the same outputs under chip failures, a spine outage, checkpoints and a watchdog") {
