@@ -30,7 +30,7 @@ class RandomFaults final : public FaultProcess, public EventHandler {
   }
   void on_event(Engine&, uint32_t kind, uint32_t arg) override {
     const bool fail = kind == kFail;
-    world_->set_component(cls_, targets_[arg], fail);
+    world_->set_component(cls_, targets_[arg], fail, name_);
     schedule(arg, world_->engine().now().count_ns(), fail ? repair_ : ttf_);
   }
 

@@ -41,7 +41,7 @@ class TraceFaults final : public FaultProcess, public EventHandler {
     if (e.down == is_down) return;
     if (e.down) down_.insert(key);
     else down_.erase(key);
-    world_->set_component(e.cls, e.index, e.down);
+    world_->set_component(e.cls, e.index, e.down, name_);
   }
 
  private:

@@ -86,10 +86,28 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                        {"time_to_recover_s_mean", rec_mean},
                        {"failed", r.failed},
                        {"failure_reason", r.failure_reason}};
+    // Interruptions by cause (the fault process that stopped the job), each with the work it
+    // lost and the time to train again: what each cause cost.
+    Json by = Json::object();
+    for (const auto& [cause, cc] : r.by_cause)
+      by[cause] = Json{{"interruptions", cc.interruptions}, {"lost_s", cc.lost_s}, {"recovering_s", cc.recovering_s},
+                       {"cost_s", cc.lost_s + cc.recovering_s}};
+    m["faults"]["by_cause"] = by;
     summary(fmt::format("faults: {} failures, {} restarts ({} re-formed slices), {} checkpoints; goodput {:.1f}% (lost {:.1f} s, "
                         "checkpoints {:.1f} s, recovering {:.1f} s of {:.1f} s){}",
                         r.failures, r.restarts, r.reformed, r.checkpoints, 100 * goodput, r.lost_s, r.checkpoint_s, r.recovering_s,
                         r.wall_s, r.failed ? "; FAILED: " + r.failure_reason : std::string()));
+    if (r.by_cause.size() > 1) {
+      std::vector<std::pair<double, std::string>> costs;
+      for (const auto& [cause, cc] : r.by_cause) costs.emplace_back(-(cc.lost_s + cc.recovering_s), cause);
+      std::sort(costs.begin(), costs.end());
+      std::string line;
+      for (size_t i = 0; i < costs.size() && i < 5; ++i) {
+        const auto& cc = r.by_cause.at(costs[i].second);
+        line += fmt::format("{}{} {} ({:.2f} h)", i ? ", " : "", costs[i].second, cc.interruptions, -costs[i].first / 3600);
+      }
+      summary("interruptions by cause (time lost and recovering): " + line);
+    }
   }
   {
     Json tokens = Json::array();

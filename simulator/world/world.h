@@ -148,7 +148,10 @@ class World {
   // change state when the first holder takes them down or the last one releases them: failed
   // links carry nothing, the flows that crossed them move to another route when one exists
   // (paying the re-route penalty) or stall until repair; workloads hear of their devices.
-  void set_component(FaultClass c, int index, bool down);
+  void set_component(FaultClass c, int index, bool down, const std::string& cause = "");
+  // While set_component tells the workloads of a change: the fault process that made it (its
+  // name: a cause, when processes are named by cause), else "".
+  const std::string& fault_cause() const { return fault_cause_; }
   bool device_up(int device) const { return dev_down_.empty() || dev_down_[static_cast<size_t>(device)] == 0; }
   bool link_failed(int link) const { return !link_down_.empty() && link_down_[static_cast<size_t>(link)] > 0; }
   void add_fault(std::unique_ptr<FaultProcess> f) { faults_.push_back(std::move(f)); }
@@ -211,6 +214,7 @@ class World {
   std::vector<char> link_was_up_;
   std::vector<std::unique_ptr<FaultProcess>> faults_;
   FaultStats fstats_;
+  std::string fault_cause_;  // see fault_cause()
 };
 
 // What a workload factory gets besides its own parameters.

@@ -133,7 +133,7 @@ void World::tear_down_slice(const std::vector<int>& devices) {
   router_.invalidate();
 }
 
-void World::set_component(FaultClass c, int index, bool down) {
+void World::set_component(FaultClass c, int index, bool down, const std::string& cause) {
   auto& v = comps_[static_cast<size_t>(c)];
   if (!built_[static_cast<size_t>(c)]) build_components(c);
   auto& comp = v.at(static_cast<size_t>(index));
@@ -204,14 +204,17 @@ void World::set_component(FaultClass c, int index, bool down) {
       fstats_.flows_stalled += stalled;
     }
   }
-  // The workloads that hold changed devices hear of them.
-  if (!devs_changed.empty())
+  // The workloads that hold changed devices hear of them (and of the cause: fault_cause()).
+  if (!devs_changed.empty()) {
+    fault_cause_ = cause;
     for (const auto& w : workloads_) {
       std::vector<int> mine;
       for (int d : devs_changed)
         if (owner_[static_cast<size_t>(d)] == w->name()) mine.push_back(d);
       if (!mine.empty()) w->on_devices_changed(*this, mine, !down);
     }
+    fault_cause_.clear();
+  }
   if (after_fault) after_fault(*this);
 }
 

@@ -119,6 +119,13 @@ TEST_CASE("training fast-forward: the same outputs under chip failures, a spine 
   CHECK(f["failures"].get<int>() >= 3);   // the job failed and restarted several times ...
   CHECK(f["checkpoints"].get<int>() >= 5);  // ... and wrote checkpoints between
   CHECK(m["world"]["faults"]["flows_rerouted"].get<int>() + m["world"]["faults"]["flows_stalled"].get<int>() > 0);
+  // Every interruption has its cause, the fault process that failed a device (the spine's
+  // trace fails no device), and the causes' lost and recovering time add up to the totals.
+  const Json& by = f["by_cause"];
+  REQUIRE(by.size() == 1);
+  CHECK(by["gpus"]["interruptions"] == f["failures"]);
+  CHECK(by["gpus"]["lost_s"].get<double>() == doctest::Approx(f["lost_s"].get<double>()));
+  CHECK(by["gpus"]["recovering_s"].get<double>() == doctest::Approx(f["recovering_s"].get<double>()));
   CHECK(skipped(ff) > 600);  // most iterations still counted at once
 }
 

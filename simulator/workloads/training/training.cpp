@@ -111,7 +111,10 @@ void TrainingJob::finish(World& w) {
     // The run ended with the job still going: the work since the last checkpoint is kept
     // (nothing failed it), an unfinished write or recovery counts as such.
     res_.wall_s = static_cast<double>(now - start_ns_) / 1e9;
-    if (state_ == State::Recovering) res_.recovering_s += static_cast<double>(now - failed_at_ns_) / 1e9;
+    if (state_ == State::Recovering) {
+      res_.recovering_s += static_cast<double>(now - failed_at_ns_) / 1e9;
+      res_.by_cause[cause_].recovering_s += static_cast<double>(now - failed_at_ns_) / 1e9;
+    }
     else if (state_ == State::Checkpointing) {
       res_.useful_s += static_cast<double>(ckpt_start_ns_ - mark_ns_) / 1e9;
       res_.checkpoint_s += static_cast<double>(now - ckpt_start_ns_) / 1e9;

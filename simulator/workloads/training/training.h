@@ -5,6 +5,7 @@
 // flow on the world's fabric, every time it happens.
 #pragma once
 #include <array>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -114,6 +115,13 @@ struct TrainingResults {
   double recovering_s = 0;        // from a failure to training again (waiting for devices, restart)
   double wall_s = 0;              // from start to done (or the end of the run)
   std::vector<double> recover_s;  // each failure's time to recover
+  // The same per cause: the fault process whose failure stopped the job (processes named by
+  // cause, as in scenarios/training-llama3-faults.yaml).
+  struct CauseCost {
+    int interruptions = 0;
+    double lost_s = 0, recovering_s = 0;
+  };
+  std::map<std::string, CauseCost> by_cause;
   bool failed = false;            // stopped for good (a stalled collective)
   std::string failure_reason;
 };

@@ -53,13 +53,14 @@ void TrainingJob::fail_stop(World& w) {
   ++res_.failures;
   steady_ = last_alone_ = false;
   skipping_ = 0;
-  if (state_ == State::Checkpointing) {
-    // The interrupted write is lost with the iterations it would have saved.
-    res_.lost_s += static_cast<double>(ckpt_start_ns_ - mark_ns_) / 1e9;
-    res_.checkpoint_s += static_cast<double>(now - ckpt_start_ns_) / 1e9;
-  } else {
-    res_.lost_s += static_cast<double>(now - mark_ns_) / 1e9;
-  }
+  cause_ = w.fault_cause().empty() ? std::string("unnamed") : w.fault_cause();
+  auto& by = res_.by_cause[cause_];
+  ++by.interruptions;
+  const double lost = static_cast<double>((state_ == State::Checkpointing ? ckpt_start_ns_ : now) - mark_ns_) / 1e9;
+  res_.lost_s += lost;
+  by.lost_s += lost;
+  // An interrupted checkpoint write is lost with the iterations it would have saved.
+  if (state_ == State::Checkpointing) res_.checkpoint_s += static_cast<double>(now - ckpt_start_ns_) / 1e9;
   iterations_done_ = kept_iterations_;
   res_.iteration_s.resize(std::min(res_.iteration_s.size(), static_cast<size_t>(kept_iterations_)));
   for (auto& st : stages_)
@@ -142,6 +143,7 @@ void TrainingJob::restart_done(Engine& e) {
   }
   const int64_t now = e.now().count_ns();
   res_.recovering_s += static_cast<double>(now - failed_at_ns_) / 1e9;
+  res_.by_cause[cause_].recovering_s += static_cast<double>(now - failed_at_ns_) / 1e9;
   res_.recover_s.push_back(static_cast<double>(now - failed_at_ns_) / 1e9);
   ++res_.restarts;
   if (world_.trace().enabled()) world_.trace().complete(pid_, 0, "recovery", "fault", failed_at_ns_, now - failed_at_ns_);
@@ -168,6 +170,9 @@ void TrainingJob::watchdog(Engine& e) {
     res_.failed = true;
     res_.failure_reason = fmt::format("no progress for {:.3g} s: a transfer's group is cut off from the fabric", c_.collective_timeout_ns / 1e9);
     res_.lost_s += static_cast<double>(now - mark_ns_) / 1e9;
+    auto& by = res_.by_cause["collective_timeout"];
+    ++by.interruptions;
+    by.lost_s += static_cast<double>(now - mark_ns_) / 1e9;
     res_.wall_s = static_cast<double>(now - start_ns_) / 1e9;
     done_ = true;
     if (c_.iterations > 0) world_.workload_done();
