@@ -243,16 +243,7 @@ std::pair<int, int> FlowSim::reroute(const std::vector<int>& links, int64_t pena
 
 FlowLedger FlowLedger::between(const FlowLedger& a, const FlowLedger& b) {
   FlowLedger d;
-  d.started = b.started - a.started;
-  d.completed = b.completed - a.completed;
-  d.recomputes = b.recomputes - a.recomputes;
-  d.flows_rated = b.flows_rated - a.flows_rated;
-  d.links_rated = b.links_rated - a.links_rated;
-  d.reschedules = b.reschedules - a.reschedules;
-  d.rerouted = b.rerouted - a.rerouted;
-  d.unsplit_completed = b.unsplit_completed - a.unsplit_completed;
-  d.shared_bottleneck = b.shared_bottleneck - a.shared_bottleneck;
-  d.sprayed = b.sprayed - a.sprayed;
+  for (size_t i = 0; i < d.counts.size(); ++i) d.counts[i] = b.counts[i] - a.counts[i];
   d.bytes = b.bytes - a.bytes;
   d.link_bytes.resize(b.link_bytes.size());
   for (size_t l = 0; l < b.link_bytes.size(); ++l) d.link_bytes[l] = b.link_bytes[l] - (l < a.link_bytes.size() ? a.link_bytes[l] : 0);
@@ -261,16 +252,7 @@ FlowLedger FlowLedger::between(const FlowLedger& a, const FlowLedger& b) {
 
 FlowLedger FlowSim::ledger() const {
   FlowLedger g;
-  g.started = stats_.started;
-  g.completed = stats_.completed;
-  g.recomputes = stats_.recomputes;
-  g.flows_rated = stats_.flows_rated;
-  g.links_rated = stats_.links_rated;
-  g.reschedules = stats_.reschedules;
-  g.rerouted = stats_.rerouted;
-  g.unsplit_completed = stats_.unsplit_completed;
-  g.shared_bottleneck = stats_.shared_bottleneck;
-  g.sprayed = stats_.sprayed;
+  for (size_t i = 0; i < g.counts.size(); ++i) g.counts[i] = stats_.*FlowLedger::kSummed[i];
   g.bytes = bytes_started_;
   g.link_bytes = link_bytes_;
   return g;
@@ -287,16 +269,7 @@ bool FlowSim::still() const {
 void FlowSim::replay(const FlowLedger& d, uint64_t n) {
   if (!still()) throw std::logic_error("internal: a fabric ledger replayed while flows move");
   if (d.link_bytes.size() > link_bytes_.size()) throw std::logic_error("internal: a fabric ledger from more links than the fabric has");
-  stats_.started += n * d.started;
-  stats_.completed += n * d.completed;
-  stats_.recomputes += n * d.recomputes;
-  stats_.flows_rated += n * d.flows_rated;
-  stats_.links_rated += n * d.links_rated;
-  stats_.reschedules += n * d.reschedules;
-  stats_.rerouted += n * d.rerouted;
-  stats_.unsplit_completed += n * d.unsplit_completed;
-  stats_.shared_bottleneck += n * d.shared_bottleneck;
-  stats_.sprayed += n * d.sprayed;
+  for (size_t i = 0; i < d.counts.size(); ++i) stats_.*FlowLedger::kSummed[i] += n * d.counts[i];
   const Fixed k = static_cast<Fixed>(n);
   bytes_started_ += k * d.bytes;
   stats_.bytes_started = from_fixed(bytes_started_);

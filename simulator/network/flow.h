@@ -7,7 +7,9 @@
 // change, are re-filled (see recompute()). A flow's bytes leave at its rate; its last byte
 // arrives one route latency later.
 #pragma once
+#include <array>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -51,8 +53,11 @@ struct FlowStats {
 // ledgers is what happened between them; FlowSim::replay adds it again n times, as n exact
 // repetitions of that interval would (a training job's repeated iteration, see training.cpp).
 struct FlowLedger {
-  uint64_t started = 0, completed = 0, recomputes = 0, flows_rated = 0, links_rated = 0, reschedules = 0, rerouted = 0,
-           unsplit_completed = 0, shared_bottleneck = 0, sprayed = 0;
+  // The counters of FlowStats that add up, in this order.
+  static constexpr uint64_t FlowStats::*kSummed[] = {
+      &FlowStats::started,     &FlowStats::completed, &FlowStats::recomputes,        &FlowStats::flows_rated,       &FlowStats::links_rated,
+      &FlowStats::reschedules, &FlowStats::rerouted,  &FlowStats::unsplit_completed, &FlowStats::shared_bottleneck, &FlowStats::sprayed};
+  std::array<uint64_t, std::size(kSummed)> counts{};
   FixedSum bytes = 0;
   std::vector<FixedSum> link_bytes;
   // after - before (same fabric; links added meanwhile count from zero).
