@@ -156,12 +156,14 @@ Router::Dist Router::distances(int src, int dst) {
   // Composed from the first hop: exact when every distance comes from the same weights with
   // none torn down (then a partial Dijkstra is a complete one). Only where it saves vectors:
   // a device whose neighbours are no devices (not cached already).
-  bool compose = !weights_down_ && t_.node(dst).kind == NodeKind::Device && !dist_.count(dst);
+  bool compose = !weights_down_ && t_.node(dst).kind == NodeKind::Device && t_.out_links(dst).size() <= Dist::kMaxVia &&
+                 !dist_.count(dst);
   for (int e : t_.out_links(dst)) compose = compose && t_.node(t_.link(e).dst).kind != NodeKind::Device;
   if (compose) {
-    for (int e : t_.out_links(dst)) d.via.emplace_back(weights_[static_cast<size_t>(e)], nullptr);
-    size_t i = 0;
-    for (int e : t_.out_links(dst)) d.via[i++].second = &dist_to(t_.link(e).dst, false);
+    for (int e : t_.out_links(dst)) {
+      d.via_w[static_cast<size_t>(d.vias)] = weights_[static_cast<size_t>(e)];
+      d.via[static_cast<size_t>(d.vias++)] = &dist_to(t_.link(e).dst, false);
+    }
   } else {
     d.whole = &dist_to(dst, false);
     if ((*d.whole)[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max()) d.whole = &dist_to(dst, true);
@@ -178,10 +180,11 @@ void Router::route_walk(int src, int dst, uint64_t salt, int part, std::vector<i
   int hop = 0;
   while (v != dst) {
     cand_.clear();
+    const int32_t dv = dist[static_cast<size_t>(v)];
     for (int e : t_.out_links(v)) {
       const int w = t_.link(e).dst;
       const int32_t dw = dist[static_cast<size_t>(w)];
-      if (dw != std::numeric_limits<int32_t>::max() && dw + weight(e) == dist[static_cast<size_t>(v)]) cand_.push_back(e);
+      if (dw != std::numeric_limits<int32_t>::max() && dw + weight(e) == dv) cand_.push_back(e);
     }
     size_t pick = 0;
     if (cand_.size() > 1) {
@@ -201,10 +204,11 @@ int Router::spray_width(int src, int dst) {
   int v = src;
   while (v != dst) {
     int n = 0, next = -1;
+    const int32_t dv = dist[static_cast<size_t>(v)];
     for (int e : t_.out_links(v)) {
       const int w = t_.link(e).dst;
       const int32_t dw = dist[static_cast<size_t>(w)];
-      if (dw != std::numeric_limits<int32_t>::max() && dw + weight(e) == dist[static_cast<size_t>(v)]) {
+      if (dw != std::numeric_limits<int32_t>::max() && dw + weight(e) == dv) {
         if (n == 0) next = w;
         ++n;
       }

@@ -3,6 +3,7 @@
 // deterministic ECMP choice among equal-cost next hops. Hosts are never transit nodes.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <cstdint>
 #include <unordered_map>
@@ -67,15 +68,19 @@ class Router {
   // from its neighbours' distances over its first hop, min_u w(dst,u) + d(u, .): the same
   // numbers, without a distance vector per device (on a 16k-GPU fat-tree, 16k of them).
   struct Dist {
+    static constexpr int kMaxVia = 4;  // a device with more neighbours keeps its own Dijkstra
     const std::vector<int32_t>* whole = nullptr;
-    std::vector<std::pair<int32_t, const std::vector<int32_t>*>> via;  // first hop's weight, its far end's distances
-    int dst = -1;
+    std::array<int32_t, kMaxVia> via_w{};                    // first hop's weight ...
+    std::array<const std::vector<int32_t>*, kMaxVia> via{};  // ... and its far end's distances
+    int vias = 0, dst = -1;
     int32_t operator[](size_t w) const {
       if (whole) return (*whole)[w];
       if (static_cast<int>(w) == dst) return 0;
       int64_t best = std::numeric_limits<int32_t>::max();
-      for (const auto& [wt, d] : via)
-        if ((*d)[w] != std::numeric_limits<int32_t>::max()) best = std::min<int64_t>(best, static_cast<int64_t>(wt) + (*d)[w]);
+      for (int i = 0; i < vias; ++i) {
+        const int32_t x = (*via[static_cast<size_t>(i)])[w];
+        if (x != std::numeric_limits<int32_t>::max()) best = std::min<int64_t>(best, static_cast<int64_t>(via_w[static_cast<size_t>(i)]) + x);
+      }
       return static_cast<int32_t>(best);
     }
   };
