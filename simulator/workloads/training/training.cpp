@@ -91,6 +91,9 @@ void TrainingJob::start(World& w) {
   mark_ns_ = w.engine().now().count_ns();
   start_ns_ = mark_ns_;
   start_iteration();
+  // The first iteration is never taken as having run alone: workloads listed after this one
+  // and the fault processes start after it, so their first events were not pending yet.
+  start_alone_ = false;
   if (faults_ && c_.collective_timeout_ns > 0) arm_watchdog();
 }
 
@@ -291,6 +294,7 @@ void TrainingJob::stage_backward_done(int s) {
     stage_reduced();
     return;
   }
+  retired_.clear();
   stage_dp_left_[static_cast<size_t>(s)] = c_.tp;
   for (int k = 0; k < c_.tp; ++k) {
     std::vector<int> group;
@@ -346,6 +350,9 @@ void TrainingJob::optimizer_done() {
 }
 
 void TrainingJob::iteration_end(Engine& e) {
+  // Kept until the next iteration's gradients: under ZeRO this runs inside the last all-gather's
+  // callback, which must not destroy its own collective.
+  retired_.swap(dp_live_);
   dp_live_.clear();
   const int64_t now = e.now().count_ns();
   const double it_s = static_cast<double>(now - iter_start_ns_) / 1e9;

@@ -162,6 +162,9 @@ void TrainingJob::arm_watchdog() {
 // A transfer that makes no progress for the timeout (its group cut off by failed links)
 // fails the job for good.
 void TrainingJob::watchdog(Engine& e) {
+  // A job that is done has nothing to watch (the world may go on for other workloads): the
+  // watchdog stops, it must not fail a finished job or end the run a second time.
+  if (done_) return;
   const int64_t now = e.now().count_ns();
   // During a skip the job progresses at least once an iteration, and an iteration is shorter
   // than the timeout (try_skip): the check would pass.
