@@ -181,7 +181,7 @@ void TrainingJob::start_iteration() {
       st.outbox.clear();
       st.sending = false;
     }
-  observe_start(now);
+  observe_start();
   for (int i = 0; i < c_.dp * c_.pp; ++i) try_run(i);
 }
 

@@ -182,7 +182,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     bool operator==(const Steady&) const = default;
   };
   Counts counts() const;
-  void observe_start(int64_t now);
+  void observe_start();
   void observe_end(int64_t now, double bubble_term);
   void next_iteration();
   // Counts iterations at once when the last one is known to repeat (see above). False: run

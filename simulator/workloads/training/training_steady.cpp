@@ -2,11 +2,7 @@
 #include "workloads/training/training_job.h"
 
 #include <algorithm>
-#include <bit>
-#include <cmath>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "engine/run_control.h"
 
@@ -16,10 +12,9 @@ auto TrainingJob::counts() const -> Counts {
   return Counts{world_.engine().events_processed(), side_events_, flows_, dp_ns_total_, world_.fabric().ledger()};
 }
 
-void TrainingJob::observe_start(int64_t now) {
+void TrainingJob::observe_start() {
   start_alone_ = false;
   if (!RunControl::get().fast_forward()) return;
-  (void)now;
   start_alone_ = world_.fabric().still();
   if (!start_alone_) return;
   others_at_start_ = world_.engine().next_event_excluding(this);
