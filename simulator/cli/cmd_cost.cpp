@@ -27,6 +27,8 @@ struct CostArgs {
   int batch = 1, tp = 1, pp = 1, slices = 0;
   long context = -1, prefill = 0, tokens = 0;
   bool json = false, loo = false, fused = false;
+  bool expert_parallel = false;
+  std::string dispatch = "allreduce";
 };
 
 const Origin kCommandLine{"command line", 0, 0};
@@ -162,6 +164,22 @@ int run_cost(const CostArgs& a) {
   const CostSource source = resolve_tables(a, hw);
   source.apply(opt);
   opt.fused_elementwise = a.fused;
+  if (a.expert_parallel || a.dispatch != "allreduce") {
+    if (!m.moe())
+      throw ConfigError(kCommandLine, "--expert-parallel", "", fmt::format("{} is a dense model: it has no experts", m.name),
+                        "an MoE model (mixtral-8x7b, qwen3-235b-a22b, llama4-scout)");
+    if (a.dispatch != "allreduce" && a.dispatch != "alltoall")
+      throw ConfigError(kCommandLine, "--dispatch", a.dispatch, "not a dispatch", "allreduce or alltoall");
+    if (a.dispatch == "alltoall" && !a.expert_parallel)
+      throw ConfigError(kCommandLine, "--dispatch", a.dispatch, "all-to-all dispatch moves tokens between expert-parallel devices",
+                        "--expert-parallel --dispatch alltoall");
+    if (m.experts % a.tp != 0)
+      throw ConfigError(kCommandLine, "--tp", std::to_string(a.tp),
+                        fmt::format("expert parallelism over {} devices does not divide the {} experts", a.tp, m.experts),
+                        fmt::format("a divisor of {}", m.experts));
+  }
+  opt.moe.expert_parallel = a.expert_parallel;
+  opt.moe.alltoall = a.dispatch == "alltoall";
   try {
     opt.implementation = implementation_from_name(a.implementation);
   } catch (const std::invalid_argument& e) {
@@ -329,6 +347,11 @@ void add_cost(CLI::App& app, CliContext& ctx) {
                   "auto (default: the device's measured tables, else derived from its derive_tables_from, else the "
                   "roofline), 'derived', 'none' for the roofline alone, or a folder of measured CSV tables");
   cmd->add_flag("--json", a->json, "machine-readable output");
+  cmd->add_flag("--expert-parallel", a->expert_parallel,
+                "an MoE model's experts spread whole over the --tp devices (expert parallelism), not each split over them");
+  cmd->add_option("--dispatch", a->dispatch,
+                  "with --expert-parallel: allreduce (every device holds every token; default) or alltoall (tokens sent to "
+                  "their experts' devices and back, analytic over the interconnect)");
   cmd->add_option("--implementation", a->implementation,
                   "how the model is executed: pytorch-lean (default: the kernels the h200-torch tables measure), "
                   "pytorch-naive (fp32 RMSNorm by hand, rotary rebuilding its angles per call) or fused (vLLM-style "

@@ -93,8 +93,13 @@ std::vector<std::pair<std::string, int>> CostModel::layer_kernels(bool prefill) 
 std::vector<std::string> CostModel::gemm_sources() const {
   const Impl& im = *impl_;
   std::vector<std::string> out;
-  const std::pair<Op, const Impl::GemmPlan*> plans[] = {
-      {Op::Qkv, &im.qkv}, {Op::O, &im.o}, {Op::GateUp, &im.up}, {Op::Down, &im.down}, {Op::LmHead, &im.lm}};
+  std::vector<std::pair<Op, const Impl::GemmPlan*>> plans = {{Op::Qkv, &im.qkv}, {Op::O, &im.o}};
+  if (im.m.moe_layers_in(0, im.m.layers) < im.m.layers) plans.insert(plans.end(), {{Op::GateUp, &im.up}, {Op::Down, &im.down}});
+  if (im.m.moe()) {
+    plans.push_back({Op::Router, &im.router});
+    if (im.m.shared_experts > 0) plans.insert(plans.end(), {{Op::SharedGateUp, &im.sh_up}, {Op::SharedDown, &im.sh_down}});
+  }
+  plans.push_back({Op::LmHead, &im.lm});
   for (const auto& [op, g] : plans) {
     std::string line = fmt::format("{} (K {:.0f}, N {:.0f}): ", im.op_name(op), g->K, g->N);
     if (!im.gemm || g->shape < 0) {
@@ -129,12 +134,41 @@ Implementation implementation_from_name(const std::string& name) {
 }
 
 double CostModel::tp_allreduce_bytes(double tokens) const {
-  // Two all-reduces per layer (after attention and after the MLP) of tokens x hidden.
-  return impl_->tp > 1 ? 2.0 * impl_->layers_stage * tokens * impl_->hidden * impl_->b : 0.0;
+  // Two all-reduces per layer (after attention and after the MLP) of tokens x hidden; one on
+  // an MoE layer whose tokens move by all-to-all.
+  const Impl& im = *impl_;
+  if (im.tp <= 1) return 0.0;
+  const int moe = im.a2a ? im.m.moe_layers_in(im.m.layers - im.layers_stage, im.layers_stage) : 0;
+  return (2.0 * im.layers_stage - moe) * tokens * im.hidden * im.b;
 }
 
 double CostModel::tp_allreduce_bytes(double tokens, int stage) const {
-  return impl_->tp > 1 ? 2.0 * stage_range(stage).count * tokens * impl_->hidden * impl_->b : 0.0;
+  return impl_->tp > 1 ? tp_allreduce_count(stage) * tokens * impl_->hidden * impl_->b : 0.0;
+}
+
+int CostModel::tp_allreduce_count(int stage) const {
+  const LayerRange r = stage_range(stage);
+  return 2 * r.count - (impl_->a2a ? impl_->m.moe_layers_in(r.first, r.count) : 0);
+}
+
+int CostModel::moe_alltoall_count(int stage) const {
+  const LayerRange r = stage_range(stage);
+  return impl_->a2a ? 2 * impl_->m.moe_layers_in(r.first, r.count) : 0;
+}
+
+double CostModel::moe_alltoall_bytes(double tokens, int stage) const {
+  return moe_alltoall_count(stage) * impl_->a2a_bytes(tokens);
+}
+
+std::vector<double> CostModel::expert_tokens_per_device(double tokens) const {
+  const Impl& im = *impl_;
+  std::vector<double> out;
+  for (const auto& sh : im.dev_share) {
+    double t = 0;
+    for (double q : sh) t += std::min(tokens, tokens * im.m.experts_per_token * q);
+    out.push_back(t);
+  }
+  return out;
 }
 
 double CostModel::lm_head_ns(double rows) const { return rows > 0 ? impl_->gemm_part(Op::LmHead, impl_->lm, rows).ns : 0.0; }
@@ -170,7 +204,7 @@ IterationCost CostModel::stage_iteration(std::span<const SeqWork> batch, int sta
 
 IterationCost CostModel::range_iteration(std::span<const SeqWork> batch, const LayerRange& r) const {
   const Impl& im = *impl_;
-  const Impl::Span sp = Impl::span_of(r);
+  const Impl::Span sp = im.span_of(r);
   const auto [M, R, nd] = batch_totals(batch);
   ListSink sink;
   Impl::Moved<ListSink> moved{im, sink};

@@ -56,6 +56,32 @@ const char* implementation_name(Implementation i);
 // Parses "pytorch-lean" | "pytorch-naive" | "fused"; throws std::invalid_argument otherwise.
 Implementation implementation_from_name(const std::string& name);
 
+// How a deployment runs a mixture-of-experts model's MoE layers (ignored for a dense model).
+struct MoeOptions {
+  // Experts spread whole over the tensor-parallel devices, each holding experts / tp of them (expert parallelism, EP = tp, as vLLM's enable_expert_parallel);
+  // false: every expert split over them as the dense MLP is.
+  bool expert_parallel = false;
+  // How tokens reach their experts under expert parallelism:
+  //   allreduce  every device holds every token (tensor-parallel attention); each runs its
+  //              experts on the tokens routed to them, and the MLP's all-reduce combines them
+  //              (vLLM's default with TP + EP): no traffic beyond the dense model's
+  //   alltoall   each device takes 1/tp of the tokens into the MoE layer and sends each token
+  //              to the devices holding its experts (dispatch) and back (combine): two
+  //              all-to-alls per MoE layer in place of the MLP's all-reduce (DeepEP's kernels)
+  bool alltoall = false;
+  // Routing: the fraction of token-expert assignments each expert receives.
+  //   uniform   1/experts each
+  //   zipf      proportional to 1/(rank)^zipf_s, expert 0 the hottest (experts placed in order,
+  //             so the hottest share a device)
+  enum class Routing { Uniform, Zipf } routing = Routing::Uniform;
+  double zipf_s = 1.0;
+  // Expert-parallel load balancing (DeepSeek's EPLB): the hottest `redundant_experts` experts
+  // get a second copy (their tokens split between the two), and experts are placed hottest
+  // first on the least-loaded device with a free slot; false: experts in order, none copied.
+  bool eplb = false;
+  int redundant_experts = 0;
+};
+
 struct CostOptions {
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
@@ -82,6 +108,7 @@ struct CostOptions {
   // rows}; unset: the counts fitted to model_steps.csv (cost_model.cpp, glue_kernels()). Tests
   // refit them, e.g. on one model's steps to predict another's.
   std::optional<std::array<double, 2>> glue_kernels;
+  MoeOptions moe;  // a mixture-of-experts model's expert placement and routing
 };
 
 // The layers one pipeline stage holds, and what else runs on it.
@@ -159,6 +186,17 @@ class CostModel {
   double tp_allreduce_bytes(double tokens) const;
   // The same for pipeline stage `stage`'s own layers.
   double tp_allreduce_bytes(double tokens, int stage) const;
+  // All-reduces per iteration on stage `stage` (two per layer, one on an MoE layer whose tokens
+  // move by all-to-all).
+  int tp_allreduce_count(int stage) const;
+  // Bytes each device sends per iteration of `tokens` new tokens in the MoE layers' dispatch
+  // and combine all-to-alls on stage `stage` (0 unless experts move tokens by all-to-all), and
+  // how many all-to-alls those are.
+  double moe_alltoall_bytes(double tokens, int stage) const;
+  int moe_alltoall_count(int stage) const;
+  // The routing model's expected assignments per device for one MoE layer of `tokens` tokens:
+  // token-expert pairs each device computes (expert parallelism), slowest first not implied.
+  std::vector<double> expert_tokens_per_device(double tokens) const;
   // The LM head GEMM over `rows` rows (training computes logits for every token).
   double lm_head_ns(double rows) const;
   // Bytes of activations one stage hands to the next for `tokens` new tokens.

@@ -29,7 +29,8 @@ using costtab::Estimate;
 
 enum class Op : uint8_t {
   Embed, Qkv, O, GateUp, Down, AttnPrefill, AttnDecode, AttnLayout, KvWrite, Norm, Rope, RopeAngles, Act, Residual,
-  FinalNorm, LmHead, Argmax, Sampling, AllReduce, AllGather, PpSend, Glue, Count
+  FinalNorm, LmHead, Argmax, Sampling, AllReduce, AllGather, PpSend, Glue, Router, TopK, Experts, SharedGateUp, SharedDown, AllToAll,
+  Count
 };
 enum class Src : uint8_t { Table, Scaled, Roofline, Analytic, Network, Fitted };
 enum class File : uint8_t { None, Gemm, Decode, Prefill, Slice, Elementwise };
@@ -117,6 +118,7 @@ struct CostModel::Impl {
   struct Span {
     double L = 0;
     bool embed = false, head = false, send = false;
+    double Lm = 0;  // of the L layers, those with an MoE block in place of the dense MLP
   };
   // spans[0]: the legacy costed stage (ceil(layers / pp) layers, the LM head, the embedding when
   // pp == 1, the send when pp > 1) that iteration() and iteration_ns() cost; then one span per
@@ -175,14 +177,16 @@ struct CostModel::Impl {
     if (hw.effective_flops() <= 0 || hw.effective_bandwidth_Bps() <= 0)
       throw std::invalid_argument(fmt::format("hardware '{}' has no compute or memory ceiling", hw.name));
     layers_stage = (m.layers + pp - 1) / pp;
-    spans.push_back(Span{static_cast<double>(layers_stage), pp == 1, true, pp > 1});
+    spans.push_back(Span{static_cast<double>(layers_stage), pp == 1, true, pp > 1,
+                         static_cast<double>(m.moe_layers_in(m.layers - layers_stage, layers_stage))});
     for (int s = 0; s < pp; ++s) {
       const LayerRange r = pipeline_stage_layers(m.layers, pp, s);
       ranges.push_back(r);
       const Span sp = span_of(r);
       int at = -1;
       for (size_t i = 0; i < spans.size(); ++i)
-        if (spans[i].L == sp.L && spans[i].embed == sp.embed && spans[i].head == sp.head && spans[i].send == sp.send)
+        if (spans[i].L == sp.L && spans[i].embed == sp.embed && spans[i].head == sp.head && spans[i].send == sp.send &&
+            spans[i].Lm == sp.Lm)
           at = static_cast<int>(i);
       if (at < 0) {
         at = static_cast<int>(spans.size());
@@ -214,6 +218,7 @@ struct CostModel::Impl {
     up = {hidden, (m.gated_ffn ? 2 : 1) * ffn};
     down = {ffn, hidden};
     lm = {hidden, vocab};
+    if (m.moe()) plan_experts();
 
     if (!opt.tables_dir.empty()) load_tables();
     rows_cache.reset(new std::atomic<double>[kCacheSize]);
@@ -224,7 +229,123 @@ struct CostModel::Impl {
     }
   }
 
-  static Span span_of(const LayerRange& r) { return Span{static_cast<double>(r.count), r.embedding, r.lm_head, r.send}; }
+  Span span_of(const LayerRange& r) const {
+    return Span{static_cast<double>(r.count), r.embedding, r.lm_head, r.send, static_cast<double>(m.moe_layers_in(r.first, r.count))};
+  }
+
+  // Mixture of experts. Each device's expert copies, as the share of all token-expert
+  // assignments each copy receives (the shares of all devices sum to 1); without expert
+  // parallelism one entry, every expert, each split over the tp devices.
+  GemmPlan router, sh_up, sh_down;
+  double eF = 0;  // one expert's inner width on a device
+  bool ep = false, a2a = false;
+  std::vector<std::vector<double>> dev_share;
+
+  void plan_experts() {
+    const MoeOptions& mo = opt.moe;
+    const int E = m.experts;
+    if (mo.expert_parallel && E % tp != 0)
+      throw std::invalid_argument(fmt::format("expert parallelism over {} devices does not divide the {} experts of {}", tp, E, m.name));
+    if (mo.expert_parallel && mo.eplb && (E + std::min(mo.redundant_experts, E)) % tp != 0)
+      throw std::invalid_argument(fmt::format("{} experts and {} redundant copies do not divide over {} devices", E, mo.redundant_experts, tp));
+    if (mo.alltoall && !mo.expert_parallel)
+      throw std::invalid_argument("all-to-all dispatch moves tokens between the devices of expert parallelism, and it is off");
+    ep = mo.expert_parallel && tp > 1;
+    a2a = ep && mo.alltoall;
+    eF = ep ? m.expert_ffn : static_cast<double>(m.expert_ffn) / tp;
+    router = {hidden, static_cast<double>(E)};
+    const double sf = static_cast<double>(m.shared_experts) * m.expert_ffn / tp;
+    sh_up = {hidden, 2 * sf};
+    sh_down = {sf, hidden};
+    std::vector<double> p(static_cast<size_t>(E), 1.0 / E);
+    if (mo.routing == MoeOptions::Routing::Zipf) {
+      double z = 0;
+      for (int e = 0; e < E; ++e) z += p[static_cast<size_t>(e)] = std::pow(e + 1.0, -mo.zipf_s);
+      for (double& x : p) x /= z;
+    }
+    const int ndev = ep ? tp : 1;
+    dev_share.assign(static_cast<size_t>(ndev), {});
+    if (!ep) {
+      dev_share[0] = p;
+      return;
+    }
+    if (!mo.eplb) {  // experts in order, E / tp per device
+      for (int e = 0; e < E; ++e) dev_share[static_cast<size_t>(e / (E / tp))].push_back(p[static_cast<size_t>(e)]);
+      return;
+    }
+    // EPLB: the hottest experts copied (each copy half the load), then every copy, hottest
+    // first, on the least-loaded device that has a slot left (slots: (E + r) / tp each).
+    std::vector<std::pair<double, int>> copies;  // (share, expert)
+    const int r = std::min(mo.redundant_experts, E);
+    for (int e = 0; e < E; ++e) {
+      const int n = e < r ? 2 : 1;  // zipf and uniform: expert e is the (e+1)-th hottest
+      for (int c = 0; c < n; ++c) copies.push_back({p[static_cast<size_t>(e)] / n, e});
+    }
+    std::stable_sort(copies.begin(), copies.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    const size_t slots = copies.size() / static_cast<size_t>(tp);
+    std::vector<double> load(static_cast<size_t>(tp), 0);
+    for (const auto& c : copies) {
+      size_t best = 0;
+      bool found = false;
+      for (size_t d = 0; d < load.size(); ++d)
+        if (dev_share[d].size() < slots && (!found || load[d] < load[best])) best = d, found = true;
+      dev_share[best].push_back(c.first);
+      load[best] += c.first;
+    }
+  }
+
+  // One device's grouped expert GEMMs (gate_up, then down) and the activation between them over
+  // an MoE layer of M tokens: for each expert copy, its expected token count, and its weights read
+  // with the probability that at least one token goes to it.
+  Part experts_on(const std::vector<double>& shares, double M) const {
+    const double k = m.experts_per_token, h = hidden;
+    double tok = 0, w = 0;
+    for (double q : shares) {
+      const double kq = std::min(1.0, k * q);
+      tok += std::min(M, M * k * q);
+      w += 1 - std::pow(1 - kq, M);
+    }
+    const double f_up = 2 * tok * h * 2 * eF, b_up = b * (w * h * 2 * eF + tok * (h + 2 * eF));
+    const double f_dn = 2 * tok * eF * h, b_dn = b * (w * eF * h + tok * (eF + h));
+    const double act = tok * 3 * eF * b;  // SiLU(gate) * up over each assignment's row
+    const double ns = in_step(roof(f_up, b_up), f_up, b_up) + in_step(roof(f_dn, b_dn), f_dn, b_dn) + kernel(act, act / b * 4);
+    return {Op::Experts, Src::Roofline, File::None, ns, f_up + f_dn, b_up + b_dn + act, 3};
+  }
+
+  // The slowest device's experts: the layer waits for it.
+  Part experts_part(double M) const {
+    Part worst{Op::Experts, Src::Roofline, File::None, -1, 0, 0, 3};
+    for (const auto& sh : dev_share) {
+      const Part q = experts_on(sh, M);
+      if (q.ns > worst.ns) worst = q;
+    }
+    return worst;
+  }
+
+  // Bytes one device's tokens send to their experts in one dispatch (the same come back in the
+  // combine): its 1/tp of the M tokens, k hidden states each.
+  double a2a_bytes(double M) const { return M / tp * m.experts_per_token * hidden * b; }
+
+  // The MoE block of one layer in place of the dense MLP: the router (a GEMM to the expert
+  // logits and its top-k), the shared experts, the routed experts, and, with all-to-all
+  // dispatch, the two all-to-alls.
+  template <class Layer>
+  void moe_parts(double M, Layer& layer) const {
+    layer(gemm_part(Op::Router, router, M));
+    layer(kernels_part(Op::TopK, 1, M * m.experts * 4 * 2));  // softmax + top-k over the fp32 logits
+    if (m.shared_experts > 0) {
+      layer(gemm_part(Op::SharedGateUp, sh_up, M));
+      layer(gemm_part(Op::SharedDown, sh_down, M));
+      layer(kernels_part(Op::Act, 1, M * 3 * sh_down.K * b));
+    }
+    layer(experts_part(M));
+    if (a2a) {
+      const double bytes = a2a_bytes(M);
+      const double t = opt.comm_on_fabric ? 0
+                                          : bytes * (tp - 1) / tp / hw.interconnect_Bps * 1e9 + hw.interconnect_latency_ns;
+      layer(Part{Op::AllToAll, opt.comm_on_fabric ? Src::Network : Src::Analytic, File::None, 2 * t, 0, 2 * bytes, 2});
+    }
+  }
 
   void load_tables() {
     namespace fs = std::filesystem;
@@ -238,6 +359,11 @@ struct CostModel::Impl {
     if (have("gemm.csv")) {
       gemm = costtab::GemmTable::from_csv(csv("gemm.csv"));
       for (GemmPlan* g : {&qkv, &o, &up, &down, &lm}) g->shape = gemm->nearest(g->K, g->N, opt.max_shape_ratio);
+      if (m.moe()) {
+        router.shape = gemm->nearest(router.K, router.N, opt.max_shape_ratio);
+        if (m.shared_experts > 0)
+          for (GemmPlan* g : {&sh_up, &sh_down}) g->shape = gemm->nearest(g->K, g->N, opt.max_shape_ratio);
+      }
     }
     if (have("attention_decode.csv")) {
       decode = costtab::DecodeTable::from_csv(csv("attention_decode.csv"));
@@ -297,7 +423,7 @@ struct CostModel::Impl {
   // become this device's; the rest scales by the ratio of the two rooflines of its FLOPs and
   // bytes (a memory-bound kernel by bandwidth, a compute-bound one by FLOP/s).
   void derive(Part& p) const {
-    if (!derived || p.op == Op::AllReduce || p.op == Op::AllGather || p.op == Op::PpSend) return;
+    if (!derived || p.op == Op::AllReduce || p.op == Op::AllGather || p.op == Op::PpSend || p.op == Op::AllToAll) return;
     const double rs = costtab::roof_ns(p.flops, p.bytes, ceil), rt = costtab::roof_ns(p.flops, p.bytes, target);
     const double ratio = rs > 0 ? rt / rs : 1, floors = p.kernels * knl;
     p.ns = p.kernels * knl_target + std::max(0.0, p.ns - floors) * ratio;
@@ -386,12 +512,12 @@ struct CostModel::Impl {
   //     casts; physics) before the same 7 kernels.
   //   fused: fused add+RMSNorm x2, one rotary kernel over q and k, one SiLU*mul, one cache write.
   template <class Layer>
-  void layer_elementwise(double M, Layer& layer) const {
+  void layer_elementwise(double M, Layer& layer, bool act = true) const {
     const double kv_row = KV * hd * b;  // one token's k (or v) on this device
     if (impl == Implementation::Fused) {
       layer(fused_part(Op::Norm, M, 4 * hidden * b, 2));  // reads x and residual, writes both
       if (!m.learned_positions) layer(fused_part(Op::Rope, M, 2 * (H + KV) * hd * b, 1));
-      layer(fused_part(Op::Act, M, (m.gated_ffn ? 3 : 2) * ffn * b, 1));
+      if (act) layer(fused_part(Op::Act, M, (m.gated_ffn ? 3 : 2) * ffn * b, 1));
       layer(fused_part(Op::KvWrite, M, 4 * kv_row, 1));
       return;
     }
@@ -409,8 +535,12 @@ struct CostModel::Impl {
       layer(elem_part(Op::Rope, e_rope, M, 2 * KV * hd * b, 1, 7));
     }
     layer(kernels_part(Op::KvWrite, 2, 2 * M * kv_row));  // cache[:, :, pos:pos+T] = k (and v)
-    if (m.gated_ffn) layer(elem_part(Op::Act, e_act, M, 3 * ffn * b, 1, 2));
-    else layer(elem_part(Op::Act, e_act, M, 2 * ffn * b, 1, 1, true));
+    if (!act) {
+    } else if (m.gated_ffn) {
+      layer(elem_part(Op::Act, e_act, M, 3 * ffn * b, 1, 2));
+    } else {
+      layer(elem_part(Op::Act, e_act, M, 2 * ffn * b, 1, 1, true));
+    }
     layer(elem_part(Op::Residual, e_res, M, 3 * hidden * b, 2, 1));
     // The glue kernels no table holds (Src::Fitted; see glue_kernels()): each at the launch floor.
     const double g = glue_kernels(M);
@@ -440,27 +570,43 @@ struct CostModel::Impl {
   template <class Sink>
   void dense_parts(double M, Sink& sink, const Span& sp) const {
     if (M <= 0) return;
-    const double L = sp.L;
-    auto layer = [&](Part p) {
-      p.ns *= L;
-      p.flops *= L;
-      p.bytes *= L;
-      p.kernels *= L;
-      sink(p);
+    const double L = sp.L, Lm = sp.Lm, Ld = L - Lm;  // all layers, MoE ones, dense ones
+    auto times = [&](double n) {
+      return [&sink, n](Part p) {
+        p.ns *= n;
+        p.flops *= n;
+        p.bytes *= n;
+        p.kernels *= n;
+        sink(p);
+      };
     };
+    auto layer = times(L);
+    auto dense = times(Ld);
+    auto moe = times(Lm);
     layer(gemm_part(Op::Qkv, qkv, M));
     layer(gemm_part(Op::O, o, M));
-    layer(gemm_part(Op::GateUp, up, M));
-    layer(gemm_part(Op::Down, down, M));
-    layer_elementwise(M, layer);
+    if (Ld > 0) {
+      dense(gemm_part(Op::GateUp, up, M));
+      dense(gemm_part(Op::Down, down, M));
+    }
+    if (Lm > 0) moe_parts(M, moe);
+    if (Lm == 0) {
+      layer_elementwise(M, layer);
+    } else {  // an MoE layer's activation is costed with its experts
+      if (Ld > 0) layer_elementwise(M, dense);
+      layer_elementwise(M, moe, false);
+    }
     if (tp > 1) {
-      const double bytes = M * hidden * b;
+      // Two all-reduces a layer (after attention, after the MLP); one on an MoE layer whose
+      // tokens move by all-to-all.
+      const double bytes = M * hidden * b, n = 2 * L - (a2a ? Lm : 0);
+      auto ar = times(n);
       if (opt.comm_on_fabric)
-        layer(Part{Op::AllReduce, Src::Network, File::None, 0, 2 * M * hidden, 2 * bytes, 2});
+        ar(Part{Op::AllReduce, Src::Network, File::None, 0, M * hidden, bytes, 1});
       else if (opt.allreduce_ns)
-        layer(Part{Op::AllReduce, Src::Network, File::None, 2 * opt.allreduce_ns(bytes), 2 * M * hidden, 2 * bytes, 2});
+        ar(Part{Op::AllReduce, Src::Network, File::None, opt.allreduce_ns(bytes), M * hidden, bytes, 1});
       else
-        layer(Part{Op::AllReduce, Src::Analytic, File::None, 2 * ring_ns(bytes, 2), 2 * M * hidden, 2 * bytes, 2});
+        ar(Part{Op::AllReduce, Src::Analytic, File::None, ring_ns(bytes, 2), M * hidden, bytes, 1});
     }
     if (sp.embed)  // the embedding gather (first stage): a row of the table read and written per token
       sink(kernels_part(Op::Embed, 1, 2 * M * hidden * b));
@@ -739,6 +885,12 @@ struct CostModel::Impl {
       case Op::AllGather: return "allgather.logits";
       case Op::PpSend: return "pp_send";
       case Op::Glue: return "glue";
+      case Op::Router: return "moe.router";
+      case Op::TopK: return "moe.topk";
+      case Op::Experts: return "moe.experts";
+      case Op::SharedGateUp: return "moe.shared_gate_up";
+      case Op::SharedDown: return "moe.shared_down";
+      case Op::AllToAll: return "alltoall.moe";
       case Op::Count: break;
     }
     return "?";

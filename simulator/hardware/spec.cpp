@@ -142,6 +142,11 @@ const Bound<ModelSpec>& model_binding() {
                    "rotary embedding, or a learned position table")
         .def("rope");
     m.integer("max_context", &M::max_context, "longest sequence the model accepts, in tokens").def("4096").range(1, 1e9);
+    m.integer("experts", &M::experts, "routed experts per MoE layer (0: a dense model)").def("0").range(0, 1e5);
+    m.integer("experts_per_token", &M::experts_per_token, "routed experts each token goes to (top-k)").def("0").range(0, 1e5);
+    m.integer("expert_ffn", &M::expert_ffn, "one expert's inner width (gated, per gate/up matrix)").def("0").range(0, 1e8);
+    m.integer("shared_experts", &M::shared_experts, "experts every token passes through, each of expert_ffn").def("0").range(0, 1e5);
+    m.integer("dense_layers", &M::dense_layers, "the first layers keep a dense MLP of width ffn (the rest are MoE)").def("0").range(0, 1e6);
     m.text("tokenizer", &M::tokenizer, "tokenizer family (llama, llama3, chatglm2, gpt2): token counts depend on it").def("llama");
     return r;
   }();
@@ -200,7 +205,32 @@ ModelSpec model_from_params(const Params& p) {
     p.fail("kv_heads", fmt::format("heads ({}) is not a multiple of kv_heads ({}): query heads must share KV heads evenly",
                                    m.heads, m.kv_heads),
            fmt::format("a divisor of heads ({})", m.heads));
+  if (m.experts > 0) {
+    if (m.experts_per_token < 1 || m.experts_per_token > m.experts)
+      p.fail("experts_per_token", fmt::format("{} of {} experts", m.experts_per_token, m.experts),
+             fmt::format("1 to {} (the experts a token goes to)", m.experts));
+    if (m.expert_ffn < 1) p.fail("expert_ffn", "an MoE model needs its experts' inner width", "a width > 0, e.g. 2048");
+    if (!m.gated_ffn) p.fail("gated_ffn", "experts are gated MLPs here", "true");
+    if (m.dense_layers >= m.layers)
+      p.fail("dense_layers", fmt::format("{} of {} layers leaves no MoE layer", m.dense_layers, m.layers),
+             fmt::format("fewer than layers ({}), or experts: 0 for a dense model", m.layers));
+  } else {
+    for (const char* k : {"experts_per_token", "expert_ffn", "shared_experts", "dense_layers"})
+      if (p.given(k) && p.integer(k) != 0) p.fail(k, "only an MoE model has it", "experts > 0 (an MoE model), or leave it out");
+  }
   return m;
+}
+
+int ModelSpec::moe_layers_in(int first, int count) const {
+  if (experts <= 0) return 0;
+  const int lo = std::max(first, dense_layers), hi = first + count;
+  return std::max(0, hi - lo);
+}
+
+double ModelSpec::active_parameters() const {
+  if (experts <= 0) return parameters();
+  const double idle = static_cast<double>(experts - experts_per_token) * 3.0 * hidden * expert_ffn;
+  return parameters() - idle * moe_layers_in(0, layers);
 }
 
 double ModelSpec::parameters() const {
@@ -216,6 +246,10 @@ double ModelSpec::parameters() const {
   }
   const double per_layer = attn + mlp + norms;
   double total = layers * per_layer;
+  if (experts > 0) {  // MoE layers: a router and every expert in place of the dense MLP
+    const double moe = h * experts + static_cast<double>(experts + shared_experts) * 3.0 * h * expert_ffn;
+    total += moe_layers_in(0, layers) * (moe - mlp);
+  }
   total += static_cast<double>(vocab) * h * (tied_embeddings ? 1 : 2);  // embedding (+ LM head)
   total += h * (layernorm ? 2 : 1);                                     // final norm
   if (learned_positions) total += static_cast<double>(max_context) * h;

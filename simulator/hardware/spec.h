@@ -65,7 +65,16 @@ struct ModelSpec {
   bool linear_bias = false;        // every linear layer has a bias (GPT-3)
   bool layernorm = false;          // LayerNorm (weight + bias) instead of RMSNorm
   bool learned_positions = false;  // a learned position table of max_context rows instead of RoPE
+  // Mixture of experts (0 experts: a dense model). Every layer from `dense_layers` on replaces
+  // its MLP by a router over `experts` routed experts, each token going to `experts_per_token`
+  // of them, plus `shared_experts` that every token passes through; an expert is a gated MLP of
+  // inner width `expert_ffn`. The first `dense_layers` keep the dense MLP of width `ffn`.
+  int experts = 0, experts_per_token = 0, expert_ffn = 0, shared_experts = 0, dense_layers = 0;
+  bool moe() const { return experts > 0; }
+  // MoE layers among [first, first + count).
+  int moe_layers_in(int first, int count) const;
   double parameters() const;           // count
+  double active_parameters() const;    // those one token passes through (all, for a dense model)
   double weight_bytes() const;
   double kv_bytes_per_token() const;   // 2 * layers * kv_heads * head_dim * dtype_bytes
   // KV bytes one GPU holds per token under tensor parallelism tp and pipeline parallelism pp:

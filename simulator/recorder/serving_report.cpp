@@ -241,6 +241,21 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                               {"stage_handoffs", res.stage_handoffs},
                               {"stage_handoff_ms_mean", mean_ms(res.stage_handoff_ns, res.stage_handoffs)}};
   }
+  if (res.moe.experts > 0) {
+    const auto& mo = res.moe;
+    double mx = 0, sum = 0;
+    for (double x : mo.device_load) mx = std::max(mx, x), sum += x;
+    Json j{{"experts", mo.experts}, {"experts_per_token", mo.experts_per_token}, {"shared_experts", mo.shared_experts},
+           {"moe_layers", mo.moe_layers}, {"active_parameters", mo.active_parameters}, {"expert_parallel", mo.expert_parallel},
+           {"dispatch", mo.dispatch}, {"routing", mo.routing}, {"redundant_experts", mo.redundant_experts},
+           {"device_load", mo.device_load},
+           {"device_load_max_over_mean", sum > 0 ? mx * static_cast<double>(mo.device_load.size()) / sum : 0.0}};
+    if (mo.alltoall_passes > 0) {
+      j["alltoalls"] = mo.alltoalls;
+      j["alltoall_ms_mean_per_iteration"] = static_cast<double>(mo.alltoall_ns) / 1e6 / static_cast<double>(mo.alltoall_passes);
+    }
+    m["moe"] = std::move(j);
+  }
   if (res.faults) {
     // Under failures: what the failures cost the requests, and how long replicas were out.
     int64_t in_flight = res.announced - res.completed;
@@ -381,7 +396,8 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
   // datasheet peak of the replica's GPUs) and the HBM bandwidth of the weight reads (each
   // iteration reads its GPU's weights once; KV-cache reads not counted, so a lower bound).
   const double gpus_per_replica = res.tensor_parallel * res.pipeline_parallel;
-  const double nonembed = res.model_parameters - res.model_embedding_parameters;
+  // An MoE model: the parameters one token passes through (its experts_per_token experts).
+  const double nonembed = (res.moe.experts > 0 ? res.moe.active_parameters : res.model_parameters) - res.model_embedding_parameters;
   const double model_flops = 2 * nonembed * static_cast<double>(in_tokens - cached_in + out_tokens);
   const double mfu = busy > 0 ? model_flops / (busy / 1e9 * gpus_per_replica * res.peak_bf16_flops) : 0.0;
   const double weight_Bps = busy > 0 ? static_cast<double>(iters) * res.weights_per_gpu / (busy / 1e9) : 0.0;
@@ -478,6 +494,20 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                         "of one iteration); {} stage hand-offs, {:.3f} ms each",
                         res.tp_allreduces, m["communication"]["tp_allreduce_ms_mean"].get<double>(), res.stage_handoffs,
                         m["communication"]["stage_handoff_ms_mean"].get<double>()));
+  if (m.contains("moe")) {
+    const Json& j = m["moe"];
+    std::string line = fmt::format("experts: {} of {} per token on {} MoE layers ({:.1f}B of {:.1f}B parameters active); {}; routing {}, "
+                                   "busiest device {:.2f}x the mean",
+                                   res.moe.experts_per_token, res.moe.experts, res.moe.moe_layers, res.moe.active_parameters / 1e9,
+                                   res.model_parameters / 1e9,
+                                   res.moe.expert_parallel ? fmt::format("expert parallel over {} devices, dispatch by {}", res.tensor_parallel, res.moe.dispatch)
+                                                           : std::string("each expert split over the tensor-parallel devices"),
+                                   res.moe.routing, j["device_load_max_over_mean"].get<double>());
+    if (j.contains("alltoalls"))
+      line += fmt::format("; {} dispatch/combine all-to-alls on the fabric, {:.3f} ms per iteration", res.moe.alltoalls,
+                          j["alltoall_ms_mean_per_iteration"].get<double>());
+    summary(line);
+  }
   if (res.autoscaled)
     summary(fmt::format("autoscaling ({}): {:.2f} replicas on average ({} to {}, at most {} at once), {:.3f} replica-hours; {} "
                         "scale-ups, {} scale-downs; {:.0f} s under-provisioned",

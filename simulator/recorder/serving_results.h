@@ -102,6 +102,19 @@ struct ServingResults {
   // Stages' communication on the fabric (tp > 1 or pp > 1 on a topology): their tensor-parallel
   // all-reduces and their hand-offs to the next stage, each from its start to its last flow's end.
   int64_t tp_allreduces = 0, tp_allreduce_ns = 0, stage_handoffs = 0, stage_handoff_ns = 0;
+  // A mixture-of-experts model (experts 0: dense): its shape, how the deployment places and
+  // reaches its experts, the routing model's device loads (max over mean of the token-expert
+  // assignments each device computes: the slowest device sets an MoE layer's time), and the
+  // dispatch/combine all-to-alls on the fabric (counted per MoE layer, timed per iteration).
+  struct Moe {
+    int experts = 0, experts_per_token = 0, shared_experts = 0, moe_layers = 0;
+    double active_parameters = 0;
+    bool expert_parallel = false;
+    std::string dispatch, routing;
+    int redundant_experts = 0;
+    std::vector<double> device_load;  // each device's share of the assignments (expert parallelism; one entry otherwise)
+    int64_t alltoalls = 0, alltoall_ns = 0, alltoall_passes = 0;
+  } moe;
   // The host tier of the KV cache (kv_host_cache_bytes 0: none): prefix claims served from HBM
   // and from host memory, and the bytes moved down, fetched back and dropped.
   double kv_host_cache_bytes = 0;

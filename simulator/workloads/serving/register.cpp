@@ -68,14 +68,40 @@ struct ServingKeys {
   Binding<ServingConfig::Autoscaling> autoscaling;
   Binding<PrefillSlicingConfig> slicing;
   Binding<LastMile> last_mile;
+  Binding<MoeOptions> moe;
 };
 
 static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, Schema& out, Schema& rec, Schema& slo, Schema& as,
-                                     bool short_form) {
+                                     Schema& moe, bool short_form) {
   using C = ServingConfig;
   using A = ServingConfig::Autoscaling;
   ServingKeys k{Binding<C>(dep), Binding<C>(out), Binding<C>(rec), Binding<C>(slo), Binding<A>(as), Binding<PrefillSlicingConfig>(slicing),
-                Binding<LastMile>(lm)};
+                Binding<LastMile>(lm), Binding<MoeOptions>(moe)};
+  using MO = MoeOptions;
+  k.moe.flag("expert_parallel", &MO::expert_parallel,
+             "experts spread whole over each stage's tensor-parallel devices, experts / tensor_parallel on each (expert "
+             "parallelism, EP = tensor_parallel, as vLLM's enable_expert_parallel); false: every expert split over them as "
+             "the dense MLP is")
+      .def("false");
+  k.moe.choice<bool>("dispatch", {{"allreduce", false}, {"alltoall", true}}, &MO::alltoall,
+                     "how tokens reach their experts under expert parallelism: allreduce (every device holds every token; "
+                     "the MLP's all-reduce combines the experts' outputs, vLLM's default) or alltoall (each device takes 1/tp "
+                     "of the tokens and sends each to its experts' devices and back: two all-to-alls per MoE layer, flows on "
+                     "a topology, in place of the MLP's all-reduce; DeepEP's kernels)")
+      .def("allreduce");
+  k.moe.choice<MO::Routing>("routing", {{"uniform", MO::Routing::Uniform}, {"zipf", MO::Routing::Zipf}}, &MO::routing,
+                            "the experts' share of the token-expert assignments: uniform, or zipf (expert i's share "
+                            "proportional to 1/(i+1)^zipf_s, the hottest placed together unless eplb)")
+      .def("uniform");
+  k.moe.real("zipf_s", &MO::zipf_s, "the Zipf exponent of routing: zipf (0: uniform)").def("1").range(0, 10);
+  k.moe.flag("eplb", &MO::eplb,
+             "expert-parallel load balancing (DeepSeek's EPLB): the hottest redundant_experts experts get a second copy, "
+             "and copies are placed hottest first on the least-loaded device")
+      .def("false");
+  k.moe.integer("redundant_experts", &MO::redundant_experts, "extra expert copies under eplb (experts + this must divide by "
+                "tensor_parallel)")
+      .def("0")
+      .range(0, 1e5);
   k.autoscaling.choice<A::Policy>("policy", {{"none", A::Policy::None}, {"queue", A::Policy::Queue}, {"concurrency", A::Policy::Concurrency},
                                    {"utilization", A::Policy::Utilization}},
                                   &A::policy,
@@ -208,12 +234,42 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
   return k;
 }
 
+// A mixture-of-experts deployment's checks, at their keys, before anything runs.
+static void check_moe(const ServingConfig& c, const Params& d) {
+  const MoeOptions& mo = c.moe;
+  const Params& ms = d.section("moe");
+  const ModelSpec& m = c.model;
+  if (!m.moe()) {
+    for (const char* k : {"expert_parallel", "dispatch", "routing", "eplb", "redundant_experts"})
+      if (ms.given(k)) ms.fail(k, fmt::format("{} is a dense model: it has no experts", m.name), "leave deployment.moe out, or an MoE model");
+    return;
+  }
+  if (mo.expert_parallel && m.experts % c.tensor_parallel != 0)
+    ms.fail("expert_parallel",
+            fmt::format("expert parallelism over tensor_parallel = {} devices does not divide the {} experts of {}", c.tensor_parallel,
+                        m.experts, m.name),
+            fmt::format("a tensor_parallel dividing {}, or expert_parallel: false", m.experts));
+  if (mo.alltoall && !mo.expert_parallel)
+    ms.fail("dispatch", "all-to-all dispatch moves tokens between the devices of expert parallelism, and it is off",
+            "allreduce, or expert_parallel: true");
+  if (mo.eplb && !mo.expert_parallel) ms.fail("eplb", "balances experts over the devices of expert parallelism, and it is off", "false, or expert_parallel: true");
+  if (mo.redundant_experts > 0 && !mo.eplb) ms.fail("redundant_experts", "copies are placed by eplb, and it is off", "0, or eplb: true");
+  if (mo.eplb && mo.redundant_experts > m.experts)
+    ms.fail("redundant_experts", fmt::format("more copies than the {} experts", m.experts), fmt::format("0 to {}", m.experts));
+  if (mo.eplb && (m.experts + mo.redundant_experts) % c.tensor_parallel != 0)
+    ms.fail("redundant_experts",
+            fmt::format("{} experts + {} copies do not divide over {} devices", m.experts, mo.redundant_experts, c.tensor_parallel),
+            fmt::format("a count making experts + copies a multiple of {}", c.tensor_parallel));
+  if (mo.zipf_s != 1 && mo.routing != MoeOptions::Routing::Zipf)
+    ms.fail("zipf_s", "only Zipf routing has an exponent", "routing: zipf, or leave it out");
+}
+
 // The bindings alone, to fill a config (the schemas they were declared on are thrown away;
 // a key the study's own schema lacks, such as nodes outside the short form, is not in its
 // parameters and leaves its field as it was).
 static const ServingKeys& serving_keys() {
-  static Schema dep, slicing, lm, out, rec, slo, as;
-  static const ServingKeys k = bind_serving_keys(dep, slicing, lm, out, rec, slo, as, true);
+  static Schema dep, slicing, lm, out, rec, slo, as, moe;
+  static const ServingKeys k = bind_serving_keys(dep, slicing, lm, out, rec, slo, as, moe, true);
   return k;
 }
 
@@ -227,6 +283,8 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   const ServingKeys& keys = serving_keys();
   keys.deployment.fill(d, c);
   keys.slicing.fill(d.section("prefill_slicing"), c.prefill_slicing);
+  keys.moe.fill(d.section("moe"), c.moe);
+  check_moe(c, d);
   keys.last_mile.fill(p.section("last_mile"), c.last_mile);
   keys.outputs.fill(p.section("outputs"), c);
   keys.recovery.fill(p.section("recovery"), c);
@@ -329,7 +387,10 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
   auto rec = std::make_shared<Schema>();
   auto slo = std::make_shared<Schema>();
   auto as = std::make_shared<Schema>();
-  bind_serving_keys(*dep, *slicing, *lm, *out, *rec, *slo, *as, short_form);
+  auto moe = std::make_shared<Schema>();
+  bind_serving_keys(*dep, *slicing, *lm, *out, *rec, *slo, *as, *moe, short_form);
+  dep->section("moe", moe, "a mixture-of-experts model's experts: expert parallelism, how tokens reach them, the routing model "
+               "(ignored for a dense model)");
   dep->section("prefill_slicing", slicing,
                "token-level pipelining of long prompts (pipeline_parallel > 1): an iteration that is one prompt's prefill runs "
                "as slices entering the stages one after another");

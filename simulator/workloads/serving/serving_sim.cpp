@@ -18,6 +18,7 @@ CostOptions cost_options(const ServingConfig& cfg) {
   CostOptions o;
   o.tensor_parallel = cfg.tensor_parallel;
   o.pipeline_parallel = cfg.pipeline_parallel;
+  o.moe = cfg.moe;
   o.tables_dir = cfg.tables_dir;
   o.tables_device = cfg.tables_device;
   o.allreduce_ns = cfg.allreduce_ns;

@@ -78,6 +78,7 @@ struct ServingConfig {
   HardwareSpec hardware;
   ModelSpec model;
   int replicas = 1, tensor_parallel = 1, pipeline_parallel = 1;
+  MoeOptions moe;  // a mixture-of-experts model's experts (deployment.moe)
   net::CollectiveKind tp_algorithm = net::CollectiveKind::AllReduceRing;  // on a fabric: ring, NVLS or auto
   int nodes = 1, gpus_per_node = 8;  // the short form's implicit cluster (a named topology or placement decides otherwise)
   double gpu_memory_utilization = 0.9;
@@ -355,6 +356,7 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
     int64_t comm_started_ns = 0;  // when its all-reduce or hand-off began (the communication metrics)
     double tokens = 0;
     std::unique_ptr<net::Collective> collective;
+    std::unique_ptr<net::Collective> alltoall;  // the MoE layers' dispatch and combine, after the all-reduces
   };
   struct InFlight {
     std::vector<Pass> passes;
@@ -378,6 +380,8 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   // Time stages spent in their tensor-parallel all-reduces and in their hand-offs to the next
   // stage (start to the last flow's end), and how many: the fabric's share of an iteration.
   int64_t tp_comm_ns_ = 0, tp_comm_count_ = 0, handoff_ns_ = 0, handoff_count_ = 0;
+  int64_t moe_a2a_ns_ = 0, moe_a2a_count_ = 0, moe_a2a_passes_ = 0;
+  void start_alltoall(int ri, int k);
 
   ServingConfig cfg_;
   Engine& engine_;

@@ -114,6 +114,24 @@ ServingResults ServingSim::results() const {
   }
   r.kv_transfers = kv_transfers_;
   r.kv_transfer_bytes = kv_transfer_bytes_;
+  if (c.model.moe()) {
+    auto& mo = r.moe;
+    mo.experts = c.model.experts;
+    mo.experts_per_token = c.model.experts_per_token;
+    mo.shared_experts = c.model.shared_experts;
+    mo.moe_layers = c.model.moe_layers_in(0, c.model.layers);
+    mo.active_parameters = c.model.active_parameters();
+    mo.expert_parallel = c.moe.expert_parallel && c.tensor_parallel > 1;
+    mo.dispatch = !mo.expert_parallel ? "none (every expert split over the tensor-parallel devices)"
+                  : c.moe.alltoall   ? "alltoall"
+                                     : "allreduce";
+    mo.routing = c.moe.routing == MoeOptions::Routing::Zipf ? fmt::format("zipf s={}", c.moe.zipf_s) : "uniform";
+    mo.redundant_experts = c.moe.eplb ? c.moe.redundant_experts : 0;
+    for (double x : cost_.expert_tokens_per_device(1.0)) mo.device_load.push_back(x / c.model.experts_per_token);
+    mo.alltoalls = moe_a2a_count_;
+    mo.alltoall_ns = moe_a2a_ns_;
+    mo.alltoall_passes = moe_a2a_passes_;
+  }
   r.tp_allreduces = tp_comm_count_;
   r.tp_allreduce_ns = tp_comm_ns_;
   r.stage_handoffs = handoff_count_;

@@ -50,7 +50,7 @@ void ServingSim::stage_compute_done(int ri, int k) {
     const auto& nodes = fabric_.stage_nodes[static_cast<size_t>(ri / pp_)][static_cast<size_t>(p.stage)];
     net::CollectiveOptions o;
     o.fused_ring_steps = true;
-    o.fused_count = 2 * cost_.stage_range(p.stage).count;
+    o.fused_count = cost_.tp_allreduce_count(p.stage);
     o.salt = static_cast<uint64_t>(ri);
     p.collective = std::make_unique<net::Collective>(*fabric_.flows, cfg_.tp_algorithm, nodes, allreduce_bytes, o);
     p.comm_started_ns = engine_.now().count_ns();
@@ -58,11 +58,35 @@ void ServingSim::stage_compute_done(int ri, int k) {
       if (ep != epoch_[static_cast<size_t>(ri)]) return;
       tp_comm_ns_ += e.now().count_ns() - inflight_[static_cast<size_t>(ri)].passes[static_cast<size_t>(k)].comm_started_ns;
       ++tp_comm_count_;
-      stage_comm_done(ri, k);
+      start_alltoall(ri, k);
     });
     return;
   }
-  stage_comm_done(ri, k);
+  start_alltoall(ri, k);
+}
+
+// An MoE model's dispatch and combine all-to-alls of the iteration's MoE layers, after its
+// all-reduces: one all-to-all whose pairs carry every layer's bytes (fused per iteration, as
+// the all-reduces are), each device sending its tokens' share to every other.
+void ServingSim::start_alltoall(int ri, int k) {
+  Pass& p = inflight_[static_cast<size_t>(ri)].passes[static_cast<size_t>(k)];
+  const double bytes = cost_.moe_alltoall_bytes(p.tokens, p.stage);
+  if (bytes <= 0) {
+    stage_comm_done(ri, k);
+    return;
+  }
+  const auto& nodes = fabric_.stage_nodes[static_cast<size_t>(ri / pp_)][static_cast<size_t>(p.stage)];
+  net::CollectiveOptions o;
+  o.salt = static_cast<uint64_t>(ri) + 0x5EED;
+  p.alltoall = std::make_unique<net::Collective>(*fabric_.flows, net::CollectiveKind::AllToAll, nodes, bytes, o);
+  const int64_t started = engine_.now().count_ns();
+  p.alltoall->start([this, ri, k, started, ep = epoch_[static_cast<size_t>(ri)]](Engine& e) {
+    if (ep != epoch_[static_cast<size_t>(ri)]) return;
+    moe_a2a_ns_ += e.now().count_ns() - started;
+    ++moe_a2a_passes_;
+    moe_a2a_count_ += cost_.moe_alltoall_count(inflight_[static_cast<size_t>(ri)].passes[static_cast<size_t>(k)].stage);
+    stage_comm_done(ri, k);
+  });
 }
 
 void ServingSim::stage_release(int r, int s) {

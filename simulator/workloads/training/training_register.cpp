@@ -165,6 +165,9 @@ SLUICE_REGISTER(workload, training_workload) {
             par_keys.fill(par, c);
             rec_keys.fill(p.section("recovery"), c);
             c.model = model_from_params(p.section("model"));
+            if (c.model.moe())  // the training costs (6 x parameters FLOPs, dense MLP passes) are a dense model's
+              p.fail("model", fmt::format("{} is a mixture of experts, and training does not yet model experts", c.model.name),
+                     "a dense model (MoE models are served: the serving workload)");
             c.hardware = world.hardware();
             check_training_shape(c, p, par);
             c.slicing = slicing_from_params(p.section("slicing"), sl_keys, c, par);
