@@ -49,7 +49,7 @@ workloads:
   std::printf("  flows            %10.0f (%.2f M flows/s wall)\n", w["flows"]["started"].get<double>(),
               w["flows"]["started"].get<double>() / wall / 1e6);
   std::printf("  all-to-alls      %10.0f (per MoE layer; %.3f ms of them per iteration)\n", s["moe"]["alltoalls"].get<double>(),
-              s["moe"]["alltoall_ms_mean_per_iteration"].get<double>());
+              s["moe"]["alltoall_ms_mean"].get<double>());
   std::printf("  simulated        %10.1f s; TPOT mean %.2f ms, TTFT p50 %.2f ms, %.0f output tok/s\n", s["simulated_s"].get<double>(),
               s["latency_ms"]["tpot"]["mean"].get<double>(), s["latency_ms"]["ttft"]["p50"].get<double>(),
               s["throughput"]["output_tokens_per_s"].get<double>());

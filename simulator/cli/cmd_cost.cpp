@@ -28,7 +28,7 @@ struct CostArgs {
   long context = -1, prefill = 0, tokens = 0;
   bool json = false, loo = false, fused = false;
   bool expert_parallel = false;
-  std::string dispatch = "allreduce";
+  std::string dispatch = "allreduce", precision = "bf16", kv_cache_dtype = "auto";
 };
 
 const Origin kCommandLine{"command line", 0, 0};
@@ -157,7 +157,7 @@ int run_cost(const CostArgs& a) {
     throw ConfigError(kCommandLine, "--tokens", std::to_string(a.tokens), fmt::format("{} is not a diffusion transformer", a.model),
                       fmt::format("a model from models/dit/ ({})", fmt::join(catalog_names("models/dit"), ", ")));
   const HardwareSpec hw = load_hardware(a.hardware, kCommandLine);
-  const ModelSpec m = load_model(a.model, kCommandLine);
+  ModelSpec m = load_model(a.model, kCommandLine);
   CostOptions opt;
   opt.tensor_parallel = a.tp;
   opt.pipeline_parallel = a.pp;
@@ -177,6 +177,20 @@ int run_cost(const CostArgs& a) {
       throw ConfigError(kCommandLine, "--tp", std::to_string(a.tp),
                         fmt::format("expert parallelism over {} devices does not divide the {} experts", a.tp, m.experts),
                         fmt::format("a divisor of {}", m.experts));
+  }
+  {
+    const std::vector<std::pair<std::string, Precision>> names = {
+        {"bf16", Precision::BF16}, {"fp8", Precision::FP8}, {"fp4", Precision::FP4}, {"w4a16", Precision::W4A16}};
+    bool found = false;
+    for (const auto& [n, p] : names)
+      if (n == a.precision) m.weights = p, found = true;
+    if (!found) throw ConfigError(kCommandLine, "--precision", a.precision, "not a precision", "bf16, fp8, fp4 or w4a16");
+    if (!hw.supports(m.weights))
+      throw ConfigError(kCommandLine, "--precision", a.precision, fmt::format("{} has no {} tensor cores", hw.name, a.precision),
+                        fmt::format("one it runs: {}", hw.precisions()));
+    if (a.kv_cache_dtype != "auto" && a.kv_cache_dtype != "fp8")
+      throw ConfigError(kCommandLine, "--kv-cache-dtype", a.kv_cache_dtype, "not a KV cache type", "auto or fp8");
+    m.kv_fp8 = a.kv_cache_dtype == "fp8";
   }
   opt.moe.expert_parallel = a.expert_parallel;
   opt.moe.alltoall = a.dispatch == "alltoall";
@@ -347,6 +361,9 @@ void add_cost(CLI::App& app, CliContext& ctx) {
                   "auto (default: the device's measured tables, else derived from its derive_tables_from, else the "
                   "roofline), 'derived', 'none' for the roofline alone, or a folder of measured CSV tables");
   cmd->add_flag("--json", a->json, "machine-readable output");
+  cmd->add_option("--precision", a->precision,
+                  "the decoder layers' weights and GEMMs: bf16 (default), fp8, fp4 or w4a16 (weight-only INT4)");
+  cmd->add_option("--kv-cache-dtype", a->kv_cache_dtype, "auto (the model's dtype; default) or fp8");
   cmd->add_flag("--expert-parallel", a->expert_parallel,
                 "an MoE model's experts spread whole over the --tp devices (expert parallelism), not each split over them");
   cmd->add_option("--dispatch", a->dispatch,

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "config/node.h"
 #include "config/schema.h"
+#include "hardware/spec.h"
 
 namespace sluice::cli {
 
@@ -20,8 +21,8 @@ struct Catalog {
 
 const std::vector<Catalog>& catalogs() {
   static const std::vector<Catalog> all = {
-      {"hardware", "models/hardware", {"kind", "peak_bf16", "hbm_capacity", "hbm_bandwidth", "price_usd"}},
-      {"model", "models/llm", {"layers", "hidden", "heads", "kv_heads", "head_dim", "max_context"}},
+      {"hardware", "models/hardware", {"kind", "peak_bf16", "peak_fp8", "peak_fp4", "hbm_capacity", "hbm_bandwidth", "price_usd"}},
+      {"model", "models/llm", {"layers", "hidden", "heads", "kv_heads", "head_dim", "max_context", "experts", "experts_per_token"}},
       {"topology", "topologies", {"kind", "description"}},
   };
   return all;
@@ -71,11 +72,13 @@ std::optional<int> list_catalog(const std::string& kind_in, const std::string& n
   std::cout << fmt::format("{} catalog ({}/): a scenario names an entry, e.g. {}: {}\n", kind, cat->folder, kind, names.empty() ? "" : names.front());
   std::string head = fmt::format("  {:<20}", "name");
   for (const auto& c : cat->columns) head += fmt::format(" {:<14}", c);
+  if (kind == "hardware") head += " precisions (deployment.precision)";
   std::cout << head << "\n";
   for (const auto& n : names) {
     const Node e = load_yaml_file((root / (n + ".yaml")).string());
     std::string line = fmt::format("  {:<20}", n);
     for (const auto& c : cat->columns) line += fmt::format(" {:<14}", field(e, c));
+    if (kind == "hardware") line += " " + load_hardware(n).precisions();
     while (!line.empty() && line.back() == ' ') line.pop_back();
     std::cout << line << "\n";
   }

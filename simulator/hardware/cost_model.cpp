@@ -138,7 +138,7 @@ double CostModel::tp_allreduce_bytes(double tokens) const {
   // an MoE layer whose tokens move by all-to-all.
   const Impl& im = *impl_;
   if (im.tp <= 1) return 0.0;
-  const int moe = im.a2a ? im.m.moe_layers_in(im.m.layers - im.layers_stage, im.layers_stage) : 0;
+  const int moe = im.moe_ar_saved(im.m.layers - im.layers_stage, im.layers_stage);
   return (2.0 * im.layers_stage - moe) * tokens * im.hidden * im.b;
 }
 
@@ -148,7 +148,7 @@ double CostModel::tp_allreduce_bytes(double tokens, int stage) const {
 
 int CostModel::tp_allreduce_count(int stage) const {
   const LayerRange r = stage_range(stage);
-  return 2 * r.count - (impl_->a2a ? impl_->m.moe_layers_in(r.first, r.count) : 0);
+  return 2 * r.count - impl_->moe_ar_saved(r.first, r.count);
 }
 
 int CostModel::moe_alltoall_count(int stage) const {
@@ -195,7 +195,10 @@ BatchTotals batch_totals(std::span<const SeqWork> batch) {
 IterationCost CostModel::iteration(std::span<const SeqWork> batch) const {
   const Impl& im = *impl_;
   const Impl::Span& sp = im.spans[0];
-  return range_iteration(batch, LayerRange{0, static_cast<int>(sp.L), sp.embed, sp.head, sp.send});
+  // The costed stage is the last one's layer count: its layers are the model's last (an MoE
+  // model's dense layers come first).
+  const int L = static_cast<int>(sp.L);
+  return range_iteration(batch, LayerRange{impl_->m.layers - L, L, sp.embed, sp.head, sp.send});
 }
 
 IterationCost CostModel::stage_iteration(std::span<const SeqWork> batch, int stage) const {
@@ -278,7 +281,7 @@ IterationCost CostModel::sliced_prefill(int batch, long tokens, int slices) cons
     throw std::invalid_argument(fmt::format("{} tokens do not cut into {} equal slices", tokens, slices));
   const long s = tokens / slices;
   const Impl::Span& sp = impl_->spans[0];
-  const LayerRange costed{0, static_cast<int>(sp.L), sp.embed, sp.head, sp.send};
+  const LayerRange costed{impl_->m.layers - static_cast<int>(sp.L), static_cast<int>(sp.L), sp.embed, sp.head, sp.send};
   IterationCost it;
   for (int k = 0; k < slices; ++k) {
     const IterationCost one = slice(batch, s, k * s, costed);

@@ -29,7 +29,7 @@ using costtab::Estimate;
 
 enum class Op : uint8_t {
   Embed, Qkv, O, GateUp, Down, AttnPrefill, AttnDecode, AttnLayout, KvWrite, Norm, Rope, RopeAngles, Act, Residual,
-  FinalNorm, LmHead, Argmax, Sampling, AllReduce, AllGather, PpSend, Glue, Router, TopK, Experts, SharedGateUp, SharedDown, AllToAll,
+  FinalNorm, LmHead, Argmax, Sampling, AllReduce, AllGather, PpSend, Glue, Router, TopK, Experts, SharedGateUp, SharedDown, AllToAll, Quant,
   Count
 };
 enum class Src : uint8_t { Table, Scaled, Roofline, Analytic, Network, Fitted };
@@ -128,6 +128,13 @@ struct CostModel::Impl {
   std::vector<LayerRange> ranges;
   std::vector<std::unique_ptr<std::atomic<double>[]>> span_cache;  // dense parts per span, by M
   double H = 0, KV = 0, hd = 0, hidden = 0, ffn = 0, vocab = 0, b = 2;
+  // Precision (ModelSpec::weights, kv_fp8): bytes of a weight, of a GEMM input row element and of
+  // a KV element, and the ceilings its GEMMs run at (ceil itself for bf16).
+  Precision prec = Precision::BF16;
+  double wb = 2, ab = 2, kvb = 2;
+  bool kv8 = false;
+  bool moved_decode = false;  // derived || kv8: the decode attention part needs its FLOPs and bytes
+  Ceilings pceil;
 
   std::optional<costtab::GemmTable> gemm;
   std::optional<costtab::DecodeTable> decode;
@@ -203,16 +210,27 @@ struct CostModel::Impl {
     b = m.dtype_bytes;
     ceil = Ceilings{hw.effective_flops(), hw.effective_bandwidth_Bps()};
     impl = opt.fused_elementwise ? Implementation::Fused : opt.implementation;
+    prec = m.weights;
+    if (!hw.supports(prec))
+      throw std::invalid_argument(fmt::format("{} has no {} tensor cores (it runs {})", hw.name, precision_name(prec), hw.precisions()));
+    wb = weight_bytes_per_element(prec, m.dtype_bytes);
+    ab = prec == Precision::FP8 ? 1.0 : prec == Precision::FP4 ? wb : b;
+    kv8 = m.kv_fp8;
+    kvb = m.kv_element_bytes();
+    moved_decode = kv8;  // and derived, below
     knl = hw.kernel_launch_ns > 0 ? hw.kernel_launch_ns : opt.kernel_floor_ns;
     knl_target = knl;
     if (opt.tables_device && !opt.tables_dir.empty()) {
       const HardwareSpec& src = *opt.tables_device;
       derived = true;
+      moved_decode = true;
       target = ceil;
       ceil = Ceilings{src.effective_flops(), src.effective_bandwidth_Bps()};
       knl = src.kernel_launch_ns > 0 ? src.kernel_launch_ns : opt.kernel_floor_ns;
     }
 
+    // The precision's GEMM ceiling, moved with ceil (the tables device's under derived tables).
+    pceil = Ceilings{ceil.flops * hw.effective_flops(prec) / hw.effective_flops(), ceil.bytes_per_s};
     qkv = {hidden, (H + 2 * KV) * hd};
     o = {H * hd, hidden};
     up = {hidden, (m.gated_ffn ? 2 : 1) * ffn};
@@ -240,6 +258,13 @@ struct CostModel::Impl {
   double eF = 0;  // one expert's inner width on a device
   bool ep = false, a2a = false;
   std::vector<std::vector<double>> dev_share;
+  // All-to-all dispatch: the devices a token's k experts are on, in expectation (a token is sent
+  // once to each, not once per expert): sum over devices of 1 - (1 - its share)^k, each of the
+  // k picks taken as independent.
+  double a2a_dest = 0;
+  // MLP all-reduces an MoE layer saves under all-to-all dispatch: the routed experts' outputs come
+  // back by the combine; shared experts split over the tensor-parallel devices still need one.
+  int moe_ar_saved(int first, int count) const { return a2a && m.shared_experts == 0 ? m.moe_layers_in(first, count) : 0; }
 
   void plan_experts() {
     const MoeOptions& mo = opt.moe;
@@ -262,6 +287,19 @@ struct CostModel::Impl {
       double z = 0;
       for (int e = 0; e < E; ++e) z += p[static_cast<size_t>(e)] = std::pow(e + 1.0, -mo.zipf_s);
       for (double& x : p) x /= z;
+      // A token goes to k distinct experts, so no expert gets more than 1/k of the assignments
+      // (all M tokens): a share above it is capped and its excess spread over the others in
+      // proportion to theirs, until none is over.
+      const double cap = 1.0 / m.experts_per_token;
+      for (int round = 0; round < E; ++round) {
+        double excess = 0, free = 0;  // above the cap; the shares below it
+        for (double x : p) {
+          if (x > cap) excess += x - cap;
+          else if (x < cap) free += x;
+        }
+        if (excess <= 1e-15 || free <= 0) break;
+        for (double& x : p) x = x >= cap ? cap : x * (1 + excess / free);
+      }
     }
     const int ndev = ep ? tp : 1;
     dev_share.assign(static_cast<size_t>(ndev), {});
@@ -271,12 +309,22 @@ struct CostModel::Impl {
     }
     if (!mo.eplb) {  // experts in order, E / tp per device
       for (int e = 0; e < E; ++e) dev_share[static_cast<size_t>(e / (E / tp))].push_back(p[static_cast<size_t>(e)]);
-      return;
+    } else {
+      place_eplb(p);
     }
+    for (const auto& sh : dev_share) {
+      double d = 0;
+      for (double q : sh) d += q;
+      a2a_dest += 1 - std::pow(1 - std::min(1.0, d), m.experts_per_token);
+    }
+  }
+
+  void place_eplb(const std::vector<double>& p) {
+    const int E = m.experts;
     // EPLB: the hottest experts copied (each copy half the load), then every copy, hottest
     // first, on the least-loaded device that has a slot left (slots: (E + r) / tp each).
     std::vector<std::pair<double, int>> copies;  // (share, expert)
-    const int r = std::min(mo.redundant_experts, E);
+    const int r = std::min(opt.moe.redundant_experts, E);
     for (int e = 0; e < E; ++e) {
       const int n = e < r ? 2 : 1;  // zipf and uniform: expert e is the (e+1)-th hottest
       for (int c = 0; c < n; ++c) copies.push_back({p[static_cast<size_t>(e)] / n, e});
@@ -305,10 +353,12 @@ struct CostModel::Impl {
       tok += std::min(M, M * k * q);
       w += 1 - std::pow(1 - kq, M);
     }
-    const double f_up = 2 * tok * h * 2 * eF, b_up = b * (w * h * 2 * eF + tok * (h + 2 * eF));
-    const double f_dn = 2 * tok * eF * h, b_dn = b * (w * eF * h + tok * (eF + h));
+    // Weights at wb bytes, input rows at ab (quantized), outputs in dtype; FLOPs at the precision.
+    const double f_up = 2 * tok * h * 2 * eF, b_up = wb * w * h * 2 * eF + tok * (ab * h + b * 2 * eF);
+    const double f_dn = 2 * tok * eF * h, b_dn = wb * w * eF * h + tok * (ab * eF + b * h);
     const double act = tok * 3 * eF * b;  // SiLU(gate) * up over each assignment's row
-    const double ns = in_step(roof(f_up, b_up), f_up, b_up) + in_step(roof(f_dn, b_dn), f_dn, b_dn) + kernel(act, act / b * 4);
+    auto grouped = [&](double f, double by) { return in_step_at(std::max(costtab::roof_ns(f, by, pceil), knl), f, by, pceil); };
+    const double ns = grouped(f_up, b_up) + grouped(f_dn, b_dn) + kernel(act, act / b * 4);
     return {Op::Experts, Src::Roofline, File::None, ns, f_up + f_dn, b_up + b_dn + act, 3};
   }
 
@@ -324,7 +374,7 @@ struct CostModel::Impl {
 
   // Bytes one device's tokens send to their experts in one dispatch (the same come back in the
   // combine): its 1/tp of the M tokens, k hidden states each.
-  double a2a_bytes(double M) const { return M / tp * m.experts_per_token * hidden * b; }
+  double a2a_bytes(double M) const { return M / tp * a2a_dest * hidden * b; }
 
   // The MoE block of one layer in place of the dense MLP: the router (a GEMM to the expert
   // logits and its top-k), the shared experts, the routed experts, and, with all-to-all
@@ -334,8 +384,8 @@ struct CostModel::Impl {
     layer(gemm_part(Op::Router, router, M));
     layer(kernels_part(Op::TopK, 1, M * m.experts * 4 * 2));  // softmax + top-k over the fp32 logits
     if (m.shared_experts > 0) {
-      layer(gemm_part(Op::SharedGateUp, sh_up, M));
-      layer(gemm_part(Op::SharedDown, sh_down, M));
+      layer(layer_gemm(Op::SharedGateUp, sh_up, M));
+      layer(layer_gemm(Op::SharedDown, sh_down, M));
       layer(kernels_part(Op::Act, 1, M * 3 * sh_down.K * b));
     }
     layer(experts_part(M));
@@ -418,6 +468,12 @@ struct CostModel::Impl {
   double in_step(double ns, double flops, double bytes) const {
     return ns * (1 + (1 / hw.sustained_clock - 1) * compute_share(flops, bytes));
   }
+  // The same against other ceilings (a precision's).
+  double in_step_at(double ns, double flops, double bytes, const Ceilings& c) const {
+    const double r = costtab::roof_ns(flops, bytes, c);
+    const double share = r > 0 ? costtab::roof_ns(flops, 0, c) / r : 0;
+    return ns * (1 + (1 / hw.sustained_clock - 1) * share);
+  }
 
   // Derived tables: a part costed on the tables device, moved to this one. Its launch floors
   // become this device's; the rest scales by the ratio of the two rooflines of its FLOPs and
@@ -452,6 +508,33 @@ struct CostModel::Impl {
       return {id, e.scaled ? Src::Scaled : Src::Table, File::Gemm, in_step(e.ns, flops, bytes), flops, bytes};
     }
     return {id, Src::Roofline, File::None, in_step(roof(flops, bytes), flops, bytes), flops, bytes};
+  }
+
+  // A decoder layer's GEMM at the deployment's precision: the bf16 kernel (table or roofline)
+  // moved by the ratio of its two rooflines (the weights at wb bytes, the input rows at ab, the
+  // FLOPs at the precision's ceiling), its launch floor kept. bf16: the kernel as it is.
+  Part layer_gemm(Op id, const GemmPlan& g, double M) const {
+    Part p = gemm_part(id, g, M);
+    if (prec == Precision::BF16) return p;
+    const double bytes = ab * M * g.K + wb * g.K * g.N + b * M * g.N;
+    const double r0 = costtab::roof_ns(p.flops, p.bytes, ceil), r1 = costtab::roof_ns(p.flops, bytes, pceil);
+    if (p.src == Src::Roofline) {  // the roofline itself at the precision's ceilings
+      p.ns = in_step_at(std::max(r1, knl), p.flops, bytes, pceil);
+    } else {
+      const double floors = p.kernels * knl;
+      p.ns = floors + std::max(0.0, p.ns - floors) * (r0 > 0 ? r1 / r0 : 1);
+    }
+    p.bytes = bytes;
+    return p;
+  }
+
+  // W8A8 and FP4: each GEMM's input rows quantized per token (read in dtype, written at ab): four
+  // kernels a layer, two where the implementation fuses the quantization into its norms (fused).
+  // Every input is taken at the hidden width.
+  template <class Layer>
+  void quant_parts(double M, Layer& layer) const {
+    if (prec != Precision::FP8 && prec != Precision::FP4) return;
+    layer(kernels_part(Op::Quant, impl == Implementation::Fused ? 2 : 4, M * hidden * (b + ab)));
   }
 
   // `calls` calls of a measured elementwise op over `tokens` rows moving `bpt` bytes per row;
@@ -513,7 +596,7 @@ struct CostModel::Impl {
   //   fused: fused add+RMSNorm x2, one rotary kernel over q and k, one SiLU*mul, one cache write.
   template <class Layer>
   void layer_elementwise(double M, Layer& layer, bool act = true) const {
-    const double kv_row = KV * hd * b;  // one token's k (or v) on this device
+    const double kv_row = KV * hd * kvb;  // one token's k (or v) on this device, as the cache holds it
     if (impl == Implementation::Fused) {
       layer(fused_part(Op::Norm, M, 4 * hidden * b, 2));  // reads x and residual, writes both
       if (!m.learned_positions) layer(fused_part(Op::Rope, M, 2 * (H + KV) * hd * b, 1));
@@ -583,12 +666,13 @@ struct CostModel::Impl {
     auto layer = times(L);
     auto dense = times(Ld);
     auto moe = times(Lm);
-    layer(gemm_part(Op::Qkv, qkv, M));
-    layer(gemm_part(Op::O, o, M));
+    layer(layer_gemm(Op::Qkv, qkv, M));
+    layer(layer_gemm(Op::O, o, M));
     if (Ld > 0) {
-      dense(gemm_part(Op::GateUp, up, M));
-      dense(gemm_part(Op::Down, down, M));
+      dense(layer_gemm(Op::GateUp, up, M));
+      dense(layer_gemm(Op::Down, down, M));
     }
+    quant_parts(M, layer);
     if (Lm > 0) moe_parts(M, moe);
     if (Lm == 0) {
       layer_elementwise(M, layer);
@@ -599,7 +683,7 @@ struct CostModel::Impl {
     if (tp > 1) {
       // Two all-reduces a layer (after attention, after the MLP); one on an MoE layer whose
       // tokens move by all-to-all.
-      const double bytes = M * hidden * b, n = 2 * L - (a2a ? Lm : 0);
+      const double bytes = M * hidden * b, n = 2 * L - (a2a && m.shared_experts == 0 ? Lm : 0);
       auto ar = times(n);
       if (opt.comm_on_fabric)
         ar(Part{Op::AllReduce, Src::Network, File::None, 0, M * hidden, bytes, 1});
@@ -784,12 +868,20 @@ struct CostModel::Impl {
         t = t > g.min_ns ? t : g.min_ns;
         src = out ? Src::Scaled : Src::Table;
         file = File::Decode;
-        if (!kDetail && derived)  // derive() moves the part by its FLOPs and bytes: the hot path needs them too
+        if (!kDetail && moved_decode)  // derive() and an FP8 cache move the part by its FLOPs and bytes
           for (const SeqWork& s : batch)
             if (s.new_tokens == 1) lsum += s.context + 1;
-        if (kDetail || derived) {
+        if (kDetail || moved_decode) {
           flops = 4 * hd * H * lsum;
           bytes = b * hd * (2 * KV * lsum + 2 * H * static_cast<double>(nd));
+        }
+        if (kv8) [[unlikely]] {
+          // The tables time a bf16 cache: an FP8 one reads half the keys' bytes (the ratio of the
+          // two rooflines; the dequantization rides in the kernel).
+          const double b8 = hd * (kvb * 2 * KV * lsum + b * 2 * H * static_cast<double>(nd));
+          const double r0 = costtab::roof_ns(flops, bytes, ceil);
+          if (r0 > 0) t *= costtab::roof_ns(flops, b8, ceil) / r0;
+          bytes = b8;
         }
       } else {
         // The keys read, summed as integers: the same value as a double sum (exact below 2^53)
@@ -799,7 +891,7 @@ struct CostModel::Impl {
           if (s.new_tokens == 1) keys += s.context + 1;
         const double lsum = static_cast<double>(keys);
         flops = 4 * hd * H * lsum;
-        bytes = b * hd * (2 * KV * lsum + 2 * H * static_cast<double>(nd));
+        bytes = hd * (kvb * 2 * KV * lsum + b * 2 * H * static_cast<double>(nd));
         t = roof(flops, bytes);
       }
       sink(Part{Op::AttnDecode, src, file, t * L, flops * L, bytes * L, L});
@@ -887,6 +979,7 @@ struct CostModel::Impl {
       case Op::Glue: return "glue";
       case Op::Router: return "moe.router";
       case Op::TopK: return "moe.topk";
+      case Op::Quant: return "quantize";
       case Op::Experts: return "moe.experts";
       case Op::SharedGateUp: return "moe.shared_gate_up";
       case Op::SharedDown: return "moe.shared_down";

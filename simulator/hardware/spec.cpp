@@ -21,6 +21,45 @@ double HardwareSpec::effective_flops() const {
   return measured_gemm_flops > 0 ? measured_gemm_flops : flops_derate * peak_bf16_flops;
 }
 
+double HardwareSpec::effective_flops(Precision p) const {
+  const double bf16 = effective_flops();
+  switch (p) {
+    case Precision::BF16:
+    case Precision::W4A16: return bf16;
+    case Precision::FP8: return peak_bf16_flops > 0 ? bf16 * peak_fp8_flops / peak_bf16_flops : 0;
+    case Precision::FP4: return peak_bf16_flops > 0 ? bf16 * peak_fp4_flops / peak_bf16_flops : 0;
+  }
+  return 0;
+}
+
+std::string HardwareSpec::precisions() const {
+  std::string out = "bf16";
+  if (supports(Precision::FP8)) out += ", fp8";
+  if (supports(Precision::FP4)) out += ", fp4";
+  if (kind == "gpu") out += ", w4a16";
+  return out;
+}
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::BF16: return "bf16";
+    case Precision::FP8: return "fp8";
+    case Precision::FP4: return "fp4";
+    case Precision::W4A16: return "w4a16";
+  }
+  return "?";
+}
+
+double weight_bytes_per_element(Precision p, int dtype_bytes) {
+  switch (p) {
+    case Precision::BF16: return dtype_bytes;
+    case Precision::FP8: return 1.0;
+    case Precision::FP4: return 0.5 + 1.0 / 16;    // a 4-bit value, and an FP8 scale per 16
+    case Precision::W4A16: return 0.5 + 2.0 / 128;  // a 4-bit value, and a bf16 scale per 128
+  }
+  return dtype_bytes;
+}
+
 double HardwareSpec::effective_bandwidth_Bps() const {
   return measured_copy_Bps > 0 ? measured_copy_Bps : bandwidth_derate * hbm_bandwidth_Bps;
 }
@@ -46,6 +85,13 @@ const Bound<HardwareSpec>& hardware_binding() {
     h.text("name", &H::name, "device name as reports print it").def("");
     h.choice("kind", {"gpu", "tpu", "cpu"}, &H::kind, "what the device is");
     h.quantity("peak_bf16", UnitKind::FlopRate, &H::peak_bf16_flops, "datasheet dense bf16 rate, e.g. 989TFLOP/s").positive();
+    h.quantity("peak_fp8", UnitKind::FlopRate, &H::peak_fp8_flops,
+               "datasheet dense FP8 rate, e.g. 1979TFLOP/s (0: no FP8 tensor cores; deployment.precision fp8 is refused)")
+        .def("0FLOP/s")
+        .nonneg();
+    h.quantity("peak_fp4", UnitKind::FlopRate, &H::peak_fp4_flops, "datasheet dense FP4 rate (0: none; Blackwell has it)")
+        .def("0FLOP/s")
+        .nonneg();
     h.quantity("hbm_capacity", UnitKind::Bytes, &H::hbm_physical_bytes,
                "device memory as nvidia-smi shows it, in exact binary units (a datasheet's \"80 GB\" is 80GiB); host "
                "DRAM for a cpu")
@@ -256,15 +302,20 @@ double ModelSpec::parameters() const {
   return total;
 }
 
-double ModelSpec::weight_bytes() const { return parameters() * dtype_bytes; }
+double ModelSpec::weight_bytes() const {
+  if (weights == Precision::BF16) return parameters() * dtype_bytes;
+  // The embedding (and an untied LM head) stay in dtype; the decoder layers at the precision.
+  const double outer = static_cast<double>(vocab) * hidden * (tied_embeddings ? 1 : 2);
+  return (parameters() - outer) * weight_bytes_per_element(weights, dtype_bytes) + outer * dtype_bytes;
+}
 
 double ModelSpec::kv_bytes_per_token() const {
-  return 2.0 * layers * kv_heads * head_dim * dtype_bytes;
+  return 2.0 * layers * kv_heads * head_dim * kv_element_bytes();
 }
 
 double ModelSpec::kv_bytes_per_token_per_gpu(int tp, int pp) const {
   const int stage_layers = (layers + pp - 1) / pp;
-  return 2.0 * stage_layers * std::max(1, kv_heads / tp) * head_dim * dtype_bytes;
+  return 2.0 * stage_layers * std::max(1, kv_heads / tp) * head_dim * kv_element_bytes();
 }
 
 // An estimate of the transient memory of one inference forward pass over `tokens` tokens
@@ -281,7 +332,11 @@ double ModelSpec::activation_bytes(long tokens) const {
   const double q = static_cast<double>(heads) * head_dim, kv = static_cast<double>(kv_heads) * head_dim;
   const double residual = t * hidden * b;
   const double attention = t * (hidden + q + 2 * kv + q) * b;
-  const double mlp = t * (hidden + (gated_ffn ? 2.0 : 1.0) * ffn + ffn) * b;
+  double mlp = t * (hidden + (gated_ffn ? 2.0 : 1.0) * ffn + ffn) * b;
+  if (experts > 0) {  // an MoE layer: each token's rows through its k routed experts and the shared ones
+    const double moe = t * (hidden + 3.0 * (experts_per_token + shared_experts) * expert_ffn) * b;
+    mlp = dense_layers > 0 ? std::max(mlp, moe) : moe;
+  }
   const double logits = t * static_cast<double>(vocab) * 4.0;
   return residual + std::max({attention, mlp, logits});
 }

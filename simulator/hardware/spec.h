@@ -8,12 +8,26 @@
 
 namespace sluice {
 
+// The number format a deployment runs its decoder layers' GEMMs and weights in:
+//   bf16   weights and GEMM inputs in bf16 (or fp16) at the bf16 tensor-core rate
+//   fp8    weights and GEMM inputs in FP8 E4M3 (W8A8, per-token activation scales) at the FP8 rate
+//   fp4    NVFP4: 4-bit values with an FP8 scale per 16 (4.5 bits a weight) at the FP4 rate
+//   w4a16  weight-only INT4 (AWQ/GPTQ, a bf16 scale per 128): weights 4.125 bits, dequantized
+//          inside the GEMM, which runs at the bf16 rate
+// The embedding and the LM head stay in the model's dtype, as FP8 and FP4 checkpoints keep them.
+enum class Precision { BF16, FP8, FP4, W4A16 };
+const char* precision_name(Precision p);
+// Bytes one weight takes in memory and traffic (bf16: the model's dtype).
+double weight_bytes_per_element(Precision p, int dtype_bytes);
+
 // One accelerator or host CPU (models/hardware/<name>.yaml).
 struct HardwareSpec {
   std::string name;
   std::string catalog;                // the catalog entry it was loaded from (models/hardware/<catalog>.yaml), "" if inline
   std::string kind;                   // gpu | tpu | cpu
   double peak_bf16_flops = 0;         // FLOP/s, datasheet dense bf16
+  double peak_fp8_flops = 0;          // FLOP/s, datasheet dense FP8 (0: the device has no FP8 tensor cores)
+  double peak_fp4_flops = 0;          // FLOP/s, datasheet dense FP4 (0: none)
   double hbm_bytes = 0;               // device memory the runtime reports as its total (what frameworks plan with)
   double hbm_physical_bytes = 0;      // device memory as nvidia-smi shows it (vendors' "GB" are GiB)
   double hbm_bandwidth_Bps = 0;       // datasheet memory bandwidth
@@ -48,6 +62,12 @@ struct HardwareSpec {
   double interconnect_link_Bps = 0;   // one link, one direction
   // Ceilings the roofline uses: measured where known, else the datasheet derated.
   double effective_flops() const;
+  // The GEMM ceiling at a precision: its datasheet peak derated as bf16 is (measured or not);
+  // 0 where the device does not run it. Weight-only INT4 computes in bf16.
+  double effective_flops(Precision p) const;
+  bool supports(Precision p) const { return p == Precision::W4A16 ? kind == "gpu" : effective_flops(p) > 0; }
+  // "bf16, fp8, fp4, w4a16": what it runs.
+  std::string precisions() const;
   double effective_bandwidth_Bps() const;
   // Fraction of the effective FLOP ceiling causal attention over `tokens` queries reaches.
   double attention_efficiency(double tokens) const;
@@ -65,6 +85,11 @@ struct ModelSpec {
   bool linear_bias = false;        // every linear layer has a bias (GPT-3)
   bool layernorm = false;          // LayerNorm (weight + bias) instead of RMSNorm
   bool learned_positions = false;  // a learned position table of max_context rows instead of RoPE
+  // How a deployment stores it (set by the deployment, not the model file): the decoder layers'
+  // weights and GEMMs, and the KV cache in FP8 (one byte an element) or in dtype.
+  Precision weights = Precision::BF16;
+  bool kv_fp8 = false;
+  double kv_element_bytes() const { return kv_fp8 ? 1.0 : dtype_bytes; }
   // Mixture of experts (0 experts: a dense model). Every layer from `dense_layers` on replaces
   // its MLP by a router over `experts` routed experts, each token going to `experts_per_token`
   // of them, plus `shared_experts` that every token passes through; an expert is a gated MLP of

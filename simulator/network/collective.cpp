@@ -465,6 +465,14 @@ void Collective::start_op(size_t oi) {
       for (int i = 0; i < n; ++i) send(oi, i, (i + 1) % n, o.chunk_bytes, 0, 0);
       break;
     case Op::AllToAll:
+      if (opt_.fused_count > 1) {
+        // Standing for fused_count all-to-alls one after another: the later ones' route
+        // latencies, paid after the last byte (the longest route from the first device).
+        int64_t lat = 0;
+        for (int j = 1; j < n; ++j)
+          lat = std::max(lat, sim_.router().latency_ns(sim_.router().route(o.dev[0], o.dev[static_cast<size_t>(j)], route_hash(opt_.salt, 0, 0))));
+        o.tail_latency_ns = lat * (static_cast<int64_t>(opt_.fused_count) - 1);
+      }
       for (int i = 0; i < n; ++i)
         for (int j = 0; j < n; ++j)
           if (i != j)
@@ -560,10 +568,10 @@ void Collective::on_flow_done(Engine& e, uint64_t tag) {
       }
       break;
     }
-    case Op::AllToAll:
     case Op::Send:
       done = o.pending == 0;
       break;
+    case Op::AllToAll:
     case Op::Switch:
       done = o.pending == 0;
       if (done && o.tail_latency_ns > 0) {

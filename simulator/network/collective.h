@@ -35,8 +35,9 @@ struct CollectiveOptions {
   // step-by-step flows and an idle ring takes the same time; under contention the steps'
   // share of bandwidth is averaged over the collective. Used on hot paths (serving iterations).
   bool fused_ring_steps = false;
-  // Fused rings: the collective stands for this many back-to-back collectives of bytes/count
-  // each (a stage's per-layer all-reduces): each pays its steps' latencies.
+  // Fused rings and all-to-alls: the collective stands for this many back-to-back collectives
+  // of bytes/count each (a stage's per-layer all-reduces or MoE all-to-alls): each pays its
+  // steps' latencies.
   int fused_count = 1;
   // Rings (all-reduce, all-gather, reduce-scatter) over a group that spans servers with several
   // of its devices on each: 0 runs NCCL's channels (ring_channels: one per device a server

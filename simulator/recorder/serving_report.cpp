@@ -252,7 +252,7 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
            {"device_load_max_over_mean", sum > 0 ? mx * static_cast<double>(mo.device_load.size()) / sum : 0.0}};
     if (mo.alltoall_passes > 0) {
       j["alltoalls"] = mo.alltoalls;
-      j["alltoall_ms_mean_per_iteration"] = static_cast<double>(mo.alltoall_ns) / 1e6 / static_cast<double>(mo.alltoall_passes);
+      j["alltoall_ms_mean"] = static_cast<double>(mo.alltoall_ns) / 1e6 / static_cast<double>(mo.alltoall_passes);  // per stage pass
     }
     m["moe"] = std::move(j);
   }
@@ -504,8 +504,8 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                                                            : std::string("each expert split over the tensor-parallel devices"),
                                    res.moe.routing, j["device_load_max_over_mean"].get<double>());
     if (j.contains("alltoalls"))
-      line += fmt::format("; {} dispatch/combine all-to-alls on the fabric, {:.3f} ms per iteration", res.moe.alltoalls,
-                          j["alltoall_ms_mean_per_iteration"].get<double>());
+      line += fmt::format("; {} dispatch/combine all-to-alls on the fabric, {:.3f} ms a stage pass (its MoE layers' all-to-alls)",
+                          res.moe.alltoalls, j["alltoall_ms_mean"].get<double>());
     summary(line);
   }
   if (res.autoscaled)

@@ -105,7 +105,9 @@ struct ServingResults {
   // A mixture-of-experts model (experts 0: dense): its shape, how the deployment places and
   // reaches its experts, the routing model's device loads (max over mean of the token-expert
   // assignments each device computes: the slowest device sets an MoE layer's time), and the
-  // dispatch/combine all-to-alls on the fabric (counted per MoE layer, timed per iteration).
+  // dispatch/combine all-to-alls on the fabric (counted per MoE layer, timed per stage pass: an
+  // iteration's pass through a pipeline stage, or a slice's; reported on a topology only, the
+  // analytic path folds them into the step time).
   struct Moe {
     int experts = 0, experts_per_token = 0, shared_experts = 0, moe_layers = 0;
     double active_parameters = 0;

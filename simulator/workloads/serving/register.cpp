@@ -122,6 +122,17 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
   d.integer("replicas", &C::replicas, "model replicas behind the router").def("1").range(1, 1e5);  // 1e6 took 1.8 GB to build
   d.integer("tensor_parallel", &C::tensor_parallel, "GPUs per pipeline stage (in a world they may span servers: multi-node tensor parallelism)").def("1").range(1, 64);
   d.integer("pipeline_parallel", &C::pipeline_parallel, "pipeline stages per replica").def("1").range(1, 256);
+  d.choice<Precision>("precision",
+                      {{"bf16", Precision::BF16}, {"fp8", Precision::FP8}, {"fp4", Precision::FP4}, {"w4a16", Precision::W4A16}},
+                      &C::precision,
+                      "the decoder layers' weights and GEMMs: bf16 (the model's dtype), fp8 (E4M3 weights and per-token "
+                      "activations at the device's FP8 rate), fp4 (NVFP4 at its FP4 rate) or w4a16 (weight-only INT4, "
+                      "computed in bf16); the embedding and LM head stay in the model's dtype")
+      .def("bf16");
+  d.choice<bool>("kv_cache_dtype", {{"auto", false}, {"fp8", true}}, &C::kv_fp8,
+                 "the KV cache's element type: auto (the model's dtype) or fp8 (one byte: twice the tokens, half the "
+                 "bytes a decode step reads)")
+      .def("auto");
   d.choice<net::CollectiveKind>("tp_algorithm", net::tp_allreduces(), &C::tp_algorithm,
                                 "tensor-parallel all-reduces on a topology (a stage's, fused per iteration): the ring, NVLink SHARP "
                                 "(allreduce-nvls, where the NVSwitch has nvls: true) or NCCL's choice between them")
@@ -240,7 +251,7 @@ static void check_moe(const ServingConfig& c, const Params& d) {
   const Params& ms = d.section("moe");
   const ModelSpec& m = c.model;
   if (!m.moe()) {
-    for (const char* k : {"expert_parallel", "dispatch", "routing", "eplb", "redundant_experts"})
+    for (const char* k : {"expert_parallel", "dispatch", "routing", "zipf_s", "eplb", "redundant_experts"})
       if (ms.given(k)) ms.fail(k, fmt::format("{} is a dense model: it has no experts", m.name), "leave deployment.moe out, or an MoE model");
     return;
   }
@@ -285,6 +296,11 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   keys.slicing.fill(d.section("prefill_slicing"), c.prefill_slicing);
   keys.moe.fill(d.section("moe"), c.moe);
   check_moe(c, d);
+  if (!c.hardware.supports(c.precision))
+    d.fail("precision", fmt::format("{} has no {} tensor cores", c.hardware.name, precision_name(c.precision)),
+           fmt::format("one it runs: {}", c.hardware.precisions()));
+  c.model.weights = c.precision;
+  c.model.kv_fp8 = c.kv_fp8;
   keys.last_mile.fill(p.section("last_mile"), c.last_mile);
   keys.outputs.fill(p.section("outputs"), c);
   keys.recovery.fill(p.section("recovery"), c);
@@ -390,7 +406,7 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
   auto moe = std::make_shared<Schema>();
   bind_serving_keys(*dep, *slicing, *lm, *out, *rec, *slo, *as, *moe, short_form);
   dep->section("moe", moe, "a mixture-of-experts model's experts: expert parallelism, how tokens reach them, the routing model "
-               "(ignored for a dense model)");
+               "(refused for a dense model)");
   dep->section("prefill_slicing", slicing,
                "token-level pipelining of long prompts (pipeline_parallel > 1): an iteration that is one prompt's prefill runs "
                "as slices entering the stages one after another");

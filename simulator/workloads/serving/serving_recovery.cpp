@@ -37,7 +37,8 @@ void ServingSim::replica_down(int r) {
     if (i < inflight_.size()) {
       InFlight& f = inflight_[i];
       for (auto& ps : f.passes)
-        if (ps.collective) graveyard_.push_back(std::move(ps.collective));
+        for (auto* c : {&ps.collective, &ps.alltoall})  // their flows are still on the fabric, and name them
+          if (*c) graveyard_.push_back(std::move(*c));
       f.passes.clear();
       for (auto& q : f.parked) q.clear();
       f.swaps_pending = 0;

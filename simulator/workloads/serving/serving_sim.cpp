@@ -32,6 +32,10 @@ MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_
   const int shards = cfg.tensor_parallel * cfg.pipeline_parallel;
   m.capacity_per_gpu = cfg.hardware.hbm_bytes * cfg.gpu_memory_utilization;
   m.weights_per_gpu = cfg.model.weight_bytes() / shards;
+  if (cfg.model.moe() && cfg.moe.expert_parallel && cfg.moe.eplb)  // EPLB's redundant copies of experts, on every MoE layer
+    m.weights_per_gpu += static_cast<double>(cfg.moe.redundant_experts) * 3.0 * cfg.model.hidden * cfg.model.expert_ffn *
+                         weight_bytes_per_element(cfg.model.weights, cfg.model.dtype_bytes) *
+                         cfg.model.moe_layers_in(0, cfg.model.layers) / shards;
   // Activations of the largest iteration, split across tensor-parallel ranks; capped at
   // 16k tokens (beyond that frameworks chunk the work rather than reserve more).
   m.activation_per_gpu = cfg.model.activation_bytes(std::min<int64_t>(max_tokens_per_iteration, 16384)) / cfg.tensor_parallel;

@@ -79,6 +79,8 @@ struct ServingConfig {
   ModelSpec model;
   int replicas = 1, tensor_parallel = 1, pipeline_parallel = 1;
   MoeOptions moe;  // a mixture-of-experts model's experts (deployment.moe)
+  Precision precision = Precision::BF16;  // the decoder layers' weights and GEMMs (copied into model.weights)
+  bool kv_fp8 = false;                    // the KV cache in FP8 (copied into model.kv_fp8)
   net::CollectiveKind tp_algorithm = net::CollectiveKind::AllReduceRing;  // on a fabric: ring, NVLS or auto
   int nodes = 1, gpus_per_node = 8;  // the short form's implicit cluster (a named topology or placement decides otherwise)
   double gpu_memory_utilization = 0.9;

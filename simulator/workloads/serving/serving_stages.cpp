@@ -67,7 +67,8 @@ void ServingSim::stage_compute_done(int ri, int k) {
 
 // An MoE model's dispatch and combine all-to-alls of the iteration's MoE layers, after its
 // all-reduces: one all-to-all whose pairs carry every layer's bytes (fused per iteration, as
-// the all-reduces are), each device sending its tokens' share to every other.
+// the all-reduces are; each of them pays its route latency), each device sending its tokens'
+// share to every other.
 void ServingSim::start_alltoall(int ri, int k) {
   Pass& p = inflight_[static_cast<size_t>(ri)].passes[static_cast<size_t>(k)];
   const double bytes = cost_.moe_alltoall_bytes(p.tokens, p.stage);
@@ -78,6 +79,7 @@ void ServingSim::start_alltoall(int ri, int k) {
   const auto& nodes = fabric_.stage_nodes[static_cast<size_t>(ri / pp_)][static_cast<size_t>(p.stage)];
   net::CollectiveOptions o;
   o.salt = static_cast<uint64_t>(ri) + 0x5EED;
+  o.fused_count = cost_.moe_alltoall_count(p.stage);
   p.alltoall = std::make_unique<net::Collective>(*fabric_.flows, net::CollectiveKind::AllToAll, nodes, bytes, o);
   const int64_t started = engine_.now().count_ns();
   p.alltoall->start([this, ri, k, started, ep = epoch_[static_cast<size_t>(ri)]](Engine& e) {
