@@ -29,7 +29,7 @@ using costtab::Estimate;
 
 enum class Op : uint8_t {
   Embed, Qkv, O, GateUp, Down, AttnPrefill, AttnDecode, AttnLayout, KvWrite, Norm, Rope, RopeAngles, Act, Residual,
-  FinalNorm, LmHead, Argmax, Sampling, AllReduce, AllGather, PpSend, Glue, Router, TopK, Experts, SharedGateUp, SharedDown, AllToAll, Quant,
+  FinalNorm, LmHead, Argmax, Sampling, AllReduce, AllGather, PpSend, Glue, Router, TopK, Experts, SharedGateUp, SharedDown, AllToAll, Quant, QA, QB, KVA, KVB,
   Count
 };
 enum class Src : uint8_t { Table, Scaled, Roofline, Analytic, Network, Fitted };
@@ -147,6 +147,11 @@ struct CostModel::Impl {
     int shape = -1;
   };
   GemmPlan qkv, o, up, down, lm;
+  // Latent attention (m.mla()): the query's bottleneck down (replicated) and up (split by heads),
+  // the latent down (replicated) and its up-projection to keys and values (split by heads).
+  GemmPlan lq_a, lq_b, lkv_a, lkv_b;
+  bool mla = false;
+  double latent = 0;  // the cached latent per token: kv_lora_rank + qk_rope_head_dim
   costtab::DecodeTable::Plan dplan;
   // Decode shares by context, row-major over the plan's batch rows: dshare[row * dshare_ctx + c]
   // is DecodeTable::share(row, (c + 1) * len_scale), for contexts below dshare_ctx.
@@ -233,6 +238,22 @@ struct CostModel::Impl {
     pceil = Ceilings{ceil.flops * hw.effective_flops(prec) / hw.effective_flops(), ceil.bytes_per_s};
     qkv = {hidden, (H + 2 * KV) * hd};
     o = {H * hd, hidden};
+    mla = m.mla();
+    if (mla) {
+      const double qk = m.head_dim + m.qk_rope_head_dim, v = m.v_head_dim;
+      latent = m.kv_lora_rank + m.qk_rope_head_dim;
+      lq_a = {hidden, static_cast<double>(m.q_lora_rank)};
+      lq_b = {m.q_lora_rank > 0 ? static_cast<double>(m.q_lora_rank) : hidden, H * qk};
+      lkv_a = {hidden, latent};
+      // Absorbed into the query and the output at decode (vLLM's MLA): the same weights and FLOPs
+      // per token either way.
+      lkv_b = {static_cast<double>(m.kv_lora_rank), H * (m.head_dim + v)};
+      o = {H * v, hidden};
+      // Attention as the prefill runs it, multi-head over the up-projected keys and values:
+      // every head its own key, of the mean of the query/key and value widths.
+      hd = (qk + v) / 2;
+      KV = H;
+    }
     up = {hidden, (m.gated_ffn ? 2 : 1) * ffn};
     down = {ffn, hidden};
     lm = {hidden, vocab};
@@ -409,13 +430,16 @@ struct CostModel::Impl {
     if (have("gemm.csv")) {
       gemm = costtab::GemmTable::from_csv(csv("gemm.csv"));
       for (GemmPlan* g : {&qkv, &o, &up, &down, &lm}) g->shape = gemm->nearest(g->K, g->N, opt.max_shape_ratio);
+      if (mla)
+        for (GemmPlan* g : {&lq_a, &lq_b, &lkv_a, &lkv_b})
+          if (g->N > 0) g->shape = gemm->nearest(g->K, g->N, opt.max_shape_ratio);
       if (m.moe()) {
         router.shape = gemm->nearest(router.K, router.N, opt.max_shape_ratio);
         if (m.shared_experts > 0)
           for (GemmPlan* g : {&sh_up, &sh_down}) g->shape = gemm->nearest(g->K, g->N, opt.max_shape_ratio);
       }
     }
-    if (have("attention_decode.csv")) {
+    if (have("attention_decode.csv") && !mla) {  // latent attention: its own roofline (no measured MLA kernel)
       decode = costtab::DecodeTable::from_csv(csv("attention_decode.csv"));
       dplan = decode->plan(H, KV, hd);
       if (dplan.group >= 0) {
@@ -434,7 +458,7 @@ struct CostModel::Impl {
         }
       }
     }
-    if (have("attention_prefill.csv")) {
+    if (have("attention_prefill.csv") && !mla) {
       prefill = costtab::PrefillTable::from_csv(csv("attention_prefill.csv"));
       pgroup = prefill->plan(H / KV, true);
       if (pgroup >= 0) {
@@ -442,7 +466,7 @@ struct CostModel::Impl {
         prefill_head_scale = H * hd / (g.heads * g.head_dim);
       }
     }
-    if (have("attention_slice.csv")) {
+    if (have("attention_slice.csv") && !mla) {
       slice = costtab::SliceTable::from_csv(csv("attention_slice.csv"));
       if (slice->empty()) slice.reset();
       else slice_head_scale = H * hd / (slice->heads * slice->head_dim);
@@ -596,7 +620,8 @@ struct CostModel::Impl {
   //   fused: fused add+RMSNorm x2, one rotary kernel over q and k, one SiLU*mul, one cache write.
   template <class Layer>
   void layer_elementwise(double M, Layer& layer, bool act = true) const {
-    const double kv_row = KV * hd * kvb;  // one token's k (or v) on this device, as the cache holds it
+    // One token's k (or v) on this device, as the cache holds it (latent attention: half its latent).
+    const double kv_row = mla ? latent / 2 * kvb : KV * hd * kvb;
     if (impl == Implementation::Fused) {
       layer(fused_part(Op::Norm, M, 4 * hidden * b, 2));  // reads x and residual, writes both
       if (!m.learned_positions) layer(fused_part(Op::Rope, M, 2 * (H + KV) * hd * b, 1));
@@ -666,7 +691,14 @@ struct CostModel::Impl {
     auto layer = times(L);
     auto dense = times(Ld);
     auto moe = times(Lm);
-    layer(layer_gemm(Op::Qkv, qkv, M));
+    if (mla) {
+      if (m.q_lora_rank > 0) layer(layer_gemm(Op::QA, lq_a, M));
+      layer(layer_gemm(Op::QB, lq_b, M));
+      layer(layer_gemm(Op::KVA, lkv_a, M));
+      layer(layer_gemm(Op::KVB, lkv_b, M));
+    } else {
+      layer(layer_gemm(Op::Qkv, qkv, M));
+    }
     layer(layer_gemm(Op::O, o, M));
     if (Ld > 0) {
       dense(layer_gemm(Op::GateUp, up, M));
@@ -890,8 +922,15 @@ struct CostModel::Impl {
         for (const SeqWork& s : batch)
           if (s.new_tokens == 1) keys += s.context + 1;
         const double lsum = static_cast<double>(keys);
-        flops = 4 * hd * H * lsum;
-        bytes = hd * (kvb * 2 * KV * lsum + b * 2 * H * static_cast<double>(nd));
+        if (mla) {
+          // Absorbed latent attention: every head scores against the latent and its rotary key,
+          // and sums the latent: one shared "key" of `latent` per token, read once.
+          flops = 2 * H * (2 * latent - m.qk_rope_head_dim) * lsum;
+          bytes = kvb * latent * lsum + b * 2 * H * latent * static_cast<double>(nd);
+        } else {
+          flops = 4 * hd * H * lsum;
+          bytes = hd * (kvb * 2 * KV * lsum + b * 2 * H * static_cast<double>(nd));
+        }
         t = roof(flops, bytes);
       }
       sink(Part{Op::AttnDecode, src, file, t * L, flops * L, bytes * L, L});
@@ -980,6 +1019,10 @@ struct CostModel::Impl {
       case Op::Router: return "moe.router";
       case Op::TopK: return "moe.topk";
       case Op::Quant: return "quantize";
+      case Op::QA: return "gemm.q_a";
+      case Op::QB: return m.q_lora_rank > 0 ? "gemm.q_b" : "gemm.q";
+      case Op::KVA: return "gemm.kv_a";
+      case Op::KVB: return "gemm.kv_b";
       case Op::Experts: return "moe.experts";
       case Op::SharedGateUp: return "moe.shared_gate_up";
       case Op::SharedDown: return "moe.shared_down";

@@ -188,6 +188,13 @@ const Bound<ModelSpec>& model_binding() {
                    "rotary embedding, or a learned position table")
         .def("rope");
     m.integer("max_context", &M::max_context, "longest sequence the model accepts, in tokens").def("4096").range(1, 1e9);
+    m.integer("q_lora_rank", &M::q_lora_rank, "latent attention: the query bottleneck's width (0: a direct projection)").def("0").range(0, 1e6);
+    m.integer("kv_lora_rank", &M::kv_lora_rank,
+              "latent attention (MLA): the compressed key/value latent cached per token and layer (0: plain attention)")
+        .def("0")
+        .range(0, 1e6);
+    m.integer("qk_rope_head_dim", &M::qk_rope_head_dim, "latent attention: the rotary key/query part per head (shared key)").def("0").range(0, 1e5);
+    m.integer("v_head_dim", &M::v_head_dim, "latent attention: a value head's width").def("0").range(0, 1e5);
     m.integer("experts", &M::experts, "routed experts per MoE layer (0: a dense model)").def("0").range(0, 1e5);
     m.integer("experts_per_token", &M::experts_per_token, "routed experts each token goes to (top-k)").def("0").range(0, 1e5);
     m.integer("expert_ffn", &M::expert_ffn, "one expert's inner width (gated, per gate/up matrix)").def("0").range(0, 1e8);
@@ -251,6 +258,14 @@ ModelSpec model_from_params(const Params& p) {
     p.fail("kv_heads", fmt::format("heads ({}) is not a multiple of kv_heads ({}): query heads must share KV heads evenly",
                                    m.heads, m.kv_heads),
            fmt::format("a divisor of heads ({})", m.heads));
+  if (m.kv_lora_rank > 0) {
+    if (m.qk_rope_head_dim < 1) p.fail("qk_rope_head_dim", "latent attention needs its rotary part", "a width > 0, e.g. 64");
+    if (m.v_head_dim < 1) p.fail("v_head_dim", "latent attention needs its value head width", "a width > 0, e.g. 128");
+    if (!p.given("head_dim")) p.fail("head_dim", "latent attention needs the non-rotary query/key width per head", "e.g. 128");
+  } else {
+    for (const char* k : {"q_lora_rank", "qk_rope_head_dim", "v_head_dim"})
+      if (p.given(k) && p.integer(k) != 0) p.fail(k, "only latent attention has it", "kv_lora_rank > 0, or leave it out");
+  }
   if (m.experts > 0) {
     if (m.experts_per_token < 1 || m.experts_per_token > m.experts)
       p.fail("experts_per_token", fmt::format("{} of {} experts", m.experts_per_token, m.experts),
@@ -284,6 +299,11 @@ double ModelSpec::parameters() const {
   const double f = ffn;
   // Attention: q, k, v projections in, o projection out.
   double attn = h * (q + 2 * kv) + q * h;
+  if (mla()) {  // q (through its bottleneck), the latent down, its up-projection to keys and values, o
+    const double H = heads, qk = head_dim + qk_rope_head_dim;
+    attn = (q_lora_rank > 0 ? h * q_lora_rank + q_lora_rank * H * qk + q_lora_rank : h * H * qk) +
+           h * (kv_lora_rank + qk_rope_head_dim) + kv_lora_rank + kv_lora_rank * H * (head_dim + v_head_dim) + H * v_head_dim * h;
+  }
   double mlp = (gated_ffn ? 3 : 2) * h * f;
   double norms = 2 * h * (layernorm ? 2 : 1);
   if (linear_bias) {
@@ -310,11 +330,15 @@ double ModelSpec::weight_bytes() const {
 }
 
 double ModelSpec::kv_bytes_per_token() const {
+  if (mla()) return static_cast<double>(layers) * (kv_lora_rank + qk_rope_head_dim) * kv_element_bytes();
   return 2.0 * layers * kv_heads * head_dim * kv_element_bytes();
 }
 
 double ModelSpec::kv_bytes_per_token_per_gpu(int tp, int pp) const {
   const int stage_layers = (layers + pp - 1) / pp;
+  // Latent attention: one latent per token, the same on every tensor-parallel device (it is not
+  // split by heads), as vLLM and SGLang hold it without data-parallel attention.
+  if (mla()) return static_cast<double>(stage_layers) * (kv_lora_rank + qk_rope_head_dim) * kv_element_bytes();
   return 2.0 * stage_layers * std::max(1, kv_heads / tp) * head_dim * kv_element_bytes();
 }
 

@@ -96,6 +96,12 @@ struct ModelSpec {
   // inner width `expert_ffn`. The first `dense_layers` keep the dense MLP of width `ffn`.
   int experts = 0, experts_per_token = 0, expert_ffn = 0, shared_experts = 0, dense_layers = 0;
   bool moe() const { return experts > 0; }
+  // Multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank 0: none). Keys and values are
+  // cached as one compressed latent of kv_lora_rank plus a shared rotary key of qk_rope_head_dim
+  // per token and layer; queries pass through a q_lora_rank bottleneck (0: a direct projection).
+  // head_dim is then the query/key's non-rotary part per head, v_head_dim the value's.
+  int q_lora_rank = 0, kv_lora_rank = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  bool mla() const { return kv_lora_rank > 0; }
   // MoE layers among [first, first + count).
   int moe_layers_in(int first, int count) const;
   double parameters() const;           // count

@@ -367,3 +367,41 @@ TEST_CASE("moe: a replica that fails while its all-to-alls are on the fabric rec
   CHECK(m["requests"]["completed"].get<int64_t>() + m["requests"]["failed"].get<int64_t>() == 200);
   CHECK(m["moe"]["alltoalls"].get<int64_t>() > 0);
 }
+
+TEST_CASE("mla: DeepSeek-V3's latent attention caches one latent per token and layer, read once by every head") {
+  const ModelSpec ds = load_model("deepseek-v3");
+  CHECK(ds.mla());
+  CHECK(ds.parameters() / 1e9 == doctest::Approx(671).epsilon(0.005));        // the technical report: 671B
+  CHECK(ds.active_parameters() / 1e9 == doctest::Approx(37).epsilon(0.02));   // 37B active
+  // 61 layers x (512 latent + 64 rotary key) x 2 B, whatever the tensor parallelism (the latent
+  // is not split by heads): against 2 x 61 x 128 heads x 128 x 2 B for plain attention.
+  CHECK(ds.kv_bytes_per_token() == doctest::Approx(61.0 * 576 * 2));
+  CHECK(ds.kv_bytes_per_token_per_gpu(8, 1) == doctest::Approx(61.0 * 576 * 2));
+  ModelSpec f8 = ds;
+  f8.kv_fp8 = true;
+  CHECK(f8.kv_bytes_per_token() == doctest::Approx(61.0 * 576));
+  // A decode step's attention on the roofline: each sequence's latent read once (1 TB/s) and
+  // 2 H (2 x 576 - 64) FLOPs a key.
+  HardwareSpec hw = round_device();
+  hw.peak_fp8_flops = 2e15;
+  const CostModel cm(hw, ds, CostOptions{8, 1, ""});
+  const std::vector<SeqWork> one{SeqWork{1, 9999, true}};
+  const IterationCost it = cm.iteration(one);
+  const OpCost* att = find_op(it, "attention.decode");
+  REQUIRE(att);
+  const double keys = 10000, H = 128 / 8;
+  const double bytes = 2 * 576 * keys + 2 * 2 * H * 576, flops = 2 * H * (2 * 576 - 64) * keys;
+  CHECK(att->bytes == doctest::Approx(61 * bytes));
+  CHECK(att->flops == doctest::Approx(61 * flops));
+  CHECK(att->ns == doctest::Approx(61 * std::max(bytes / 1e3, 1000.0)));
+  // Its projections: the query's bottleneck and the latent's down and up projections, no qkv.
+  for (const char* op : {"gemm.q_a", "gemm.q_b", "gemm.kv_a", "gemm.kv_b", "gemm.o"}) CHECK_MESSAGE(find_op(it, op), op);
+  CHECK(find_op(it, "gemm.qkv") == nullptr);
+  // The first 3 layers are dense (their MLP), the other 58 MoE.
+  CHECK(ds.moe_layers_in(0, 61) == 58);
+  CHECK(op_ns(it, "gemm.gate_up") > 0);
+  CHECK(op_ns(it, "moe.experts") > 0);
+  // A shape without its rotary width is refused at the key.
+  CHECK_THROWS_WITH_AS(run_text(kMixtral, {"model={catalog: deepseek-v3, qk_rope_head_dim: 0}", "deployment.precision=fp8"}),
+                       doctest::Contains("qk_rope_head_dim"), ConfigError);
+}
