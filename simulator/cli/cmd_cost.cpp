@@ -167,7 +167,7 @@ int run_cost(const CostArgs& a) {
   if (a.expert_parallel || a.dispatch != "allreduce") {
     if (!m.moe())
       throw ConfigError(kCommandLine, "--expert-parallel", "", fmt::format("{} is a dense model: it has no experts", m.name),
-                        "an MoE model (mixtral-8x7b, qwen3-235b-a22b, llama4-scout)");
+                        "an MoE model (deepseek-v3, mixtral-8x7b, qwen3-235b-a22b, llama4-scout)");
     if (a.dispatch != "allreduce" && a.dispatch != "alltoall")
       throw ConfigError(kCommandLine, "--dispatch", a.dispatch, "not a dispatch", "allreduce or alltoall");
     if (a.dispatch == "alltoall" && !a.expert_parallel)

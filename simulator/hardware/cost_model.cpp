@@ -83,7 +83,10 @@ std::vector<std::pair<std::string, int>> CostModel::layer_kernels(bool prefill) 
   ListSink attn;
   im.attention_parts<ListSink, false>(one, prefill ? 0 : 1, attn, im.layers_stage);
   std::vector<std::pair<std::string, int>> out;
-  for (Op g : {Op::Qkv, Op::O, Op::GateUp, Op::Down}) out.emplace_back(im.op_name(g), 1);
+  std::vector<Op> gemms = {Op::Qkv, Op::O, Op::GateUp, Op::Down};
+  if (im.mla) gemms = {Op::QB, Op::KVA, Op::KVB, Op::O, Op::GateUp, Op::Down};
+  if (im.mla && im.m.q_lora_rank > 0) gemms.insert(gemms.begin(), Op::QA);
+  for (Op g : gemms) out.emplace_back(im.op_name(g), 1);
   for (const Part& p : attn.parts)
     out.emplace_back(im.op_name(p.op), static_cast<int>(std::lround(p.kernels / im.layers_stage)));
   for (const Part& p : sink.parts) out.emplace_back(im.op_name(p.op), static_cast<int>(std::lround(p.kernels)));
@@ -94,6 +97,10 @@ std::vector<std::string> CostModel::gemm_sources() const {
   const Impl& im = *impl_;
   std::vector<std::string> out;
   std::vector<std::pair<Op, const Impl::GemmPlan*>> plans = {{Op::Qkv, &im.qkv}, {Op::O, &im.o}};
+  if (im.mla) {  // latent attention: its projections in place of qkv
+    plans = {{Op::QB, &im.lq_b}, {Op::KVA, &im.lkv_a}, {Op::KVB, &im.lkv_b}, {Op::O, &im.o}};
+    if (im.m.q_lora_rank > 0) plans.insert(plans.begin(), {Op::QA, &im.lq_a});
+  }
   if (im.m.moe_layers_in(0, im.m.layers) < im.m.layers) plans.insert(plans.end(), {{Op::GateUp, &im.up}, {Op::Down, &im.down}});
   if (im.m.moe()) {
     plans.push_back({Op::Router, &im.router});

@@ -54,6 +54,7 @@ struct Part {
   File file;
   double ns, flops, bytes;
   double kernels = 1;
+  bool at_precision = false;  // costed against the precision's ceilings (pceil): derive() moves it by them
 };
 
 // Sums parts (the hot path).
@@ -134,7 +135,7 @@ struct CostModel::Impl {
   double wb = 2, ab = 2, kvb = 2;
   bool kv8 = false;
   bool moved_decode = false;  // derived || kv8: the decode attention part needs its FLOPs and bytes
-  Ceilings pceil;
+  Ceilings pceil, ptarget;  // the precision's GEMM ceilings on the tables device, and on this one (derived)
 
   std::optional<costtab::GemmTable> gemm;
   std::optional<costtab::DecodeTable> decode;
@@ -236,6 +237,7 @@ struct CostModel::Impl {
 
     // The precision's GEMM ceiling, moved with ceil (the tables device's under derived tables).
     pceil = Ceilings{ceil.flops * hw.effective_flops(prec) / hw.effective_flops(), ceil.bytes_per_s};
+    ptarget = Ceilings{target.flops * hw.effective_flops(prec) / hw.effective_flops(), target.bytes_per_s};
     qkv = {hidden, (H + 2 * KV) * hd};
     o = {H * hd, hidden};
     mla = m.mla();
@@ -380,7 +382,7 @@ struct CostModel::Impl {
     const double act = tok * 3 * eF * b;  // SiLU(gate) * up over each assignment's row
     auto grouped = [&](double f, double by) { return in_step_at(std::max(costtab::roof_ns(f, by, pceil), knl), f, by, pceil); };
     const double ns = grouped(f_up, b_up) + grouped(f_dn, b_dn) + kernel(act, act / b * 4);
-    return {Op::Experts, Src::Roofline, File::None, ns, f_up + f_dn, b_up + b_dn + act, 3};
+    return {Op::Experts, Src::Roofline, File::None, ns, f_up + f_dn, b_up + b_dn + act, 3, true};
   }
 
   // The slowest device's experts: the layer waits for it.
@@ -504,7 +506,10 @@ struct CostModel::Impl {
   // bytes (a memory-bound kernel by bandwidth, a compute-bound one by FLOP/s).
   void derive(Part& p) const {
     if (!derived || p.op == Op::AllReduce || p.op == Op::AllGather || p.op == Op::PpSend || p.op == Op::AllToAll) return;
-    const double rs = costtab::roof_ns(p.flops, p.bytes, ceil), rt = costtab::roof_ns(p.flops, p.bytes, target);
+    // A part at another precision moves between that precision's ceilings on the two devices.
+    const Ceilings& from = p.at_precision ? pceil : ceil;
+    const Ceilings& to = p.at_precision ? ptarget : target;
+    const double rs = costtab::roof_ns(p.flops, p.bytes, from), rt = costtab::roof_ns(p.flops, p.bytes, to);
     const double ratio = rs > 0 ? rt / rs : 1, floors = p.kernels * knl;
     p.ns = p.kernels * knl_target + std::max(0.0, p.ns - floors) * ratio;
   }
@@ -549,6 +554,7 @@ struct CostModel::Impl {
       p.ns = floors + std::max(0.0, p.ns - floors) * (r0 > 0 ? r1 / r0 : 1);
     }
     p.bytes = bytes;
+    p.at_precision = true;
     return p;
   }
 
@@ -912,7 +918,7 @@ struct CostModel::Impl {
           // two rooflines; the dequantization rides in the kernel).
           const double b8 = hd * (kvb * 2 * KV * lsum + b * 2 * H * static_cast<double>(nd));
           const double r0 = costtab::roof_ns(flops, bytes, ceil);
-          if (r0 > 0) t *= costtab::roof_ns(flops, b8, ceil) / r0;
+          if (r0 > 0) t = g.min_ns + std::max(0.0, t - g.min_ns) * costtab::roof_ns(flops, b8, ceil) / r0;  // the kernel's floor kept
           bytes = b8;
         }
       } else {

@@ -288,6 +288,13 @@ int ModelSpec::moe_layers_in(int first, int count) const {
   return std::max(0, hi - lo);
 }
 
+double ModelSpec::replicated_parameters() const {
+  if (!mla()) return 0;
+  const double h = hidden;
+  const double per_layer = (q_lora_rank > 0 ? h * q_lora_rank + q_lora_rank : 0.0) + h * (kv_lora_rank + qk_rope_head_dim) + kv_lora_rank;
+  return per_layer * layers;
+}
+
 double ModelSpec::active_parameters() const {
   if (experts <= 0) return parameters();
   const double idle = static_cast<double>(experts - experts_per_token) * 3.0 * hidden * expert_ffn;

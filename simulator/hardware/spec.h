@@ -102,6 +102,9 @@ struct ModelSpec {
   // head_dim is then the query/key's non-rotary part per head, v_head_dim the value's.
   int q_lora_rank = 0, kv_lora_rank = 0, qk_rope_head_dim = 0, v_head_dim = 0;
   bool mla() const { return kv_lora_rank > 0; }
+  // Parameters every tensor-parallel device holds whole rather than a share of: latent
+  // attention's down projections (query bottleneck, latent) and their norms, all layers.
+  double replicated_parameters() const;
   // MoE layers among [first, first + count).
   int moe_layers_in(int first, int count) const;
   double parameters() const;           // count

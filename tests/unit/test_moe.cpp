@@ -395,7 +395,7 @@ TEST_CASE("mla: DeepSeek-V3's latent attention caches one latent per token and l
   CHECK(att->flops == doctest::Approx(61 * flops));
   CHECK(att->ns == doctest::Approx(61 * std::max(bytes / 1e3, 1000.0)));
   // Its projections: the query's bottleneck and the latent's down and up projections, no qkv.
-  for (const char* op : {"gemm.q_a", "gemm.q_b", "gemm.kv_a", "gemm.kv_b", "gemm.o"}) CHECK_MESSAGE(find_op(it, op), op);
+  for (const char* op : {"gemm.q_a", "gemm.q_b", "gemm.kv_a", "gemm.kv_b", "gemm.o"}) CHECK_MESSAGE(find_op(it, op), std::string(op));
   CHECK(find_op(it, "gemm.qkv") == nullptr);
   // The first 3 layers are dense (their MLP), the other 58 MoE.
   CHECK(ds.moe_layers_in(0, 61) == 58);
@@ -404,4 +404,41 @@ TEST_CASE("mla: DeepSeek-V3's latent attention caches one latent per token and l
   // A shape without its rotary width is refused at the key.
   CHECK_THROWS_WITH_AS(run_text(kMixtral, {"model={catalog: deepseek-v3, qk_rope_head_dim: 0}", "deployment.precision=fp8"}),
                        doctest::Contains("qk_rope_head_dim"), ConfigError);
+}
+
+TEST_CASE("precision: FP8 kernels moved to another device by derived tables are never faster than that device's FP8 roofline") {
+  // The H100 derives its kernels from the H200's tables; an FP8 GEMM is moved between the two
+  // devices' FP8 ceilings (not their bf16 ones, which left some sizes at the H200's bandwidth).
+  const HardwareSpec h100 = load_hardware("h100-sxm"), h200 = load_hardware("h200");
+  ModelSpec m = load_model("llama3-8b");
+  m.weights = Precision::FP8;
+  CostOptions o{1, 1, default_tables_dir(h200)};
+  o.tables_device = std::make_shared<HardwareSpec>(h200);
+  const CostModel cm(h100, m, o);
+  const double F = h100.effective_flops(Precision::FP8), B = h100.effective_bandwidth_Bps();
+  for (int M : {32, 96, 128, 192, 256, 384, 1024, 4096}) {
+    const IterationCost it = cm.iteration(prefill(M));
+    for (const char* op : {"gemm.qkv", "gemm.o", "gemm.gate_up", "gemm.down"}) {
+      const OpCost* g = find_op(it, op);
+      REQUIRE(g);
+      CHECK_MESSAGE(g->ns >= 0.999 * 1e9 * std::max(g->flops / F, g->bytes / B), std::string(op), " M ", M);
+    }
+  }
+  // An FP8 cache keeps a decode kernel's floor: one short sequence costs about the same.
+  ModelSpec kv = load_model("llama3-8b");
+  const CostModel base(h200, kv, CostOptions{1, 1, default_tables_dir(h200)});
+  kv.kv_fp8 = true;
+  const CostModel f8(h200, kv, CostOptions{1, 1, default_tables_dir(h200)});
+  const std::vector<SeqWork> short_one{SeqWork{1, 16, true}};
+  CHECK(op_ns(f8.iteration(short_one), "attention.decode") > 0.95 * op_ns(base.iteration(short_one), "attention.decode"));
+}
+
+TEST_CASE("mla: the query bottleneck and latent down projections are whole on every tensor-parallel GPU") {
+  const ModelSpec ds = load_model("deepseek-v3");
+  const CostModel tp1(round_device(), ds, CostOptions{1, 1, ""}), tp8(round_device(), ds, CostOptions{8, 1, ""});
+  const IterationCost a = tp1.iteration(prefill(4096)), b = tp8.iteration(prefill(4096));
+  for (const char* op : {"gemm.q_a", "gemm.kv_a"}) CHECK_MESSAGE(find_op(b, op)->flops == doctest::Approx(find_op(a, op)->flops), std::string(op));
+  for (const char* op : {"gemm.q_b", "gemm.kv_b", "gemm.o"}) CHECK_MESSAGE(find_op(b, op)->flops == doctest::Approx(find_op(a, op)->flops / 8), std::string(op));
+  // The memory plan holds them whole too: (1536 x 7168 + 1536 + 7168 x 576 + 512) x 61 parameters.
+  CHECK(ds.replicated_parameters() == doctest::Approx((1536.0 * 7168 + 1536 + 7168.0 * 576 + 512) * 61));
 }
