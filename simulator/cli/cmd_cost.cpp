@@ -234,7 +234,9 @@ int run_cost(const CostArgs& a) {
   double kv_tokens = 0;
   for (const auto& q : batch) kv_tokens += q.context + q.new_tokens;
   const int shards = a.tp * a.pp;
-  const double mem_weights = m.weight_bytes() / shards, mem_kv = kv_tokens * m.kv_bytes_per_token_per_gpu(a.tp, a.pp),
+  const double mem_weights = m.weight_bytes() / shards + m.replicated_parameters() * weight_bytes_per_element(m.weights, m.dtype_bytes) *
+                                                          (1.0 - 1.0 / a.tp) / a.pp,
+               mem_kv = kv_tokens * m.kv_bytes_per_token_per_gpu(a.tp, a.pp),
                mem_act = m.activation_bytes(tokens) / a.tp, mem_total = mem_weights + mem_kv + mem_act;
 
   if (a.json) {
@@ -253,6 +255,10 @@ int run_cost(const CostArgs& a) {
                              {"slices", a.slices},
                              {"tp", a.tp},
                              {"pp", a.pp},
+                             {"precision", precision_name(m.weights)},
+                             {"kv_cache_dtype", m.kv_fp8 ? "fp8" : "auto"},
+                             {"expert_parallel", a.expert_parallel},
+                             {"dispatch", a.dispatch},
                              {"stage_layers", cm->stage_layers()},
                              {"tables_dir", opt.tables_dir},
                              {"tables_derived_from", opt.tables_device ? opt.tables_device->name : ""},
