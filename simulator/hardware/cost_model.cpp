@@ -53,7 +53,8 @@
 #include <fmt/format.h>
 
 #include "hardware/tables.h"
-#include "hardware/cost_model_impl.h"  // the parts and CostModel::Impl (this file's private body)
+#include "hardware/cost_model_impl.h"  // CostModel::Impl and its parts (this file's private body)
+#include "hardware/cost_model_attention.h"
 
 namespace sluice {
 
@@ -170,11 +171,7 @@ double CostModel::moe_alltoall_bytes(double tokens, int stage) const {
 std::vector<double> CostModel::expert_tokens_per_device(double tokens) const {
   const Impl& im = *impl_;
   std::vector<double> out;
-  for (const auto& sh : im.dev_share) {
-    double t = 0;
-    for (double q : sh) t += std::min(tokens, tokens * im.m.experts_per_token * q);
-    out.push_back(t);
-  }
+  for (const auto& sh : im.experts.dev_share) out.push_back(ExpertPlacement::rows(sh, tokens, im.m.experts_per_token));
   return out;
 }
 

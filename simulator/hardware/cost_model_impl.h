@@ -1,6 +1,7 @@
-// The private body of hardware/cost_model.cpp: the parts an iteration is summed from, the
-// sinks that sum or list them, and CostModel::Impl (the tables, the per-layer kernels of each
-// implementation, the caches of the serving hot path). Included by cost_model.cpp alone, so
+// The private body of hardware/cost_model.cpp: CostModel::Impl (the tables, the per-layer
+// kernels of each implementation, the caches of the serving hot path). The parts an iteration
+// is summed from and their sinks are in cost_model_parts.h, expert placement in
+// cost_model_experts.h, attention in cost_model_attention.h. Included by cost_model.cpp alone, so
 // the whole cost model stays one translation unit: its helpers keep internal linkage and the
 // compiler inlines the hot path exactly as before the split (moving them into a header shared
 // by several files made GCC stop inlining them: Vidur's benchmark went from 484 to 501 M
@@ -18,87 +19,12 @@
 #include <fmt/format.h>
 
 #include "hardware/cost_model.h"
+#include "hardware/cost_model_experts.h"
+#include "hardware/cost_model_parts.h"
 #include "hardware/tables.h"
 
 namespace sluice {
 
-namespace {
-
-using costtab::Ceilings;
-using costtab::Estimate;
-
-enum class Op : uint8_t {
-  Embed, Qkv, O, GateUp, Down, AttnPrefill, AttnDecode, AttnLayout, KvWrite, Norm, Rope, RopeAngles, Act, Residual,
-  FinalNorm, LmHead, Argmax, Sampling, AllReduce, AllGather, PpSend, Glue, Router, TopK, Experts, SharedGateUp, SharedDown, AllToAll, Quant, QA, QB, KVA, KVB,
-  Count
-};
-enum class Src : uint8_t { Table, Scaled, Roofline, Analytic, Network, Fitted };
-enum class File : uint8_t { None, Gemm, Decode, Prefill, Slice, Elementwise };
-
-const char* file_name(File f) {
-  switch (f) {
-    case File::Gemm: return "gemm.csv";
-    case File::Decode: return "attention_decode.csv";
-    case File::Prefill: return "attention_prefill.csv";
-    case File::Slice: return "attention_slice.csv";
-    case File::Elementwise: return "elementwise.csv";
-    case File::None: break;
-  }
-  return "";
-}
-
-// One operation's contribution, before names and strings are attached.
-struct Part {
-  Op op;
-  Src src;
-  File file;
-  double ns, flops, bytes;
-  double kernels = 1;
-  bool at_precision = false;  // costed against the precision's ceilings (pceil): derive() moves it by them
-};
-
-// Sums parts (the hot path).
-struct SumSink {
-  double total = 0;
-  void operator()(const Part& p) { total += p.ns; }
-};
-
-// Collects parts merged by (op, source) (the breakdown).
-struct ListSink {
-  std::vector<Part> parts;
-  void operator()(const Part& p) {
-    for (auto& q : parts)
-      if (q.op == p.op && q.src == p.src && q.file == p.file) {
-        q.ns += p.ns;
-        q.flops += p.flops;
-        q.bytes += p.bytes;
-        q.kernels += p.kernels;
-        return;
-      }
-    parts.push_back(p);
-  }
-};
-
-// DecodeTable::share without its search loop: a row's segment is the number of inner knots
-// below l (the knots ascend strictly), counted without a branch per knot, so a batch of mixed
-// lengths costs no mispredicted branches. Same value as share(row, l), bit for bit.
-struct Share {
-  const double *k, *a, *b;
-  size_t last;
-  double floor;
-  explicit Share(const costtab::DecodeTable::Row& r)
-      : k(r.knot.data()), a(r.a.data()), b(r.b.data()), last(r.a.size() - 1), floor(r.floor_ns) {}
-  double operator()(double l) const {
-    size_t s = 0;
-    for (size_t j = 1; j <= last; ++j) s += l > k[j] ? 1 : 0;
-    const double v = a[s] + b[s] * l;
-    return v > floor ? v : floor;
-  }
-};
-
-constexpr long kCacheSize = 16384;  // token counts (M) and sampled rows (R) cached per model
-
-}  // namespace
 
 
 struct CostModel::Impl {
@@ -274,95 +200,26 @@ struct CostModel::Impl {
     return Span{static_cast<double>(r.count), r.embedding, r.lm_head, r.send, static_cast<double>(m.moe_layers_in(r.first, r.count))};
   }
 
-  // Mixture of experts. Each device's expert copies, as the share of all token-expert
-  // assignments each copy receives (the shares of all devices sum to 1); without expert
-  // parallelism one entry, every expert, each split over the tp devices.
+  // Mixture of experts: the router and shared experts' GEMMs, one expert's inner width on a
+  // device, and where the experts sit (cost_model_experts.h).
   GemmPlan router, sh_up, sh_down;
-  double eF = 0;  // one expert's inner width on a device
+  double eF = 0;
   bool ep = false, a2a = false;
-  std::vector<std::vector<double>> dev_share;
-  // All-to-all dispatch: the devices a token's k experts are on, in expectation (a token is sent
-  // once to each, not once per expert): sum over devices of 1 - (1 - its share)^k, each of the
-  // k picks taken as independent.
-  double a2a_dest = 0;
+  ExpertPlacement experts;
   // MLP all-reduces an MoE layer saves under all-to-all dispatch: the routed experts' outputs come
   // back by the combine; shared experts split over the tensor-parallel devices still need one.
   int moe_ar_saved(int first, int count) const { return a2a && m.shared_experts == 0 ? m.moe_layers_in(first, count) : 0; }
 
   void plan_experts() {
     const MoeOptions& mo = opt.moe;
-    const int E = m.experts;
-    if (mo.expert_parallel && E % tp != 0)
-      throw std::invalid_argument(fmt::format("expert parallelism over {} devices does not divide the {} experts of {}", tp, E, m.name));
-    if (mo.expert_parallel && mo.eplb && (E + std::min(mo.redundant_experts, E)) % tp != 0)
-      throw std::invalid_argument(fmt::format("{} experts and {} redundant copies do not divide over {} devices", E, mo.redundant_experts, tp));
-    if (mo.alltoall && !mo.expert_parallel)
-      throw std::invalid_argument("all-to-all dispatch moves tokens between the devices of expert parallelism, and it is off");
+    experts = ExpertPlacement::plan(m, mo, tp);
     ep = mo.expert_parallel && tp > 1;
     a2a = ep && mo.alltoall;
     eF = ep ? m.expert_ffn : static_cast<double>(m.expert_ffn) / tp;
-    router = {hidden, static_cast<double>(E)};
+    router = {hidden, static_cast<double>(m.experts)};
     const double sf = static_cast<double>(m.shared_experts) * m.expert_ffn / tp;
     sh_up = {hidden, 2 * sf};
     sh_down = {sf, hidden};
-    std::vector<double> p(static_cast<size_t>(E), 1.0 / E);
-    if (mo.routing == MoeOptions::Routing::Zipf) {
-      double z = 0;
-      for (int e = 0; e < E; ++e) z += p[static_cast<size_t>(e)] = std::pow(e + 1.0, -mo.zipf_s);
-      for (double& x : p) x /= z;
-      // A token goes to k distinct experts, so no expert gets more than 1/k of the assignments
-      // (all M tokens): a share above it is capped and its excess spread over the others in
-      // proportion to theirs, until none is over.
-      const double cap = 1.0 / m.experts_per_token;
-      for (int round = 0; round < E; ++round) {
-        double excess = 0, free = 0;  // above the cap; the shares below it
-        for (double x : p) {
-          if (x > cap) excess += x - cap;
-          else if (x < cap) free += x;
-        }
-        if (excess <= 1e-15 || free <= 0) break;
-        for (double& x : p) x = x >= cap ? cap : x * (1 + excess / free);
-      }
-    }
-    const int ndev = ep ? tp : 1;
-    dev_share.assign(static_cast<size_t>(ndev), {});
-    if (!ep) {
-      dev_share[0] = p;
-      return;
-    }
-    if (!mo.eplb) {  // experts in order, E / tp per device
-      for (int e = 0; e < E; ++e) dev_share[static_cast<size_t>(e / (E / tp))].push_back(p[static_cast<size_t>(e)]);
-    } else {
-      place_eplb(p);
-    }
-    for (const auto& sh : dev_share) {
-      double d = 0;
-      for (double q : sh) d += q;
-      a2a_dest += 1 - std::pow(1 - std::min(1.0, d), m.experts_per_token);
-    }
-  }
-
-  void place_eplb(const std::vector<double>& p) {
-    const int E = m.experts;
-    // EPLB: the hottest experts copied (each copy half the load), then every copy, hottest
-    // first, on the least-loaded device that has a slot left (slots: (E + r) / tp each).
-    std::vector<std::pair<double, int>> copies;  // (share, expert)
-    const int r = std::min(opt.moe.redundant_experts, E);
-    for (int e = 0; e < E; ++e) {
-      const int n = e < r ? 2 : 1;  // zipf and uniform: expert e is the (e+1)-th hottest
-      for (int c = 0; c < n; ++c) copies.push_back({p[static_cast<size_t>(e)] / n, e});
-    }
-    std::stable_sort(copies.begin(), copies.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    const size_t slots = copies.size() / static_cast<size_t>(tp);
-    std::vector<double> load(static_cast<size_t>(tp), 0);
-    for (const auto& c : copies) {
-      size_t best = 0;
-      bool found = false;
-      for (size_t d = 0; d < load.size(); ++d)
-        if (dev_share[d].size() < slots && (!found || load[d] < load[best])) best = d, found = true;
-      dev_share[best].push_back(c.first);
-      load[best] += c.first;
-    }
   }
 
   // One device's grouped expert GEMMs (gate_up, then down) and the activation between them over
@@ -370,12 +227,9 @@ struct CostModel::Impl {
   // with the probability that at least one token goes to it.
   Part experts_on(const std::vector<double>& shares, double M) const {
     const double k = m.experts_per_token, h = hidden;
-    double tok = 0, w = 0;
-    for (double q : shares) {
-      const double kq = std::min(1.0, k * q);
-      tok += std::min(M, M * k * q);
-      w += 1 - std::pow(1 - kq, M);
-    }
+    const double tok = ExpertPlacement::rows(shares, M, m.experts_per_token);
+    double w = 0;
+    for (double q : shares) w += 1 - std::pow(std::max(0.0, 1 - k * q), M);  // no share is above 1/k
     // Weights at wb bytes, input rows at ab (quantized), outputs in dtype; FLOPs at the precision.
     const double f_up = 2 * tok * h * 2 * eF, b_up = wb * w * h * 2 * eF + tok * (ab * h + b * 2 * eF);
     const double f_dn = 2 * tok * eF * h, b_dn = wb * w * eF * h + tok * (ab * eF + b * h);
@@ -388,7 +242,7 @@ struct CostModel::Impl {
   // The slowest device's experts: the layer waits for it.
   Part experts_part(double M) const {
     Part worst{Op::Experts, Src::Roofline, File::None, -1, 0, 0, 3};
-    for (const auto& sh : dev_share) {
+    for (const auto& sh : experts.dev_share) {
       const Part q = experts_on(sh, M);
       if (q.ns > worst.ns) worst = q;
     }
@@ -397,7 +251,7 @@ struct CostModel::Impl {
 
   // Bytes one device's tokens send to their experts in one dispatch (the same come back in the
   // combine): its 1/tp of the M tokens, k hidden states each.
-  double a2a_bytes(double M) const { return M / tp * a2a_dest * hidden * b; }
+  double a2a_bytes(double M) const { return M / tp * experts.a2a_dest * hidden * b; }
 
   // The MoE block of one layer in place of the dense MLP: the router (a GEMM to the expert
   // logits and its top-k), the shared experts, the routed experts, and, with all-to-all
@@ -827,176 +681,10 @@ struct CostModel::Impl {
     return {Op::AttnPrefill, Src::Roofline, File::None, roof(flops / hw.attention_efficiency(l), bytes), flops, bytes};
   }
 
-  // Attention of a whole batch; sums into `sink` per layer x L layers. `nd` decode sequences.
+  // Attention of a whole batch; sums into `sink` per layer x L layers. `nd` decode sequences
+  // (defined in cost_model_attention.h).
   template <class Sink, bool kDetail>
-  void attention_parts(std::span<const SeqWork> batch, long nd, Sink& sink, double L) const {
-    if (nd > 0) {
-      double t = 0, flops = 0, bytes = 0;
-      Src src = Src::Roofline;
-      File file = File::None;
-      if (decode && dplan.group >= 0) {
-        const auto& g = decode->groups()[static_cast<size_t>(dplan.group)];
-        size_t lo = 0, hi = 0;
-        double w = 0;
-        if (static_cast<size_t>(nd) < dbracket.size()) {  // the rows around nd, computed at construction
-          const Bracket& br = dbracket[static_cast<size_t>(nd)];
-          lo = br.lo;
-          hi = br.hi;
-          w = br.w;
-        } else {
-          decode->bracket(g, static_cast<double>(nd), &lo, &hi, &w);
-        }
-        const auto& rl = g.rows[lo];
-        const auto& rh = g.rows[hi];
-        const double r = dplan.len_scale;
-        double s_lo = 0, s_hi = 0, lmax = 0, lsum = 0;
-        bool out = !dplan.exact || static_cast<double>(nd) > g.rows.back().batch;
-        // The hot loop: each decode sequence's share on the two batch rows around nd, summed
-        // in batch order (the same sums, term for term, as DecodeTable::share gives them).
-        const Share sl(rl), sh(rh);
-        const bool two = hi != lo;
-        if constexpr (!kDetail) {
-          // Shares read from dshare (the same values, computed at construction) for contexts
-          // it holds; the longest length from the longest context (l grows with it, and so
-          // does its rounded product with r).
-          const double* tl = dshare.data() + lo * static_cast<size_t>(dshare_ctx);
-          const double* th = dshare.data() + hi * static_cast<size_t>(dshare_ctx);
-          const auto n = static_cast<unsigned>(dshare_ctx);
-          int cmax = -1;
-          // One loop per case, its tests out of the loop: every sequence decodes (the steady
-          // decode of a serving replica) or not, one row or two. The sums are the same.
-          auto sum = [&]<bool kAllDecode, bool kTwo>() {
-            for (const SeqWork& s : batch) {
-              if (!kAllDecode && s.new_tokens != 1) continue;
-              const int c = s.context;
-              cmax = c > cmax ? c : cmax;
-              if (static_cast<unsigned>(c) < n) {
-                s_lo += tl[c];
-                if (kTwo) s_hi += th[c];
-              } else {
-                const double l = static_cast<double>(c + 1) * r;
-                s_lo += sl(l);
-                if (kTwo) s_hi += sh(l);
-              }
-            }
-          };
-          if (static_cast<size_t>(nd) == batch.size()) {
-            if (two) sum.template operator()<true, true>();
-            else sum.template operator()<true, false>();
-          } else if (two) {
-            sum.template operator()<false, true>();
-          } else {
-            sum.template operator()<false, false>();
-          }
-          const double l = static_cast<double>(cmax + 1) * r;
-          lmax = l > 0 ? l : 0;
-        } else {
-          for (const SeqWork& s : batch) {
-            if (s.new_tokens != 1) continue;
-            const double l = static_cast<double>(s.context + 1) * r;
-            s_lo += sl(l);
-            if (two) s_hi += sh(l);
-            lmax = l > lmax ? l : lmax;
-            lsum += s.context + 1;
-            out = out || l < rl.knot.front() || l > rl.knot.back() || l < rh.knot.front() || l > rh.knot.back();
-          }
-        }
-        t = w > 0 ? std::exp((1 - w) * std::log(s_lo) + w * std::log(s_hi)) : s_lo;
-        t = costtab::DecodeTable::at_least_longest_alone(t, g, rl, rh, w, static_cast<double>(nd), lmax);
-        t = t > g.min_ns ? t : g.min_ns;
-        src = out ? Src::Scaled : Src::Table;
-        file = File::Decode;
-        if (!kDetail && moved_decode)  // derive() and an FP8 cache move the part by its FLOPs and bytes
-          for (const SeqWork& s : batch)
-            if (s.new_tokens == 1) lsum += s.context + 1;
-        if (kDetail || moved_decode) {
-          flops = 4 * hd * H * lsum;
-          bytes = b * hd * (2 * KV * lsum + 2 * H * static_cast<double>(nd));
-        }
-        if (kv8) [[unlikely]] {
-          // The tables time a bf16 cache: an FP8 one reads half the keys' bytes (the ratio of the
-          // two rooflines; the dequantization rides in the kernel).
-          const double b8 = hd * (kvb * 2 * KV * lsum + b * 2 * H * static_cast<double>(nd));
-          const double r0 = costtab::roof_ns(flops, bytes, ceil);
-          if (r0 > 0) t = g.min_ns + std::max(0.0, t - g.min_ns) * costtab::roof_ns(flops, b8, ceil) / r0;  // the kernel's floor kept
-          bytes = b8;
-        }
-      } else {
-        // The keys read, summed as integers: the same value as a double sum (exact below 2^53)
-        // without its chain of floating-point adds.
-        int64_t keys = 0;
-        for (const SeqWork& s : batch)
-          if (s.new_tokens == 1) keys += s.context + 1;
-        const double lsum = static_cast<double>(keys);
-        if (mla) {
-          // Absorbed latent attention: every head scores against the latent and its rotary key,
-          // and sums the latent: one shared "key" of `latent` per token, read once.
-          flops = 2 * H * (2 * latent - m.qk_rope_head_dim) * lsum;
-          bytes = kvb * latent * lsum + b * 2 * H * latent * static_cast<double>(nd);
-        } else {
-          flops = 4 * hd * H * lsum;
-          bytes = hd * (kvb * 2 * KV * lsum + b * 2 * H * static_cast<double>(nd));
-        }
-        t = roof(flops, bytes);
-      }
-      sink(Part{Op::AttnDecode, src, file, t * L, flops * L, bytes * L, L});
-    }
-    if (static_cast<size_t>(nd) == batch.size()) return;
-    // Chunks after a cached prefix: one attention call each. Fresh prompts (no prefix) are one
-    // batched call: it costs as a single prompt of the same causal FLOPs, sqrt(sum of l^2)
-    // tokens (a batch fills the device as a longer prompt does), never less than its longest
-    // prompt alone.
-    double sq = 0, lmax = 0, n_fresh = 0;
-    auto emit = [&](Part p, double kernels) {
-      p.ns = in_step(p.ns, p.flops, p.bytes) * L;
-      p.flops *= L;
-      p.bytes *= L;
-      p.kernels = kernels * L;
-      sink(p);
-    };
-    for (const SeqWork& s : batch) {
-      if (s.new_tokens <= 1) continue;
-      if (s.context > 0 || !prefill || pgroup < 0) {
-        emit(prefill_part(s.new_tokens, s.context), 1);
-        continue;
-      }
-      const double l = s.new_tokens;
-      sq += l * l;
-      lmax = l > lmax ? l : lmax;
-      n_fresh += 1;
-    }
-    if (n_fresh > 0) {
-      Part p = prefill_part(n_fresh > 1 ? std::sqrt(sq) : lmax, 0);
-      if (n_fresh > 1) {
-        // FLOPs and bytes of the batch itself, not of the equivalent prompt.
-        double flops = 0, bytes = 0;
-        for (const SeqWork& s : batch)
-          if (s.new_tokens > 1 && s.context == 0) {
-            const Part q = prefill_part_work(s.new_tokens, 0);
-            flops += q.flops;
-            bytes += q.bytes;
-          }
-        p.ns = std::max(p.ns, prefill_part(lmax, 0).ns);
-        p.flops = flops;
-        p.bytes = bytes;
-        p.src = Src::Scaled;
-      }
-      emit(p, 1);
-    }
-    // PyTorch: the attention output [B, heads, T, d] transposed back to [B, T, heads * d] and
-    // reshaped is a copy once T > 1 (a decode step's is a view); one kernel per layer over the
-    // batch's prefill tokens. vLLM's kernels write the output in place.
-    if (impl != Implementation::Fused) {
-      double tokens = 0;
-      for (const SeqWork& s : batch)
-        if (s.new_tokens > 1) tokens += s.new_tokens;
-      if (tokens > 0) {
-        Part p = kernels_part(Op::AttnLayout, 1, 2 * tokens * H * hd * b);
-        p.ns *= L, p.bytes *= L, p.kernels *= L;
-        sink(p);
-      }
-    }
-  }
+  void attention_parts(std::span<const SeqWork> batch, long nd, Sink& sink, double L) const;
 
   std::string op_name(Op op) const {
     switch (op) {

@@ -1,0 +1,181 @@
+// Attention of a batch for the cost model (part of hardware/cost_model.cpp's translation unit,
+// included at the end of cost_model_impl.h): decode from the measured table (the serving hot
+// path: shares read from a table built at construction) or the roofline (latent attention
+// always), fresh prompts as one batched call, chunks after a cached prefix one call each.
+#pragma once
+
+#include "hardware/cost_model_impl.h"
+
+namespace sluice {
+
+template <class Sink, bool kDetail>
+void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, Sink& sink, double L) const {
+  if (nd > 0) {
+    double t = 0, flops = 0, bytes = 0;
+    Src src = Src::Roofline;
+    File file = File::None;
+    if (decode && dplan.group >= 0) {
+      const auto& g = decode->groups()[static_cast<size_t>(dplan.group)];
+      size_t lo = 0, hi = 0;
+      double w = 0;
+      if (static_cast<size_t>(nd) < dbracket.size()) {  // the rows around nd, computed at construction
+        const Bracket& br = dbracket[static_cast<size_t>(nd)];
+        lo = br.lo;
+        hi = br.hi;
+        w = br.w;
+      } else {
+        decode->bracket(g, static_cast<double>(nd), &lo, &hi, &w);
+      }
+      const auto& rl = g.rows[lo];
+      const auto& rh = g.rows[hi];
+      const double r = dplan.len_scale;
+      double s_lo = 0, s_hi = 0, lmax = 0, lsum = 0;
+      bool out = !dplan.exact || static_cast<double>(nd) > g.rows.back().batch;
+      // The hot loop: each decode sequence's share on the two batch rows around nd, summed
+      // in batch order (the same sums, term for term, as DecodeTable::share gives them).
+      const Share sl(rl), sh(rh);
+      const bool two = hi != lo;
+      if constexpr (!kDetail) {
+        // Shares read from dshare (the same values, computed at construction) for contexts
+        // it holds; the longest length from the longest context (l grows with it, and so
+        // does its rounded product with r).
+        const double* tl = dshare.data() + lo * static_cast<size_t>(dshare_ctx);
+        const double* th = dshare.data() + hi * static_cast<size_t>(dshare_ctx);
+        const auto n = static_cast<unsigned>(dshare_ctx);
+        int cmax = -1;
+        // One loop per case, its tests out of the loop: every sequence decodes (the steady
+        // decode of a serving replica) or not, one row or two. The sums are the same.
+        auto sum = [&]<bool kAllDecode, bool kTwo>() {
+          for (const SeqWork& s : batch) {
+            if (!kAllDecode && s.new_tokens != 1) continue;
+            const int c = s.context;
+            cmax = c > cmax ? c : cmax;
+            if (static_cast<unsigned>(c) < n) {
+              s_lo += tl[c];
+              if (kTwo) s_hi += th[c];
+            } else {
+              const double l = static_cast<double>(c + 1) * r;
+              s_lo += sl(l);
+              if (kTwo) s_hi += sh(l);
+            }
+          }
+        };
+        if (static_cast<size_t>(nd) == batch.size()) {
+          if (two) sum.template operator()<true, true>();
+          else sum.template operator()<true, false>();
+        } else if (two) {
+          sum.template operator()<false, true>();
+        } else {
+          sum.template operator()<false, false>();
+        }
+        const double l = static_cast<double>(cmax + 1) * r;
+        lmax = l > 0 ? l : 0;
+      } else {
+        for (const SeqWork& s : batch) {
+          if (s.new_tokens != 1) continue;
+          const double l = static_cast<double>(s.context + 1) * r;
+          s_lo += sl(l);
+          if (two) s_hi += sh(l);
+          lmax = l > lmax ? l : lmax;
+          lsum += s.context + 1;
+          out = out || l < rl.knot.front() || l > rl.knot.back() || l < rh.knot.front() || l > rh.knot.back();
+        }
+      }
+      t = w > 0 ? std::exp((1 - w) * std::log(s_lo) + w * std::log(s_hi)) : s_lo;
+      t = costtab::DecodeTable::at_least_longest_alone(t, g, rl, rh, w, static_cast<double>(nd), lmax);
+      t = t > g.min_ns ? t : g.min_ns;
+      src = out ? Src::Scaled : Src::Table;
+      file = File::Decode;
+      if (!kDetail && moved_decode)  // derive() and an FP8 cache move the part by its FLOPs and bytes
+        for (const SeqWork& s : batch)
+          if (s.new_tokens == 1) lsum += s.context + 1;
+      if (kDetail || moved_decode) {
+        flops = 4 * hd * H * lsum;
+        bytes = b * hd * (2 * KV * lsum + 2 * H * static_cast<double>(nd));
+      }
+      if (kv8) [[unlikely]] {
+        // The tables time a bf16 cache: an FP8 one reads half the keys' bytes (the ratio of the
+        // two rooflines; the dequantization rides in the kernel).
+        const double b8 = hd * (kvb * 2 * KV * lsum + b * 2 * H * static_cast<double>(nd));
+        const double r0 = costtab::roof_ns(flops, bytes, ceil);
+        if (r0 > 0) t = g.min_ns + std::max(0.0, t - g.min_ns) * costtab::roof_ns(flops, b8, ceil) / r0;  // the kernel's floor kept
+        bytes = b8;
+      }
+    } else {
+      // The keys read, summed as integers: the same value as a double sum (exact below 2^53)
+      // without its chain of floating-point adds.
+      int64_t keys = 0;
+      for (const SeqWork& s : batch)
+        if (s.new_tokens == 1) keys += s.context + 1;
+      const double lsum = static_cast<double>(keys);
+      if (mla) {
+        // Absorbed latent attention: every head scores against the latent and its rotary key,
+        // and sums the latent: one shared "key" of `latent` per token, read once.
+        flops = 2 * H * (2 * latent - m.qk_rope_head_dim) * lsum;
+        bytes = kvb * latent * lsum + b * 2 * H * latent * static_cast<double>(nd);
+      } else {
+        flops = 4 * hd * H * lsum;
+        bytes = hd * (kvb * 2 * KV * lsum + b * 2 * H * static_cast<double>(nd));
+      }
+      t = roof(flops, bytes);
+    }
+    sink(Part{Op::AttnDecode, src, file, t * L, flops * L, bytes * L, L});
+  }
+  if (static_cast<size_t>(nd) == batch.size()) return;
+  // Chunks after a cached prefix: one attention call each. Fresh prompts (no prefix) are one
+  // batched call: it costs as a single prompt of the same causal FLOPs, sqrt(sum of l^2)
+  // tokens (a batch fills the device as a longer prompt does), never less than its longest
+  // prompt alone.
+  double sq = 0, lmax = 0, n_fresh = 0;
+  auto emit = [&](Part p, double kernels) {
+    p.ns = in_step(p.ns, p.flops, p.bytes) * L;
+    p.flops *= L;
+    p.bytes *= L;
+    p.kernels = kernels * L;
+    sink(p);
+  };
+  for (const SeqWork& s : batch) {
+    if (s.new_tokens <= 1) continue;
+    if (s.context > 0 || !prefill || pgroup < 0) {
+      emit(prefill_part(s.new_tokens, s.context), 1);
+      continue;
+    }
+    const double l = s.new_tokens;
+    sq += l * l;
+    lmax = l > lmax ? l : lmax;
+    n_fresh += 1;
+  }
+  if (n_fresh > 0) {
+    Part p = prefill_part(n_fresh > 1 ? std::sqrt(sq) : lmax, 0);
+    if (n_fresh > 1) {
+      // FLOPs and bytes of the batch itself, not of the equivalent prompt.
+      double flops = 0, bytes = 0;
+      for (const SeqWork& s : batch)
+        if (s.new_tokens > 1 && s.context == 0) {
+          const Part q = prefill_part_work(s.new_tokens, 0);
+          flops += q.flops;
+          bytes += q.bytes;
+        }
+      p.ns = std::max(p.ns, prefill_part(lmax, 0).ns);
+      p.flops = flops;
+      p.bytes = bytes;
+      p.src = Src::Scaled;
+    }
+    emit(p, 1);
+  }
+  // PyTorch: the attention output [B, heads, T, d] transposed back to [B, T, heads * d] and
+  // reshaped is a copy once T > 1 (a decode step's is a view); one kernel per layer over the
+  // batch's prefill tokens. vLLM's kernels write the output in place.
+  if (impl != Implementation::Fused) {
+    double tokens = 0;
+    for (const SeqWork& s : batch)
+      if (s.new_tokens > 1) tokens += s.new_tokens;
+    if (tokens > 0) {
+      Part p = kernels_part(Op::AttnLayout, 1, 2 * tokens * H * hd * b);
+      p.ns *= L, p.bytes *= L, p.kernels *= L;
+      sink(p);
+    }
+  }
+}
+
+}  // namespace sluice

@@ -1,0 +1,115 @@
+// Where a mixture-of-experts model's experts sit and how much each receives (part of
+// hardware/cost_model.cpp's translation unit, included by cost_model_impl.h): the routing
+// model's shares (uniform or Zipf, no share above 1/k), their placement over the devices of
+// expert parallelism (in order, or EPLB's copies hottest first on the least-loaded device), and
+// the devices a token's dispatch reaches.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "hardware/cost_model.h"
+
+namespace sluice {
+
+// (Not in an anonymous namespace: CostModel::Impl holds one.)
+struct ExpertPlacement {
+  // Each device's expert copies, as the share of all token-expert assignments each copy
+  // receives (the shares of all devices sum to 1); without expert parallelism one entry, every
+  // expert, each split over the tp devices.
+  std::vector<std::vector<double>> dev_share;
+  // All-to-all dispatch: the devices a token's k experts are on, in expectation (a token is sent
+  // once to each, not once per expert): sum over devices of 1 - (1 - its share)^k, each of the
+  // k picks taken as independent.
+  double a2a_dest = 0;
+
+  // Token-expert rows a device's copies receive from M tokens, each to k experts.
+  static double rows(const std::vector<double>& shares, double M, int k) {
+    double t = 0;
+    for (double q : shares) t += M * k * q;
+    return t;
+  }
+
+  // The routing model's shares, placed over tp devices (expert parallelism with tp > 1) or
+  // kept as one view; throws std::invalid_argument for a placement that cannot be.
+  static ExpertPlacement plan(const ModelSpec& m, const MoeOptions& mo, int tp) {
+    const int E = m.experts;
+    if (mo.expert_parallel && E % tp != 0)
+      throw std::invalid_argument(fmt::format("expert parallelism over {} devices does not divide the {} experts of {}", tp, E, m.name));
+    if (mo.expert_parallel && mo.eplb && (E + std::min(mo.redundant_experts, E)) % tp != 0)
+      throw std::invalid_argument(fmt::format("{} experts and {} redundant copies do not divide over {} devices", E, mo.redundant_experts, tp));
+    if (mo.alltoall && !mo.expert_parallel)
+      throw std::invalid_argument("all-to-all dispatch moves tokens between the devices of expert parallelism, and it is off");
+    const std::vector<double> p = shares(m, mo);
+    ExpertPlacement out;
+    if (!(mo.expert_parallel && tp > 1)) {
+      out.dev_share.push_back(p);
+      return out;
+    }
+    out.dev_share.assign(static_cast<size_t>(tp), {});
+    if (!mo.eplb) {  // experts in order, E / tp per device
+      for (int e = 0; e < E; ++e) out.dev_share[static_cast<size_t>(e / (E / tp))].push_back(p[static_cast<size_t>(e)]);
+    } else {
+      out.place_eplb(p, std::min(mo.redundant_experts, E));
+    }
+    for (const auto& sh : out.dev_share) {
+      double d = 0;
+      for (double q : sh) d += q;
+      out.a2a_dest += 1 - std::pow(1 - std::min(1.0, d), m.experts_per_token);
+    }
+    return out;
+  }
+
+ private:
+  // Each expert's share of the assignments: uniform, or Zipf (expert e the (e+1)-th hottest).
+  static std::vector<double> shares(const ModelSpec& m, const MoeOptions& mo) {
+    const int E = m.experts;
+    std::vector<double> p(static_cast<size_t>(E), 1.0 / E);
+    if (mo.routing != MoeOptions::Routing::Zipf) return p;
+    double z = 0;
+    for (int e = 0; e < E; ++e) z += p[static_cast<size_t>(e)] = std::pow(e + 1.0, -mo.zipf_s);
+    for (double& x : p) x /= z;
+    // A token goes to k distinct experts, so no expert gets more than 1/k of the assignments
+    // (all M tokens): a share above it is capped and its excess spread over the others in
+    // proportion to theirs, until none is over.
+    const double cap = 1.0 / m.experts_per_token;
+    for (int round = 0; round < E; ++round) {
+      double excess = 0, free = 0;  // above the cap; the shares below it
+      for (double x : p) {
+        if (x > cap) excess += x - cap;
+        else if (x < cap) free += x;
+      }
+      if (excess <= 1e-15 || free <= 0) break;
+      for (double& x : p) x = x >= cap ? cap : x * (1 + excess / free);
+    }
+    return p;
+  }
+
+  // EPLB: the r hottest experts copied (each copy half the load), then every copy, hottest
+  // first, on the least-loaded device that has a slot left (slots: (E + r) / tp each).
+  void place_eplb(const std::vector<double>& p, int r) {
+    std::vector<std::pair<double, int>> copies;  // (share, expert)
+    for (int e = 0; e < static_cast<int>(p.size()); ++e) {
+      const int n = e < r ? 2 : 1;
+      for (int c = 0; c < n; ++c) copies.push_back({p[static_cast<size_t>(e)] / n, e});
+    }
+    std::stable_sort(copies.begin(), copies.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    const size_t slots = copies.size() / dev_share.size();
+    std::vector<double> load(dev_share.size(), 0);
+    for (const auto& c : copies) {
+      size_t best = 0;
+      bool found = false;
+      for (size_t d = 0; d < load.size(); ++d)
+        if (dev_share[d].size() < slots && (!found || load[d] < load[best])) best = d, found = true;
+      dev_share[best].push_back(c.first);
+      load[best] += c.first;
+    }
+  }
+};
+
+}  // namespace sluice
