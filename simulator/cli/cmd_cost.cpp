@@ -170,19 +170,18 @@ int run_cost(const CostArgs& a) {
                         "an MoE model (deepseek-v3, mixtral-8x7b, qwen3-235b-a22b, llama4-scout)");
     if (a.dispatch != "allreduce" && a.dispatch != "alltoall")
       throw ConfigError(kCommandLine, "--dispatch", a.dispatch, "not a dispatch", "allreduce or alltoall");
-    if (a.dispatch == "alltoall" && !a.expert_parallel)
-      throw ConfigError(kCommandLine, "--dispatch", a.dispatch, "all-to-all dispatch moves tokens between expert-parallel devices",
-                        "--expert-parallel --dispatch alltoall");
-    if (m.experts % a.tp != 0)
-      throw ConfigError(kCommandLine, "--tp", std::to_string(a.tp),
-                        fmt::format("expert parallelism over {} devices does not divide the {} experts", a.tp, m.experts),
-                        fmt::format("a divisor of {}", m.experts));
   }
+  opt.moe.expert_parallel = a.expert_parallel;
+  opt.moe.alltoall = a.dispatch == "alltoall";
+  if (m.moe())
+    if (const auto problem = moe_problem(m, opt.moe, a.tp)) {
+      const bool dispatch = problem->key == "dispatch";
+      throw ConfigError(kCommandLine, dispatch ? "--dispatch" : "--tp", dispatch ? a.dispatch : std::to_string(a.tp), problem->problem,
+                        problem->valid);
+    }
   {
-    const std::vector<std::pair<std::string, Precision>> names = {
-        {"bf16", Precision::BF16}, {"fp8", Precision::FP8}, {"fp4", Precision::FP4}, {"w4a16", Precision::W4A16}};
     bool found = false;
-    for (const auto& [n, p] : names)
+    for (const auto& [n, p] : precision_names())
       if (n == a.precision) m.weights = p, found = true;
     if (!found) throw ConfigError(kCommandLine, "--precision", a.precision, "not a precision", "bf16, fp8, fp4 or w4a16");
     if (!hw.supports(m.weights))
@@ -192,8 +191,6 @@ int run_cost(const CostArgs& a) {
       throw ConfigError(kCommandLine, "--kv-cache-dtype", a.kv_cache_dtype, "not a KV cache type", "auto or fp8");
     m.kv_fp8 = a.kv_cache_dtype == "fp8";
   }
-  opt.moe.expert_parallel = a.expert_parallel;
-  opt.moe.alltoall = a.dispatch == "alltoall";
   try {
     opt.implementation = implementation_from_name(a.implementation);
   } catch (const std::invalid_argument& e) {
@@ -233,10 +230,7 @@ int run_cost(const CostArgs& a) {
   // (context + new tokens), and the transient activations of this forward pass.
   double kv_tokens = 0;
   for (const auto& q : batch) kv_tokens += q.context + q.new_tokens;
-  const int shards = a.tp * a.pp;
-  const double mem_weights = m.weight_bytes() / shards + m.replicated_parameters() * weight_bytes_per_element(m.weights, m.dtype_bytes) *
-                                                          (1.0 - 1.0 / a.tp) / a.pp,
-               mem_kv = kv_tokens * m.kv_bytes_per_token_per_gpu(a.tp, a.pp),
+  const double mem_weights = m.weight_bytes_per_gpu(a.tp, a.pp), mem_kv = kv_tokens * m.kv_bytes_per_token_per_gpu(a.tp, a.pp),
                mem_act = m.activation_bytes(tokens) / a.tp, mem_total = mem_weights + mem_kv + mem_act;
 
   if (a.json) {

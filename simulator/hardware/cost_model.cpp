@@ -135,6 +135,29 @@ const char* implementation_name(Implementation i) {
   return "?";
 }
 
+std::optional<MoeProblem> moe_problem(const ModelSpec& m, const MoeOptions& mo, int tp) {
+  const int E = m.experts;
+  if (mo.expert_parallel && E % tp != 0)
+    return MoeProblem{"expert_parallel",
+                      fmt::format("expert parallelism over {} devices does not divide the {} experts of {}", tp, E, m.name),
+                      fmt::format("a tensor_parallel dividing {}, or expert_parallel: false", E)};
+  if (mo.alltoall && !mo.expert_parallel)
+    return MoeProblem{"dispatch", "all-to-all dispatch moves tokens between the devices of expert parallelism, and it is off",
+                      "allreduce, or expert_parallel: true"};
+  if (mo.eplb && !mo.expert_parallel)
+    return MoeProblem{"eplb", "balances experts over the devices of expert parallelism, and it is off", "false, or expert_parallel: true"};
+  if (mo.redundant_experts > 0 && !mo.eplb)
+    return MoeProblem{"redundant_experts", "copies are placed by eplb, and it is off", "0, or eplb: true"};
+  if (mo.eplb && mo.redundant_experts > E)
+    return MoeProblem{"redundant_experts", fmt::format("more copies than the {} experts", E), fmt::format("0 to {}", E)};
+  if (mo.eplb && (E + mo.redundant_experts) % tp != 0)
+    return MoeProblem{"redundant_experts", fmt::format("{} experts + {} copies do not divide over {} devices", E, mo.redundant_experts, tp),
+                      fmt::format("a count making experts + copies a multiple of {}", tp)};
+  if (mo.zipf_s != 1 && mo.routing != MoeOptions::Routing::Zipf)
+    return MoeProblem{"zipf_s", "only Zipf routing has an exponent", "routing: zipf, or leave it out"};
+  return std::nullopt;
+}
+
 Implementation implementation_from_name(const std::string& name) {
   for (Implementation i : {Implementation::PytorchLean, Implementation::PytorchNaive, Implementation::Fused})
     if (name == implementation_name(i)) return i;

@@ -82,6 +82,13 @@ struct MoeOptions {
   int redundant_experts = 0;
 };
 
+// A placement of an MoE model's experts that cannot be (the one check the scenario keys, `sluice
+// cost` and the cost model share): the deployment.moe key at fault, the problem, what is valid.
+struct MoeProblem {
+  std::string key, problem, valid;
+};
+std::optional<MoeProblem> moe_problem(const ModelSpec& m, const MoeOptions& mo, int tp);
+
 struct CostOptions {
   int tensor_parallel = 1;
   int pipeline_parallel = 1;

@@ -11,8 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "hardware/cost_model.h"
 
 namespace sluice {
@@ -39,12 +37,7 @@ struct ExpertPlacement {
   // kept as one view; throws std::invalid_argument for a placement that cannot be.
   static ExpertPlacement plan(const ModelSpec& m, const MoeOptions& mo, int tp) {
     const int E = m.experts;
-    if (mo.expert_parallel && E % tp != 0)
-      throw std::invalid_argument(fmt::format("expert parallelism over {} devices does not divide the {} experts of {}", tp, E, m.name));
-    if (mo.expert_parallel && mo.eplb && (E + std::min(mo.redundant_experts, E)) % tp != 0)
-      throw std::invalid_argument(fmt::format("{} experts and {} redundant copies do not divide over {} devices", E, mo.redundant_experts, tp));
-    if (mo.alltoall && !mo.expert_parallel)
-      throw std::invalid_argument("all-to-all dispatch moves tokens between the devices of expert parallelism, and it is off");
+    if (const auto problem = moe_problem(m, mo, tp)) throw std::invalid_argument(problem->problem);
     const std::vector<double> p = shares(m, mo);
     ExpertPlacement out;
     if (!(mo.expert_parallel && tp > 1)) {

@@ -50,6 +50,12 @@ const char* precision_name(Precision p) {
   return "?";
 }
 
+const std::vector<std::pair<std::string, Precision>>& precision_names() {
+  static const std::vector<std::pair<std::string, Precision>> names = {
+      {"bf16", Precision::BF16}, {"fp8", Precision::FP8}, {"fp4", Precision::FP4}, {"w4a16", Precision::W4A16}};
+  return names;
+}
+
 double weight_bytes_per_element(Precision p, int dtype_bytes) {
   switch (p) {
     case Precision::BF16: return dtype_bytes;
@@ -286,6 +292,14 @@ int ModelSpec::moe_layers_in(int first, int count) const {
   if (experts <= 0) return 0;
   const int lo = std::max(first, dense_layers), hi = first + count;
   return std::max(0, hi - lo);
+}
+
+double ModelSpec::weight_bytes_per_gpu(int tp, int pp, int expert_copies) const {
+  double w = weight_bytes() / (tp * pp);
+  w += replicated_parameters() * weight_element_bytes() * (1.0 - 1.0 / tp) / pp;
+  if (expert_copies > 0)
+    w += static_cast<double>(expert_copies) * 3.0 * hidden * expert_ffn * weight_element_bytes() * moe_layers_in(0, layers) / (tp * pp);
+  return w;
 }
 
 double ModelSpec::replicated_parameters() const {

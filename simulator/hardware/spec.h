@@ -3,6 +3,8 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "config/schema.h"
 
@@ -17,6 +19,8 @@ namespace sluice {
 // The embedding and the LM head stay in the model's dtype, as FP8 and FP4 checkpoints keep them.
 enum class Precision { BF16, FP8, FP4, W4A16 };
 const char* precision_name(Precision p);
+// Every precision by name ("bf16", "fp8", "fp4", "w4a16"), for keys and flags.
+const std::vector<std::pair<std::string, Precision>>& precision_names();
 // Bytes one weight takes in memory and traffic (bf16: the model's dtype).
 double weight_bytes_per_element(Precision p, int dtype_bytes);
 
@@ -90,6 +94,7 @@ struct ModelSpec {
   Precision weights = Precision::BF16;
   bool kv_fp8 = false;
   double kv_element_bytes() const { return kv_fp8 ? 1.0 : dtype_bytes; }
+  double weight_element_bytes() const { return weight_bytes_per_element(weights, dtype_bytes); }
   // Mixture of experts (0 experts: a dense model). Every layer from `dense_layers` on replaces
   // its MLP by a router over `experts` routed experts, each token going to `experts_per_token`
   // of them, plus `shared_experts` that every token passes through; an expert is a gated MLP of
@@ -115,6 +120,10 @@ struct ModelSpec {
   // the heaviest stage's layers and its share of the KV heads, which are replicated rather
   // than split once tp exceeds their count.
   double kv_bytes_per_token_per_gpu(int tp, int pp) const;
+  // Weight bytes one GPU holds under tensor parallelism tp and pipeline parallelism pp: its share
+  // of the whole, latent attention's replicated projections whole, and `expert_copies` more
+  // experts on every MoE layer spread over the tp x pp GPUs (EPLB's redundant copies).
+  double weight_bytes_per_gpu(int tp, int pp, int expert_copies = 0) const;
   // Peak transient activation memory of a forward pass over `tokens` tokens.
   double activation_bytes(long tokens) const;
 };

@@ -122,9 +122,7 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
   d.integer("replicas", &C::replicas, "model replicas behind the router").def("1").range(1, 1e5);  // 1e6 took 1.8 GB to build
   d.integer("tensor_parallel", &C::tensor_parallel, "GPUs per pipeline stage (in a world they may span servers: multi-node tensor parallelism)").def("1").range(1, 64);
   d.integer("pipeline_parallel", &C::pipeline_parallel, "pipeline stages per replica").def("1").range(1, 256);
-  d.choice<Precision>("precision",
-                      {{"bf16", Precision::BF16}, {"fp8", Precision::FP8}, {"fp4", Precision::FP4}, {"w4a16", Precision::W4A16}},
-                      &C::precision,
+  d.choice<Precision>("precision", precision_names(), &C::precision,
                       "the decoder layers' weights and GEMMs: bf16 (the model's dtype), fp8 (E4M3 weights and per-token "
                       "activations at the device's FP8 rate), fp4 (NVFP4 at its FP4 rate) or w4a16 (weight-only INT4, "
                       "computed in bf16); the embedding and LM head stay in the model's dtype")
@@ -255,24 +253,7 @@ static void check_moe(const ServingConfig& c, const Params& d) {
       if (ms.given(k)) ms.fail(k, fmt::format("{} is a dense model: it has no experts", m.name), "leave deployment.moe out, or an MoE model");
     return;
   }
-  if (mo.expert_parallel && m.experts % c.tensor_parallel != 0)
-    ms.fail("expert_parallel",
-            fmt::format("expert parallelism over tensor_parallel = {} devices does not divide the {} experts of {}", c.tensor_parallel,
-                        m.experts, m.name),
-            fmt::format("a tensor_parallel dividing {}, or expert_parallel: false", m.experts));
-  if (mo.alltoall && !mo.expert_parallel)
-    ms.fail("dispatch", "all-to-all dispatch moves tokens between the devices of expert parallelism, and it is off",
-            "allreduce, or expert_parallel: true");
-  if (mo.eplb && !mo.expert_parallel) ms.fail("eplb", "balances experts over the devices of expert parallelism, and it is off", "false, or expert_parallel: true");
-  if (mo.redundant_experts > 0 && !mo.eplb) ms.fail("redundant_experts", "copies are placed by eplb, and it is off", "0, or eplb: true");
-  if (mo.eplb && mo.redundant_experts > m.experts)
-    ms.fail("redundant_experts", fmt::format("more copies than the {} experts", m.experts), fmt::format("0 to {}", m.experts));
-  if (mo.eplb && (m.experts + mo.redundant_experts) % c.tensor_parallel != 0)
-    ms.fail("redundant_experts",
-            fmt::format("{} experts + {} copies do not divide over {} devices", m.experts, mo.redundant_experts, c.tensor_parallel),
-            fmt::format("a count making experts + copies a multiple of {}", c.tensor_parallel));
-  if (mo.zipf_s != 1 && mo.routing != MoeOptions::Routing::Zipf)
-    ms.fail("zipf_s", "only Zipf routing has an exponent", "routing: zipf, or leave it out");
+  if (const auto problem = moe_problem(m, mo, c.tensor_parallel)) ms.fail(problem->key, problem->problem, problem->valid);
 }
 
 // The bindings alone, to fill a config (the schemas they were declared on are thrown away;

@@ -29,16 +29,9 @@ CostOptions cost_options(const ServingConfig& cfg) {
 
 MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_per_iteration) {
   MemoryPlan m;
-  const int shards = cfg.tensor_parallel * cfg.pipeline_parallel;
   m.capacity_per_gpu = cfg.hardware.hbm_bytes * cfg.gpu_memory_utilization;
-  m.weights_per_gpu = cfg.model.weight_bytes() / shards;
-  // Latent attention's down projections are whole on every tensor-parallel device.
-  m.weights_per_gpu += cfg.model.replicated_parameters() * weight_bytes_per_element(cfg.model.weights, cfg.model.dtype_bytes) *
-                       (1.0 - 1.0 / cfg.tensor_parallel) / cfg.pipeline_parallel;
-  if (cfg.model.moe() && cfg.moe.expert_parallel && cfg.moe.eplb)  // EPLB's redundant copies of experts, on every MoE layer
-    m.weights_per_gpu += static_cast<double>(cfg.moe.redundant_experts) * 3.0 * cfg.model.hidden * cfg.model.expert_ffn *
-                         weight_bytes_per_element(cfg.model.weights, cfg.model.dtype_bytes) *
-                         cfg.model.moe_layers_in(0, cfg.model.layers) / shards;
+  const bool copies = cfg.model.moe() && cfg.moe.expert_parallel && cfg.moe.eplb;  // EPLB's redundant experts
+  m.weights_per_gpu = cfg.model.weight_bytes_per_gpu(cfg.tensor_parallel, cfg.pipeline_parallel, copies ? cfg.moe.redundant_experts : 0);
   // Activations of the largest iteration, split across tensor-parallel ranks; capped at
   // 16k tokens (beyond that frameworks chunk the work rather than reserve more).
   m.activation_per_gpu = cfg.model.activation_bytes(std::min<int64_t>(max_tokens_per_iteration, 16384)) / cfg.tensor_parallel;
