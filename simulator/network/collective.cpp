@@ -430,7 +430,9 @@ void Collective::start_phase(Engine& e) {
   }
   finished_ = true;
   finished_at_ = e.now();
-  if (on_done_) on_done_(e);
+  // The callback may destroy this collective (its owner is done with it): it runs from a local,
+  // and nothing here or up the stack touches the collective after it returns.
+  if (auto done = std::move(on_done_)) done(e);
 }
 
 void Collective::send(size_t oi, int from_pos, int to_pos, double bytes, uint64_t info, uint64_t salt) {

@@ -111,7 +111,7 @@ class FlowSim final : public EventHandler {
   FlowLedger ledger() const;
   void replay(const FlowLedger& delta, uint64_t n);
   // The completion rounding quantum (0 or 1: exact); rounding to multiples of an absolute
-  // time makes a run depend on when it starts, unless a shift is a multiple of it.
+  // time makes a run depend on when it starts (the training fast-forward never skips under it).
   int64_t quantum_ns() const { return quantum_ns_; }
   const FlowStats& stats() const { return stats_; }
   // Rounds every transmission end up to a multiple of `quantum` (0: exact, the default), so

@@ -53,19 +53,22 @@ void same(const Ran& a, const Ran& b) {
 
 // 32 GPUs on four leaves (16-port switches) joined by two spines: a TP2 x PP2 x DP4 job on
 // servers 0-1 whose gradient rings cross the spines, a small chat deployment on server 3.
-const char* kWorld = R"(
+// The job's shape, shared by the tests' jobs (each adds its name, iterations, place, recovery).
+const char* kTinyJob = R"(
+    kind: training
+    model: tinyllama-1.1b
+    cost_tables: none
+    parallel: {tp: 2, pp: 2, dp: 4, micro_batches: 4}
+    sequence: 512)";
+
+const std::string kWorld = std::string(R"(
 name: ff
 seed: 7
 cluster:
   topology: {catalog: fat-tree, name: ft32, servers: 4, switch_radix: 16}
   hardware: h100-sxm
 workloads:
-  - name: pretrain
-    kind: training
-    model: tinyllama-1.1b
-    cost_tables: none
-    parallel: {tp: 2, pp: 2, dp: 4, micro_batches: 4}
-    sequence: 512
+  - name: pretrain)") + kTinyJob + R"(
     iterations: 1200
     place: {servers: [0-1]}
     recovery: {checkpoint_interval: 2s, checkpoint_write: 150ms, restart: 400ms, collective_timeout: 1s}
@@ -180,14 +183,7 @@ TEST_CASE("a fabric ledger replayed n times equals n repetitions, in exact sums"
 TEST_CASE("a training job that is done stops its watchdog: it neither fails afterwards nor ends the run for a job still training") {
   // Job a is done after 50 iterations, job b trains 400 on other servers; both watch their
   // collectives (1 s) in a world with a fault process that fails nothing in the run.
-  std::string yaml = kWorld;
-  yaml.replace(yaml.find("iterations: 1200"), 16, "iterations: 50");
-  yaml += R"(  - name: second
-    kind: training
-    model: tinyllama-1.1b
-    cost_tables: none
-    parallel: {tp: 2, pp: 2, dp: 4, micro_batches: 4}
-    sequence: 512
+  const std::string yaml = kWorld + "  - name: second" + kTinyJob + R"(
     iterations: 400
     place: {servers: [2-3]}
     recovery: {collective_timeout: 1s}
@@ -196,7 +192,7 @@ faults:
 )";
   for (bool fast : {true, false}) {
     CAPTURE(fast);
-    const Json m = Json::parse(run(yaml, fast).metrics);
+    const Json m = Json::parse(run(yaml, fast, {"workloads.0.iterations=50"}).metrics);
     CHECK(m["workloads"]["pretrain"]["iterations"] == 50);
     CHECK_FALSE(m["workloads"]["pretrain"]["faults"]["failed"].get<bool>());
     CHECK(m["workloads"]["second"]["iterations"] == 400);

@@ -359,9 +359,6 @@ class PodStudy final : public Study {
     jc.shape = shape;
     training::TrainingConfig& c = jc.cfg;
     c.model = model_from_params(cp.section("model"));
-    if (c.model.moe())  // the training costs (6 x parameters FLOPs, dense MLP passes) are a dense model's
-      cp.fail("model", fmt::format("{} is a mixture of experts, and training does not yet model experts", c.model.name),
-             "a dense model (MoE models are served: the serving workload)");
     c.hardware = hardware_;
     c.iterations = measure_iterations_;
     c.tables_dir = default_tables_dir(c.hardware);

@@ -197,7 +197,6 @@ void TrainingJob::try_run(int sl) {
   st.op_start_ns = now;
   const int slice = op.mb % n_slices_;
   const int64_t dur = op.forward ? fwd_ns(s, slice) : bwd_ns(s, slice);
-  (void)now;
   schedule(kCompute, dur, static_cast<uint32_t>(sl));
 }
 
@@ -294,7 +293,6 @@ void TrainingJob::stage_backward_done(int s) {
     stage_reduced();
     return;
   }
-  retired_.clear();
   stage_dp_left_[static_cast<size_t>(s)] = c_.tp;
   for (int k = 0; k < c_.tp; ++k) {
     std::vector<int> group;
@@ -320,7 +318,6 @@ void TrainingJob::stage_reduced() {
   const int64_t now = world_.engine().now().count_ns();
   dp_ns_total_ += now - last_backward_ns_;
   for (auto& c : dp_live_) flows_ += c->flows_started();
-  (void)now;
   schedule(c_.zero >= 1 && c_.dp > 1 ? kOptimizerDone : kIterationEnd, optimizer_ns_);
 }
 
@@ -350,9 +347,8 @@ void TrainingJob::optimizer_done() {
 }
 
 void TrainingJob::iteration_end(Engine& e) {
-  // Kept until the next iteration's gradients: under ZeRO this runs inside the last all-gather's
-  // callback, which must not destroy its own collective.
-  retired_.swap(dp_live_);
+  // Under ZeRO this runs inside the last all-gather's callback: a collective may be destroyed
+  // from its own callback (Collective::start_phase).
   dp_live_.clear();
   const int64_t now = e.now().count_ns();
   const double it_s = static_cast<double>(now - iter_start_ns_) / 1e9;

@@ -247,7 +247,6 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   int64_t clean_until_ = 0;      // no other handler acts before this time (from the last lone iteration)
   int64_t skipping_ = 0;         // iterations a pending kSkipDone stands for
   std::string cause_;            // the fault process whose failure the job recovers from
-  std::vector<std::unique_ptr<net::Collective>> retired_;  // the last iteration's DP collectives (see iteration_end)
   Counts start_counts_;
   Steady last_;
 };

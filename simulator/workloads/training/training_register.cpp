@@ -66,6 +66,13 @@ SlicingConfig slicing_from_params(const Params& p, const Binding<SlicingConfig>&
 }  // namespace
 
 void check_training_shape(const TrainingConfig& c, const Params& job, const Params& parallel) {
+  // The training costs (6 x parameters FLOPs, dense MLP passes, plain attention's memory) are a
+  // dense model's.
+  if (c.model.moe() || c.model.mla())
+    job.fail("model",
+             fmt::format("{} {}, and training does not yet model {}", c.model.name,
+                         c.model.moe() ? "is a mixture of experts" : "has latent attention", c.model.moe() ? "experts" : "it"),
+             "a dense model with plain attention (MoE and latent-attention models are served: the serving workload)");
   if (c.model.heads % c.tp != 0)
     parallel.fail("tp", fmt::format("{} has {} heads; tensor parallelism must divide them", c.model.name, c.model.heads),
                   "a divisor of the head count");
@@ -165,9 +172,6 @@ SLUICE_REGISTER(workload, training_workload) {
             par_keys.fill(par, c);
             rec_keys.fill(p.section("recovery"), c);
             c.model = model_from_params(p.section("model"));
-            if (c.model.moe())  // the training costs (6 x parameters FLOPs, dense MLP passes) are a dense model's
-              p.fail("model", fmt::format("{} is a mixture of experts, and training does not yet model experts", c.model.name),
-                     "a dense model (MoE models are served: the serving workload)");
             c.hardware = world.hardware();
             check_training_shape(c, p, par);
             c.slicing = slicing_from_params(p.section("slicing"), sl_keys, c, par);

@@ -14,7 +14,9 @@ auto TrainingJob::counts() const -> Counts {
 
 void TrainingJob::observe_start() {
   start_alone_ = false;
-  if (!RunControl::get().fast_forward()) return;
+  // Completions rounded to an absolute grid (a completion quantum): a shift by an iteration may
+  // not repeat, and a checkpoint moves the phase too, so no skip; nothing to observe.
+  if (!RunControl::get().fast_forward() || world_.fabric().quantum_ns() > 1) return;
   start_alone_ = world_.fabric().still();
   if (!start_alone_) return;
   others_at_start_ = world_.engine().next_event_excluding(this);
@@ -59,8 +61,6 @@ bool TrainingJob::try_skip() {
   }
   const int64_t T = last_.ns;
   if (T <= 0) return false;
-  const int64_t q = world_.fabric().quantum_ns();
-  if (q > 1) return false;  // completions rounded to an absolute grid: a shift by T may not repeat (a checkpoint moves the phase too)
   if (faults_ && c_.collective_timeout_ns > 0 && T >= c_.collective_timeout_ns) return false;
   if (world_.trace().enabled() && iterations_done_ < 2) return false;
   const int64_t others = e.next_event_excluding(this);
