@@ -24,7 +24,7 @@ namespace {
 
 struct CostArgs {
   std::string hardware = "h200", model = "llama2-7b", tables, lengths, implementation = "pytorch-lean";
-  int batch = 1, tp = 1, pp = 1, slices = 0;
+  int batch = 1, tp = 1, pp = 1, slices = 0, drafts = 0;
   long context = -1, prefill = 0, tokens = 0;
   bool json = false, loo = false, fused = false;
   bool expert_parallel = false;
@@ -78,7 +78,7 @@ std::vector<SeqWork> build_batch(const CostArgs& a) {
       if (!v || *v < 0 || *v > 1'000'000'000)
         throw ConfigError(kCommandLine, "--lengths", a.lengths, fmt::format("'{}' is not a KV length", item),
                           "comma-separated non-negative integers, e.g. 100,2000,8000");
-      batch.push_back(SeqWork{1, static_cast<int>(*v), true});
+      batch.push_back(SeqWork{1, static_cast<int>(*v), true, static_cast<int16_t>(a.drafts)});
     }
     if (batch.empty()) throw ConfigError(kCommandLine, "--lengths", a.lengths, "no lengths", "e.g. 100,2000,8000");
     return batch;
@@ -88,7 +88,7 @@ std::vector<SeqWork> build_batch(const CostArgs& a) {
     batch.assign(static_cast<size_t>(a.batch), SeqWork{static_cast<int>(a.prefill), static_cast<int>(ctx), true});
   } else {
     const long ctx = a.context < 0 ? 2048 : a.context;
-    batch.assign(static_cast<size_t>(a.batch), SeqWork{1, static_cast<int>(ctx), true});
+    batch.assign(static_cast<size_t>(a.batch), SeqWork{1, static_cast<int>(ctx), true, static_cast<int16_t>(a.drafts)});
   }
   return batch;
 }
@@ -196,6 +196,9 @@ int run_cost(const CostArgs& a) {
   } catch (const std::invalid_argument& e) {
     throw ConfigError(kCommandLine, "--implementation", a.implementation, e.what(), "pytorch-lean, pytorch-naive or fused");
   }
+  if (a.drafts > 0 && a.prefill > 0)
+    throw ConfigError(kCommandLine, "--drafts", std::to_string(a.drafts), "drafts are verified by a decode step, not a prefill",
+                      "--drafts K without --prefill");
   if (a.slices > 0 && a.prefill <= 0)
     throw ConfigError(kCommandLine, "--slices", std::to_string(a.slices), "slices cut a prefill", "--prefill T --slices K");
   if (a.slices > 0 && a.prefill % a.slices != 0)
@@ -220,8 +223,8 @@ int run_cost(const CostArgs& a) {
   const double launch_ns = it.kernels * cm->kernel_ns();
   long tokens = 0, rows = 0;
   for (const auto& s : batch) {
-    tokens += s.new_tokens;
-    rows += s.produces_token;
+    tokens += s.new_tokens + s.drafts;  // a verification scores its drafts as tokens and rows
+    rows += s.produces_token ? 1 + s.drafts : 0;
   }
   const bool is_prefill = a.lengths.empty() && a.prefill > 0;
   std::map<std::string, double> by_source;
@@ -229,7 +232,7 @@ int run_cost(const CostArgs& a) {
   // Memory one GPU needs for this batch: its weight shard, the KV cache of every sequence
   // (context + new tokens), and the transient activations of this forward pass.
   double kv_tokens = 0;
-  for (const auto& q : batch) kv_tokens += q.context + q.new_tokens;
+  for (const auto& q : batch) kv_tokens += q.context + q.new_tokens + q.drafts;
   const double mem_weights = m.weight_bytes_per_gpu(a.tp, a.pp), mem_kv = kv_tokens * m.kv_bytes_per_token_per_gpu(a.tp, a.pp),
                mem_act = m.activation_bytes(tokens) / a.tp, mem_total = mem_weights + mem_kv + mem_act;
 
@@ -247,6 +250,7 @@ int run_cost(const CostArgs& a) {
                              {"mode", a.slices > 0 ? "sliced_prefill" : is_prefill ? "prefill" : "decode"},
                              {"implementation", implementation_name(cm->implementation())},
                              {"slices", a.slices},
+                             {"drafts", a.drafts},
                              {"tp", a.tp},
                              {"pp", a.pp},
                              {"precision", precision_name(m.weights)},
@@ -296,6 +300,9 @@ int run_cost(const CostArgs& a) {
                        a.prefill, a.slices, a.prefill / a.slices);
   else if (is_prefill)
     what = fmt::format("prefill of {} x {} tokens after {} cached", a.batch, a.prefill, batch.front().context);
+  else if (a.drafts > 0)
+    what = fmt::format("speculative verification, batch {} at context {}, each sequence's token and {} drafts", a.batch,
+                       batch.front().context, a.drafts);
   else what = fmt::format("decode, batch {} at context {}", a.batch, batch.front().context);
   std::cout << fmt::format("{} on {}: {}; tp {}, pp {} ({} of {} layers on the costed last stage)\n", m.name, hw.name,
                            what, a.tp, a.pp, cm->stage_layers(), m.layers);
@@ -354,6 +361,10 @@ void add_cost(CLI::App& app, CliContext& ctx) {
       ->check(CLI::Range(1L, 1'000'000'000L));
   cmd->add_option("--lengths", a->lengths, "a decode batch of mixed KV lengths, e.g. 100,2000,8000 (overrides --batch)")
       ->check([](const std::string& s) { return s.empty() ? std::string("an empty list of lengths: give them, e.g. 100,2000,8000") : std::string(); });
+  cmd->add_option("--drafts", a->drafts,
+                  "speculative decoding: a decode step that also verifies this many proposed tokens per sequence (the "
+                  "target's step alone; the drafter's is the drafter model's own decode)")
+      ->check(CLI::Range(1, 16));
   cmd->add_option("--tp", a->tp, "tensor-parallel degree (default 1)")->check(CLI::Range(1, 1024));
   cmd->add_option("--pp", a->pp, "pipeline-parallel degree; the last stage is costed (default 1)")
       ->check(CLI::Range(1, 1024));

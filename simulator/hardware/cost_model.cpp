@@ -204,16 +204,18 @@ double CostModel::activation_bytes(double tokens) const { return tokens * impl_-
 
 namespace {
 // New tokens, sampling rows and decode sequences of a batch.
+// (Drafts a speculative decode step verifies count as tokens and rows, SeqWork::drafts.)
 struct BatchTotals {
-  long new_tokens, rows, decodes;
+  long new_tokens, rows, decodes, drafts;
 };
 BatchTotals batch_totals(std::span<const SeqWork> batch) {
-  BatchTotals t{0, 0, 0};
+  BatchTotals t{0, 0, 0, 0};
   for (const SeqWork& s : batch) {
     if (s.new_tokens <= 0) continue;
-    t.new_tokens += s.new_tokens;
-    t.rows += s.produces_token ? 1 : 0;
+    t.new_tokens += s.new_tokens + s.drafts;
+    t.rows += s.produces_token ? 1 + s.drafts : 0;
     t.decodes += s.new_tokens == 1 ? 1 : 0;
+    t.drafts += s.drafts;
   }
   return t;
 }
@@ -235,11 +237,11 @@ IterationCost CostModel::stage_iteration(std::span<const SeqWork> batch, int sta
 IterationCost CostModel::range_iteration(std::span<const SeqWork> batch, const LayerRange& r) const {
   const Impl& im = *impl_;
   const Impl::Span sp = im.span_of(r);
-  const auto [M, R, nd] = batch_totals(batch);
+  const auto [M, R, nd, drafts] = batch_totals(batch);
   ListSink sink;
   Impl::Moved<ListSink> moved{im, sink};
   im.dense_parts(static_cast<double>(M), moved, sp);
-  if (sp.L > 0) im.attention_parts<Impl::Moved<ListSink>, true>(batch, nd, moved, sp.L);
+  if (sp.L > 0) im.attention_parts<Impl::Moved<ListSink>, true>(batch, nd, moved, sp.L, drafts);
   if (sp.head) im.row_parts(static_cast<double>(R), moved);
   std::stable_sort(sink.parts.begin(), sink.parts.end(),
                    [](const Part& a, const Part& b) { return static_cast<int>(a.op) < static_cast<int>(b.op); });
@@ -346,10 +348,10 @@ OpCost named(const CostModel::Impl* im, const std::string& name, Part p) {
 namespace {
 // The whole model's time of a batch whose totals are known: the parts cached by new tokens M
 // and sampled rows R, and attention over its nd decodes and its chunks.
-double whole_ns(const CostModel::Impl& im, std::span<const SeqWork> batch, long M, long R, long nd) {
+double whole_ns(const CostModel::Impl& im, std::span<const SeqWork> batch, long M, long R, long nd, long drafts = 0) {
   SumSink sink;
   CostModel::Impl::Moved<SumSink> moved{im, sink};
-  im.attention_parts<CostModel::Impl::Moved<SumSink>, false>(batch, nd, moved, im.layers_stage);
+  im.attention_parts<CostModel::Impl::Moved<SumSink>, false>(batch, nd, moved, im.layers_stage, drafts);
   return im.cached(im.span_cache[0].get(), M, true, im.spans[0]) + im.cached(im.rows_cache.get(), R, false, im.spans[0]) +
          sink.total;
 }
@@ -361,8 +363,8 @@ double CostModel::decode_ns(std::span<const SeqWork> batch) const {
 }
 
 double CostModel::iteration_ns(std::span<const SeqWork> batch) const {
-  const auto [M, R, nd] = batch_totals(batch);
-  return whole_ns(*impl_, batch, M, R, nd);
+  const auto [M, R, nd, drafts] = batch_totals(batch);
+  return whole_ns(*impl_, batch, M, R, nd, drafts);
 }
 
 double CostModel::stage_ns(std::span<const SeqWork> batch, int stage) const {
@@ -370,10 +372,10 @@ double CostModel::stage_ns(std::span<const SeqWork> batch, int stage) const {
   if (stage < 0 || stage >= im.pp) throw std::invalid_argument(fmt::format("stage {} of a {}-stage pipeline", stage, im.pp));
   const int k = im.stage_span[static_cast<size_t>(stage)];
   const Impl::Span& sp = im.spans[static_cast<size_t>(k)];
-  const auto [M, R, nd] = batch_totals(batch);
+  const auto [M, R, nd, drafts] = batch_totals(batch);
   SumSink sink;
   Impl::Moved<SumSink> moved{im, sink};
-  if (sp.L > 0) im.attention_parts<Impl::Moved<SumSink>, false>(batch, nd, moved, sp.L);
+  if (sp.L > 0) im.attention_parts<Impl::Moved<SumSink>, false>(batch, nd, moved, sp.L, drafts);
   return im.cached(im.span_cache[static_cast<size_t>(k)].get(), M, true, sp) +
          (sp.head ? im.cached(im.rows_cache.get(), R, false, sp) : 0.0) + sink.total;
 }

@@ -25,7 +25,13 @@ struct SeqWork {
   // Whether this sequence samples a token this iteration (one LM-head row): true for decode
   // and for the chunk that finishes a prompt, false for the earlier chunks of a chunked prefill.
   bool produces_token = true;
+  // Speculative decoding: a decode step (new_tokens 1) that also scores this many proposed
+  // tokens (verification): 1 + drafts tokens through every layer and the LM head, one attention
+  // call over the same cache with 1 + drafts queries. 0: a plain decode step. (16 bits keep the
+  // struct at 12 bytes: the hot loops read arrays of these.)
+  int16_t drafts = 0;
 };
+static_assert(sizeof(SeqWork) == 12, "SeqWork stays small: the decode loops stream arrays of it");
 
 // One operation's share of an iteration.
 struct OpCost {

@@ -9,7 +9,7 @@
 namespace sluice {
 
 template <class Sink, bool kDetail>
-void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, Sink& sink, double L) const {
+void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, Sink& sink, double L, long drafted) const {
   if (nd > 0) {
     double t = 0, flops = 0, bytes = 0;
     Src src = Src::Roofline;
@@ -118,6 +118,29 @@ void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, S
         bytes = hd * (kvb * 2 * KV * lsum + b * 2 * H * static_cast<double>(nd));
       }
       t = roof(flops, bytes);
+    }
+    if (drafted > 0) [[unlikely]] {
+      // Speculative verification: a sequence scores its 1 + d tokens in one call over the same
+      // cache (a decode kernel taking several queries per sequence, as FlashAttention's and
+      // FlashMLA's do): the keys are read once (d more of them), the FLOPs grow with the queries.
+      // The plain decode's time (measured or roofline) moved by the ratio of the two rooflines.
+      const double per_key = mla ? 2 * H * (2 * latent - m.qk_rope_head_dim) : 4 * hd * H;
+      const double key_bytes = mla ? kvb * latent : hd * kvb * 2 * KV;
+      const double query_bytes = mla ? b * 2 * H * latent : hd * b * 2 * H;
+      double keys = 0, scored = 0, queries = 0;
+      for (const SeqWork& s : batch) {
+        if (s.new_tokens != 1) continue;
+        keys += s.context + 1;
+        queries += 1 + s.drafts;
+        scored += (1.0 + s.drafts) * (s.context + 1 + s.drafts);
+      }
+      const double f0 = per_key * keys, b0 = key_bytes * keys + query_bytes * static_cast<double>(nd);
+      const double fv = per_key * scored, bv = key_bytes * (keys + static_cast<double>(drafted)) + query_bytes * queries;
+      const double r0 = costtab::roof_ns(f0, b0, ceil);
+      if (r0 > 0) t *= costtab::roof_ns(fv, bv, ceil) / r0;
+      flops = fv;
+      bytes = bv;
+      if (src == Src::Table) src = Src::Scaled;
     }
     sink(Part{Op::AttnDecode, src, file, t * L, flops * L, bytes * L, L});
   }

@@ -684,7 +684,7 @@ struct CostModel::Impl {
   // Attention of a whole batch; sums into `sink` per layer x L layers. `nd` decode sequences
   // (defined in cost_model_attention.h).
   template <class Sink, bool kDetail>
-  void attention_parts(std::span<const SeqWork> batch, long nd, Sink& sink, double L) const;
+  void attention_parts(std::span<const SeqWork> batch, long nd, Sink& sink, double L, long drafted = 0) const;
 
   std::string op_name(Op op) const {
     switch (op) {

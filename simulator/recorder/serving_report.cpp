@@ -256,6 +256,26 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
     }
     m["moe"] = std::move(j);
   }
+  if (!res.speculative.method.empty()) {
+    const auto& sp = res.speculative;
+    Json gains = Json::object();
+    for (const auto& [b, g] : sp.gain_by_batch) gains[std::to_string(b)] = g;
+    int64_t busy = 0;
+    for (const auto& e : res.engines) busy += e.busy_ns;
+    m["speculative"] = Json{{"method", sp.method},
+                            {"drafter", sp.drafter},
+                            {"tokens", sp.tokens},
+                            {"accepted_distribution", sp.distribution},
+                            {"expected_tokens_per_step", sp.expected_tokens_per_step},
+                            {"steps", sp.steps},
+                            {"acceptance_rate", sp.proposed ? static_cast<double>(sp.accepted) / static_cast<double>(sp.proposed) : 0.0},
+                            {"tokens_per_step", sp.steps ? static_cast<double>(sp.tokens_made) / static_cast<double>(sp.steps) : 0.0},
+                            {"draft_share_of_busy", busy > 0 ? sp.draft_ns / static_cast<double>(busy) : 0.0},
+                            {"gain_context", sp.context},
+                            {"gain_by_batch", std::move(gains)},
+                            {"break_even_batch", sp.break_even_batch},
+                            {"break_even_searched_to", sp.break_even_limit}};
+  }
   if (res.faults) {
     // Under failures: what the failures cost the requests, and how long replicas were out.
     int64_t in_flight = res.announced - res.completed;
@@ -507,6 +527,20 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
       line += fmt::format("; {} dispatch/combine all-to-alls on the fabric, {:.3f} ms a stage pass (its MoE layers' all-to-alls)",
                           res.moe.alltoalls, j["alltoall_ms_mean"].get<double>());
     summary(line);
+  }
+  if (m.contains("speculative")) {
+    const Json& j = m["speculative"];
+    const auto& sp = res.speculative;
+    std::string gains;
+    for (const auto& [b, g] : sp.gain_by_batch) gains += fmt::format("{}{:.2f}x at {}", gains.empty() ? "" : ", ", g, b);
+    summary(fmt::format("speculative decoding ({}, {} drafts a step): {:.2f} tokens a verification step ({:.2f} expected; {:.1f}% of "
+                        "the drafts accepted); the drafter took {:.1f}% of the busy time; against plain decode at context {} (cost "
+                        "model alone): {}; {}",
+                        sp.method == "draft" ? fmt::format("draft model {}", sp.drafter) : sp.method, sp.tokens,
+                        j["tokens_per_step"].get<double>(), sp.expected_tokens_per_step, 100 * j["acceptance_rate"].get<double>(),
+                        100 * j["draft_share_of_busy"].get<double>(), sp.context, gains,
+                        sp.break_even_batch > 0 ? fmt::format("it stops paying from a batch of {}", sp.break_even_batch)
+                                                : fmt::format("it pays up to a batch of {}", sp.break_even_limit)));
   }
   if (res.autoscaled)
     summary(fmt::format("autoscaling ({}): {:.2f} replicas on average ({} to {}, at most {} at once), {:.3f} replica-hours; {} "

@@ -117,6 +117,21 @@ struct ServingResults {
     std::vector<double> device_load;  // each device's share of the assignments (expert parallelism; one entry otherwise)
     int64_t alltoalls = 0, alltoall_ns = 0, alltoall_passes = 0;
   } moe;
+  // Speculative decoding (method empty: off): the drafter, the acceptance model (P(j drafts
+  // accepted), j = 0..k) and what the run drew; the drafter's time; and, from the cost models
+  // at the run's mean verified context with communication analytic, the gain over plain decode
+  // (tokens per second of a step) at a few batch sizes and the batch from which it stops paying.
+  struct Speculative {
+    std::string method, drafter;
+    int tokens = 0;
+    std::vector<double> distribution;
+    double expected_tokens_per_step = 0;
+    int64_t steps = 0, proposed = 0, accepted = 0, tokens_made = 0;
+    double draft_ns = 0;
+    int context = 0;
+    std::vector<std::pair<int, double>> gain_by_batch;
+    int break_even_batch = 0, break_even_limit = 0;  // 0: it pays up to the limit
+  } speculative;
   // The host tier of the KV cache (kv_host_cache_bytes 0: none): prefix claims served from HBM
   // and from host memory, and the bytes moved down, fetched back and dropped.
   double kv_host_cache_bytes = 0;

@@ -277,6 +277,8 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   keys.slicing.fill(d.section("prefill_slicing"), c.prefill_slicing);
   keys.moe.fill(d.section("moe"), c.moe);
   check_moe(c, d);
+  c.speculative = speculative_from_params(d.section("speculative"), c.model, c.tensor_parallel, c.pipeline_parallel);
+  c.seed = seed;
   if (!c.hardware.supports(c.precision))
     d.fail("precision", fmt::format("{} has no {} tensor cores", c.hardware.name, precision_name(c.precision)),
            fmt::format("one it runs: {}", c.hardware.precisions()));
@@ -388,6 +390,9 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
   bind_serving_keys(*dep, *slicing, *lm, *out, *rec, *slo, *as, *moe, short_form);
   dep->section("moe", moe, "a mixture-of-experts model's experts: expert parallelism, how tokens reach them, the routing model "
                "(refused for a dense model)");
+  dep->section("speculative", speculative_schema(),
+               "speculative decoding: a drafter proposes tokens that each decode step verifies (draft model, MTP or EAGLE), "
+               "with how often they are accepted");
   dep->section("prefill_slicing", slicing,
                "token-level pipelining of long prompts (pipeline_parallel > 1): an iteration that is one prompt's prefill runs "
                "as slices entering the stages one after another");

@@ -1,6 +1,7 @@
 // Batching schedulers: each decides, per iteration of one replica, which sequences run and
 // how many tokens each processes, allocating (and if needed preempting) KV cache.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -50,6 +51,9 @@ struct Replica {
   double ssd_Bps = 0;             // its host's drives' read bandwidth, over all its GPUs
   int64_t swap_capacity_tokens = 0;
   int64_t swapped_tokens = 0;
+  // Speculative decoding's proposals per step: a decode step holds KV for this many more tokens
+  // (the drafts it verifies; vLLM's lookahead slots).
+  int lookahead = 0;
   bool reuse = false;
   // Counters.
   int64_t preemptions = 0;
@@ -120,9 +124,15 @@ bool admit(Replica& r, Request& q, Want want) {
 // Preempts `victim` (recompute: drop its KV and requeue at the front; swap: copy its KV to
 // host over the host link, charging the time to `batch`). Removes it from `running`.
 void preempt(Replica& r, uint32_t victim, Batch& batch);
-// Ensures every running decode has room for one more token, preempting the most recently
+// Ensures every running decode has room for one more token (and r.lookahead drafts), preempting the most recently
 // admitted sequences when blocks run out (vLLM's policy). Returns the number preempted.
 int reserve_decode_slots(Replica& r, Batch& batch);
+// The KV a decode step of q needs: its next token, and with speculative decoding the drafts
+// verified with it (never past the request's last token: drafts beyond it are thrown away).
+inline int32_t decode_slots(const Replica& r, const Request& q) {
+  const int32_t next = q.computed + 1;
+  return r.lookahead == 0 ? next : std::min(next + r.lookahead, std::max(next, q.prompt_len() + q.output_tokens));
+}
 // Brings swapped sequences back while blocks allow (charging the copy time) and adds each
 // to the batch as a decode.
 void swap_in(Replica& r, Batch& batch, size_t max_running);

@@ -33,13 +33,13 @@ int reserve_decode_slots(Replica& r, Batch& batch) {
   for (size_t i = 0; i < r.running.size();) {
     Request& q = r.req(r.running[i]);
     if (q.in_prefill()) { ++i; continue; }  // prefill chunks get their blocks when chunked
-    bool ok = r.kv.grow_to(q, q.computed + 1);
+    bool ok = r.kv.grow_to(q, decode_slots(r, q));
     while (!ok) {
       const uint32_t victim = r.running.back();
       preempt(r, victim, batch);
       ++preempted;
       if (victim == q.id) break;
-      ok = r.kv.grow_to(q, q.computed + 1);
+      ok = r.kv.grow_to(q, decode_slots(r, q));
     }
     if (ok) ++i;
   }
@@ -49,7 +49,7 @@ int reserve_decode_slots(Replica& r, Batch& batch) {
 void swap_in(Replica& r, Batch& batch, size_t max_running) {
   while (!r.swapped.empty() && r.running.size() < max_running) {
     Request& q = r.req(r.swapped.front());
-    if (!r.kv.grow_to(q, q.computed + 1)) break;
+    if (!r.kv.grow_to(q, decode_slots(r, q))) break;
     const double bytes = static_cast<double>(q.computed) * r.kv_bytes_per_token;
     batch.extra_ns += bytes / r.swap_Bps * 1e9;
     batch.swap_bytes += bytes;

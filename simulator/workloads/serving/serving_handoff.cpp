@@ -121,7 +121,7 @@ void ServingSim::pump_handoffs(int to) {
     // Blocks for the whole prompt: the cache that crosses and the last token's slot, so its
     // admission there never waits for a block.
     account_kv(to, now);
-    if (!dst.kv.grow_to(q, q.computed + 1, /*admission=*/true)) break;
+    if (!dst.kv.grow_to(q, mech::decode_slots(dst, q), /*admission=*/true)) break;
     wait.pop_front();
     handoff_wait_ns_.record(now - q.handoff_mark_ns);
     q.handoff_mark_ns = now;

@@ -31,12 +31,15 @@ MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_
   MemoryPlan m;
   m.capacity_per_gpu = cfg.hardware.hbm_bytes * cfg.gpu_memory_utilization;
   const bool copies = cfg.model.moe() && cfg.moe.expert_parallel && cfg.moe.eplb;  // EPLB's redundant experts
-  m.weights_per_gpu = cfg.model.weight_bytes_per_gpu(cfg.tensor_parallel, cfg.pipeline_parallel, copies ? cfg.moe.redundant_experts : 0);
+  m.weights_per_gpu = cfg.model.weight_bytes_per_gpu(cfg.tensor_parallel, cfg.pipeline_parallel, copies ? cfg.moe.redundant_experts : 0) +
+                      speculative_weight_bytes_per_gpu(cfg.speculative, cfg.model, cfg.tensor_parallel);  // a drafter beside it
   // Activations of the largest iteration, split across tensor-parallel ranks; capped at
   // 16k tokens (beyond that frameworks chunk the work rather than reserve more).
   m.activation_per_gpu = cfg.model.activation_bytes(std::min<int64_t>(max_tokens_per_iteration, 16384)) / cfg.tensor_parallel;
   m.kv_per_gpu = m.capacity_per_gpu - m.weights_per_gpu - m.activation_per_gpu;
-  const double kv_per_token_per_gpu = cfg.model.kv_bytes_per_token_per_gpu(cfg.tensor_parallel, cfg.pipeline_parallel);
+  // A drafter's KV cache grows beside the target's, token for token.
+  const double kv_per_token_per_gpu = cfg.model.kv_bytes_per_token_per_gpu(cfg.tensor_parallel, cfg.pipeline_parallel) +
+                                      speculative_kv_bytes_per_token_per_gpu(cfg.speculative, cfg.model, cfg.tensor_parallel);
   if (m.kv_per_gpu <= kv_per_token_per_gpu * cfg.block_size)
     throw std::runtime_error(fmt::format(
         "{} does not fit on {} × tp={} pp={}: each GPU needs {} of weights + {} of activations + KV cache, "
@@ -92,13 +95,16 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
   mem_ = plan_memory(cfg_, probe->max_tokens_per_iteration());
   const int shards = cfg_.tensor_parallel * cfg_.pipeline_parallel;
   pp_ = cfg_.pipeline_parallel;
+  if (cfg_.speculative.on()) spec_ = std::make_unique<Speculator>(cfg_.speculative, cfg_.hardware, cfg_.model, cost_options(cfg_), cfg_.seed);
   const int engines = cfg_.replicas * pp_;
   for (int i = 0; i < engines; ++i) {
     auto r = std::make_unique<Replica>(mem_.blocks_per_engine, cfg_.block_size, cfg_.watermark, cfg_.prefix_reuse, cfg_.prefix_caching);
     r->reqs = &front_.requests();
     r->preemption = cfg_.preemption;
     // Over all the replica's GPUs.
-    r->kv_bytes_per_token = cfg_.model.kv_bytes_per_token_per_gpu(cfg_.tensor_parallel, cfg_.pipeline_parallel) * shards;
+    r->kv_bytes_per_token = (cfg_.model.kv_bytes_per_token_per_gpu(cfg_.tensor_parallel, cfg_.pipeline_parallel) +
+                             speculative_kv_bytes_per_token_per_gpu(cfg_.speculative, cfg_.model, cfg_.tensor_parallel)) * shards;
+    r->lookahead = spec_ ? spec_->k() : 0;
     r->swap_Bps = cfg_.hardware.pcie_Bps * shards;
     r->swap_capacity_tokens = static_cast<int64_t>(cfg_.swap_space_bytes / r->kv_bytes_per_token);
     r->ssd_Bps = cfg_.hardware.ssd_read_Bps * shards;
@@ -360,6 +366,7 @@ void ServingSim::try_start(int ri) {
         const Request& q = front_.requests()[en.req];
         if (q.computed + en.new_tokens >= q.length()) begin_layerwise(ri, en.req, static_cast<int32_t>(q.computed + en.new_tokens));
       }
+  const double draft_ns = spec_ ? speculate(b) : 0.0;  // the drafter runs first, on the same devices
   const bool swap_flows = fabric_.active() && b.swap_bytes > 0 && !fabric_.host_links.empty() &&
                           !fabric_.host_links[static_cast<size_t>(ri / pp_)].empty();
   // The passes of the iteration: one of every token, or a long prompt's prefill as slices.
@@ -382,6 +389,11 @@ void ServingSim::try_start(int ri) {
     }
     rstats_[ri].sliced_prefills += 1;
     rstats_[ri].prefill_slices += passes;
+  }
+  if (draft_ns > 0) {  // speculation runs on single-stage replicas: the drafter before the one stage
+    stage_ns_[0] += draft_ns;
+    pass_ns_[0] += draft_ns;
+    compute_ns += draft_ns;
   }
   auto pass_stage_ns = [&](int k, int s) {
     return std::max<int64_t>(1, round_ns(pass_ns_[static_cast<size_t>(k * pp_ + s)]));
@@ -500,6 +512,12 @@ void ServingSim::on_iteration_end(int ri) {
 }
 
 namespace {
+// Speculative decoding: an entry verifies drafts when it is a decode step of a sequence that
+// already has a token (the drafter proposes after it; `generated` is its count as the step
+// starts). Anything else (a prompt's chunk, the step that makes the first token) the drafter
+// runs too, to hold the sequence's state. speculate() and end_iteration both ask this.
+inline bool verifies_drafts(const BatchEntry& en, int32_t generated) { return en.new_tokens == 1 && en.samples && generated >= 1; }
+
 // One more token of a sequence in decode: its KV and count grow by one, it is detokenized
 // after `t` on the replica's host thread and streamed; its gap since the last token is
 // recorded. Returns when the client has it. (end_iteration and the inline stretch share it.)
@@ -533,6 +551,7 @@ void ServingSim::end_iteration(int ri) {
     if (en.req != kPaddingSlot) __builtin_prefetch(&front_.requests()[en.req], 1);
   LogHistogram::Runs gaps(gaps_);
   int64_t tokens = 0;
+  const bool speculating = spec_ != nullptr;
   if (b.steady_decode) {
     // The batch decide_inline formed: every member is a running sequence past its first
     // token decoding one more (the general loop below, less its tests that cannot fail).
@@ -561,7 +580,7 @@ void ServingSim::end_iteration(int ri) {
       ++q.generated;
       // The last mile: detokenized in order on the replica's host thread, then streamed.
       t += detok;
-      const int64_t delivered = t + stream;
+      int64_t delivered = t + stream;
       if (q.first_token_ns < 0) {
         q.first_token_ns = delivered;
         if (q.prefix_id >= 0 && pool_split_ == 0) r.kv.publish_prefix(q);  // (disaggregated: the prefill engine keeps it)  // its prompt's shared prefix, for the requests after it
@@ -571,6 +590,11 @@ void ServingSim::end_iteration(int ri) {
         q.max_gap_ns = std::max(q.max_gap_ns, gap);
       }
       q.last_token_ns = delivered;
+      if (speculating && verifies_drafts(en, q.generated - 1)) [[unlikely]] {  // (generated counts this step's token)
+        spec_context_sum_ += en.context;
+        delivered = accept_drafts(q, t, detok, stream, gaps);
+        tokens += spec_->k();  // the drafts verified: through the model with the step's own token
+      }
       if (q.finished()) {
         ended_.push_back(en.req);
         finish(q, delivered);
@@ -605,7 +629,8 @@ void ServingSim::end_iteration(int ri) {
 
 bool ServingSim::steady_now(int ri) const {
   const Replica& r = *replicas_[static_cast<size_t>(ri)];
-  return fast_forward_ && !busy_[ri] && r.healthy && !r.running.empty() &&
+  // (Speculative steps vary their tokens by draws: they go the event path.)
+  return fast_forward_ && !spec_ && !busy_[ri] && r.healthy && !r.running.empty() &&
          !(trace_ && trace_->enabled() && trace_iterations_ < cfg_.trace_max_iterations && ri < 64) &&
          schedulers_[static_cast<size_t>(ri)]->steady_decode(r);
 }
@@ -648,7 +673,11 @@ void ServingSim::decide_inline(int ri) {
         try_start(ri);
         return;
       }
-      work_[i] = SeqWork{1, q.computed, true};
+      // (Its fields, not a whole SeqWork: drafts stays 0, as nothing speculative comes here, and
+      // its store is saved on this, the hottest loop.)
+      work_[i].new_tokens = 1;
+      work_[i].context = q.computed;
+      work_[i].produces_token = true;
       ends |= q.generated + 1 >= q.output_tokens;
     }
     account_kv(ri, now);
@@ -658,7 +687,7 @@ void ServingSim::decide_inline(int ri) {
     const double extra_ns = 0;  // as an empty batch's: no swap traffic in steady decode
     const int64_t dur_ns = std::max<int64_t>(1, round_ns(compute_ns + extra_ns + cfg_.last_mile.d2h_ns(static_cast<int>(n))));
     const int64_t end = now + dur_ns;
-    auto fill_batch = [&] {
+    auto fill_batch = [&]() __attribute__((always_inline)) {  // (inlined: gcc stopped doing so as the function grew)
       // The batch as the scheduler forms it (mech::add of each running sequence), from work_:
       // the requests themselves are not read again.
       Batch& b = batches_[static_cast<size_t>(ri)];
@@ -702,6 +731,37 @@ void ServingSim::decide_inline(int ri) {
     }
     engine_.count_inline_event();  // the next Decide: nothing else is due at this instant
   }
+}
+
+double ServingSim::speculate(Batch& b) {
+  spec_contexts_.clear();
+  spec_prefill_.clear();
+  for (size_t i = 0; i < b.entries.size(); ++i) {
+    BatchEntry& en = b.entries[i];
+    if (en.req == kPaddingSlot) continue;
+    const Request& q = front_.requests()[en.req];
+    if (verifies_drafts(en, q.generated)) {
+      work_[i].drafts = static_cast<int16_t>(spec_->k());
+      spec_contexts_.push_back(en.context);
+    } else {
+      spec_prefill_.push_back(work_[i]);
+    }
+  }
+  double t = spec_->prefill_ns(spec_prefill_) + spec_->draft_ns(spec_contexts_);
+  spec_->draft_ns_total += t;
+  return t;
+}
+
+int64_t ServingSim::accept_drafts(Request& q, int64_t& t, int64_t detok, int64_t stream, LogHistogram::Runs& gaps) {
+  const int a = spec_->draw();
+  ++spec_->steps;
+  spec_->proposed += spec_->k();
+  spec_->accepted += a;
+  int64_t delivered = q.last_token_ns;
+  const int n = std::min(a, q.output_tokens - q.generated);
+  for (int j = 0; j < n; ++j) delivered = deliver_decode_token(q, t, detok, stream, gaps);
+  spec_->tokens += 1 + n;
+  return delivered;
 }
 
 void ServingSim::finish(Request& q, int64_t delivered_ns) {

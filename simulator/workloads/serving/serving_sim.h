@@ -31,6 +31,7 @@
 #include "workloads/serving/global_scheduler.h"
 #include "workloads/serving/router.h"
 #include "workloads/serving/scheduler.h"
+#include "workloads/serving/speculative.h"
 #include "workloads/serving/workload.h"
 
 namespace sluice::serving {
@@ -79,6 +80,8 @@ struct ServingConfig {
   ModelSpec model;
   int replicas = 1, tensor_parallel = 1, pipeline_parallel = 1;
   MoeOptions moe;  // a mixture-of-experts model's experts (deployment.moe)
+  SpeculativeConfig speculative;  // speculative decoding (deployment.speculative)
+  uint64_t seed = 0;              // the run's seed (the acceptance draws)
   Precision precision = Precision::BF16;  // the decoder layers' weights and GEMMs (copied into model.weights)
   bool kv_fp8 = false;                    // the KV cache in FP8 (copied into model.kv_fp8)
   net::CollectiveKind tp_algorithm = net::CollectiveKind::AllReduceRing;  // on a fabric: ring, NVLS or auto
@@ -271,6 +274,8 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   // Iterations run inline by the steady-decode fast-forward (decide_inline); off: every
   // iteration is its own events (RunControl::set_fast_forward; the same results, slower).
   int64_t fast_forwarded_iterations() const { return fast_forwarded_; }
+  // Speculative decoding's drafter and counters (null: off).
+  const Speculator* speculator() const { return spec_.get(); }
 
  private:
   enum Kind : uint32_t { kIterationEnd = 3, kWake, kDecide, kSample, kStageCompute, kReplicaUp, kScale, kScaledUp };
@@ -384,6 +389,16 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   int64_t tp_comm_ns_ = 0, tp_comm_count_ = 0, handoff_ns_ = 0, handoff_count_ = 0;
   int64_t moe_a2a_ns_ = 0, moe_a2a_count_ = 0, moe_a2a_passes_ = 0;
   void start_alltoall(int ri, int k);
+  // Speculative decoding: the drafter, and the decode steps of the batch being started that
+  // verify drafts (their contexts, for the drafter's passes; prefill chunks the drafter also runs).
+  std::unique_ptr<Speculator> spec_;
+  std::vector<int> spec_contexts_;
+  std::vector<SeqWork> spec_prefill_;
+  double spec_context_sum_ = 0;
+  // Marks the batch's decode steps as verifications and returns the drafter's time for it.
+  double speculate(Batch& b);
+  // A verification's tokens: the step's own and the accepted drafts (at most what is left).
+  int64_t accept_drafts(Request& q, int64_t& t, int64_t detok, int64_t stream, LogHistogram::Runs& gaps);
 
   ServingConfig cfg_;
   Engine& engine_;

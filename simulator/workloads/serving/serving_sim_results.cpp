@@ -48,7 +48,8 @@ ServingResults ServingSim::results() const {
   r.tensor_parallel = c.tensor_parallel;
   r.pipeline_parallel = c.pipeline_parallel;
   r.block_size = c.block_size;
-  r.kv_bytes_per_token = c.model.kv_bytes_per_token();
+  // The model's, and a drafter's beside it (whole: over every device of a replica).
+  r.kv_bytes_per_token = c.model.kv_bytes_per_token() + (spec_ ? spec_->drafter().kv_bytes_per_token() : 0.0);
   r.model_parameters = c.model.parameters();
   r.model_embedding_parameters = static_cast<double>(c.model.vocab) * c.model.hidden;
   r.peak_bf16_flops = c.hardware.peak_bf16_flops;
@@ -131,6 +132,25 @@ ServingResults ServingSim::results() const {
     mo.alltoalls = moe_a2a_count_;
     mo.alltoall_ns = moe_a2a_ns_;
     mo.alltoall_passes = moe_a2a_passes_;
+  }
+  if (spec_) {
+    auto& sp = r.speculative;
+    const Speculator& s = *spec_;
+    sp.method = method_name(c.speculative.method);
+    sp.drafter = s.drafter().name;
+    sp.tokens = s.k();
+    sp.distribution = s.distribution();
+    sp.expected_tokens_per_step = s.expected_tokens_per_step();
+    sp.steps = s.steps;
+    sp.proposed = s.proposed;
+    sp.accepted = s.accepted;
+    sp.tokens_made = s.tokens;
+    sp.draft_ns = s.draft_ns_total;
+    sp.context = s.steps > 0 ? static_cast<int>(std::lround(spec_context_sum_ / static_cast<double>(s.steps))) : 1024;
+    const CostModel analytic(c.hardware, c.model, cost_options(c));  // every transfer analytic, the drafter's as the target's
+    for (int b : {1, 4, 16, 64, 256}) sp.gain_by_batch.emplace_back(b, s.gain_at(analytic, b, sp.context));
+    sp.break_even_limit = 1024;
+    sp.break_even_batch = s.break_even_batch(analytic, sp.context, sp.break_even_limit);
   }
   r.tp_allreduces = tp_comm_count_;
   r.tp_allreduce_ns = tp_comm_ns_;
