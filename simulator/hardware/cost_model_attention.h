@@ -11,7 +11,7 @@ namespace sluice {
 template <class Sink, bool kDetail>
 void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, Sink& sink, double L, long drafted) const {
   if (nd > 0) {
-    double t = 0, flops = 0, bytes = 0;
+    double t = 0, flops = 0, bytes = 0, floor_ns = 0;  // floor: a measured kernel's least time
     Src src = Src::Roofline;
     File file = File::None;
     if (decode && dplan.group >= 0) {
@@ -84,6 +84,7 @@ void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, S
       t = w > 0 ? std::exp((1 - w) * std::log(s_lo) + w * std::log(s_hi)) : s_lo;
       t = costtab::DecodeTable::at_least_longest_alone(t, g, rl, rh, w, static_cast<double>(nd), lmax);
       t = t > g.min_ns ? t : g.min_ns;
+      floor_ns = g.min_ns;
       src = out ? Src::Scaled : Src::Table;
       file = File::Decode;
       if (!kDetail && moved_decode)  // derive() and an FP8 cache move the part by its FLOPs and bytes
@@ -122,8 +123,9 @@ void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, S
     if (drafted > 0) [[unlikely]] {
       // Speculative verification: a sequence scores its 1 + d tokens in one call over the same
       // cache (a decode kernel taking several queries per sequence, as FlashAttention's and
-      // FlashMLA's do): the keys are read once (d more of them), the FLOPs grow with the queries.
-      // The plain decode's time (measured or roofline) moved by the ratio of the two rooflines.
+      // FlashMLA's do): the keys are read once (d more of them), the FLOPs grow with the queries
+      // (query i of 1 + d sees context + 1 + i keys). The plain decode's time (measured or
+      // roofline) moved by the ratio of the two rooflines, a measured kernel's floor kept.
       const double per_key = mla ? 2 * H * (2 * latent - m.qk_rope_head_dim) : 4 * hd * H;
       const double key_bytes = mla ? kvb * latent : hd * kvb * 2 * KV;
       const double query_bytes = mla ? b * 2 * H * latent : hd * b * 2 * H;
@@ -132,12 +134,12 @@ void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, S
         if (s.new_tokens != 1) continue;
         keys += s.context + 1;
         queries += 1 + s.drafts;
-        scored += (1.0 + s.drafts) * (s.context + 1 + s.drafts);
+        scored += (1.0 + s.drafts) * (s.context + 1) + 0.5 * s.drafts * (s.drafts + 1);
       }
       const double f0 = per_key * keys, b0 = key_bytes * keys + query_bytes * static_cast<double>(nd);
       const double fv = per_key * scored, bv = key_bytes * (keys + static_cast<double>(drafted)) + query_bytes * queries;
       const double r0 = costtab::roof_ns(f0, b0, ceil);
-      if (r0 > 0) t *= costtab::roof_ns(fv, bv, ceil) / r0;
+      if (r0 > 0) t = floor_ns + std::max(0.0, t - floor_ns) * costtab::roof_ns(fv, bv, ceil) / r0;
       flops = fv;
       bytes = bv;
       if (src == Src::Table) src = Src::Scaled;

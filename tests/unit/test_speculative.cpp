@@ -63,17 +63,19 @@ TEST_CASE("speculative: a per-position curve gives the distribution of accepted 
   CHECK(s.expected_tokens_per_step() == doctest::Approx(2.2));
   std::vector<int> seen(3, 0);
   const int n = 100000;
-  for (int i = 0; i < n; ++i) ++seen[static_cast<size_t>(s.draw())];
+  for (int i = 0; i < n; ++i) ++seen[static_cast<size_t>(s.draw(static_cast<uint32_t>(i / 100), i % 100))];
   for (int j = 0; j < 3; ++j) CHECK(seen[static_cast<size_t>(j)] / static_cast<double>(n) == doctest::Approx(s.distribution()[static_cast<size_t>(j)]).epsilon(0.02));
   Speculator all = speculator({1, 1, 1});
   Speculator none = speculator({0, 0, 0});
   Speculator given = speculator({}, {0.5, 0, 0.5});
   for (int i = 0; i < 100; ++i) {
-    CHECK(all.draw() == 3);
-    CHECK(none.draw() == 0);
-    const int a = given.draw();
+    CHECK(all.draw(7, i) == 3);
+    CHECK(none.draw(7, i) == 0);
+    const int a = given.draw(7, i);
     CHECK((a == 0 || a == 2));
   }
+  // A draw is a function of the request and the position alone.
+  CHECK(s.draw(12, 40) == s.draw(12, 40));
 }
 
 TEST_CASE("speculative: verification runs k + 1 tokens through the layers and the LM head, and attention reads the cache once") {
@@ -96,7 +98,8 @@ TEST_CASE("speculative: verification runs k + 1 tokens through the layers and th
   // 5x the FLOPs, about the same bytes, so at this memory-bound size barely slower.
   const OpCost& pa = op(p, "attention.decode");
   const OpCost& va = op(v, "attention.decode");
-  CHECK(va.flops == doctest::Approx(pa.flops * 5 * 2005.0 / 2001.0).epsilon(1e-9));
+  // (query i of 5 sees 2001 + i keys: causal over the drafts)
+  CHECK(va.flops == doctest::Approx(pa.flops * (5 * 2001.0 + 10) / 2001.0).epsilon(1e-9));
   CHECK(va.bytes < 1.01 * pa.bytes);
   CHECK(va.ns >= pa.ns);
   CHECK(va.ns < 1.5 * pa.ns);
@@ -191,6 +194,7 @@ TEST_CASE("speculative: bad input is refused at its key before anything runs") {
   };
   refused({"deployment.speculative={method: draft, draft_model: llama3-70b, acceptance: 0.5}"}, "not smaller than its target");
   refused({"deployment.speculative={method: draft, draft_model: tinyllama-1.1b, acceptance: 0.5}"}, "vocabulary");
+  refused({"model=llama2-7b", "deployment.speculative={method: draft, draft_model: tinyllama-1.1b, acceptance: 0.5}"}, "fewer than llama2-7b's 4096");
   refused({"deployment.speculative={method: draft, acceptance: 0.5}"}, "draft_model");
   refused({"deployment.speculative.acceptance=1.5"}, "not a probability");
   refused({"deployment.speculative.acceptance=[0.9, 0.8]"}, "a curve of 2 positions for 4 drafts");
@@ -199,4 +203,24 @@ TEST_CASE("speculative: bad input is refused at its key before anything runs") {
   refused({"deployment.speculative={method: eagle, tokens: 2}"}, "how often drafts are accepted");
   refused({"deployment.speculative.tokens=0"}, "tokens");
   refused({"model=llama3-70b", "deployment.pipeline_parallel=2", "deployment.tensor_parallel=4"}, "single-stage replicas");
+}
+
+TEST_CASE("speculative: on a fabric a verification's all-reduces carry its drafts, and chunked budgets count them") {
+  // Two GPUs of the implicit server: every tensor-parallel all-reduce is a flow.
+  const std::vector<std::string> tp2 = {"deployment.tensor_parallel=2"};
+  auto run = [&](std::vector<std::string> sets) {
+    sets.insert(sets.end(), tp2.begin(), tp2.end());
+    return run_text(kSpec, sets)["serving"];
+  };
+  const Json plain = run({"deployment.speculative.method=none"});
+  const Json spec = run({"deployment.speculative.acceptance=0"});
+  REQUIRE(plain.contains("communication"));
+  // Acceptance 0: the same steps, each all-reduce 5 tokens' activations instead of 1.
+  CHECK(spec["communication"]["tp_allreduces"] == plain["communication"]["tp_allreduces"]);
+  // (decode all-reduces are small, mostly latency: 5 tokens a sequence lengthen them by some percent)
+  CHECK(spec["communication"]["tp_allreduce_ms_mean"].get<double>() > 1.03 * plain["communication"]["tp_allreduce_ms_mean"].get<double>());
+  // A chunked scheduler's token budget counts each verification as 1 + k tokens: a budget of 10
+  // holds two verifying sequences a step, not ten.
+  const Json tight = run({"scheduler={kind: vllm_chunked, max_num_batched_tokens: 10}", "deployment.speculative.acceptance=1"});
+  CHECK(tight["batching"]["max_batch"].get<double>() <= 2);
 }

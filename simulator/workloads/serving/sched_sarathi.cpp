@@ -27,7 +27,7 @@ class SarathiScheduler final : public Scheduler {
       Request& q = r.req(id);
       if (!q.in_prefill()) {
         mech::add(out, q, 1);
-        --budget;
+        budget -= 1 + r.lookahead;  // a speculative step scores its drafts too
       }
     }
     if (r.swapped.empty()) {

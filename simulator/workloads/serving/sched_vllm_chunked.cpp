@@ -37,7 +37,7 @@ class VllmChunkedScheduler final : public Scheduler {
       Request& q = r.req(r.running[i]);
       if (!q.in_prefill()) {
         mech::add(out, q, 1);
-        --budget;
+        budget -= 1 + r.lookahead;  // a speculative step scores its drafts too, and they count (as vLLM counts them)
         continue;
       }
       const int32_t chunk = static_cast<int32_t>(std::min({static_cast<int64_t>(q.length() - q.computed), budget, long_prefill_}));

@@ -51,7 +51,11 @@ void ServingSim::begin_layerwise(int from, uint32_t id, int32_t final_tokens) {
   if (!handoff_wait_[static_cast<size_t>(to)].empty()) return;  // first come, first served: it waits behind them, whole
   const int64_t now = engine_.now().count_ns();
   account_kv(to, now);
-  const int64_t blocks = dst.kv.blocks_for(static_cast<int64_t>(final_tokens) + 1);
+  // Its first step there, and the drafts it verifies with speculative decoding (mech::decode_slots).
+  const int64_t first = static_cast<int64_t>(final_tokens) + 1;
+  const int64_t blocks = dst.kv.blocks_for(dst.lookahead == 0 ? first
+                                                              : std::min<int64_t>(first + dst.lookahead,
+                                                                                  std::max<int64_t>(first, q.prompt_len() + q.output_tokens)));
   if (!dst.kv.reserve(blocks, /*admission=*/true)) return;
   q.layerwise_to = to;
   q.layerwise_blocks = static_cast<int32_t>(blocks);

@@ -405,7 +405,7 @@ void ServingSim::try_start(int ri) {
     rstats_[ri].started(b.prefill_entries, b.decode_entries, b.entries.size());
     InFlight& f = inflight_[static_cast<size_t>(ri)];
     int64_t tokens = 0;
-    for (const auto& en : b.entries) tokens += en.new_tokens;
+    for (const SeqWork& w : work_) tokens += w.new_tokens + w.drafts;  // (a verification carries its drafts through every layer)
     f.passes.resize(static_cast<size_t>(passes));
     f.stage_ns.resize(static_cast<size_t>(passes * pp_));
     for (int k = 0; k < passes; ++k) {
@@ -469,7 +469,7 @@ void ServingSim::launch_iteration(int ri, int64_t dur_ns, int64_t occupied_ns, d
   if (trace_ && trace_->enabled() && trace_iterations_ < cfg_.trace_max_iterations && ri < 64) {
     ++trace_iterations_;
     int64_t tokens = 0;
-    for (const auto& en : b.entries) tokens += en.new_tokens;
+    for (const SeqWork& w : work_) tokens += w.new_tokens + w.drafts;  // (a verification carries its drafts through every layer)
     const char* what = b.prefill_entries && b.decode_entries ? "mixed" : b.prefill_entries ? "prefill" : "decode";
     trace_->complete(cfg_.trace_pid, ri, what, "iteration", now, dur_ns,
                      {{"batch", static_cast<double>(b.entries.size())}, {"tokens", static_cast<double>(tokens)},
@@ -747,13 +747,13 @@ double ServingSim::speculate(Batch& b) {
       spec_prefill_.push_back(work_[i]);
     }
   }
-  double t = spec_->prefill_ns(spec_prefill_) + spec_->draft_ns(spec_contexts_);
+  const double t = spec_->draft_ns(spec_contexts_, spec_prefill_);
   spec_->draft_ns_total += t;
   return t;
 }
 
 int64_t ServingSim::accept_drafts(Request& q, int64_t& t, int64_t detok, int64_t stream, LogHistogram::Runs& gaps) {
-  const int a = spec_->draw();
+  const int a = spec_->draw(q.serial, q.generated);
   ++spec_->steps;
   spec_->proposed += spec_->k();
   spec_->accepted += a;

@@ -68,7 +68,7 @@ Speculator::Speculator(const SpeculativeConfig& c, const HardwareSpec& hw, const
       k_(c.tokens),
       drafter_(speculative_drafter(c, target)),
       cost_(hw, drafter_, drafter_options(opt, drafter_)),
-      rng_(seed, "serving.speculative") {
+      key_(splitmix64(seed) ^ fnv1a("serving.speculative")) {
   if (k_ < 1) throw std::invalid_argument("speculative decoding proposes at least one token a step");
   if (!c.distribution.empty()) {
     dist_ = c.distribution;
@@ -87,8 +87,9 @@ Speculator::Speculator(const SpeculativeConfig& c, const HardwareSpec& hw, const
   for (double& x : cdf_) x /= sum;
 }
 
-int Speculator::draw() {
-  const double u = rng_.uniform();
+int Speculator::draw(uint32_t serial, int32_t position) const {
+  const uint64_t x = splitmix64(key_ ^ splitmix64((static_cast<uint64_t>(serial) << 32) | static_cast<uint32_t>(position)));
+  const double u = static_cast<double>(x >> 11) * 0x1.0p-53;
   int a = 0;
   while (a < k_ && u >= cdf_[static_cast<size_t>(a)]) ++a;
   return a;
@@ -100,12 +101,12 @@ double Speculator::expected_tokens_per_step() const {
   return e;
 }
 
-double Speculator::draft_ns(std::span<const int> contexts) const {
-  if (contexts.empty()) return 0;
-  work_.resize(contexts.size());
+double Speculator::draft_ns(std::span<const int> contexts, std::span<const SeqWork> chunks) const {
   double t = 0;
-  for (int j = 0; j < k_; ++j) {
-    for (size_t i = 0; i < contexts.size(); ++i) work_[i] = SeqWork{1, contexts[i] + j, true};
+  for (int j = 0; j < k_ && (j == 0 ? !contexts.empty() || !chunks.empty() : !contexts.empty()); ++j) {
+    work_.clear();
+    for (int c : contexts) work_.push_back(SeqWork{1, c + j, true});
+    if (j == 0) work_.insert(work_.end(), chunks.begin(), chunks.end());
     t += cost_.iteration_ns(work_);
   }
   return t;
@@ -227,10 +228,14 @@ SpeculativeConfig speculative_from_params(const Params& s, const ModelSpec& targ
       s.fail("draft_model", fmt::format("{} ({:.3g}B parameters) is not smaller than its target {} ({:.3g}B)", d.name, d.parameters() / 1e9,
                                         target.name, target.parameters() / 1e9),
              "a smaller model of the same vocabulary");
-    if (d.vocab != target.vocab)
-      s.fail("draft_model", fmt::format("{} has a vocabulary of {} tokens, {} of {}: its drafts could not be verified", d.name, d.vocab,
-                                        target.name, target.vocab),
-             "a model of the target's vocabulary (its tokenizer)");
+    if (d.vocab != target.vocab || d.tokenizer != target.tokenizer)
+      s.fail("draft_model", fmt::format("{} has a vocabulary of {} tokens ({} tokenizer), {} of {} ({}): its drafts could not be verified",
+                                        d.name, d.vocab, d.tokenizer, target.name, target.vocab, target.tokenizer),
+             "a model of the target's tokenizer and vocabulary");
+    if (d.max_context < target.max_context)
+      s.fail("draft_model", fmt::format("{} holds {} tokens of context, fewer than {}'s {}: longer sequences could not be drafted", d.name,
+                                        d.max_context, target.name, target.max_context),
+             "a draft model of at least the target's context (or a model override of the target's max_context)");
     if (d.heads % tp != 0 || (d.kv_heads % tp != 0 && tp % d.kv_heads != 0))
       s.fail("draft_model", fmt::format("{} has {} heads and {} KV heads, which tensor parallelism {} does not split evenly", d.name, d.heads,
                                         d.kv_heads, tp),

@@ -45,17 +45,18 @@ class Speculator {
   Speculator(const SpeculativeConfig& c, const HardwareSpec& hw, const ModelSpec& target, const CostOptions& opt, uint64_t seed);
   int k() const { return k_; }
   const SpeculativeConfig& config() const { return cfg_; }
-  // Drafts accepted this step, in [0, k].
-  int draw();
+  // Drafts accepted at a step of request `serial` whose `position`-th token the step makes, in
+  // [0, k]: a function of (seed, serial, position) alone, so the same request meets the same
+  // acceptances whatever else the deployment runs (common random numbers across a sweep).
+  int draw(uint32_t serial, int32_t position) const;
   // P(exactly j drafts accepted), j = 0..k, and the mean tokens one step yields (1 + E[accepted]).
   const std::vector<double>& distribution() const { return dist_; }
   double expected_tokens_per_step() const;
   // The drafter's time over a batch of sequences at these contexts: k passes, pass j at
   // context + j (a draft model's decode; a head's one layer with the LM head).
-  double draft_ns(std::span<const int> contexts) const;
-  // The drafter's time over prompt chunks (and first tokens) the target computes: a draft model
-  // prefills them too, a head runs its layer over them.
-  double prefill_ns(std::span<const SeqWork> chunks) const { return chunks.empty() ? 0.0 : cost_.iteration_ns(chunks); }
+  // The batch's prompt chunks (and first tokens) the target computes ride the first pass: a
+  // draft model prefills them too, a head runs its layer over them.
+  double draft_ns(std::span<const int> contexts, std::span<const SeqWork> chunks = {}) const;
   // The drafter's model: the draft model, or the head as a one-layer model of the target's shape.
   const ModelSpec& drafter() const { return drafter_; }
   // The gain of speculation at `batch` sequences decoding at `context`: the tokens a plain
@@ -76,7 +77,7 @@ class Speculator {
   ModelSpec drafter_;
   CostModel cost_;
   std::vector<double> dist_, cdf_;
-  RngStream rng_;
+  uint64_t key_;  // the acceptance draws' stream, from the seed
   mutable std::vector<SeqWork> work_;  // the drafter's passes, reused
 };
 
