@@ -1,6 +1,7 @@
 #include "network/collective.h"
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -636,11 +637,37 @@ SimTime collective_time(const Topology& topo, CollectiveKind kind, const std::ve
   return c.duration();
 }
 
+namespace {
+// Every device of the group has a direct link to every other (a mesh server: AMD's xGMI).
+bool fully_meshed(const Topology& topo, const std::vector<int>& devices) {
+  for (int a : devices)
+    for (int b : devices) {
+      if (a == b) continue;
+      bool direct = false;
+      for (int l : topo.out_links(a)) direct = direct || topo.link(l).dst == b;
+      if (!direct) return false;
+    }
+  return true;
+}
+}  // namespace
+
 std::vector<std::vector<int>> ring_channels(const Topology& topo, const std::vector<int>& devices) {
+  const auto servers = by_server(topo, devices);
+  if (servers.size() == 1 && devices.size() >= 3 && fully_meshed(topo, devices)) {
+    // A mesh (RCCL on an MI300X platform): rings of every stride s coprime with n (i -> i + s),
+    // each a cycle through all n devices on links no other ring uses.
+    const size_t n = devices.size();
+    std::vector<std::vector<int>> rings;
+    for (size_t s = 1; s < n; ++s) {
+      if (std::gcd(s, n) != 1) continue;
+      auto& order = rings.emplace_back();
+      for (size_t i = 0, at = 0; i < n; ++i, at = (at + s) % n) order.push_back(devices[at]);
+    }
+    return rings;
+  }
   // A torus (TPU ICI, a GPU torus) has no NICs: its ring follows the wiring (ring_order); by_server
   // makes each of its devices a server of one, so it gets one ring, as does a group with any
   // ungrouped device or servers holding different numbers of it.
-  const auto servers = by_server(topo, devices);
   const size_t m = static_cast<size_t>(channel_count(servers));
   if (m < 2) return {devices};
   const long K = static_cast<long>(servers.size()), M = static_cast<long>(m);

@@ -138,8 +138,10 @@ SimTime collective_time(const Topology& topo, CollectiveKind kind, const std::ve
 // Ring c enters an even-numbered server at local rank c and walks up to rank c - 1, then
 // enters the next server at rank c - 1 and walks down to rank c, and so on: every device's
 // NIC sends one ring's share and receives one, and every crossing joins the same local rank
-// (rail to rail) but, with an odd number of servers, the one closing the ring. Otherwise (and
-// on a torus, whose rings follow its wiring) one ring, in the given order.
+// (rail to rail) but, with an odd number of servers, the one closing the ring. A group of one
+// server whose devices are a full mesh (xGMI) gets a ring for every stride coprime with its
+// size (8 devices: strides 1, 3, 5, 7), on disjoint links. Otherwise (and on a torus, whose
+// rings follow its wiring) one ring, in the given order.
 std::vector<std::vector<int>> ring_channels(const Topology& topo, const std::vector<int>& devices);
 
 // The NVSwitch that reduces in the network (NodeInfo::reduces) a device is linked to, or -1.

@@ -9,14 +9,31 @@
 
 namespace sluice::net {
 
-std::vector<int> add_server(Topology& t, int index, const ServerSpec& s) {
+namespace {
+// A server's GPUs and what joins them: an NVSwitch crossbar (one link a GPU), or a full mesh
+// of direct links (one a pair).
+std::vector<int> add_server_gpus(Topology& t, int index, const ServerSpec& s) {
   std::vector<int> gpus;
+  auto gpu = [&](int g) { return t.add_node(NodeInfo{fmt::format("gpu{}.{}", index, g), NodeKind::Device, 0, s.gpu_usd, {-1, -1, -1}, index}); };
+  if (s.mesh) {
+    if (s.switch_uplinks > 0) throw TopologyError("a mesh server has no switch to carry a server NIC");
+    for (int g = 0; g < s.gpus; ++g) gpus.push_back(gpu(g));
+    for (int a = 0; a < s.gpus; ++a)
+      for (int b = a + 1; b < s.gpus; ++b)
+        t.add_link(gpus[static_cast<size_t>(a)], gpus[static_cast<size_t>(b)], s.nvlink_Bps, s.nvlink_latency_ns, "xgmi");
+    return gpus;
+  }
   const int sw = t.add_node(NodeInfo{fmt::format("nvswitch{}", index), NodeKind::Switch, s.gpus + s.switch_uplinks, 0, {-1, -1, -1}, index, s.nvls});
   for (int g = 0; g < s.gpus; ++g) {
-    const int v = t.add_node(NodeInfo{fmt::format("gpu{}.{}", index, g), NodeKind::Device, 0, s.gpu_usd, {-1, -1, -1}, index});
-    t.add_link(v, sw, s.nvlink_Bps, s.nvlink_latency_ns, "nvlink");
-    gpus.push_back(v);
+    gpus.push_back(gpu(g));
+    t.add_link(gpus.back(), sw, s.nvlink_Bps, s.nvlink_latency_ns, "nvlink");
   }
+  return gpus;
+}
+}  // namespace
+
+std::vector<int> add_server(Topology& t, int index, const ServerSpec& s) {
+  std::vector<int> gpus = add_server_gpus(t, index, s);
   for (int h = 0; h < s.host_cpus; ++h) {
     const int hv = t.add_node(NodeInfo{fmt::format("host{}.{}", index, h), NodeKind::Host, 0, s.host_usd, {-1, -1, -1}, index});
     for (int g = h * s.gpus / s.host_cpus; g < (h + 1) * s.gpus / s.host_cpus; ++g)

@@ -23,6 +23,9 @@ struct ServerSpec {
   int nvswitch_chips = 4;         // physical chips behind the logical crossbar (capex only)
   int switch_uplinks = 0;         // NVSwitch ports beyond the GPUs' (a server NIC)
   bool nvls = false;              // the NVSwitch reduces in the network (NVLink SHARP; third-generation NVSwitch, HGX H100/H200)
+  // No switch: every pair of GPUs joined by one direct link of nvlink_Bps per direction (AMD's
+  // xGMI / Infinity Fabric on an MI300X platform: seven links a GPU, one to each peer).
+  bool mesh = false;
 };
 // Adds server `index` to `t`: returns its GPU node ids in local-rank order.
 std::vector<int> add_server(Topology& t, int index, const ServerSpec& s);

@@ -85,6 +85,9 @@ std::vector<int> place_devices(World& world, const Params& place, int needed, co
                           fmt::format("{}, {}, ... up to {}", e, 2 * e, e * std::max({g[0], g[1], g[2]})));
       cubes[i] = static_cast<int>(*v / e);
     }
+    if (g[0] * g[1] * g[2] > 64)  // (a bit per cube: a larger pod, TPU v5p's 140 cubes, loads but cannot be sliced yet)
+      place.fail("slice", fmt::format("the pod has {} cubes, and slices are placed on pods of at most 64 here", g[0] * g[1] * g[2]),
+                 "a pod of at most 64 cubes, e.g. {catalog: tpu-v5p-pod, cubes: [4, 4, 4]}");
     uint64_t free = 0;
     std::vector<char> cube_free(static_cast<size_t>(g[0] * g[1] * g[2]), 1);
     for (int d = 0; d < world.device_count(); ++d)
