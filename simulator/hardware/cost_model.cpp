@@ -155,6 +155,16 @@ std::optional<MoeProblem> moe_problem(const ModelSpec& m, const MoeOptions& mo, 
                       fmt::format("a count making experts + copies a multiple of {}", tp)};
   if (mo.zipf_s != 1 && mo.routing != MoeOptions::Routing::Zipf)
     return MoeProblem{"zipf_s", "only Zipf routing has an exponent", "routing: zipf, or leave it out"};
+  if (mo.routing == MoeOptions::Routing::Measured) {
+    if (static_cast<int>(mo.expert_load.size()) != E)
+      return MoeProblem{"expert_load", fmt::format("{} counts for the {} experts of {}", mo.expert_load.size(), E, m.name),
+                        fmt::format("one count per expert, {} of them", E)};
+    double total = 0;
+    for (double x : mo.expert_load) total += x;
+    if (!(total > 0)) return MoeProblem{"expert_load", "every count is 0: no expert was ever chosen", "counts with a positive sum"};
+  } else if (!mo.expert_load.empty()) {
+    return MoeProblem{"expert_load", "only measured routing reads logged counts", "routing: measured, or leave expert_load out"};
+  }
   return std::nullopt;
 }
 

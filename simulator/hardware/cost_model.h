@@ -79,8 +79,11 @@ struct MoeOptions {
   //   uniform   1/experts each
   //   zipf      proportional to 1/(rank)^zipf_s, expert 0 the hottest (experts placed in order,
   //             so the hottest share a device)
-  enum class Routing { Uniform, Zipf } routing = Routing::Uniform;
+  //   measured  expert e's share proportional to expert_load[e] (counts a router logged, e.g.
+  //             from a trace of the deployment; placed in order, as given)
+  enum class Routing { Uniform, Zipf, Measured } routing = Routing::Uniform;
   double zipf_s = 1.0;
+  std::vector<double> expert_load;  // measured: one non-negative count per expert
   // Expert-parallel load balancing (DeepSeek's EPLB): the hottest `redundant_experts` experts
   // get a second copy (their tokens split between the two), and experts are placed hottest
   // first on the least-loaded device with a free slot; false: experts in order, none copied.

@@ -59,13 +59,15 @@ struct ExpertPlacement {
   }
 
  private:
-  // Each expert's share of the assignments: uniform, or Zipf (expert e the (e+1)-th hottest).
+  // Each expert's share of the assignments: uniform, Zipf (expert e the (e+1)-th hottest), or
+  // measured (expert e's logged count over the total).
   static std::vector<double> shares(const ModelSpec& m, const MoeOptions& mo) {
     const int E = m.experts;
     std::vector<double> p(static_cast<size_t>(E), 1.0 / E);
-    if (mo.routing != MoeOptions::Routing::Zipf) return p;
+    if (mo.routing == MoeOptions::Routing::Uniform) return p;
     double z = 0;
-    for (int e = 0; e < E; ++e) z += p[static_cast<size_t>(e)] = std::pow(e + 1.0, -mo.zipf_s);
+    for (int e = 0; e < E; ++e)
+      z += p[static_cast<size_t>(e)] = mo.routing == MoeOptions::Routing::Zipf ? std::pow(e + 1.0, -mo.zipf_s) : mo.expert_load.at(static_cast<size_t>(e));
     for (double& x : p) x /= z;
     // A token goes to k distinct experts, so no expert gets more than 1/k of the assignments
     // (all M tokens): a share above it is capped and its excess spread over the others in

@@ -7,7 +7,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
+
+#include <fmt/format.h>
 
 #include "config/error.h"
 #include "hardware/cost_model.h"
@@ -441,4 +445,38 @@ TEST_CASE("mla: the query bottleneck and latent down projections are whole on ev
   for (const char* op : {"gemm.q_b", "gemm.kv_b", "gemm.o"}) CHECK_MESSAGE(find_op(b, op)->flops == doctest::Approx(find_op(a, op)->flops / 8), std::string(op));
   // The memory plan holds them whole too: (1536 x 7168 + 1536 + 7168 x 576 + 512) x 61 parameters.
   CHECK(ds.replicated_parameters() == doctest::Approx((1536.0 * 7168 + 1536 + 7168.0 * 576 + 512) * 61));
+}
+
+TEST_CASE("moe: measured routing takes each expert's logged count, from a list or a file, and refuses bad counts where they are") {
+  // Counts in the Zipf shares' proportions give Zipf routing's step, device for device.
+  std::string zipf_counts;
+  for (int e = 0; e < 8; ++e) zipf_counts += fmt::format("{}{}", e ? ", " : "", 840.0 / (e + 1));
+  const Json zipf = run_text(kMixtral, {"deployment.moe.routing=zipf", "deployment.tensor_parallel=4"})["serving"];
+  const Json listed = run_text(kMixtral, {"deployment.moe.routing=measured", "deployment.tensor_parallel=4",
+                                          "deployment.moe.expert_load=[" + zipf_counts + "]"})["serving"];
+  CHECK(listed["moe"]["routing"] == "measured");
+  CHECK(listed["moe"]["device_load"].size() == zipf["moe"]["device_load"].size());
+  for (size_t d = 0; d < zipf["moe"]["device_load"].size(); ++d)
+    CHECK(listed["moe"]["device_load"][d].get<double>() == doctest::Approx(zipf["moe"]["device_load"][d].get<double>()));
+  CHECK(listed["latency_ms"]["tpot"]["mean"].get<double>() == doctest::Approx(zipf["latency_ms"]["tpot"]["mean"].get<double>()));
+  // A file: one count per line or comma-separated, comments after #.
+  const auto dir = std::filesystem::temp_directory_path() / "sluice-expert-load";
+  std::filesystem::create_directories(dir);
+  const auto good = dir / "load.csv";
+  std::ofstream(good) << "# tokens per expert, from a router's log\n100, 100, 100, 100\n100\n100\n100\n900  # the hot one\n";
+  const Json filed = run_text(kMixtral, {"deployment.moe.routing=measured", "deployment.moe.expert_load_file=" + good.string()})["serving"];
+  CHECK(filed["moe"]["device_load_max_over_mean"].get<double>() > 1.5);  // the hot expert's device
+  const auto bad = dir / "bad.csv";
+  std::ofstream(bad) << "1\n2\nmany\n";
+  CHECK_THROWS_WITH_AS(run_text(kMixtral, {"deployment.moe.routing=measured", "deployment.moe.expert_load_file=" + bad.string()}),
+                       doctest::Contains("bad.csv:3"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(kMixtral, {"deployment.moe.routing=measured", "deployment.moe.expert_load=[1, 2, 3]"}),
+                       doctest::Contains("3 counts for the 8 experts"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(kMixtral, {"deployment.moe.routing=measured", "deployment.moe.expert_load=[1, 2, 3, 4, 5, 6, 7, -8]"}),
+                       doctest::Contains("expert_load[7]"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(kMixtral, {"deployment.moe.expert_load=[1, 2, 3, 4, 5, 6, 7, 8]"}),
+                       doctest::Contains("only measured routing"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(kMixtral, {"deployment.moe.routing=measured"}), doctest::Contains("0 counts for the 8 experts"),
+                       ConfigError);
+  std::filesystem::remove_all(dir);
 }

@@ -1,7 +1,9 @@
 // The serving study and its components (schedulers, routers, workloads, arrivals).
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -89,10 +91,18 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
                      "of the tokens and sends each to its experts' devices and back: two all-to-alls per MoE layer, flows on "
                      "a topology, in place of the MLP's all-reduce; DeepEP's kernels)")
       .def("allreduce");
-  k.moe.choice<MO::Routing>("routing", {{"uniform", MO::Routing::Uniform}, {"zipf", MO::Routing::Zipf}}, &MO::routing,
-                            "the experts' share of the token-expert assignments: uniform, or zipf (expert i's share "
-                            "proportional to 1/(i+1)^zipf_s, the hottest placed together unless eplb)")
+  k.moe.choice<MO::Routing>("routing", {{"uniform", MO::Routing::Uniform}, {"zipf", MO::Routing::Zipf}, {"measured", MO::Routing::Measured}},
+                            &MO::routing,
+                            "the experts' share of the token-expert assignments: uniform, zipf (expert i's share "
+                            "proportional to 1/(i+1)^zipf_s, the hottest placed together unless eplb), or measured (expert i's "
+                            "share proportional to its logged count, expert_load or expert_load_file; placed in order)")
       .def("uniform");
+  moe.add("expert_load", ParamType::List, "routing: measured: one non-negative count (or frequency) per expert, in expert order")
+      .optional();
+  moe.add("expert_load_file", ParamType::String,
+          "routing: measured: a file of the same counts, one per line (or comma-separated; # starts a comment), e.g. a "
+          "router's logged token counts per expert")
+      .optional();
   k.moe.real("zipf_s", &MO::zipf_s, "the Zipf exponent of routing: zipf (0: uniform)").def("1").range(0, 10);
   k.moe.flag("eplb", &MO::eplb,
              "expert-parallel load balancing (DeepSeek's EPLB): the hottest redundant_experts experts get a second copy, "
@@ -243,13 +253,60 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
   return k;
 }
 
+// routing: measured's counts, from the list or the file, each checked where it is written.
+static std::vector<double> read_expert_load(const Params& ms) {
+  std::vector<double> out;
+  auto number = [](const std::string& text, double& v) {
+    char* end = nullptr;
+    v = std::strtod(text.c_str(), &end);
+    return end != text.c_str() && *end == '\0' && std::isfinite(v) && v >= 0;
+  };
+  if (ms.given("expert_load") && ms.given("expert_load_file"))
+    ms.fail("expert_load_file", "says the same as expert_load", "one of expert_load and expert_load_file");
+  if (ms.given("expert_load")) {
+    const Node& n = ms.node("expert_load");
+    for (size_t i = 0; i < n.seq.size(); ++i) {
+      double v = 0;
+      if (!n.seq[i].is_scalar() || !number(n.seq[i].scalar, v))
+        throw ConfigError(n.seq[i].origin, fmt::format("{}.expert_load[{}]", ms.path(), i), n.seq[i].brief(), "not a count",
+                          "a number >= 0");
+      out.push_back(v);
+    }
+  } else if (ms.given("expert_load_file")) {
+    const auto found = find_input_path(ms.str("expert_load_file"));
+    if (!found) ms.fail("expert_load_file", "file not found (looked relative to the working directory and the sluice root)", "an existing file");
+    std::error_code ec;
+    if (std::filesystem::file_size(*found, ec) > (1u << 24) || ec)
+      ms.fail("expert_load_file", "unreadable, or over 16 MB", "a file of one count per expert");
+    std::ifstream in(*found);
+    std::string line;
+    int ln = 0;
+    while (std::getline(in, line)) {
+      ++ln;
+      line = line.substr(0, line.find('#'));
+      std::stringstream cells(line);
+      std::string cell;
+      while (std::getline(cells, cell, ',')) {
+        const auto a = cell.find_first_not_of(" \t\r"), b = cell.find_last_not_of(" \t\r");
+        if (a == std::string::npos) continue;
+        double v = 0;
+        if (!number(cell.substr(a, b - a + 1), v))
+          throw ConfigError(Origin{*found, ln, 1}, join_path(ms.path(), "expert_load_file"), cell.substr(0, 40), "not a count",
+                            "numbers >= 0, one per expert, by line or comma");
+        out.push_back(v);
+      }
+    }
+  }
+  return out;
+}
+
 // A mixture-of-experts deployment's checks, at their keys, before anything runs.
 static void check_moe(const ServingConfig& c, const Params& d) {
   const MoeOptions& mo = c.moe;
   const Params& ms = d.section("moe");
   const ModelSpec& m = c.model;
   if (!m.moe()) {
-    for (const char* k : {"expert_parallel", "dispatch", "routing", "zipf_s", "eplb", "redundant_experts"})
+    for (const char* k : {"expert_parallel", "dispatch", "routing", "zipf_s", "eplb", "redundant_experts", "expert_load", "expert_load_file"})
       if (ms.given(k)) ms.fail(k, fmt::format("{} is a dense model: it has no experts", m.name), "leave deployment.moe out, or an MoE model");
     return;
   }
@@ -276,6 +333,7 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   keys.deployment.fill(d, c);
   keys.slicing.fill(d.section("prefill_slicing"), c.prefill_slicing);
   keys.moe.fill(d.section("moe"), c.moe);
+  c.moe.expert_load = read_expert_load(d.section("moe"));
   check_moe(c, d);
   c.speculative = speculative_from_params(d.section("speculative"), c.model, c.tensor_parallel, c.pipeline_parallel);
   c.seed = seed;

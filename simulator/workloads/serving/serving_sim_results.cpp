@@ -126,7 +126,9 @@ ServingResults ServingSim::results() const {
     mo.dispatch = !mo.expert_parallel ? "none (every expert split over the tensor-parallel devices)"
                   : c.moe.alltoall   ? "alltoall"
                                      : "allreduce";
-    mo.routing = c.moe.routing == MoeOptions::Routing::Zipf ? fmt::format("zipf s={}", c.moe.zipf_s) : "uniform";
+    mo.routing = c.moe.routing == MoeOptions::Routing::Zipf       ? fmt::format("zipf s={}", c.moe.zipf_s)
+                 : c.moe.routing == MoeOptions::Routing::Measured ? "measured"
+                                                                  : "uniform";
     mo.redundant_experts = c.moe.eplb ? c.moe.redundant_experts : 0;
     for (double x : cost_.expert_tokens_per_device(1.0)) mo.device_load.push_back(x / c.model.experts_per_token);
     mo.alltoalls = moe_a2a_count_;
