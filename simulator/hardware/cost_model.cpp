@@ -201,6 +201,8 @@ double CostModel::moe_alltoall_bytes(double tokens, int stage) const {
   return moe_alltoall_count(stage) * impl_->a2a_bytes(tokens);
 }
 
+const std::vector<double>& CostModel::moe_alltoall_weights() const { return impl_->experts.a2a_weight; }
+
 std::vector<double> CostModel::expert_tokens_per_device(double tokens) const {
   const Impl& im = *impl_;
   std::vector<double> out;

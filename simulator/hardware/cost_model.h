@@ -210,6 +210,9 @@ class CostModel {
   // how many all-to-alls those are.
   double moe_alltoall_bytes(double tokens, int stage) const;
   int moe_alltoall_count(int stage) const;
+  // Each expert-parallel device's part of the all-to-alls' destinations over their mean (empty
+  // without expert parallelism): CollectiveOptions::a2a_weights.
+  const std::vector<double>& moe_alltoall_weights() const;
   // The routing model's expected assignments per device for one MoE layer of `tokens` tokens:
   // token-expert pairs each device computes (expert parallelism), slowest first not implied.
   std::vector<double> expert_tokens_per_device(double tokens) const;

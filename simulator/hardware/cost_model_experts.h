@@ -25,6 +25,20 @@ struct ExpertPlacement {
   // once to each, not once per expert): sum over devices of 1 - (1 - its share)^k, each of the
   // k picks taken as independent.
   double a2a_dest = 0;
+  // Each device's part of those destinations, over their mean (1 on every device under uniform
+  // routing; a device of hot experts receives more of the dispatch and sends more of the
+  // combine). Empty without expert parallelism.
+  std::vector<double> a2a_weight;
+  // The busiest device's all-to-all traffic over an even split's: a device d sends dispatch
+  // to every other j in proportion to w_j and combines back in proportion to w_d, so it sends
+  // ((n - 2) w_d + n) / (2 (n - 1)) of the even share.
+  double a2a_busiest() const {
+    const double n = static_cast<double>(a2a_weight.size());
+    double most = 1;
+    if (n < 2) return most;
+    for (double w : a2a_weight) most = std::max(most, ((n - 2) * w + n) / (2 * (n - 1)));
+    return most;
+  }
 
   // Token-expert rows a device's copies receive from M tokens, each to k experts.
   static double rows(const std::vector<double>& shares, double M, int k) {
@@ -53,8 +67,15 @@ struct ExpertPlacement {
     for (const auto& sh : out.dev_share) {
       double d = 0;
       for (double q : sh) d += q;
-      out.a2a_dest += 1 - std::pow(1 - std::min(1.0, d), m.experts_per_token);
+      out.a2a_weight.push_back(1 - std::pow(1 - std::min(1.0, d), m.experts_per_token));
+      out.a2a_dest += out.a2a_weight.back();
     }
+    bool even = true;
+    for (double& w : out.a2a_weight) {
+      w *= static_cast<double>(out.a2a_weight.size()) / out.a2a_dest;
+      even = even && std::abs(w - 1) < 1e-9;
+    }
+    if (even) out.a2a_weight.assign(out.a2a_weight.size(), 1.0);  // exactly: no rounding in an even all-to-all's bytes
     return out;
   }
 

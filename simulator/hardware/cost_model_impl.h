@@ -269,7 +269,8 @@ struct CostModel::Impl {
     if (a2a) {
       const double bytes = a2a_bytes(M);
       const double t = opt.comm_on_fabric ? 0
-                                          : bytes * (tp - 1) / tp / hw.interconnect_Bps * 1e9 + hw.interconnect_latency_ns;
+                                          : bytes * experts.a2a_busiest() * (tp - 1) / tp / hw.interconnect_Bps * 1e9 +
+                                                hw.interconnect_latency_ns;  // the busiest device's share
       layer(Part{Op::AllToAll, opt.comm_on_fabric ? Src::Network : Src::Analytic, File::None, 2 * t, 0, 2 * bytes, 2});
     }
   }

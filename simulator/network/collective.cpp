@@ -138,6 +138,8 @@ Collective::Collective(FlowSim& sim, CollectiveKind kind, std::vector<int> devic
   if (kind_ == CollectiveKind::SendRecv && devices_.size() != 2)
     throw std::invalid_argument(fmt::format("send/recv needs exactly 2 devices, got {}", devices_.size()));
   if (opt_.chunks < 1 || opt_.paths < 1) throw std::invalid_argument("chunks and paths must be at least 1");
+  if (!opt_.a2a_weights.empty() && opt_.a2a_weights.size() != devices_.size())
+    throw std::invalid_argument(fmt::format("{} all-to-all weights for {} devices", opt_.a2a_weights.size(), devices_.size()));
   algorithm_ = kind_ == CollectiveKind::AllReduceAuto ? allreduce_choice(sim_.topology(), sim_.router(), devices_, bytes_, opt_).choice : kind_;
   plan();
 }
@@ -478,8 +480,13 @@ void Collective::start_op(size_t oi) {
       }
       for (int i = 0; i < n; ++i)
         for (int j = 0; j < n; ++j)
-          if (i != j)
-            for (int p = 0; p < opt_.paths; ++p) send(oi, i, j, o.chunk_bytes, static_cast<uint64_t>(j), static_cast<uint64_t>(j) * 131 + static_cast<uint64_t>(p));
+          if (i != j) {
+            const double w = opt_.a2a_weights.empty()
+                                 ? 1.0
+                                 : (opt_.a2a_weights[static_cast<size_t>(i)] + opt_.a2a_weights[static_cast<size_t>(j)]) / 2;
+            for (int p = 0; p < opt_.paths; ++p)
+              send(oi, i, j, o.chunk_bytes * w, static_cast<uint64_t>(j), static_cast<uint64_t>(j) * 131 + static_cast<uint64_t>(p));
+          }
       break;
     case Op::Send:
       send(oi, 0, 1, o.chunk_bytes, 0, 0);

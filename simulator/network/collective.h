@@ -39,6 +39,10 @@ struct CollectiveOptions {
   // of bytes/count each (a stage's per-layer all-reduces or MoE all-to-alls): each pays its
   // steps' latencies.
   int fused_count = 1;
+  // All-to-all: each device's weight (mean 1; empty: all 1). The pair i -> j carries its even
+  // share times (w_i + w_j) / 2: an MoE dispatch to j's experts in proportion to w_j and the
+  // combine from i's in proportion to w_i, the total unchanged.
+  std::vector<double> a2a_weights;
   // Rings (all-reduce, all-gather, reduce-scatter) over a group that spans servers with several
   // of its devices on each: 0 runs NCCL's channels (ring_channels: one per device a server
   // holds, so with a NIC per GPU every NIC carries a share); 1 a single ring through the

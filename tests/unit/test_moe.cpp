@@ -16,6 +16,11 @@
 #include "config/error.h"
 #include "hardware/cost_model.h"
 #include "hardware/spec.h"
+#include "engine/engine.h"
+#include "network/collective.h"
+#include "network/flow.h"
+#include "network/generators.h"
+#include "network/routing.h"
 
 using namespace sluice;
 using sluice::testing::run_text;
@@ -479,4 +484,57 @@ TEST_CASE("moe: measured routing takes each expert's logged count, from a list o
   CHECK_THROWS_WITH_AS(run_text(kMixtral, {"deployment.moe.routing=measured"}), doctest::Contains("0 counts for the 8 experts"),
                        ConfigError);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("moe: under skewed routing the all-to-alls carry more to and from the hot experts' device, the total unchanged") {
+  // The cost model's per-device weights: all 1 under uniform routing, the hot device above 1
+  // under Zipf, their mean 1 either way.
+  MoeOptions mo;
+  mo.expert_parallel = mo.alltoall = true;
+  const HardwareSpec h = round_device();
+  auto weights = [&](MoeOptions::Routing r) {
+    mo.routing = r;
+    CostOptions o{4, 1, ""};
+    o.moe = mo;
+    return CostModel(h, tiny_moe(8), o).moe_alltoall_weights();
+  };
+  const auto even = weights(MoeOptions::Routing::Uniform);
+  const auto skew = weights(MoeOptions::Routing::Zipf);
+  REQUIRE(even.size() == 4);
+  REQUIRE(skew.size() == 4);
+  for (double w : even) CHECK(w == doctest::Approx(1));
+  CHECK(std::accumulate(skew.begin(), skew.end(), 0.0) == doctest::Approx(4));
+  CHECK(skew[0] > 1.2);  // experts 0 and 1, the hottest, on device 0
+  // On a 4-GPU switch: the pair i -> j carries its even share times (w_i + w_j) / 2, so the hot
+  // device's link carries more and the all-to-all waits for it.
+  net::ServerSpec s;
+  s.gpus = 4;
+  s.host_cpus = 0;
+  net::Topology t("four");
+  net::add_server(t, 0, s);
+  const auto devs = t.devices();
+  Engine e(1);
+  net::Router r(t);
+  net::FlowSim sim(e, t, r);
+  net::CollectiveOptions o;
+  o.a2a_weights = skew;
+  net::Collective c(sim, net::CollectiveKind::AllToAll, devs, 4e9, o);
+  c.start();
+  e.run();
+  REQUIRE(c.finished());
+  const auto carried = sim.carried_link_bytes();
+  double total = 0, into_hot = 0;
+  for (int l = 0; l < t.link_count(); ++l) {
+    total += carried[static_cast<size_t>(l)];
+    if (t.link(l).dst == devs[0]) into_hot = carried[static_cast<size_t>(l)];
+  }
+  // A pair's even share is 4e9 / 4 = 1e9: device 0 receives (w_0 + w_j) / 2 of it from each peer.
+  double expect_in = 0;
+  for (int j = 1; j < 4; ++j) expect_in += 1e9 * (skew[0] + skew[static_cast<size_t>(j)]) / 2;
+  CHECK(into_hot == doctest::Approx(expect_in).epsilon(1e-6));
+  CHECK(into_hot > 3e9);
+  // Every pair once, each over a link up to the switch and one down: as an even all-to-all's.
+  CHECK(total == doctest::Approx(2 * 1e9 * 12).epsilon(1e-6));
+  const double even_s = net::collective_time(t, net::CollectiveKind::AllToAll, devs, 4e9).to_seconds();
+  CHECK(c.duration().to_seconds() > 1.1 * even_s);
 }

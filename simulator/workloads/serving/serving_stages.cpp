@@ -80,6 +80,7 @@ void ServingSim::start_alltoall(int ri, int k) {
   net::CollectiveOptions o;
   o.salt = static_cast<uint64_t>(ri) + 0x5EED;
   o.fused_count = cost_.moe_alltoall_count(p.stage);
+  o.a2a_weights = cost_.moe_alltoall_weights();  // hot experts' devices receive more
   p.alltoall = std::make_unique<net::Collective>(*fabric_.flows, net::CollectiveKind::AllToAll, nodes, bytes, o);
   const int64_t started = engine_.now().count_ns();
   p.alltoall->start([this, ri, k, started, ep = epoch_[static_cast<size_t>(ri)]](Engine& e) {
