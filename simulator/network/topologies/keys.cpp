@@ -40,6 +40,48 @@ Binding<ServerSpec> server_keys(Schema& s, const std::string& host_cpus_default)
   return b;
 }
 
+Binding<ScaleOut> scale_out_keys(Schema& s, const std::string& radix_default, const std::string& radix_doc) {
+  Binding<ScaleOut> b(s);
+  using O = ScaleOut;
+  b.choice<bool>("scale_out", {{"rail-optimized", true}, {"fat-tree", false}}, &O::rail_optimized,
+                 "the Clos joining them: rail-optimized (GPU r of every one on rail leaf r) or fat-tree (each one's NICs on "
+                 "consecutive leaves)")
+      .def("rail-optimized");
+  b.quantity("nic_bandwidth", UnitKind::Bandwidth, &O::nic_Bps, "scale-out NIC per GPU per direction (ConnectX-7: 400 Gb/s)")
+      .def("400Gb/s")
+      .positive();
+  b.integer("switch_radix", &O::switch_radix, radix_doc).def(radix_default).range(4, 1024);
+  b.integer("tiers", &O::tiers, "scale-out switch tiers (2 or 3)").def("2").range(2, 3);
+  b.time_ns("link_latency", &O::link_latency_ns, "per NIC or scale-out switch hop").def("500ns").range(0, 1e9);
+  b.quantity("switch_price", UnitKind::Money, &O::switch_usd, "capex per scale-out switch").def("0").nonneg();
+  b.quantity("nic_price", UnitKind::Money, &O::nic_usd, "capex per NIC").def("0").nonneg();
+  b.quantity("cable_price", UnitKind::Money, &O::cable_usd, "capex per scale-out link").def("0").nonneg();
+  return b;
+}
+
+Topology build_scaled_out(const ServerSpec& server, int servers, const ScaleOut& so, const std::string& name, const std::string& family) {
+  if (servers == 1) {  // nothing to join
+    Topology t(name);
+    t.family = family;
+    add_server(t, 0, server);
+    return t;
+  }
+  ClosSpec c;
+  c.servers = servers;
+  c.server = server;
+  c.rail_optimized = so.rail_optimized;
+  c.nic_Bps = so.nic_Bps;
+  c.switch_radix = so.switch_radix;
+  c.tiers = so.tiers;
+  c.link_latency_ns = so.link_latency_ns;
+  c.switch_usd = so.switch_usd;
+  c.nic_usd = so.nic_usd;
+  c.cable_usd = so.cable_usd;
+  Topology t = build_clos(c, name);
+  t.family = family;
+  return t;
+}
+
 void check_server(const Params& p, const ServerSpec& s) {
   if (s.host_cpus > s.gpus) p.fail("host_cpus", "more host CPUs than GPUs", fmt::format("0..{}", s.gpus));
 }

@@ -16,6 +16,21 @@ void add_common_topology_keys(Schema& s);
 Binding<ServerSpec> server_keys(Schema& s, const std::string& host_cpus_default);
 // What a bound ServerSpec must also satisfy (at most one host CPU per GPU).
 void check_server(const Params& p, const ServerSpec& s);
+// The Clos that joins servers (or racks) by a NIC per GPU, for generators whose servers are
+// their own kind (NVL72 racks, xGMI meshes).
+struct ScaleOut {
+  bool rail_optimized = true;
+  double nic_Bps = 50e9;
+  int switch_radix = 64, tiers = 2;
+  int64_t link_latency_ns = 500;
+  double switch_usd = 0, nic_usd = 0, cable_usd = 0;
+};
+// Its keys: scale_out (rail-optimized or fat-tree), nic_bandwidth, switch_radix (default and
+// doc given), tiers, link_latency and the switch, NIC and cable prices.
+Binding<ScaleOut> scale_out_keys(Schema& s, const std::string& radix_default, const std::string& radix_doc);
+// `servers` copies of `server` joined by the scale-out Clos (one server alone: no scale-out),
+// its family named.
+Topology build_scaled_out(const ServerSpec& server, int servers, const ScaleOut& so, const std::string& name, const std::string& family);
 // A list of integers with each element checked, errors positioned at the element.
 std::vector<int> int_list(const Params& p, const std::string& key, int lo, int hi, size_t min_n, size_t max_n,
                           const std::string& fallback);

@@ -16,12 +16,12 @@ struct Nvl72Spec {
   int racks = 1;
   int gpus = 72;
   int gpus_per_grace = 2;
-  double nvlink_Bps = 900e9, c2c_Bps = 225e9, nic_Bps = 50e9;
-  int64_t nvlink_latency_ns = 250, c2c_latency_ns = 300, link_latency_ns = 500;
-  bool nvls = true, rail_optimized = true;
-  int switch_radix = 144, tiers = 2;
-  double gpu_usd = 0, nvswitch_usd = 0, grace_usd = 0, rack_other_usd = 0, switch_usd = 0, nic_usd = 0, cable_usd = 0;
+  double nvlink_Bps = 900e9, c2c_Bps = 225e9;
+  int64_t nvlink_latency_ns = 250, c2c_latency_ns = 300;
+  bool nvls = true;
+  double gpu_usd = 0, nvswitch_usd = 0, grace_usd = 0, rack_other_usd = 0;
   int nvswitch_chips = 18;
+  ScaleOut scale_out;
 };
 
 Binding<Nvl72Spec> nvl72_keys(Schema& s) {
@@ -42,27 +42,14 @@ Binding<Nvl72Spec> nvl72_keys(Schema& s) {
       .def("225GB/s")
       .positive();
   b.time_ns("c2c_latency", &N::c2c_latency_ns, "GPU to Grace hop").def("300ns").range(0, 1e9);
-  b.choice<bool>("scale_out", {{"rail-optimized", true}, {"fat-tree", false}}, &N::rail_optimized,
-                 "the Clos joining the racks: rail-optimized (GPU r of every rack on rail leaf r) or fat-tree (a rack's NICs "
-                 "on consecutive leaves)")
-      .def("rail-optimized");
-  b.quantity("nic_bandwidth", UnitKind::Bandwidth, &N::nic_Bps, "scale-out NIC per GPU per direction (ConnectX-7: 400 Gb/s)")
-      .def("400Gb/s")
-      .positive();
-  b.integer("switch_radix", &N::switch_radix,
-            "ports per scale-out switch (Quantum-X800: 144; a two-tier rail-optimized Clos of 72 rails needs at least 72)")
-      .def("144")
-      .range(4, 1024);
-  b.integer("tiers", &N::tiers, "scale-out switch tiers (2 or 3)").def("2").range(2, 3);
-  b.time_ns("link_latency", &N::link_latency_ns, "per NIC or scale-out switch hop").def("500ns").range(0, 1e9);
   b.quantity("gpu_price", UnitKind::Money, &N::gpu_usd, "capex per GPU").def("0").nonneg();
   b.quantity("grace_price", UnitKind::Money, &N::grace_usd, "capex per Grace CPU").def("0").nonneg();
   b.quantity("nvswitch_price", UnitKind::Money, &N::nvswitch_usd, "capex per NVSwitch chip").def("0").nonneg();
   b.integer("nvswitch_chips", &N::nvswitch_chips, "NVSwitch chips per rack (capex only; modelled as one crossbar)").def("18").range(0, 256);
   b.quantity("rack_other_price", UnitKind::Money, &N::rack_other_usd, "capex per rack for trays, power, cooling").def("0").nonneg();
-  b.quantity("switch_price", UnitKind::Money, &N::switch_usd, "capex per scale-out switch").def("0").nonneg();
-  b.quantity("nic_price", UnitKind::Money, &N::nic_usd, "capex per NIC").def("0").nonneg();
-  b.quantity("cable_price", UnitKind::Money, &N::cable_usd, "capex per scale-out link").def("0").nonneg();
+  b.nest(&N::scale_out, scale_out_keys(s, "144",
+                                       "ports per scale-out switch (Quantum-X800: 144; a two-tier rail-optimized Clos of 72 rails needs at "
+                                       "least 72)"));
   return b;
 }
 
@@ -78,37 +65,20 @@ SLUICE_REGISTER(component, topology_nvl72) {
             const Nvl72Spec n = keys.make(p);
             if (n.gpus % n.gpus_per_grace != 0)
               p.fail("gpus_per_grace", fmt::format("{} GPUs a rack do not share Grace CPUs evenly", n.gpus), "a divisor of gpus_per_rack");
-            ClosSpec c;
-            c.servers = n.racks;
-            c.server.gpus = n.gpus;
-            c.server.nvlink_Bps = n.nvlink_Bps;
-            c.server.nvlink_latency_ns = n.nvlink_latency_ns;
-            c.server.nvls = n.nvls;
-            c.server.host_cpus = n.gpus / n.gpus_per_grace;
-            c.server.pcie_Bps = n.c2c_Bps;
-            c.server.pcie_latency_ns = n.c2c_latency_ns;
-            c.server.gpu_usd = n.gpu_usd;
-            c.server.host_usd = n.grace_usd;
-            c.server.nvswitch_usd = n.nvswitch_usd;
-            c.server.nvswitch_chips = n.nvswitch_chips;
-            c.server.server_other_usd = n.rack_other_usd;
-            c.rail_optimized = n.rail_optimized;
-            c.nic_Bps = n.nic_Bps;
-            c.switch_radix = n.switch_radix;
-            c.tiers = n.tiers;
-            c.link_latency_ns = n.link_latency_ns;
-            c.switch_usd = n.switch_usd;
-            c.nic_usd = n.nic_usd;
-            c.cable_usd = n.cable_usd;
-            if (n.racks == 1) {  // one NVLink domain: nothing to join
-              Topology t(name);
-              t.family = "nvl72";
-              add_server(t, 0, c.server);
-              return t;
-            }
-            Topology t = build_clos(c, name);
-            t.family = "nvl72";
-            return t;
+            ServerSpec rack;
+            rack.gpus = n.gpus;
+            rack.nvlink_Bps = n.nvlink_Bps;
+            rack.nvlink_latency_ns = n.nvlink_latency_ns;
+            rack.nvls = n.nvls;
+            rack.host_cpus = n.gpus / n.gpus_per_grace;
+            rack.pcie_Bps = n.c2c_Bps;
+            rack.pcie_latency_ns = n.c2c_latency_ns;
+            rack.gpu_usd = n.gpu_usd;
+            rack.host_usd = n.grace_usd;
+            rack.nvswitch_usd = n.nvswitch_usd;
+            rack.nvswitch_chips = n.nvswitch_chips;
+            rack.server_other_usd = n.rack_other_usd;
+            return build_scaled_out(rack, n.racks, n.scale_out, name, "nvl72");
           }));
 }
 
