@@ -138,11 +138,11 @@ void ServingSim::stage_comm_done(int ri, int k) {
   if (trace_ && trace_->enabled() && trace_iterations_ < cfg_.trace_max_iterations && ri < 64) {
     ++trace_iterations_;
     const Batch& b = batches_[ri];
-    int64_t tokens = 0;
-    for (const auto& en : b.entries) tokens += en.new_tokens;
+    double tokens = 0;
+    for (const Pass& q : f.passes) tokens += q.tokens;  // (a verification's drafts included)
     const char* what = b.prefill_entries && b.decode_entries ? "mixed" : b.prefill_entries ? "prefill" : "decode";
     trace_->complete(cfg_.trace_pid, ri, what, "iteration", f.started_ns, end - f.started_ns,
-                     {{"batch", static_cast<double>(b.entries.size())}, {"tokens", static_cast<double>(tokens)},
+                     {{"batch", static_cast<double>(b.entries.size())}, {"tokens", tokens},
                       {"prefill_seqs", static_cast<double>(b.prefill_entries)}, {"decode_seqs", static_cast<double>(b.decode_entries)},
                       {"slices", static_cast<double>(passes)},
                       {"stage_compute_us", static_cast<double>(*std::max_element(f.stage_ns.begin(), f.stage_ns.end())) / 1e3},
