@@ -153,6 +153,8 @@ std::optional<MoeProblem> moe_problem(const ModelSpec& m, const MoeOptions& mo, 
   if (mo.eplb && (E + mo.redundant_experts) % tp != 0)
     return MoeProblem{"redundant_experts", fmt::format("{} experts + {} copies do not divide over {} devices", E, mo.redundant_experts, tp),
                       fmt::format("a count making experts + copies a multiple of {}", tp)};
+  if (mo.two_batch_overlap && !mo.alltoall)
+    return MoeProblem{"two_batch_overlap", "overlaps the all-to-alls with compute, and dispatch is by all-reduce", "dispatch: alltoall, or false"};
   if (mo.zipf_s != 1 && mo.routing != MoeOptions::Routing::Zipf)
     return MoeProblem{"zipf_s", "only Zipf routing has an exponent", "routing: zipf, or leave it out"};
   if (mo.routing == MoeOptions::Routing::Measured) {

@@ -89,6 +89,10 @@ struct MoeOptions {
   // first on the least-loaded device with a free slot; false: experts in order, none copied.
   bool eplb = false;
   int redundant_experts = 0;
+  // Two-batch overlap (DeepSeek's and SGLang's): the batch runs as two micro-batches, each's
+  // all-to-alls (and all-reduces) under the other's compute. Each half reads the weights
+  // again; the serving fabric path times it (ServingSim), the cost model's step does not.
+  bool two_batch_overlap = false;
 };
 
 // A placement of an MoE model's experts that cannot be (the one check the scenario keys, `sluice

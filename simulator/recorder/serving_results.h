@@ -116,6 +116,8 @@ struct ServingResults {
     int redundant_experts = 0;
     std::vector<double> device_load;  // each device's share of the assignments (expert parallelism; one entry otherwise)
     int64_t alltoalls = 0, alltoall_ns = 0, alltoall_passes = 0;
+    bool two_batch_overlap = false;
+    int64_t overlapped_iterations = 0;  // run as two micro-batches (two or more sequences, on a topology)
   } moe;
   // Speculative decoding (method empty: off): the drafter, the acceptance model (P(j drafts
   // accepted), j = 0..k) and what the run drew; the drafter's time; and, from the cost models

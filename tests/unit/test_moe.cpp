@@ -538,3 +538,41 @@ TEST_CASE("moe: under skewed routing the all-to-alls carry more to and from the 
   const double even_s = net::collective_time(t, net::CollectiveKind::AllToAll, devs, 4e9).to_seconds();
   CHECK(c.duration().to_seconds() > 1.1 * even_s);
 }
+
+TEST_CASE("moe: two-batch overlap hides the all-to-alls under the other micro-batch's compute, and each half reads the weights") {
+  // DeepSeek-V3 with EP 16 across two servers: each iteration's all-reduces and all-to-alls cross
+  // the NICs, so hiding them pays, though by less than they take (each micro-batch reads the
+  // weights again).
+  const std::string ep16 = testing::slurp(std::filesystem::path(SLUICE_TESTS_DIR).parent_path() / "scenarios/deepseek-v3-ep16.yaml");
+  const std::vector<std::string> small = {"workloads.0.workload.requests=200"};
+  auto ds = [&](bool overlap) {
+    auto sets = small;
+    sets.push_back(fmt::format("workloads.0.deployment.moe.two_batch_overlap={}", overlap));
+    return run_text(ep16, sets)["serving"];
+  };
+  const Json off = ds(false), on = ds(true);
+  CHECK(on["moe"]["two_batch_overlap"] == true);
+  CHECK(on["moe"]["overlapped_iterations"].get<int64_t>() > 0);
+  CHECK(on["requests"]["completed"] == off["requests"]["completed"]);
+  const double tpot_off = off["latency_ms"]["tpot"]["mean"].get<double>(), tpot_on = on["latency_ms"]["tpot"]["mean"].get<double>();
+  const double comm = off["communication"]["tp_allreduce_ms_mean"].get<double>() + off["moe"]["alltoall_ms_mean"].get<double>();
+  CHECK(tpot_on < tpot_off);
+  CHECK(tpot_on > tpot_off - comm);
+  // Mixtral inside one NVSwitch server at small batches: little communication to hide, and the
+  // second read of the experts' weights makes it slower.
+  const Json mx_off = run_text(kMixtral)["serving"];
+  const Json mx_on = run_text(kMixtral, {"deployment.moe.two_batch_overlap=true"})["serving"];
+  CHECK(mx_on["latency_ms"]["tpot"]["mean"].get<double>() > mx_off["latency_ms"]["tpot"]["mean"].get<double>());
+  // One sequence at a time: nothing to split, the same run.
+  const Json one_off = run_text(kMixtral, {"workload.arrival.clients=1", "workload.requests=4"})["serving"];
+  const Json one_on = run_text(kMixtral, {"workload.arrival.clients=1", "workload.requests=4", "deployment.moe.two_batch_overlap=true"})["serving"];
+  CHECK(one_on["moe"]["overlapped_iterations"] == 0);
+  CHECK(one_on["latency_ms"] == one_off["latency_ms"]);
+  // Refused where it cannot apply, at its key.
+  CHECK_THROWS_WITH_AS(run_text(kMixtral, {"deployment.moe.dispatch=allreduce", "deployment.moe.two_batch_overlap=true"}),
+                       doctest::Contains("two_batch_overlap"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(kMixtral, {"model=llama3-8b", "deployment.moe={two_batch_overlap: true}"}), doctest::Contains("dense model"),
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(kMixtral, {"deployment.tensor_parallel=4", "deployment.pipeline_parallel=2", "deployment.moe.two_batch_overlap=true"}),
+                       doctest::Contains("single stage"), ConfigError);
+}

@@ -108,6 +108,11 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
              "expert-parallel load balancing (DeepSeek's EPLB): the hottest redundant_experts experts get a second copy, "
              "and copies are placed hottest first on the least-loaded device")
       .def("false");
+  k.moe.flag("two_batch_overlap", &MO::two_batch_overlap,
+             "two-batch overlap (DeepSeek, SGLang): on a topology, an iteration runs as two micro-batches whose all-reduces "
+             "and all-to-alls proceed under the other's compute; each half reads the weights again (alltoall dispatch, "
+             "pipeline_parallel 1)")
+      .def("false");
   k.moe.integer("redundant_experts", &MO::redundant_experts, "extra expert copies under eplb (experts + this must divide by "
                 "tensor_parallel)")
       .def("0")
@@ -306,11 +311,14 @@ static void check_moe(const ServingConfig& c, const Params& d) {
   const Params& ms = d.section("moe");
   const ModelSpec& m = c.model;
   if (!m.moe()) {
-    for (const char* k : {"expert_parallel", "dispatch", "routing", "zipf_s", "eplb", "redundant_experts", "expert_load", "expert_load_file"})
+    for (const char* k : {"expert_parallel", "dispatch", "routing", "zipf_s", "eplb", "redundant_experts", "expert_load", "expert_load_file",
+                          "two_batch_overlap"})
       if (ms.given(k)) ms.fail(k, fmt::format("{} is a dense model: it has no experts", m.name), "leave deployment.moe out, or an MoE model");
     return;
   }
   if (const auto problem = moe_problem(m, mo, c.tensor_parallel)) ms.fail(problem->key, problem->problem, problem->valid);
+  if (mo.two_batch_overlap && c.pipeline_parallel > 1)
+    ms.fail("two_batch_overlap", "overlaps a single stage's compute with its communication", "pipeline_parallel: 1, or false");
 }
 
 // The bindings alone, to fill a config (the schemas they were declared on are thrown away;

@@ -376,7 +376,18 @@ void ServingSim::try_start(int ri) {
   const int passes = slices.empty() ? 1 : static_cast<int>(slices.size());
   pass_ns_.resize(static_cast<size_t>(passes * pp_));
   double compute_ns = 0;
-  if (slices.empty()) {
+  // Two-batch overlap: the sequences as two micro-batches (alternately), each computed apart
+  // (so each reads the weights), their communication under the other's compute (start_compute).
+  const bool overlap = cfg_.moe.two_batch_overlap && cfg_.model.moe() && fabric_.active() && pp_ == 1 && slices.empty() &&
+                       work_.size() >= 2;
+  if (overlap) {
+    halves_[0].clear();
+    halves_[1].clear();
+    for (size_t i = 0; i < work_.size(); ++i) halves_[i % 2].push_back(work_[i]);
+    compute_ns = stage_times(halves_[0]);
+    compute_ns += stage_times(halves_[1]);
+    stage_ns_[0] = pass_ns_[0] = compute_ns;
+  } else if (slices.empty()) {
     compute_ns = stage_times(work_);  // each stage's own layers, into stage_ns_
     for (int s = 0; s < pp_; ++s) pass_ns_[static_cast<size_t>(s)] = stage_ns_[static_cast<size_t>(s)];
   } else {
@@ -427,6 +438,8 @@ void ServingSim::try_start(int ri) {
                              static_cast<uint64_t>(ri) * 131 + k);
     }
     f.d2h_ns = round_ns(cfg_.last_mile.d2h_ns(generating));
+    f.overlap = overlap;
+    overlapped_ += overlap;
     f.started_ns = now;
     begin_stage(ri, 0, 0);
     return;

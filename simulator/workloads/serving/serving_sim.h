@@ -364,6 +364,10 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
     double tokens = 0;
     std::unique_ptr<net::Collective> collective;
     std::unique_ptr<net::Collective> alltoall;  // the MoE layers' dispatch and combine, after the all-reduces
+    // Two-batch overlap: the communication started with the compute; the stage ends when both
+    // are done (and the part neither can hide: see stage_comm_done).
+    bool compute_done = false, comm_done = false;
+    int64_t compute_started_ns = 0, comm_ended_ns = 0;
   };
   struct InFlight {
     std::vector<Pass> passes;
@@ -374,6 +378,7 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
     int64_t started_ns = 0;
     int swaps_pending = 0;
     bool waiting_swap = false;  // holds the first stage, computes once the swap copies land
+    bool overlap = false;       // two-batch overlap (one stage, one pass)
   };
   static constexpr int kMaxSlices = 64;  // passes per iteration; a stage queue entry is engine x kMaxSlices + pass
   // Prefill slicing: the slices (tokens each) of `tokens` new tokens after `context` cached
@@ -389,6 +394,11 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   int64_t tp_comm_ns_ = 0, tp_comm_count_ = 0, handoff_ns_ = 0, handoff_count_ = 0;
   int64_t moe_a2a_ns_ = 0, moe_a2a_count_ = 0, moe_a2a_passes_ = 0;
   void start_alltoall(int ri, int k);
+  // A stage's all-reduces then its all-to-alls (after its compute, or with it under two-batch
+  // overlap); both end in stage_comm_done.
+  void start_comm(int ri, int k);
+  std::vector<SeqWork> halves_[2];  // two-batch overlap's micro-batches
+  int64_t overlapped_ = 0;          // iterations run with two-batch overlap
   // Speculative decoding: the drafter, and the decode steps of the batch being started that
   // verify drafts (their contexts, for the drafter's passes; prefill chunks the drafter also runs).
   std::unique_ptr<Speculator> spec_;

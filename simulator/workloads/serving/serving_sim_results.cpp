@@ -134,6 +134,8 @@ ServingResults ServingSim::results() const {
     mo.alltoalls = moe_a2a_count_;
     mo.alltoall_ns = moe_a2a_ns_;
     mo.alltoall_passes = moe_a2a_passes_;
+    mo.two_batch_overlap = c.moe.two_batch_overlap;
+    mo.overlapped_iterations = overlapped_;
   }
   if (spec_) {
     auto& sp = r.speculative;

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/round.h"
 #include "workloads/serving/serving_sim.h"
 #include "workloads/training/terapipe.h"
 
@@ -38,9 +39,26 @@ void ServingSim::start_compute(int ri, int k, int s) {
   const int64_t now = engine_.now().count_ns();
   engine_.schedule_at(SimTime::ns(now + f.stage_ns[static_cast<size_t>(k * pp_ + s)] + (s == 0 && k == 0 ? f.extra_ns : 0)),
                       Priority::Compute, this, kStageCompute, static_cast<uint32_t>(ri * kMaxSlices + k), epoch(ri));
+  if (f.overlap) {  // two-batch overlap: the communication runs under the compute
+    Pass& p = f.passes[static_cast<size_t>(k)];
+    p.compute_done = p.comm_done = false;
+    p.compute_started_ns = now;
+    start_comm(ri, k);
+  }
 }
 
 void ServingSim::stage_compute_done(int ri, int k) {
+  InFlight& f = inflight_[static_cast<size_t>(ri)];
+  Pass& p = f.passes[static_cast<size_t>(k)];
+  if (f.overlap) {
+    p.compute_done = true;
+    if (p.comm_done) stage_comm_done(ri, k);
+    return;
+  }
+  start_comm(ri, k);
+}
+
+void ServingSim::start_comm(int ri, int k) {
   InFlight& f = inflight_[static_cast<size_t>(ri)];
   Pass& p = f.passes[static_cast<size_t>(k)];
   const double allreduce_bytes = cost_.tp_allreduce_bytes(p.tokens, p.stage);
@@ -106,6 +124,11 @@ void ServingSim::stage_comm_done(int ri, int k) {
   InFlight& f = inflight_[static_cast<size_t>(ri)];
   Pass& p = f.passes[static_cast<size_t>(k)];
   const int64_t now = engine_.now().count_ns();
+  if (f.overlap && !p.comm_done) {
+    p.comm_done = true;
+    p.comm_ended_ns = now;
+    if (!p.compute_done) return;  // the compute event ends the stage
+  }
   const int r = ri / pp_, s = p.stage, passes = static_cast<int>(f.passes.size());
   if (s == 0) {
     // The first stage's busy time: the replica's utilization.
@@ -134,7 +157,14 @@ void ServingSim::stage_comm_done(int ri, int k) {
     return;
   }
   if (k + 1 < passes) return;  // the prompt's first token comes with its last slice
-  const int64_t end = now + f.d2h_ns;
+  int64_t end = now + f.d2h_ns;
+  if (f.overlap) {
+    // What neither micro-batch can hide: when communication bounds the stage, the first
+    // micro-batch's first layer computes before any of it starts; when compute does, the last
+    // micro-batch's last layer communicates after all of it (a layer of a half: 1 / 2L).
+    const double compute = static_cast<double>(f.stage_ns[0] + f.extra_ns), comm = static_cast<double>(p.comm_ended_ns - p.compute_started_ns);
+    end += round_ns((comm > compute ? compute : comm) / (2.0 * cfg_.model.layers));
+  }
   if (trace_ && trace_->enabled() && trace_iterations_ < cfg_.trace_max_iterations && ri < 64) {
     ++trace_iterations_;
     const Batch& b = batches_[ri];
