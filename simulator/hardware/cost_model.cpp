@@ -137,6 +137,15 @@ const char* implementation_name(Implementation i) {
 
 std::optional<MoeProblem> moe_problem(const ModelSpec& m, const MoeOptions& mo, int tp) {
   const int E = m.experts;
+  if (mo.data_parallel_ep > 1) {
+    if (E % mo.data_parallel_ep != 0)
+      return MoeProblem{"expert_parallel",
+                        fmt::format("expert parallelism over {} replicas does not divide the {} experts of {}", mo.data_parallel_ep, E, m.name),
+                        fmt::format("a divisor of {} (and of dp)", E)};
+    if (mo.expert_parallel || mo.eplb || mo.two_batch_overlap)
+      return MoeProblem{"expert_parallel", "expert parallelism over data-parallel replicas (training) is combined with serving's EP, EPLB or two-batch overlap",
+                        "one of them"};
+  }
   if (mo.expert_parallel && E % tp != 0)
     return MoeProblem{"expert_parallel",
                       fmt::format("expert parallelism over {} devices does not divide the {} experts of {}", tp, E, m.name),
@@ -208,7 +217,7 @@ const std::vector<double>& CostModel::moe_alltoall_weights() const { return impl
 std::vector<double> CostModel::expert_tokens_per_device(double tokens) const {
   const Impl& im = *impl_;
   std::vector<double> out;
-  for (const auto& sh : im.experts.dev_share) out.push_back(ExpertPlacement::rows(sh, tokens, im.m.experts_per_token));
+  for (const auto& sh : im.experts.dev_share) out.push_back(ExpertPlacement::rows(sh, tokens * im.pool, im.m.experts_per_token));
   return out;
 }
 

@@ -93,6 +93,14 @@ struct MoeOptions {
   // all-to-alls (and all-reduces) under the other's compute. Each half reads the weights
   // again; the serving fabric path times it (ServingSim), the cost model's step does not.
   bool two_batch_overlap = false;
+  // Training's expert parallelism (Megatron-Core's EP): the experts spread over this many
+  // data-parallel replicas (1: off). Each device holds experts / n of them, each split over its
+  // tensor-parallel group as the dense MLP is, and computes the rows that all n replicas' tokens
+  // route to them; every MoE layer's tokens go to their experts' replicas and back by two
+  // all-to-alls between the replicas' devices of the same tensor-parallel rank, each of which
+  // sends 1/tp of its replica's tokens (sequence parallel). The MLP's tensor-parallel all-reduce
+  // stays. Exclusive with expert_parallel (serving's EP = tp).
+  int data_parallel_ep = 1;
 };
 
 // A placement of an MoE model's experts that cannot be (the one check the scenario keys, `sluice
@@ -218,7 +226,8 @@ class CostModel {
   // without expert parallelism): CollectiveOptions::a2a_weights.
   const std::vector<double>& moe_alltoall_weights() const;
   // The routing model's expected assignments per device for one MoE layer of `tokens` tokens:
-  // token-expert pairs each device computes (expert parallelism), slowest first not implied.
+  // token-expert pairs each device computes (expert parallelism; training's EP over replicas: from
+  // every replica's `tokens`), slowest first not implied.
   std::vector<double> expert_tokens_per_device(double tokens) const;
   // The LM head GEMM over `rows` rows (training computes logits for every token).
   double lm_head_ns(double rows) const;

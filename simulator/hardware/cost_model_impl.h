@@ -208,14 +208,29 @@ struct CostModel::Impl {
   ExpertPlacement experts;
   // MLP all-reduces an MoE layer saves under all-to-all dispatch: the routed experts' outputs come
   // back by the combine; shared experts split over the tensor-parallel devices still need one.
-  int moe_ar_saved(int first, int count) const { return a2a && m.shared_experts == 0 ? m.moe_layers_in(first, count) : 0; }
+  // Training's EP over data-parallel replicas keeps them: its experts are split over the
+  // tensor-parallel group, whose partial outputs still sum.
+  int moe_ar_saved(int first, int count) const { return a2a && pool == 1 && m.shared_experts == 0 ? m.moe_layers_in(first, count) : 0; }
+  // Replicas whose tokens one device's experts serve (MoeOptions::data_parallel_ep; 1 otherwise).
+  int pool = 1;
 
   void plan_experts() {
     const MoeOptions& mo = opt.moe;
-    experts = ExpertPlacement::plan(m, mo, tp);
-    ep = mo.expert_parallel && tp > 1;
-    a2a = ep && mo.alltoall;
-    eF = ep ? m.expert_ffn : static_cast<double>(m.expert_ffn) / tp;
+    pool = std::max(1, mo.data_parallel_ep);
+    if (pool > 1) {  // training's EP: placed over the replicas, experts split over tp like the dense MLP
+      if (const auto problem = moe_problem(m, mo, tp)) throw std::invalid_argument(problem->problem);
+      MoeOptions over = mo;
+      over.expert_parallel = over.alltoall = true;
+      over.data_parallel_ep = 1;
+      experts = ExpertPlacement::plan(m, over, pool);
+      ep = a2a = true;
+      eF = static_cast<double>(m.expert_ffn) / tp;
+    } else {
+      experts = ExpertPlacement::plan(m, mo, tp);
+      ep = mo.expert_parallel && tp > 1;
+      a2a = ep && mo.alltoall;
+      eF = ep ? m.expert_ffn : static_cast<double>(m.expert_ffn) / tp;
+    }
     router = {hidden, static_cast<double>(m.experts)};
     const double sf = static_cast<double>(m.shared_experts) * m.expert_ffn / tp;
     sh_up = {hidden, 2 * sf};
@@ -243,7 +258,7 @@ struct CostModel::Impl {
   Part experts_part(double M) const {
     Part worst{Op::Experts, Src::Roofline, File::None, -1, 0, 0, 3};
     for (const auto& sh : experts.dev_share) {
-      const Part q = experts_on(sh, M);
+      const Part q = experts_on(sh, M * pool);  // training's EP: every replica's tokens reach it
       if (q.ns > worst.ns) worst = q;
     }
     return worst;
@@ -252,6 +267,8 @@ struct CostModel::Impl {
   // Bytes one device's tokens send to their experts in one dispatch (the same come back in the
   // combine): its 1/tp of the M tokens, k hidden states each.
   double a2a_bytes(double M) const { return M / tp * experts.a2a_dest * hidden * b; }
+  // Devices the experts are placed over.
+  double ep_n() const { return static_cast<double>(experts.dev_share.size()); }
 
   // The MoE block of one layer in place of the dense MLP: the router (a GEMM to the expert
   // logits and its top-k), the shared experts, the routed experts, and, with all-to-all
@@ -269,7 +286,7 @@ struct CostModel::Impl {
     if (a2a) {
       const double bytes = a2a_bytes(M);
       const double t = opt.comm_on_fabric ? 0
-                                          : bytes * experts.a2a_busiest() * (tp - 1) / tp / hw.interconnect_Bps * 1e9 +
+                                          : bytes * experts.a2a_busiest() * (ep_n() - 1) / ep_n() / hw.interconnect_Bps * 1e9 +
                                                 hw.interconnect_latency_ns;  // the busiest device's share
       layer(Part{Op::AllToAll, opt.comm_on_fabric ? Src::Network : Src::Analytic, File::None, 2 * t, 0, 2 * bytes, 2});
     }
@@ -576,7 +593,7 @@ struct CostModel::Impl {
     if (tp > 1) {
       // Two all-reduces a layer (after attention, after the MLP); one on an MoE layer whose
       // tokens move by all-to-all.
-      const double bytes = M * hidden * b, n = 2 * L - (a2a && m.shared_experts == 0 ? Lm : 0);
+      const double bytes = M * hidden * b, n = 2 * L - (moe_ar_saved(0, m.layers) > 0 ? Lm : 0);
       auto ar = times(n);
       if (opt.comm_on_fabric)
         ar(Part{Op::AllReduce, Src::Network, File::None, 0, M * hidden, bytes, 1});

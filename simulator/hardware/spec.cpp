@@ -309,6 +309,10 @@ double ModelSpec::replicated_parameters() const {
   return per_layer * layers;
 }
 
+double ModelSpec::routed_expert_parameters() const {
+  return static_cast<double>(experts) * 3.0 * hidden * expert_ffn * moe_layers_in(0, layers);
+}
+
 double ModelSpec::active_parameters() const {
   if (experts <= 0) return parameters();
   const double idle = static_cast<double>(experts - experts_per_token) * 3.0 * hidden * expert_ffn;

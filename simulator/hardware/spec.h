@@ -114,6 +114,7 @@ struct ModelSpec {
   int moe_layers_in(int first, int count) const;
   double parameters() const;           // count
   double active_parameters() const;    // those one token passes through (all, for a dense model)
+  double routed_expert_parameters() const;  // the routed experts' of every MoE layer (0 for a dense model)
   double weight_bytes() const;
   double kv_bytes_per_token() const;   // 2 * layers * kv_heads * head_dim * dtype_bytes
   // KV bytes one GPU holds per token under tensor parallelism tp and pipeline parallelism pp:

@@ -65,6 +65,17 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                                 {"optimizer_bytes", r.memory.optimizer}, {"activations_bytes", r.memory.activations},
                                 {"total_bytes", r.memory.total()}, {"capacity_bytes", c.hardware.hbm_bytes}};
   m["flows"] = r.flows;
+  if (c.model.moe()) {
+    // A mixture of experts: its expert parallelism, the all-to-alls' time and share of the
+    // iteration, and the gradient bytes reduced over the expert-data-parallel groups.
+    m["moe"] = Json{{"expert_parallel", c.ep},
+                    {"routing", c.routing == MoeOptions::Routing::Zipf ? "zipf" : "uniform"},
+                    {"active_parameters", c.model.active_parameters()},
+                    {"alltoall_ms", r.alltoall_ms},
+                    {"alltoall_share", mean > 0 ? r.alltoall_ms / 1e3 / mean : 0.0},
+                    {"alltoall_bytes_per_device", r.alltoall_bytes_per_device},
+                    {"expert_dp_bytes_per_device", r.expert_dp_bytes_per_device}};
+  }
   if (r.faults) {
     // Goodput: the work kept over the wall time; lost work, checkpoints and recovery are what it is not.
     double rec_mean = 0;
@@ -138,6 +149,9 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                                       c.zero >= 2 ? " and the gradients" : "", c.dp));
   summary(fmt::format("iteration {:.3f} s mean over {}; {:.0f} tokens/s; MFU {:.1f}%; bubble {:.1f}% (textbook {:.1f}%); DP all-reduce {:.1f} ms",
                       mean, r.iteration_s.size(), tokens_s, 100 * mfu, 100 * r.bubble_fraction, 100 * r.textbook_bubble, r.dp_allreduce_ms));
+  if (c.ep > 1)
+    summary(fmt::format("expert parallelism over {} replicas: all-to-alls {:.1f} ms an iteration ({:.1f}% of it), {} sent per device",
+                        c.ep, r.alltoall_ms, mean > 0 ? 100 * r.alltoall_ms / 1e3 / mean : 0.0, format_bytes(r.alltoall_bytes_per_device)));
   if (c.slicing.policy != training::SlicingPolicy::None)
     summary(fmt::format("token slicing ({}): {} slices of {}..{} tokens; formula pass {:.1f} ms against {:.1f} ms unsliced ({:.2f}x)",
                         training::slicing_policy_name(c.slicing.policy), r.slice_tokens.size(),

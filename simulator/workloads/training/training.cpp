@@ -26,6 +26,9 @@ CostOptions cost_options(const TrainingConfig& c) {
   o.tables_dir = c.tables_dir;
   o.tables_device = c.tables_device;
   o.comm_on_fabric = true;
+  o.moe.data_parallel_ep = c.ep;
+  o.moe.routing = c.routing;
+  o.moe.zipf_s = c.zipf_s;
   return o;
 }
 
@@ -43,8 +46,13 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
   for (int d = 0; d < c_.dp; ++d)
     for (int s = 0; s < c_.pp; ++s) stages_[static_cast<size_t>(slot(d, s))].order = schedule_order(s);
   pending_.assign(static_cast<size_t>(slots * rank_units() * 2), 0);
-  params_per_device_ = c_.model.parameters() / (c_.tp * c_.pp);
+  // Expert parallelism: 1/ep of the routed experts on each device, their gradients reduced over
+  // the dp / ep replicas that hold the same ones.
+  const double routed = c_.model.routed_expert_parameters();
+  params_per_device_ = (c_.model.parameters() - routed * (1 - 1.0 / c_.ep)) / (c_.tp * c_.pp);
   dp_bytes_ = params_per_device_ * c_.model.dtype_bytes;
+  if (c_.ep > 1) expert_dp_bytes_ = routed / c_.ep / (c_.tp * c_.pp) * c_.model.dtype_bytes;
+  a2a_.resize(static_cast<size_t>(c_.dp / c_.ep * c_.pp));
   // Adam's step streams the optimizer state of the parameters a device updates (its shard under ZeRO).
   optimizer_ns_ = std::max<int64_t>(1, std::llround(params_per_device_ / (c_.zero >= 1 ? c_.dp : 1) * c_.optimizer_bytes_per_param /
                                                     c_.hardware.effective_bandwidth_Bps() * 1e9));
@@ -52,7 +60,8 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
   res_.devices = c_.tp * c_.pp * c_.dp;
   res_.peak_flops_per_device = c_.hardware.peak_bf16_flops;
   res_.tokens_per_iteration = tokens_ * m * c_.dp;
-  res_.model_flops_per_iteration = res_.tokens_per_iteration * (6 * c_.model.parameters() +
+  // A mixture of experts counts the parameters a token passes through (its k experts).
+  res_.model_flops_per_iteration = res_.tokens_per_iteration * (6 * c_.model.active_parameters() +
                                                                 12.0 * c_.model.layers * c_.model.hidden * c_.sequence);
   const int K = c_.pp, v = c_.virtual_stages;
   // Interleaving cuts the pipeline's fill and drain v-fold: (K-1)/v of a micro-batch's time.
@@ -67,6 +76,15 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
   res_.optimizer_ms = optimizer_ns_ / 1e6;
   res_.memory = training_memory(c_);
   res_.dp_bytes_per_device = c_.dp > 1 ? dp_bytes_ : 0;
+  res_.expert_dp_bytes_per_device = c_.dp / c_.ep > 1 ? expert_dp_bytes_ : 0;
+  // The all-to-alls' bytes per device and iteration: each unit's forward and backward on every
+  // chunk of the busiest pipeline rank.
+  for (int s = 0; s < K && c_.ep > 1; ++s) {
+    double bytes = 0;
+    for (int c = 0; c < v; ++c)
+      for (int u = 0; u < units_; ++u) bytes += 2 * cost_.moe_alltoall_bytes(unit_tokens(u), c * K + s);
+    res_.alltoall_bytes_per_device = std::max(res_.alltoall_bytes_per_device, bytes);
+  }
 }
 
 // Megatron's rank order: tensor parallel fastest, then data parallel, then pipeline stages.
@@ -169,6 +187,7 @@ void TrainingJob::start_iteration() {
   stage_bwd_done_.assign(static_cast<size_t>(c_.pp), 0);
   stage_dp_left_.assign(static_cast<size_t>(c_.pp), 0);
   last_backward_ns_ = 0;
+  for (auto& x : a2a_) x.arrived = x.left = 0, x.iteration_ns = 0;
   for (int d = 0; d < c_.dp; ++d)
     for (int s = 0; s < c_.pp; ++s) {
       Stage& st = stages_[static_cast<size_t>(slot(d, s))];
@@ -214,11 +233,50 @@ void TrainingJob::compute_done(int sl) {
                                                          cost_.tp_allreduce_bytes(tokens, s), o);
     flows_ += static_cast<uint64_t>(c_.tp);
     st.tp_collective->start([this, sl, g = gen_](Engine&) {
-      if (g == gen_) op_done(sl);
+      if (g == gen_) comm_done(sl);
     });
     return;
   }
+  comm_done(sl);
+}
+
+void TrainingJob::comm_done(int sl) {
+  const Stage& st = stages_[static_cast<size_t>(sl)];
+  if (c_.ep > 1 && cost_.moe_alltoall_count(virtual_stage(sl, st.order[st.next - 1].mb)) > 0) {
+    alltoall_arrive(sl);
+    return;
+  }
   op_done(sl);
+}
+
+void TrainingJob::alltoall_arrive(int sl) {
+  Exchange& x = a2a_[static_cast<size_t>(ep_group_slot(sl))];
+  if (++x.arrived < c_.ep) return;
+  x.arrived = 0;
+  const Stage& st = stages_[static_cast<size_t>(sl)];
+  const int unit = st.order[st.next - 1].mb, vs = virtual_stage(sl, unit), s = sl % c_.pp, first = sl / c_.pp / c_.ep * c_.ep;
+  x.start_ns = world_.engine().now().count_ns();
+  x.live.clear();  // the last op's exchanges, all done
+  x.left = c_.tp;
+  const double bytes = cost_.moe_alltoall_bytes(unit_tokens(unit), vs);
+  for (int k = 0; k < c_.tp; ++k) {
+    std::vector<int> group;
+    for (int j = 0; j < c_.ep; ++j) group.push_back(nodes_[static_cast<size_t>(slot(first + j, s))][static_cast<size_t>(k)]);
+    net::CollectiveOptions o;
+    o.fused_count = cost_.moe_alltoall_count(vs);  // dispatch and combine of every MoE layer: a route latency each
+    o.a2a_weights = cost_.moe_alltoall_weights();  // hot experts' replicas receive more
+    o.salt = static_cast<uint64_t>(sl) * 131 + static_cast<uint64_t>(k);
+    x.live.push_back(std::make_unique<net::Collective>(world_.fabric(), net::CollectiveKind::AllToAll, group, bytes, o));
+    x.live.back()->start([this, gs = ep_group_slot(sl), first, s, g = gen_](Engine& e) {
+      if (g != gen_) return;
+      Exchange& done = a2a_[static_cast<size_t>(gs)];
+      if (--done.left > 0) return;
+      const int64_t now = e.now().count_ns();
+      done.iteration_ns += now - done.start_ns;
+      for (auto& c : done.live) flows_ += c->flows_started();
+      for (int j = 0; j < c_.ep; ++j) op_done(slot(first + j, s));
+    });
+  }
 }
 
 // A stage's hand-offs leave in the order its ops finish, one at a time (a pipeline engine
@@ -293,16 +351,18 @@ void TrainingJob::stage_backward_done(int s) {
     stage_reduced();
     return;
   }
-  stage_dp_left_[static_cast<size_t>(s)] = c_.tp;
-  for (int k = 0; k < c_.tp; ++k) {
-    std::vector<int> group;
-    for (int d = 0; d < c_.dp; ++d) group.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(k)]);
+  // Under expert parallelism the expert gradients (1/ep of the experts per device) are reduced
+  // over the replicas that hold the same experts (the j-th of every EP group), the rest over all.
+  const int edp = c_.ep > 1 ? c_.dp / c_.ep : 0;  // expert-data-parallel group size
+  const bool expert_groups = edp > 1;
+  stage_dp_left_[static_cast<size_t>(s)] = c_.tp * (1 + (expert_groups ? c_.ep : 0));
+  const net::CollectiveKind kind = c_.zero >= 1 ? net::CollectiveKind::ReduceScatter : c_.dp_algorithm;
+  auto reduce = [&](std::vector<int> group, double bytes, uint64_t salt) {
     net::CollectiveOptions o;
-    o.salt = static_cast<uint64_t>(s * 1009 + k);
-    const net::CollectiveKind kind = c_.zero >= 1 ? net::CollectiveKind::ReduceScatter : c_.dp_algorithm;
+    o.salt = salt;
     o.fused_ring_steps = kind == net::CollectiveKind::AllReduceRing || kind == net::CollectiveKind::AllReduceAuto ||
                          kind == net::CollectiveKind::ReduceScatter;
-    auto coll = std::make_unique<net::Collective>(world_.fabric(), kind, group, dp_bytes_, o);
+    auto coll = std::make_unique<net::Collective>(world_.fabric(), kind, std::move(group), bytes, o);
     net::Collective* raw = coll.get();
     dp_live_.push_back(std::move(coll));
     raw->start([this, s, g = gen_](Engine&) {
@@ -310,6 +370,17 @@ void TrainingJob::stage_backward_done(int s) {
       progress_ns_ = world_.engine().now().count_ns();
       if (--stage_dp_left_[static_cast<size_t>(s)] == 0) stage_reduced();
     });
+  };
+  for (int k = 0; k < c_.tp; ++k) {
+    std::vector<int> group;
+    for (int d = 0; d < c_.dp; ++d) group.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(k)]);
+    // Without expert groups (ep = dp) the experts' gradients need no reduction: each is on one replica.
+    reduce(std::move(group), dp_bytes_ - (c_.ep > 1 ? expert_dp_bytes_ : 0), static_cast<uint64_t>(s * 1009 + k));
+    for (int j = 0; expert_groups && j < c_.ep; ++j) {
+      std::vector<int> eg;
+      for (int d = j; d < c_.dp; d += c_.ep) eg.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(k)]);
+      reduce(std::move(eg), expert_dp_bytes_, static_cast<uint64_t>(s * 1009 + k) * 67 + static_cast<uint64_t>(j) + 3);
+    }
   }
 }
 
@@ -363,10 +434,14 @@ void TrainingJob::iteration_end(Engine& e) {
     res_.stage_busy_fraction[static_cast<size_t>(s)] = static_cast<double>(st.busy_ns) / static_cast<double>(now - iter_start_ns_);
   }
   bubble_sum_ += bubble / c_.pp;
+  int64_t a2a = 0;  // replica 0's busiest pipeline rank
+  for (int s = 0; s < c_.pp && c_.ep > 1; ++s) a2a = std::max(a2a, a2a_[static_cast<size_t>(s)].iteration_ns);
+  a2a_ns_total_ += a2a;
   ++iterations_done_;
   ++measured_;
   res_.bubble_fraction = bubble_sum_ / measured_;
   res_.dp_allreduce_ms = static_cast<double>(dp_ns_total_) / measured_ / 1e6;
+  res_.alltoall_ms = static_cast<double>(a2a_ns_total_) / measured_ / 1e6;
   progress_ns_ = now;
   observe_end(now, bubble / c_.pp);
   after_iteration(now);

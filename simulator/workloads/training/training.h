@@ -40,6 +40,14 @@ struct TrainingConfig {
   // shard, the parameters all-gathered); 2 the gradients sharded too (memory only: the same
   // traffic as 1).
   int zero = 0;
+  // Expert parallelism of a mixture-of-experts model (Megatron-Core's EP): the experts spread
+  // over groups of this many consecutive data-parallel replicas (1: every replica holds every
+  // expert). Every MoE layer's forward and backward moves its tokens by two all-to-alls inside
+  // the group; expert gradients are all-reduced over the expert-data-parallel group (the dp / ep
+  // replicas holding the same experts), the rest over all dp (CostModel: MoeOptions::data_parallel_ep).
+  int ep = 1;
+  MoeOptions::Routing routing = MoeOptions::Routing::Uniform;  // uniform or zipf over the experts
+  double zipf_s = 1.0;
   // Interleaved 1F1B (Megatron): each pipeline rank holds this many model chunks, the model
   // cut into pp x v virtual stages (virtual stage j on rank j mod pp); 1: plain 1F1B.
   int virtual_stages = 1;
@@ -101,6 +109,11 @@ struct TrainingResults {
   int best_uniform_slices = 0;
   long dp_candidates = 0, dp_evaluated = 0;
   double dp_allreduce_ms = 0;               // mean per iteration, from the last backward to the last gradient
+  // Expert parallelism: the MoE layers' all-to-alls, mean per iteration on replica 0's busiest
+  // pipeline rank (each exchange from its group's last arrival to its end), and the bytes one
+  // device sends in them per iteration (forward and backward).
+  double alltoall_ms = 0, alltoall_bytes_per_device = 0;
+  double expert_dp_bytes_per_device = 0;    // of dp_bytes_per_device, the expert gradients (over dp / ep replicas)
   double optimizer_ms = 0;
   TrainingMemory memory;
   double dp_bytes_per_device = 0;

@@ -132,6 +132,17 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   void try_run(int sl);
 
   void compute_done(int sl);
+  // The op's compute and tensor-parallel all-reduces are done: with expert parallelism and MoE
+  // layers on its stage, it joins its EP group's all-to-alls (alltoall_arrive), else it is done.
+  void comm_done(int sl);
+  // Slot sl reached the all-to-alls of its current op. Once every replica of its EP group has
+  // (they run the same schedule, so the op's index names the same op on each), the group's
+  // dispatch and combine of every MoE layer of the op's stage start as one fused all-to-all per
+  // tensor-parallel rank (a route latency per layer, CollectiveOptions::fused_count); when all
+  // are done, every member's op is done.
+  void alltoall_arrive(int sl);
+  // The EP group of replica d (consecutive replicas) and a (group, pipeline rank) pair's index.
+  int ep_group_slot(int sl) const { return sl / c_.pp / c_.ep * c_.pp + sl % c_.pp; }
 
   // A stage's hand-offs leave in the order its ops finish, one at a time (a pipeline engine
   // posts them on one NCCL stream, whose send kernels run in turn); each waits for the one
@@ -169,13 +180,13 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // --no-fast-forward simulates every one and gives the same outputs (tests/test_training_ff.cpp).
   struct Counts {
     uint64_t events = 0, side = 0, flows = 0;
-    int64_t dp_ns = 0;
+    int64_t dp_ns = 0, a2a_ns = 0;
     net::FlowLedger fabric;
   };
   struct Steady {
     int64_t ns = 0;
     uint64_t events = 0, flows = 0;
-    int64_t dp_ns = 0;
+    int64_t dp_ns = 0, a2a_ns = 0;
     double bubble = 0;  // this iteration's term of bubble_sum_
     std::vector<double> busy;
     net::FlowLedger fabric;
@@ -223,6 +234,17 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   std::vector<int> stage_bwd_done_, stage_dp_left_;
   std::vector<std::unique_ptr<net::Collective>> dp_live_;
   double tokens_ = 0, params_per_device_ = 0, dp_bytes_ = 0;
+  // Expert parallelism: of dp_bytes_, the expert gradients' (reduced over dp / ep replicas).
+  double expert_dp_bytes_ = 0;
+  // Per (EP group, pipeline rank): members arrived at the current op's all-to-alls, the
+  // exchanges still running, their start, and its all-to-alls (one per tensor-parallel rank).
+  struct Exchange {
+    int arrived = 0, left = 0;
+    int64_t start_ns = 0, iteration_ns = 0;  // and its all-to-all time this iteration
+    std::vector<std::unique_ptr<net::Collective>> live;
+  };
+  std::vector<Exchange> a2a_;
+  int64_t a2a_ns_total_ = 0;
   int64_t optimizer_ns_ = 0, iter_start_ns_ = 0, last_backward_ns_ = 0, dp_ns_total_ = 0;
   int gather_left_ = 0;  // ZeRO: parameter all-gathers still running
   int stages_reduced_ = 0, iterations_done_ = 0, pid_ = 0;

@@ -10,7 +10,8 @@ namespace sluice::training {
 TrainingMemory training_memory(const TrainingConfig& c) {
   const ModelSpec& m = c.model;
   TrainingMemory mem;
-  const double params = m.parameters() / (c.tp * c.pp);
+  // Expert parallelism: each device holds 1/ep of the routed experts.
+  const double params = (m.parameters() - m.routed_expert_parameters() * (1 - 1.0 / c.ep)) / (c.tp * c.pp);
   mem.weights = params * m.dtype_bytes;
   // ZeRO shards the optimizer state (stage 1) and the gradients (stage 2) over the replicas.
   mem.gradients = params * m.dtype_bytes / (c.zero >= 2 ? c.dp : 1);

@@ -67,6 +67,9 @@ void TrainingJob::fail_stop(World& w) {
     if (st.tp_collective) graveyard_.push_back(std::move(st.tp_collective));
   for (auto& c : dp_live_) graveyard_.push_back(std::move(c));
   dp_live_.clear();
+  for (auto& x : a2a_)
+    for (auto& c : x.live)
+      if (c) graveyard_.push_back(std::move(c));
   for (auto& st : stages_) {
     st.busy = st.sending = false;
     st.outbox.clear();

@@ -66,13 +66,29 @@ SlicingConfig slicing_from_params(const Params& p, const Binding<SlicingConfig>&
 }  // namespace
 
 void check_training_shape(const TrainingConfig& c, const Params& job, const Params& parallel) {
-  // The training costs (6 x parameters FLOPs, dense MLP passes, plain attention's memory) are a
-  // dense model's.
-  if (c.model.moe() || c.model.mla())
-    job.fail("model",
-             fmt::format("{} {}, and training does not yet model {}", c.model.name,
-                         c.model.moe() ? "is a mixture of experts" : "has latent attention", c.model.moe() ? "experts" : "it"),
-             "a dense model with plain attention (MoE and latent-attention models are served: the serving workload)");
+  // Training's attention costs and activation memory are plain attention's.
+  if (c.model.mla())
+    job.fail("model", fmt::format("{} has latent attention, and training does not yet model it", c.model.name),
+             "a model with plain attention (latent-attention models are served: the serving workload)");
+  if (c.ep > 1) {
+    if (!c.model.moe())
+      parallel.fail("expert_parallel", fmt::format("{} is a dense model: it has no experts to spread", c.model.name), "1");
+    if (c.dp % c.ep != 0)
+      parallel.fail("expert_parallel",
+                    fmt::format("expert parallelism groups {} consecutive data-parallel replicas, and dp is {}", c.ep, c.dp),
+                    "a divisor of dp");
+    if (c.zero > 0)
+      parallel.fail("zero", "ZeRO with expert parallelism (sharding over the expert-data-parallel groups) is not modelled yet",
+                    "0 with expert_parallel > 1");
+  }
+  if (c.model.moe()) {
+    MoeOptions mo;
+    mo.data_parallel_ep = c.ep;
+    mo.routing = c.routing;
+    mo.zipf_s = c.zipf_s;
+    if (const auto problem = moe_problem(c.model, mo, c.tp))
+      (problem->key == "expert_parallel" ? parallel : job.section("moe")).fail(problem->key, problem->problem, problem->valid);
+  }
   if (c.model.heads % c.tp != 0)
     parallel.fail("tp", fmt::format("{} has {} heads; tensor parallelism must divide them", c.model.name, c.model.heads),
                   "a divisor of the head count");
@@ -121,7 +137,24 @@ SLUICE_REGISTER(workload, training_workload) {
                    "sharded too (memory; the same traffic). Stage 3 (parameters gathered per layer) is not modelled yet")
       .def("0")
       .range(0, 2);
+  par_keys.integer("expert_parallel", &T::ep,
+                   "a mixture-of-experts model's expert parallelism (Megatron-Core's EP): its routed experts spread over "
+                   "groups of this many consecutive data-parallel replicas (dividing dp and the experts); every MoE layer's "
+                   "forward and backward move its tokens to their experts' replicas and back by two all-to-alls (flows), and "
+                   "expert gradients are all-reduced over the dp / ep replicas holding the same experts. 1: off")
+      .def("1")
+      .range(1, 65536);
   s.section("parallel", par, "tensor x pipeline x data parallelism and the pipeline schedule");
+  auto moe = std::make_shared<Schema>();
+  Binding<T> moe_keys(*moe);
+  moe_keys.choice<MoeOptions::Routing>("routing", {{"uniform", MoeOptions::Routing::Uniform}, {"zipf", MoeOptions::Routing::Zipf}},
+                                       &T::routing,
+                                       "a mixture of experts: each expert's share of the tokens, uniform or zipf (expert i's share "
+                                       "proportional to 1/(i+1)^zipf_s; the replicas holding hot experts compute more and receive "
+                                       "more of the all-to-alls, and every step waits for the slowest)")
+      .def("uniform");
+  moe_keys.real("zipf_s", &T::zipf_s, "the Zipf exponent of routing: zipf").def("1").range(0, 10);
+  s.section("moe", moe, "a mixture-of-experts model's routing (with parallel.expert_parallel)");
   Binding<T> keys(s);
   keys.integer("sequence", &T::sequence, "tokens per sequence").def("2048").range(1, 1 << 20);
   keys.integer("iterations", &T::iterations, "iterations to run (0: as long as the other workloads run; up to 10 million, weeks of simulated training: repeated iterations are fast-forwarded)").def("2").range(0, 1e7);
@@ -166,14 +199,18 @@ SLUICE_REGISTER(workload, training_workload) {
   s.section("recovery", rec, "what a failure costs: checkpoints, restart, and the timeout of a cut-off collective (used when the world has faults)");
   reg.add("workload", "training",
           "a training job: forward and backward per stage from the cost model, GPipe/1F1B pipelines, TP/PP/DP transfers as flows",
-          std::move(s), WorkloadKindFactory([&reg, keys, par_keys, rec_keys, sl_keys](const Params& p, World& world, const WorkloadContext& ctx) -> std::unique_ptr<Workload> {
+          std::move(s), WorkloadKindFactory([&reg, keys, par_keys, rec_keys, sl_keys, moe_keys](const Params& p, World& world, const WorkloadContext& ctx) -> std::unique_ptr<Workload> {
             TrainingConfig c = keys.make(p);
             const Params& par = p.section("parallel");
             par_keys.fill(par, c);
+            moe_keys.fill(p.section("moe"), c);
             rec_keys.fill(p.section("recovery"), c);
             c.model = model_from_params(p.section("model"));
             c.hardware = world.hardware();
             check_training_shape(c, p, par);
+            if (const Params& mp = p.section("moe"); !c.model.moe() && (mp.given("routing") || mp.given("zipf_s")))
+              mp.fail(mp.given("routing") ? "routing" : "zipf_s", fmt::format("{} is a dense model: nothing is routed", c.model.name),
+                      "leave the moe section out");
             c.slicing = slicing_from_params(p.section("slicing"), sl_keys, c, par);
             {
               const CostSource src = resolve_cost_source(p.str("cost_tables"), c.hardware, p, "cost_tables");

@@ -1,0 +1,183 @@
+// Mixture-of-experts training with expert parallelism over data-parallel replicas (Megatron-
+// Core's EP): each pass's dispatch and combine all-to-alls on the fabric, checked by hand on a
+// star of four devices; the expert gradients reduced over the expert-data-parallel group; the
+// cost model's pooled expert GEMMs; skewed routing making every step wait; bad input at its key.
+#include <doctest/doctest.h>
+
+#include "test_support.h"
+
+#include <cmath>
+
+#include "config/error.h"
+#include "engine/run_control.h"
+#include "hardware/cost_model.h"
+#include "run/runner.h"
+
+using namespace sluice;
+using sluice::testing::run_text;
+
+namespace {
+
+// Four devices (four servers) on one switch, each link 100 GB/s with no latency, and an MoE
+// model of two layers with four experts of width 2048, top-2.
+const char* kStar = R"(name: t
+cluster:
+  topology:
+    kind: explicit
+    nodes:
+      - {name: s, kind: switch}
+      - {name: d0, kind: device, group: 0}
+      - {name: d1, kind: device, group: 1}
+      - {name: d2, kind: device, group: 2}
+      - {name: d3, kind: device, group: 3}
+    links:
+      - {a: d0, b: s, bandwidth: 100GB/s, latency: 0ns}
+      - {a: d1, b: s, bandwidth: 100GB/s, latency: 0ns}
+      - {a: d2, b: s, bandwidth: 100GB/s, latency: 0ns}
+      - {a: d3, b: s, bandwidth: 100GB/s, latency: 0ns}
+  hardware: h200
+workloads:
+  - {name: j, kind: training, sequence: 512, iterations: 2, cost_tables: none,
+     model: {name: tiny-moe, layers: 2, hidden: 1024, heads: 8, kv_heads: 8, ffn: 4096, vocab: 8, max_context: 512,
+             experts: 4, experts_per_token: 2, expert_ffn: 2048},
+     parallel: {tp: 1, pp: 1, dp: 4, micro_batches: 2, expert_parallel: 4}}
+)";
+
+constexpr double kHidden = 1024, kTokens = 512, kLayers = 2, kMicroBatches = 2;
+
+}  // namespace
+
+TEST_CASE("moe training: each pass's all-to-alls carry tokens x distinct expert devices x hidden x bytes, timed on the fabric") {
+  const Json t = run_text(kStar)["training"];
+  const Json& mo = t["moe"];
+  CHECK(mo["expert_parallel"] == 4);
+  // One expert a device, top-2 of 4: a token reaches 4 (1 - (3/4)^2) = 1.75 devices (itself
+  // among them). Dispatch and combine of both layers, forward and backward, both micro-batches.
+  const double dest = 4 * (1 - 0.75 * 0.75);
+  const double per_pass = kTokens * dest * kHidden * 2 * 2 * kLayers;
+  CHECK(mo["alltoall_bytes_per_device"].get<double>() == doctest::Approx(per_pass * 2 * kMicroBatches).epsilon(1e-12));
+  // Each exchange sends 3/4 of a pass's bytes off the device (a quarter is its own experts'),
+  // every device at once over its own 100 GB/s link: 4 exchanges an iteration.
+  const double exchange_ms = per_pass * 0.75 / 100e9 * 1e3;
+  CHECK(mo["alltoall_ms"].get<double>() == doctest::Approx(4 * exchange_ms).epsilon(0.01));
+  CHECK(mo["alltoall_share"].get<double>() > 0);
+  CHECK(mo["alltoall_share"].get<double>() < 1);
+  // EP = dp: every expert lives on one replica, so its gradients need no reduction.
+  CHECK(mo["expert_dp_bytes_per_device"] == 0);
+  // The same job without expert parallelism sends nothing by all-to-all and holds every expert.
+  const Json d = run_text(kStar, {"workloads.0.parallel.expert_parallel=1"})["training"];
+  CHECK(d["moe"]["alltoall_ms"] == 0);
+  CHECK(d["moe"]["alltoall_bytes_per_device"] == 0);
+  CHECK(d["memory_per_device"]["weights_bytes"].get<double>() > t["memory_per_device"]["weights_bytes"].get<double>());
+}
+
+TEST_CASE("moe training: expert gradients are all-reduced over the replicas holding the same experts, the rest over all") {
+  // EP2 over dp 4: replicas {0,1} and {2,3} each hold all four experts, two a device; the
+  // expert-data-parallel groups are {0,2} and {1,3}.
+  const Json t = run_text(kStar, {"workloads.0.parallel.expert_parallel=2"})["training"];
+  const double routed = 4 * 3 * kHidden * 2048 * kLayers;  // every routed expert's gate, up and down
+  CHECK(t["moe"]["expert_dp_bytes_per_device"].get<double>() == doctest::Approx(routed / 2 * 2).epsilon(1e-12));
+  // Each device holds half the experts: the routed parameters it does not hold are missing from its weights.
+  const Json all = run_text(kStar, {"workloads.0.parallel.expert_parallel=1"})["training"];
+  CHECK(all["memory_per_device"]["weights_bytes"].get<double>() - t["memory_per_device"]["weights_bytes"].get<double>() ==
+        doctest::Approx(routed / 2 * 2).epsilon(1e-9));
+}
+
+TEST_CASE("moe training: a device's experts compute the rows every replica of its group routes to them") {
+  // Four replicas pooled: uniform routing gives each device M x k rows (the FLOPs of every
+  // expert on M tokens), over a quarter of the weights.
+  ModelSpec m;
+  m.name = "tiny-moe";
+  m.layers = 1;
+  m.hidden = 1024;
+  m.heads = m.kv_heads = 8;
+  m.head_dim = 128;
+  m.ffn = 4096;
+  m.vocab = 1000;
+  m.experts = 4;
+  m.experts_per_token = 2;
+  m.expert_ffn = 512;
+  HardwareSpec h;
+  h.name = "round";
+  h.kind = "gpu";
+  h.peak_bf16_flops = 1e15;
+  h.flops_derate = h.bandwidth_derate = 1;
+  h.hbm_bandwidth_Bps = 1e12;
+  h.hbm_bytes = h.hbm_physical_bytes = 80e9;
+  h.kernel_launch_ns = 1000;
+  CostOptions one, pooled;
+  pooled.moe.data_parallel_ep = 4;
+  const std::vector<SeqWork> batch{SeqWork{4096, 0, true}};
+  auto experts = [&](const CostOptions& o) {
+    for (const auto& op : CostModel(h, m, o).iteration(batch).ops)
+      if (op.op == "moe.experts") return op;
+    FAIL("no moe.experts");
+    return OpCost{};
+  };
+  const OpCost a = experts(one), b = experts(pooled);
+  CHECK(b.flops == doctest::Approx(a.flops).epsilon(1e-12));
+  CHECK(b.bytes < a.bytes);
+  const CostModel cm(h, m, pooled);
+  CHECK(cm.moe_alltoall_count(0) == 2);
+  CHECK(cm.moe_alltoall_bytes(4096, 0) == doctest::Approx(2 * 4096 * 1.75 * 1024 * 2).epsilon(1e-12));
+  for (double rows : cm.expert_tokens_per_device(4096)) CHECK(rows == doctest::Approx(4096 * 2).epsilon(1e-12));
+}
+
+TEST_CASE("moe training: skewed routing makes every step wait for the hot experts' replica") {
+  const Json u = run_text(kStar)["training"];
+  const Json z = run_text(kStar, {"workloads.0.moe.routing=zipf", "workloads.0.moe.zipf_s=1.2"})["training"];
+  CHECK(z["moe"]["routing"] == "zipf");
+  CHECK(z["iteration_s_mean"].get<double>() > 1.05 * u["iteration_s_mean"].get<double>());
+  CHECK(z["moe"]["alltoall_ms"].get<double>() > u["moe"]["alltoall_ms"].get<double>());
+  // The bytes each device sends in total are the routing's distinct destinations: fewer when
+  // routing concentrates on a few experts.
+  CHECK(z["moe"]["alltoall_bytes_per_device"].get<double>() < u["moe"]["alltoall_bytes_per_device"].get<double>());
+}
+
+TEST_CASE("moe training: bad expert parallelism is refused at its key before anything runs") {
+  CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.parallel.expert_parallel=3"}),
+                       doctest::Contains("workloads[0].parallel.expert_parallel"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.parallel.expert_parallel=3"}), doctest::Contains("a divisor of dp"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.parallel.dp=3", "workloads.0.parallel.expert_parallel=3"}),
+                       doctest::Contains("does not divide the 4 experts"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.parallel.zero=1"}), doctest::Contains("workloads[0].parallel.zero"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.model=tinyllama-1.1b"}), doctest::Contains("dense model"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.model=tinyllama-1.1b", "workloads.0.parallel.expert_parallel=1",
+                                        "workloads.0.moe.routing=zipf"}),
+                       doctest::Contains("workloads[0].moe.routing"), ConfigError);
+}
+
+TEST_CASE("moe training: repeated iterations fast-forwarded give the same outputs as simulating each") {
+  auto run = [](bool ff) {
+    const RunControl::FastForward f(ff);
+    Scenario sc = load_scenario_text(kStar, "t.yaml", {"workloads.0.iterations=6", "workloads.0.parallel.expert_parallel=2"},
+                                     sluice::testing::registry());
+    Recorder rec;
+    run_into(sc, rec, {});
+    return rec.metrics();
+  };
+  const Json fast = run(true), slow = run(false);
+  CHECK(fast["training"]["moe"].dump() == slow["training"]["moe"].dump());
+  CHECK(fast["training"]["iteration_s"].dump() == slow["training"]["iteration_s"].dump());
+  CHECK(fast["world"].dump() == slow["world"].dump());
+}
+
+TEST_CASE("moe training: a device failing while its group's all-to-alls are on the fabric recovers, the same with or without the fast-forward") {
+  // A failure about every 20 ms of a job whose iterations take about 2 ms: many land inside an
+  // exchange, whose collectives then wait in the graveyard while their flows drain.
+  const std::vector<std::string> sets{
+      "workloads.0.iterations=200", "workloads.0.recovery={checkpoint_interval: 5ms, checkpoint_write: 100us, restart: 1ms}",
+      "faults=[{name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 20ms}, repair: {dist: fixed, mean: 1ms}}]"};
+  auto run = [&](bool ff) {
+    const RunControl::FastForward f(ff);
+    Scenario sc = load_scenario_text(kStar, "t.yaml", sets, sluice::testing::registry());
+    Recorder rec;
+    run_into(sc, rec, {});
+    return rec.metrics();
+  };
+  const Json fast = run(true), slow = run(false);
+  const Json& f = fast["training"]["faults"];
+  CHECK(f["failures"].get<int>() > 50);
+  CHECK(fast["training"]["iterations"] == 200);
+  CHECK(fast["training"].dump() == slow["training"].dump());
+}
