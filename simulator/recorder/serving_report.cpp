@@ -417,13 +417,13 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
   }
   // Beside the busy fraction, what the iterations achieve while busy: model FLOPs utilisation
   // (2 FLOPs per non-embedding parameter per computed token, attention left out, over the
-  // datasheet peak of the replica's GPUs) and the HBM bandwidth of the weight reads (each
+  // datasheet peak of the replica's GPUs at the format its GEMMs run in) and the HBM bandwidth of the weight reads (each
   // iteration reads its GPU's weights once; KV-cache reads not counted, so a lower bound).
   const double gpus_per_replica = res.tensor_parallel * res.pipeline_parallel;
   // An MoE model: the parameters one token passes through (its experts_per_token experts).
   const double nonembed = (res.moe.experts > 0 ? res.moe.active_parameters : res.model_parameters) - res.model_embedding_parameters;
   const double model_flops = 2 * nonembed * static_cast<double>(in_tokens - cached_in + out_tokens);
-  const double mfu = busy > 0 ? model_flops / (busy / 1e9 * gpus_per_replica * res.peak_bf16_flops) : 0.0;
+  const double mfu = busy > 0 ? model_flops / (busy / 1e9 * gpus_per_replica * res.peak_flops) : 0.0;
   const double weight_Bps = busy > 0 ? static_cast<double>(iters) * res.weights_per_gpu / (busy / 1e9) : 0.0;
   m["batching"]["mfu"] = mfu;
   m["batching"]["hbm_weight_read_Bps_per_gpu"] = weight_Bps;

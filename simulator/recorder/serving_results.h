@@ -68,7 +68,7 @@ struct ServingResults {
   int replicas = 1, tensor_parallel = 1, pipeline_parallel = 1, block_size = 16;
   double kv_bytes_per_token = 0;
   double model_parameters = 0, model_embedding_parameters = 0;  // vocab × hidden
-  double peak_bf16_flops = 0, effective_flops = 0, effective_bandwidth_Bps = 0;
+  double peak_flops = 0, effective_flops = 0, effective_bandwidth_Bps = 0;
   std::string prefill_slicing;  // "" when prefills are not sliced
   // Memory per GPU.
   double capacity_per_gpu = 0, weights_per_gpu = 0, activation_per_gpu = 0, kv_per_gpu = 0;

@@ -52,7 +52,11 @@ ServingResults ServingSim::results() const {
   r.kv_bytes_per_token = c.model.kv_bytes_per_token() + (spec_ ? spec_->drafter().kv_bytes_per_token() : 0.0);
   r.model_parameters = c.model.parameters();
   r.model_embedding_parameters = static_cast<double>(c.model.vocab) * c.model.hidden;
-  r.peak_bf16_flops = c.hardware.peak_bf16_flops;
+  // The datasheet peak of the format the decoder GEMMs run in (FP8 and FP4 at theirs: MFU over
+  // the bf16 peak would pass 1 for an FP8 deployment).
+  r.peak_flops = c.model.weights == Precision::FP8   ? c.hardware.peak_fp8_flops
+                 : c.model.weights == Precision::FP4 ? c.hardware.peak_fp4_flops
+                                                     : c.hardware.peak_bf16_flops;
   r.effective_flops = c.hardware.effective_flops();
   r.effective_bandwidth_Bps = c.hardware.effective_bandwidth_Bps();
   if (c.prefill_slicing.policy != PrefillSlicing::None)
