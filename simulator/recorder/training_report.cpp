@@ -150,7 +150,7 @@ void report_training(const training::TrainingResults& r, const training::Trainin
   summary(fmt::format("iteration {:.3f} s mean over {}; {:.0f} tokens/s; MFU {:.1f}%; bubble {:.1f}% (textbook {:.1f}%); DP all-reduce {:.1f} ms",
                       mean, r.iteration_s.size(), tokens_s, 100 * mfu, 100 * r.bubble_fraction, 100 * r.textbook_bubble, r.dp_allreduce_ms));
   if (c.ep > 1)
-    summary(fmt::format("expert parallelism over {} replicas: all-to-alls {:.1f} ms an iteration ({:.1f}% of it), {} sent per device",
+    summary(fmt::format("expert parallelism over {} replicas: all-to-alls {:.1f} ms an iteration ({:.1f}% of it), {} a device dispatches and combines (its own experts' share included)",
                         c.ep, r.alltoall_ms, mean > 0 ? 100 * r.alltoall_ms / 1e3 / mean : 0.0, format_bytes(r.alltoall_bytes_per_device)));
   if (c.slicing.policy != training::SlicingPolicy::None)
     summary(fmt::format("token slicing ({}): {} slices of {}..{} tokens; formula pass {:.1f} ms against {:.1f} ms unsliced ({:.2f}x)",

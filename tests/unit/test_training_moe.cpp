@@ -69,6 +69,10 @@ TEST_CASE("moe training: each pass's all-to-alls carry tokens x distinct expert 
   CHECK(d["moe"]["alltoall_ms"] == 0);
   CHECK(d["moe"]["alltoall_bytes_per_device"] == 0);
   CHECK(d["memory_per_device"]["weights_bytes"].get<double>() > t["memory_per_device"]["weights_bytes"].get<double>());
+  // Full recomputation runs each forward's exchange again in its backward: 3 exchanges' bytes a unit, not 2.
+  const Json r = run_text(kStar, {"workloads.0.recompute=true"})["training"];
+  CHECK(r["moe"]["alltoall_bytes_per_device"].get<double>() == doctest::Approx(per_pass * 3 * kMicroBatches).epsilon(1e-12));
+  CHECK(r["moe"]["alltoall_ms"].get<double>() == doctest::Approx(6 * exchange_ms).epsilon(0.01));
 }
 
 TEST_CASE("moe training: expert gradients are all-reduced over the replicas holding the same experts, the rest over all") {
@@ -142,24 +146,59 @@ TEST_CASE("moe training: bad expert parallelism is refused at its key before any
                        doctest::Contains("does not divide the 4 experts"), ConfigError);
   CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.parallel.zero=1"}), doctest::Contains("workloads[0].parallel.zero"), ConfigError);
   CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.model=tinyllama-1.1b"}), doctest::Contains("dense model"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.parallel.expert_parallel=1", "workloads.0.moe.routing=zipf"}),
+                       doctest::Contains("workloads[0].moe.routing"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.parallel.schedule=gpipe", "workloads.0.slicing.policy=uniform", "workloads.0.slicing.slices=2"}),
+                       doctest::Contains("token slicing plans slices"), ConfigError);
   CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.model=tinyllama-1.1b", "workloads.0.parallel.expert_parallel=1",
                                         "workloads.0.moe.routing=zipf"}),
                        doctest::Contains("workloads[0].moe.routing"), ConfigError);
 }
 
+namespace {
+// A run's metrics and whether the fast-forward counted iterations without simulating them.
+struct Ran {
+  Json metrics;
+  bool skipped = false;
+};
+Ran run_ff(bool ff, const std::vector<std::string>& sets) {
+  const RunControl::FastForward f(ff);
+  Scenario sc = load_scenario_text(kStar, "t.yaml", sets, sluice::testing::registry());
+  Recorder rec;
+  run_into(sc, rec, {});
+  Ran r{rec.metrics(), false};
+  for (const auto& l : rec.summary_lines()) r.skipped = r.skipped || l.find("were counted without being simulated") != std::string::npos;
+  return r;
+}
+}  // namespace
+
 TEST_CASE("moe training: repeated iterations fast-forwarded give the same outputs as simulating each") {
-  auto run = [](bool ff) {
-    const RunControl::FastForward f(ff);
-    Scenario sc = load_scenario_text(kStar, "t.yaml", {"workloads.0.iterations=6", "workloads.0.parallel.expert_parallel=2"},
-                                     sluice::testing::registry());
-    Recorder rec;
-    run_into(sc, rec, {});
-    return rec.metrics();
-  };
-  const Json fast = run(true), slow = run(false);
-  CHECK(fast["training"]["moe"].dump() == slow["training"]["moe"].dump());
-  CHECK(fast["training"]["iteration_s"].dump() == slow["training"]["iteration_s"].dump());
-  CHECK(fast["world"].dump() == slow["world"].dump());
+  const std::vector<std::string> sets{"workloads.0.iterations=6", "workloads.0.parallel.expert_parallel=2"};
+  const Ran fast = run_ff(true, sets), slow = run_ff(false, sets);
+  CHECK(fast.skipped);
+  CHECK_FALSE(slow.skipped);
+  CHECK(fast.metrics["training"]["moe"].dump() == slow.metrics["training"]["moe"].dump());
+  CHECK(fast.metrics["training"]["iteration_s"].dump() == slow.metrics["training"]["iteration_s"].dump());
+  CHECK(fast.metrics["world"].dump() == slow.metrics["world"].dump());
+}
+
+TEST_CASE("moe training: pipeline stages, interleaving and a dense first layer keep every replica's exchange on the same op") {
+  // Four layers (the first dense) over 2 stages x 2 chunks, 2 replicas in one EP group: every
+  // exchange pairs the two replicas' same op, or the job would hang (a stall is an error).
+  const std::vector<std::string> sets{
+      "workloads.0.model={name: tiny-moe, layers: 4, hidden: 1024, heads: 8, kv_heads: 8, ffn: 4096, vocab: 8, max_context: 512, "
+      "experts: 4, experts_per_token: 2, expert_ffn: 2048, dense_layers: 1}",
+      "workloads.0.parallel={tp: 1, pp: 2, dp: 2, micro_batches: 4, expert_parallel: 2, virtual_stages: 2}", "workloads.0.iterations=5"};
+  const Ran fast = run_ff(true, sets), slow = run_ff(false, sets);
+  const Json& t = fast.metrics["training"];
+  CHECK(t["iterations"] == 5);
+  CHECK(t["moe"]["alltoall_ms"].get<double>() > 0);
+  // Rank 0 holds virtual stages 0 (the dense layer) and 2, rank 1 stages 1 and 3: the busiest
+  // rank's bytes are its two MoE layers' for each of 4 units, forward and backward; a token
+  // reaches 2 (1 - (1/2)^2) = 1.5 devices when each holds two of the four experts.
+  const double per_layer = 512 * 1.5 * 1024 * 2 * 2;
+  CHECK(t["moe"]["alltoall_bytes_per_device"].get<double>() == doctest::Approx(per_layer * 2 * 4 * 2).epsilon(1e-12));
+  CHECK(t.dump() == slow.metrics["training"].dump());
 }
 
 TEST_CASE("moe training: a device failing while its group's all-to-alls are on the fabric recovers, the same with or without the fast-forward") {

@@ -82,7 +82,7 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
   for (int s = 0; s < K && c_.ep > 1; ++s) {
     double bytes = 0;
     for (int c = 0; c < v; ++c)
-      for (int u = 0; u < units_; ++u) bytes += 2 * cost_.moe_alltoall_bytes(unit_tokens(u), c * K + s);
+      for (int u = 0; u < units_; ++u) bytes += exchanges_per_unit() * cost_.moe_alltoall_bytes(unit_tokens(u), c * K + s);
     res_.alltoall_bytes_per_device = std::max(res_.alltoall_bytes_per_device, bytes);
   }
 }
@@ -258,12 +258,14 @@ void TrainingJob::alltoall_arrive(int sl) {
   x.start_ns = world_.engine().now().count_ns();
   x.live.clear();  // the last op's exchanges, all done
   x.left = c_.tp;
-  const double bytes = cost_.moe_alltoall_bytes(unit_tokens(unit), vs);
+  // A backward under full recomputation runs the forward's dispatch and combine again first.
+  const int times = c_.recompute && !st.order[st.next - 1].forward ? 2 : 1;
+  const double bytes = times * cost_.moe_alltoall_bytes(unit_tokens(unit), vs);
   for (int k = 0; k < c_.tp; ++k) {
     std::vector<int> group;
     for (int j = 0; j < c_.ep; ++j) group.push_back(nodes_[static_cast<size_t>(slot(first + j, s))][static_cast<size_t>(k)]);
     net::CollectiveOptions o;
-    o.fused_count = cost_.moe_alltoall_count(vs);  // dispatch and combine of every MoE layer: a route latency each
+    o.fused_count = times * cost_.moe_alltoall_count(vs);  // dispatch and combine of every MoE layer: a route latency each
     o.a2a_weights = cost_.moe_alltoall_weights();  // hot experts' replicas receive more
     o.salt = static_cast<uint64_t>(sl) * 131 + static_cast<uint64_t>(k);
     x.live.push_back(std::make_unique<net::Collective>(world_.fabric(), net::CollectiveKind::AllToAll, group, bytes, o));

@@ -111,7 +111,8 @@ struct TrainingResults {
   double dp_allreduce_ms = 0;               // mean per iteration, from the last backward to the last gradient
   // Expert parallelism: the MoE layers' all-to-alls, mean per iteration on replica 0's busiest
   // pipeline rank (each exchange from its group's last arrival to its end), and the bytes one
-  // device sends in them per iteration (forward and backward).
+  // device's dispatches and combines address per iteration (forward, backward, and the
+  // recomputed forward; the share bound for its own experts, which stays on it, included).
   double alltoall_ms = 0, alltoall_bytes_per_device = 0;
   double expert_dp_bytes_per_device = 0;    // of dp_bytes_per_device, the expert gradients (over dp / ep replicas)
   double optimizer_ms = 0;

@@ -143,6 +143,9 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   void alltoall_arrive(int sl);
   // The EP group of replica d (consecutive replicas) and a (group, pipeline rank) pair's index.
   int ep_group_slot(int sl) const { return sl / c_.pp / c_.ep * c_.pp + sl % c_.pp; }
+  // A unit's exchanges' worth of all-to-alls per iteration: its forward's and its backward's, and
+  // the recomputed forward's under full recomputation.
+  int exchanges_per_unit() const { return c_.recompute ? 3 : 2; }
 
   // A stage's hand-offs leave in the order its ops finish, one at a time (a pipeline engine
   // posts them on one NCCL stream, whose send kernels run in turn); each waits for the one

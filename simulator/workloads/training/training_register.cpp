@@ -48,6 +48,10 @@ SlicingConfig slicing_from_params(const Params& p, const Binding<SlicingConfig>&
   if (sc.policy != SlicingPolicy::Uniform && p.given("slices") && sc.slices != 1)
     p.fail("slices", fmt::format("policy {} chooses its own slices", pol), "policy: uniform, or no `slices`");
   if (sc.policy == SlicingPolicy::None) return sc;
+  if (c.ep > 1)
+    par.fail("expert_parallel",
+             "token slicing plans slices on a schedule without the expert all-to-alls each slice would pay (not modelled yet)",
+             "1, or slicing.policy: none");
   if (c.schedule != Schedule::GPipe)
     par.fail("schedule", "token slicing runs slices through the pipeline GPipe-style (a slice's backward needs the later slices')",
              "gpipe (or slicing.policy: none)");
@@ -81,6 +85,9 @@ void check_training_shape(const TrainingConfig& c, const Params& job, const Para
       parallel.fail("zero", "ZeRO with expert parallelism (sharding over the expert-data-parallel groups) is not modelled yet",
                     "0 with expert_parallel > 1");
   }
+  if (c.model.moe() && c.ep == 1 && c.routing != MoeOptions::Routing::Uniform)
+    job.section("moe").fail("routing", "skewed routing slows the replicas holding hot experts, and without expert parallelism every replica holds them all",
+                            "uniform, or parallel.expert_parallel > 1");
   if (c.model.moe()) {
     MoeOptions mo;
     mo.data_parallel_ep = c.ep;
