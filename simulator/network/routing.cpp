@@ -63,6 +63,15 @@ void Router::ensure_weights() {
     link_dst_[static_cast<size_t>(e)] = t_.link(e).dst;
     weights_down_ |= weights_[static_cast<size_t>(e)] >= (1 << 26);
   }
+  const int n = t_.node_count();
+  arc_at_.assign(static_cast<size_t>(n) + 1, 0);
+  arc_.clear();
+  arc_.reserve(static_cast<size_t>(t_.link_count()));
+  for (int v = 0; v < n; ++v) {
+    arc_at_[static_cast<size_t>(v)] = static_cast<int32_t>(arc_.size());
+    for (int e : t_.out_links(v)) arc_.push_back({link_dst_[static_cast<size_t>(e)], weights_[static_cast<size_t>(e)], e});
+  }
+  arc_at_[static_cast<size_t>(n)] = static_cast<int32_t>(arc_.size());
 }
 
 const std::vector<int32_t>& Router::dist_to(int dst, bool complete) {
@@ -75,35 +84,45 @@ const std::vector<int32_t>& Router::dist_to(int dst, bool complete) {
   // Dijkstra from dst over the links out of each node (weights are symmetric, so distances
   // from dst are distances to dst). Without `complete` it stops before settling any node at
   // or beyond a torn-down circuit's weight: those stay unknown, and a route that needs one
-  // asks again with `complete`.
-  using Item = std::pair<int32_t, int>;
-  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> q;
-  std::vector<char> done(n, 0);
+  // asks again with `complete`. The queue holds (distance << 32 | node) in one integer; a
+  // node is settled once, marked with this run's stamp.
   ensure_weights();
+  if (settled_.size() != n) settled_.assign(n, 0), stamp_ = 0;
+  if (++stamp_ == std::numeric_limits<int32_t>::max()) std::fill(settled_.begin(), settled_.end(), 0), stamp_ = 1;
+  const int32_t stamp = stamp_;
+  auto& q = heap_;
+  q.clear();
+  const auto later = std::greater<uint64_t>();
   dist[static_cast<size_t>(dst)] = 0;
-  q.push({0, dst});
+  q.push_back(static_cast<uint64_t>(dst));
   bool stopped = false;
   while (!q.empty()) {
-    const auto [d, v] = q.top();
+    const uint64_t top = q.front();
+    const int32_t d = static_cast<int32_t>(top >> 32);
+    const int v = static_cast<int>(top & 0xFFFFFFFFu);
     if (!complete && d >= kDown) {
       stopped = true;
       break;
     }
-    q.pop();
-    if (done[static_cast<size_t>(v)]) continue;
-    done[static_cast<size_t>(v)] = 1;
-    for (int e : t_.out_links(v)) {
-      const int w = link_dst_[static_cast<size_t>(e)];
-      const int64_t nd = static_cast<int64_t>(d) + weights_[static_cast<size_t>(e)];
-      if (nd < dist[static_cast<size_t>(w)]) {
-        dist[static_cast<size_t>(w)] = static_cast<int32_t>(std::min<int64_t>(nd, kInf - 1));
-        q.push({dist[static_cast<size_t>(w)], w});
+    std::pop_heap(q.begin(), q.end(), later);
+    q.pop_back();
+    if (settled_[static_cast<size_t>(v)] == stamp) continue;
+    settled_[static_cast<size_t>(v)] = stamp;
+    const Arc* a = arc_.data() + arc_at_[static_cast<size_t>(v)];
+    const Arc* end = arc_.data() + arc_at_[static_cast<size_t>(v) + 1];
+    for (; a != end; ++a) {
+      const int64_t nd = static_cast<int64_t>(d) + a->w;
+      int32_t& dw = dist[static_cast<size_t>(a->to)];
+      if (nd < dw) {
+        dw = static_cast<int32_t>(std::min<int64_t>(nd, kInf - 1));
+        q.push_back(static_cast<uint64_t>(dw) << 32 | static_cast<uint32_t>(a->to));
+        std::push_heap(q.begin(), q.end(), later);
       }
     }
   }
   if (stopped)
     for (size_t v = 0; v < n; ++v)
-      if (!done[v]) dist[v] = kInf;  // tentative, not settled: unknown
+      if (settled_[v] != stamp) dist[v] = kInf;  // tentative, not settled: unknown
   if (stopped) partial_[dst] = 1;
   else partial_.erase(dst);
   dist_[dst] = std::move(dist);
@@ -181,10 +200,11 @@ void Router::route_walk(int src, int dst, uint64_t salt, int part, std::vector<i
   while (v != dst) {
     cand_.clear();
     const int32_t dv = dist[static_cast<size_t>(v)];
-    for (int e : t_.out_links(v)) {
-      const int w = t_.link(e).dst;
-      const int32_t dw = dist[static_cast<size_t>(w)];
-      if (dw != std::numeric_limits<int32_t>::max() && dw + weight(e) == dv) cand_.push_back(e);
+    const Arc* a = arc_.data() + arc_at_[static_cast<size_t>(v)];
+    const Arc* end = arc_.data() + arc_at_[static_cast<size_t>(v) + 1];
+    for (; a != end; ++a) {
+      const int32_t dw = dist[static_cast<size_t>(a->to)];
+      if (dw != std::numeric_limits<int32_t>::max() && dw + a->w == dv) cand_.push_back(a->link);
     }
     size_t pick = 0;
     if (cand_.size() > 1) {

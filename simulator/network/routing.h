@@ -56,6 +56,8 @@ class Router {
     partial_.clear();
     weights_.clear();
     link_dst_.clear();
+    arc_.clear();
+    arc_at_.clear();
   }
   const Topology& topology() const { return t_; }
 
@@ -100,7 +102,19 @@ class Router {
   std::unordered_map<int, char> partial_;
   std::vector<int32_t> weights_;  // weight() per link, until invalidate() (links added, failed or torn down)
   bool weights_down_ = false;     // some link in weights_ is torn down (weight 1 << 26)
-  std::vector<int> link_dst_;     // each link's far end, beside its weight (the Dijkstra's inner loop)  // destinations whose cached distances stop at a torn-down circuit
+  std::vector<int> link_dst_;     // each link's far end, beside its weight
+  // The links out of each node in out_links order, with their far end and weight side by side
+  // (compressed rows: node v's are arc_[arc_at_[v] .. arc_at_[v + 1])): what the Dijkstra and
+  // the walk read, contiguous instead of a vector per node and a lookup per link. Built with
+  // weights_, cleared by invalidate().
+  struct Arc {
+    int32_t to, w, link;
+  };
+  std::vector<Arc> arc_;
+  std::vector<int32_t> arc_at_;
+  std::vector<uint64_t> heap_;  // the Dijkstra's queue, (distance << 32 | node), kept for its capacity
+  std::vector<int32_t> settled_;  // the Dijkstra's settled marks: the run's stamp (no clearing between runs)
+  int32_t stamp_ = 0;
   std::vector<int> cand_;
   uint64_t seed_mix_ = 0;
 };
