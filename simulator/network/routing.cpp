@@ -180,8 +180,10 @@ Router::Dist Router::distances(int src, int dst) {
   for (int e : t_.out_links(dst)) compose = compose && t_.node(t_.link(e).dst).kind != NodeKind::Device;
   if (compose) {
     for (int e : t_.out_links(dst)) {
-      d.via_w[static_cast<size_t>(d.vias)] = weights_[static_cast<size_t>(e)];
-      d.via[static_cast<size_t>(d.vias++)] = &dist_to(t_.link(e).dst, false);
+      const int u = t_.link(e).dst;
+      const int32_t wu = weights_[static_cast<size_t>(e)];
+      if (!dist_.count(u) && compose_dead_end(u, dst, wu, d)) continue;
+      d.add_term(wu, &dist_to(u, false));
     }
   } else {
     d.whole = &dist_to(dst, false);
@@ -190,6 +192,33 @@ Router::Dist Router::distances(int src, int dst) {
   if (d[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max())
     throw TopologyError(fmt::format("no route from '{}' to '{}'", t_.node(src).name, t_.node(dst).name));
   return d;
+}
+
+bool Router::compose_dead_end(int u, int dst, int32_t wu, Dist& d) {
+  const Arc* ua = arc_.data() + arc_at_[static_cast<size_t>(u)];
+  const Arc* ue = arc_.data() + arc_at_[static_cast<size_t>(u) + 1];
+  if (ue - ua < 2 || d.nears + (ue - ua) + 1 > Dist::kMaxNear) return false;
+  for (const Arc* a = ua; a != ue; ++a) {
+    if (t_.node(a->to).kind != NodeKind::Device) return false;
+    for (const Arc* b = arc_.data() + arc_at_[static_cast<size_t>(a->to)], *be = arc_.data() + arc_at_[static_cast<size_t>(a->to) + 1]; b != be; ++b)
+      if (b->to != u && t_.node(b->to).kind == NodeKind::Device) return false;
+  }
+  Dist c = d;  // filled on a copy: d stays as it was if the terms do not fit
+  c.add_near(u, wu);
+  for (const Arc* a = ua; a != ue; ++a) {
+    if (a->to == dst) continue;
+    c.add_near(a->to, wu + a->w);
+    for (const Arc* b = arc_.data() + arc_at_[static_cast<size_t>(a->to)], *be = arc_.data() + arc_at_[static_cast<size_t>(a->to) + 1]; b != be; ++b) {
+      if (b->to == u) continue;
+      const std::vector<int32_t>* v = &dist_to(b->to, false);
+      bool known = false;
+      for (int i = 0; i < c.vias; ++i) known = known || c.via[static_cast<size_t>(i)] == v;
+      if (!known && c.vias == Dist::kMaxTerms) return false;
+      c.add_term(wu + a->w + b->w, v);
+    }
+  }
+  d = c;
+  return true;
 }
 
 void Router::route_walk(int src, int dst, uint64_t salt, int part, std::vector<int>& out) {

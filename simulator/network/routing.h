@@ -69,12 +69,22 @@ class Router {
   // device whose neighbours are switches, with no torn-down link in the weights) composed
   // from its neighbours' distances over its first hop, min_u w(dst,u) + d(u, .): the same
   // numbers, without a distance vector per device (on a 16k-GPU fat-tree, 16k of them).
+  // A neighbour that is a dead end (a server's NVSwitch: every link of it to a device, each of
+  // whose other links go to switches) is composed one level further, so it needs no Dijkstra
+  // of its own either: a path from dst through it either ends at one of its devices (`near`:
+  // w(dst,u) + w(u,g)), stops at it (w(dst,u)), or leaves through a device g to a switch x,
+  // w(dst,u) + w(u,g) + w(g,x) + d(x, .) (a term per x, its least weight). Every term is a
+  // path's length and every shortest path is among them, so the minimum is exact.
   struct Dist {
-    static constexpr int kMaxVia = 4;  // a device with more neighbours keeps its own Dijkstra
+    static constexpr int kMaxVia = 4;     // a device with more neighbours keeps its own Dijkstra
+    static constexpr int kMaxTerms = 12;  // distance vectors composed
+    static constexpr int kMaxNear = 20;   // single nodes at a fixed distance (a dead end and its devices)
     const std::vector<int32_t>* whole = nullptr;
-    std::array<int32_t, kMaxVia> via_w{};                    // first hop's weight ...
-    std::array<const std::vector<int32_t>*, kMaxVia> via{};  // ... and its far end's distances
-    int vias = 0, dst = -1;
+    std::array<int32_t, kMaxTerms> via_w{};                    // a path's weight to a switch ...
+    std::array<const std::vector<int32_t>*, kMaxTerms> via{};  // ... and that switch's distances
+    std::array<std::pair<int32_t, int32_t>, kMaxNear> near{};  // (node, distance)
+    int vias = 0, nears = 0, dst = -1;
+    int32_t near_lo = std::numeric_limits<int32_t>::max(), near_hi = -1;
     int32_t operator[](size_t w) const {
       if (whole) return (*whole)[w];
       if (static_cast<int>(w) == dst) return 0;
@@ -83,9 +93,29 @@ class Router {
         const int32_t x = (*via[static_cast<size_t>(i)])[w];
         if (x != std::numeric_limits<int32_t>::max()) best = std::min<int64_t>(best, static_cast<int64_t>(via_w[static_cast<size_t>(i)]) + x);
       }
+      if (static_cast<int32_t>(w) >= near_lo && static_cast<int32_t>(w) <= near_hi)
+        for (int i = 0; i < nears; ++i)
+          if (near[static_cast<size_t>(i)].first == static_cast<int32_t>(w)) best = std::min<int64_t>(best, near[static_cast<size_t>(i)].second);
       return static_cast<int32_t>(best);
     }
+    void add_term(int32_t w, const std::vector<int32_t>* v) {
+      for (int i = 0; i < vias; ++i)
+        if (via[static_cast<size_t>(i)] == v) {
+          via_w[static_cast<size_t>(i)] = std::min(via_w[static_cast<size_t>(i)], w);
+          return;
+        }
+      via_w[static_cast<size_t>(vias)] = w;
+      via[static_cast<size_t>(vias++)] = v;
+    }
+    void add_near(int32_t node, int32_t w) {
+      near[static_cast<size_t>(nears++)] = {node, w};
+      near_lo = std::min(near_lo, node);
+      near_hi = std::max(near_hi, node);
+    }
   };
+  // Composes dead end u (reached from dst over a link of weight wu) into d, or returns false
+  // (u is no dead end, or the terms would not fit) leaving d as it was.
+  bool compose_dead_end(int u, int dst, int32_t wu, Dist& d);
   Dist distances(int src, int dst);
   void ensure_weights();
   // Distances to dst. Unless `complete`, only those below a torn-down circuit's weight

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <bit>
 #include <map>
+#include <limits>
+#include <queue>
 #include <set>
 #include <filesystem>
 
@@ -727,4 +729,58 @@ TEST_CASE("collectives as NCCL runs them: a training job's dp_algorithm allreduc
   CHECK(tree > ring);
   CHECK(tree < 1.5 * ring);
   CHECK(chosen == doctest::Approx(std::min(ring, tree)));
+}
+
+TEST_CASE("routing: routes composed from neighbours' distances (dead-end NVSwitches included) are shortest paths") {
+  // The router composes a device's distances from its switches' (and a server's NVSwitch from
+  // its devices' switches) instead of a Dijkstra each: every route must still be a path from
+  // source to destination whose weight is the shortest, checked against a plain Dijkstra here
+  // over the router's weights (hops first, then the slower links: 1024 + min(512, 64 x 50 GB/s
+  // / bandwidth) a link, hosts 2^20).
+  for (const char* name : {"rail-optimized", "fat-tree", "dgx-h200", "gb200-nvl72", "mi300x-8"}) {
+    CAPTURE(name);
+    const Topology t = load_topology_by_name(name, registry());
+    auto w = [&](int e) -> int64_t {
+      const auto& l = t.link(e);
+      if (t.node(l.src).kind == NodeKind::Host || t.node(l.dst).kind == NodeKind::Host) return 1 << 20;
+      return 1024 + std::lround(std::min(512.0, 64.0 * 50e9 / l.bandwidth_Bps));
+    };
+    auto dijkstra = [&](int src) {
+      std::vector<int64_t> d(static_cast<size_t>(t.node_count()), std::numeric_limits<int64_t>::max());
+      using Item = std::pair<int64_t, int>;
+      std::priority_queue<Item, std::vector<Item>, std::greater<Item>> q;
+      d[static_cast<size_t>(src)] = 0;
+      q.push({0, src});
+      while (!q.empty()) {
+        const auto [dv, v] = q.top();
+        q.pop();
+        if (dv > d[static_cast<size_t>(v)]) continue;
+        for (int e : t.out_links(v))
+          if (dv + w(e) < d[static_cast<size_t>(t.link(e).dst)]) q.push({d[static_cast<size_t>(t.link(e).dst)] = dv + w(e), t.link(e).dst});
+      }
+      return d;
+    };
+    Router rt(t);
+    const auto& devs = t.devices();
+    const size_t n = devs.size(), step = std::max<size_t>(1, n / 48);
+    int checked = 0;
+    for (size_t i = 0; i < n; i += step) {
+      const auto d = dijkstra(devs[i]);
+      for (size_t j = 0; j < n; j += (j % 3 == 0 ? 1 : step)) {
+        if (i == j) continue;
+        const auto path = rt.route(devs[i], devs[j], i * 7919 + j);
+        int v = devs[i];
+        int64_t len = 0;
+        for (int e : path) {
+          REQUIRE(t.link(e).src == v);
+          v = t.link(e).dst;
+          len += w(e);
+        }
+        CHECK(v == devs[j]);
+        CHECK(len == d[static_cast<size_t>(devs[j])]);
+        ++checked;
+      }
+    }
+    CHECK(checked >= static_cast<int>(std::min<size_t>(56, n * (n - 1))));
+  }
 }
