@@ -23,6 +23,26 @@ inline Json run_text(const std::string& yaml, const std::vector<std::string>& se
   return rec.metrics();
 }
 
+// Four devices (four servers, groups 0-3) on one switch, each link 100 GB/s with no latency, on
+// H200s: the cluster section of hand-checked training tests (a scenario's text up to `workloads:`).
+inline constexpr const char* kFourDeviceStar = R"(name: t
+cluster:
+  topology:
+    kind: explicit
+    nodes:
+      - {name: s, kind: switch}
+      - {name: d0, kind: device, group: 0}
+      - {name: d1, kind: device, group: 1}
+      - {name: d2, kind: device, group: 2}
+      - {name: d3, kind: device, group: 3}
+    links:
+      - {a: d0, b: s, bandwidth: 100GB/s, latency: 0ns}
+      - {a: d1, b: s, bandwidth: 100GB/s, latency: 0ns}
+      - {a: d2, b: s, bandwidth: 100GB/s, latency: 0ns}
+      - {a: d3, b: s, bandwidth: 100GB/s, latency: 0ns}
+  hardware: h200
+)";
+
 // A whole file's bytes.
 inline std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

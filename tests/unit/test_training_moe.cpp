@@ -11,6 +11,7 @@
 #include "config/error.h"
 #include "engine/run_control.h"
 #include "hardware/cost_model.h"
+#include "hardware/spec.h"
 #include "run/runner.h"
 
 using namespace sluice;
@@ -20,23 +21,7 @@ namespace {
 
 // Four devices (four servers) on one switch, each link 100 GB/s with no latency, and an MoE
 // model of two layers with four experts of width 2048, top-2.
-const char* kStar = R"(name: t
-cluster:
-  topology:
-    kind: explicit
-    nodes:
-      - {name: s, kind: switch}
-      - {name: d0, kind: device, group: 0}
-      - {name: d1, kind: device, group: 1}
-      - {name: d2, kind: device, group: 2}
-      - {name: d3, kind: device, group: 3}
-    links:
-      - {a: d0, b: s, bandwidth: 100GB/s, latency: 0ns}
-      - {a: d1, b: s, bandwidth: 100GB/s, latency: 0ns}
-      - {a: d2, b: s, bandwidth: 100GB/s, latency: 0ns}
-      - {a: d3, b: s, bandwidth: 100GB/s, latency: 0ns}
-  hardware: h200
-workloads:
+const std::string kStar = std::string(sluice::testing::kFourDeviceStar) + R"(workloads:
   - {name: j, kind: training, sequence: 512, iterations: 2, cost_tables: none,
      model: {name: tiny-moe, layers: 2, hidden: 1024, heads: 8, kv_heads: 8, ffn: 4096, vocab: 8, max_context: 512,
              experts: 4, experts_per_token: 2, expert_ffn: 2048},
@@ -90,25 +75,8 @@ TEST_CASE("moe training: expert gradients are all-reduced over the replicas hold
 TEST_CASE("moe training: a device's experts compute the rows every replica of its group routes to them") {
   // Four replicas pooled: uniform routing gives each device M x k rows (the FLOPs of every
   // expert on M tokens), over a quarter of the weights.
-  ModelSpec m;
-  m.name = "tiny-moe";
-  m.layers = 1;
-  m.hidden = 1024;
-  m.heads = m.kv_heads = 8;
-  m.head_dim = 128;
-  m.ffn = 4096;
-  m.vocab = 1000;
-  m.experts = 4;
-  m.experts_per_token = 2;
-  m.expert_ffn = 512;
-  HardwareSpec h;
-  h.name = "round";
-  h.kind = "gpu";
-  h.peak_bf16_flops = 1e15;
-  h.flops_derate = h.bandwidth_derate = 1;
-  h.hbm_bandwidth_Bps = 1e12;
-  h.hbm_bytes = h.hbm_physical_bytes = 80e9;
-  h.kernel_launch_ns = 1000;
+  const ModelSpec m = load_model("mixtral-8x7b");  // 8 experts, top-2, hidden 4096, 32 MoE layers
+  const HardwareSpec h = load_hardware("h200");  // on the roofline: no tables named
   CostOptions one, pooled;
   pooled.moe.data_parallel_ep = 4;
   const std::vector<SeqWork> batch{SeqWork{4096, 0, true}};
@@ -122,8 +90,9 @@ TEST_CASE("moe training: a device's experts compute the rows every replica of it
   CHECK(b.flops == doctest::Approx(a.flops).epsilon(1e-12));
   CHECK(b.bytes < a.bytes);
   const CostModel cm(h, m, pooled);
-  CHECK(cm.moe_alltoall_count(0) == 2);
-  CHECK(cm.moe_alltoall_bytes(4096, 0) == doctest::Approx(2 * 4096 * 1.75 * 1024 * 2).epsilon(1e-12));
+  // Two experts a device: a token reaches 4 (1 - (3/4)^2) = 1.75 devices; dispatch and combine of 32 layers.
+  CHECK(cm.moe_alltoall_count(0) == 64);
+  CHECK(cm.moe_alltoall_bytes(4096, 0) == doctest::Approx(64 * 4096 * 1.75 * 4096 * 2).epsilon(1e-12));
   for (double rows : cm.expert_tokens_per_device(4096)) CHECK(rows == doctest::Approx(4096 * 2).epsilon(1e-12));
 }
 

@@ -11,23 +11,7 @@ namespace {
 
 // Four devices on one switch, each link 100 GB/s with no latency: a 4-way data-parallel ring
 // crosses each device's link once per step.
-const char* kStar = R"(name: t
-cluster:
-  topology:
-    kind: explicit
-    nodes:
-      - {name: s, kind: switch}
-      - {name: d0, kind: device, group: 0}
-      - {name: d1, kind: device, group: 1}
-      - {name: d2, kind: device, group: 2}
-      - {name: d3, kind: device, group: 3}
-    links:
-      - {a: d0, b: s, bandwidth: 100GB/s, latency: 0ns}
-      - {a: d1, b: s, bandwidth: 100GB/s, latency: 0ns}
-      - {a: d2, b: s, bandwidth: 100GB/s, latency: 0ns}
-      - {a: d3, b: s, bandwidth: 100GB/s, latency: 0ns}
-  hardware: h200
-workloads:
+const std::string kStar = std::string(sluice::testing::kFourDeviceStar) + R"(workloads:
   - {name: j, kind: training, sequence: 512, iterations: 2, cost_tables: none,
      model: {name: flat, layers: 4, hidden: 4096, heads: 32, kv_heads: 32, ffn: 16384, vocab: 8, max_context: 512},
      parallel: {tp: 1, pp: 1, dp: 4, micro_batches: 2, zero: )";
