@@ -54,7 +54,7 @@ int32_t Router::weight(int link) const {
 
 void Router::ensure_weights() {
   for (int e = static_cast<int>(static_w_.size()); e < t_.link_count(); ++e) static_w_.push_back(static_weight(e));
-  if (weights_.size() == static_cast<size_t>(t_.link_count())) return;
+  if (weights_.size() == static_cast<size_t>(t_.link_count()) && arc_at_.size() == static_cast<size_t>(t_.node_count()) + 1) return;
   weights_.resize(static_cast<size_t>(t_.link_count()));
   link_dst_.resize(static_cast<size_t>(t_.link_count()));
   weights_down_ = false;
@@ -179,10 +179,13 @@ Router::Dist Router::distances(int src, int dst) {
                  !dist_.count(dst);
   for (int e : t_.out_links(dst)) compose = compose && t_.node(t_.link(e).dst).kind != NodeKind::Device;
   if (compose) {
-    for (int e : t_.out_links(dst)) {
+    const auto& links = t_.out_links(dst);
+    for (size_t i = 0; i < links.size(); ++i) {
+      const int e = links[i];
       const int u = t_.link(e).dst;
       const int32_t wu = weights_[static_cast<size_t>(e)];
-      if (!dist_.count(u) && compose_dead_end(u, dst, wu, d)) continue;
+      // A dead end's terms leave room for the terms of dst's links after this one.
+      if (!dist_.count(u) && compose_dead_end(u, dst, wu, static_cast<int>(links.size() - i - 1), d)) continue;
       d.add_term(wu, &dist_to(u, false));
     }
   } else {
@@ -194,7 +197,7 @@ Router::Dist Router::distances(int src, int dst) {
   return d;
 }
 
-bool Router::compose_dead_end(int u, int dst, int32_t wu, Dist& d) {
+bool Router::compose_dead_end(int u, int dst, int32_t wu, int rest, Dist& d) {
   const Arc* ua = arc_.data() + arc_at_[static_cast<size_t>(u)];
   const Arc* ue = arc_.data() + arc_at_[static_cast<size_t>(u) + 1];
   if (ue - ua < 2 || d.nears + (ue - ua) + 1 > Dist::kMaxNear) return false;
@@ -213,7 +216,7 @@ bool Router::compose_dead_end(int u, int dst, int32_t wu, Dist& d) {
       const std::vector<int32_t>* v = &dist_to(b->to, false);
       bool known = false;
       for (int i = 0; i < c.vias; ++i) known = known || c.via[static_cast<size_t>(i)] == v;
-      if (!known && c.vias == Dist::kMaxTerms) return false;
+      if (!known && c.vias + rest >= Dist::kMaxTerms) return false;
       c.add_term(wu + a->w + b->w, v);
     }
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <stdexcept>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -104,10 +105,12 @@ class Router {
           via_w[static_cast<size_t>(i)] = std::min(via_w[static_cast<size_t>(i)], w);
           return;
         }
+      if (vias == kMaxTerms) throw std::logic_error("Router::Dist: more composed terms than it holds");
       via_w[static_cast<size_t>(vias)] = w;
       via[static_cast<size_t>(vias++)] = v;
     }
     void add_near(int32_t node, int32_t w) {
+      if (nears == kMaxNear) throw std::logic_error("Router::Dist: more fixed distances than it holds");
       near[static_cast<size_t>(nears++)] = {node, w};
       near_lo = std::min(near_lo, node);
       near_hi = std::max(near_hi, node);
@@ -115,7 +118,8 @@ class Router {
   };
   // Composes dead end u (reached from dst over a link of weight wu) into d, or returns false
   // (u is no dead end, or the terms would not fit) leaving d as it was.
-  bool compose_dead_end(int u, int dst, int32_t wu, Dist& d);
+  // `rest`: dst's links still to be added after u's (each may need a term of its own).
+  bool compose_dead_end(int u, int dst, int32_t wu, int rest, Dist& d);
   Dist distances(int src, int dst);
   void ensure_weights();
   // Distances to dst. Unless `complete`, only those below a torn-down circuit's weight

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "config/error.h"
+#include "config/node.h"
 #include "config/schema.h"
 #include "network/collective.h"
 #include "network/generators.h"
@@ -737,9 +738,15 @@ TEST_CASE("routing: routes composed from neighbours' distances (dead-end NVSwitc
   // source to destination whose weight is the shortest, checked against a plain Dijkstra here
   // over the router's weights (hops first, then the slower links: 1024 + min(512, 64 x 50 GB/s
   // / bandwidth) a link, hosts 2^20).
-  for (const char* name : {"rail-optimized", "fat-tree", "dgx-h200", "gb200-nvl72", "mi300x-8"}) {
-    CAPTURE(name);
-    const Topology t = load_topology_by_name(name, registry());
+  // Catalog topologies, and rail-optimized servers of 12 GPUs and a host, whose NVSwitch's
+  // composition fills the terms a distance holds and must leave room for the device's own.
+  for (const char* name : {"rail-optimized", "fat-tree", "dgx-h200", "gb200-nvl72", "mi300x-8",
+                           "{catalog: rail-optimized, servers: 4, gpus_per_server: 12, host_cpus: 1, tiers: 3}",
+                           "{catalog: rail-optimized, servers: 4, gpus_per_server: 7, host_cpus: 7}"}) {
+    const std::string which = name;
+    CAPTURE(which);
+    const Topology t = name[0] == '{' ? load_topology(load_yaml_string(name, "t.yaml"), registry(), "t.yaml")
+                                      : load_topology_by_name(name, registry());
     auto w = [&](int e) -> int64_t {
       const auto& l = t.link(e);
       if (t.node(l.src).kind == NodeKind::Host || t.node(l.dst).kind == NodeKind::Host) return 1 << 20;
