@@ -14,59 +14,6 @@
 
 namespace sluice::serving {
 
-CostOptions cost_options(const ServingConfig& cfg) {
-  CostOptions o;
-  o.tensor_parallel = cfg.tensor_parallel;
-  o.pipeline_parallel = cfg.pipeline_parallel;
-  o.moe = cfg.moe;
-  o.tables_dir = cfg.tables_dir;
-  o.tables_device = cfg.tables_device;
-  o.allreduce_ns = cfg.allreduce_ns;
-  o.fused_elementwise = cfg.fused_elementwise;
-  o.implementation = cfg.implementation;
-  return o;
-}
-
-MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_per_iteration) {
-  MemoryPlan m;
-  m.capacity_per_gpu = cfg.hardware.hbm_bytes * cfg.gpu_memory_utilization;
-  const bool copies = cfg.model.moe() && cfg.moe.expert_parallel && cfg.moe.eplb;  // EPLB's redundant experts
-  m.weights_per_gpu = cfg.model.weight_bytes_per_gpu(cfg.tensor_parallel, cfg.pipeline_parallel, copies ? cfg.moe.redundant_experts : 0) +
-                      speculative_weight_bytes_per_gpu(cfg.speculative, cfg.model, cfg.tensor_parallel);  // a drafter beside it
-  // Activations of the largest iteration, split across tensor-parallel ranks; capped at
-  // 16k tokens (beyond that frameworks chunk the work rather than reserve more).
-  m.activation_per_gpu = cfg.model.activation_bytes(std::min<int64_t>(max_tokens_per_iteration, 16384)) / cfg.tensor_parallel;
-  m.kv_per_gpu = m.capacity_per_gpu - m.weights_per_gpu - m.activation_per_gpu;
-  // A drafter's KV cache grows beside the target's, token for token.
-  const double kv_per_token_per_gpu = cfg.model.kv_bytes_per_token_per_gpu(cfg.tensor_parallel, cfg.pipeline_parallel) +
-                                      speculative_kv_bytes_per_token_per_gpu(cfg.speculative, cfg.model, cfg.tensor_parallel);
-  if (m.kv_per_gpu <= kv_per_token_per_gpu * cfg.block_size)
-    throw std::runtime_error(fmt::format(
-        "{} does not fit on {} × tp={} pp={}: each GPU needs {} of weights + {} of activations + KV cache, "
-        "but has {} ({} HBM × gpu_memory_utilization {}); short by {} before any KV cache. "
-        "Use more tensor/pipeline parallelism, a larger GPU, or a smaller model.",
-        cfg.model.name, cfg.hardware.name, cfg.tensor_parallel, cfg.pipeline_parallel, format_bytes(m.weights_per_gpu),
-        format_bytes(m.activation_per_gpu), format_bytes(m.capacity_per_gpu), format_bytes(cfg.hardware.hbm_bytes),
-        cfg.gpu_memory_utilization, format_bytes(m.weights_per_gpu + m.activation_per_gpu + kv_per_token_per_gpu * cfg.block_size - m.capacity_per_gpu)));
-  m.kv_tokens_per_replica = static_cast<int64_t>(std::floor(m.kv_per_gpu / kv_per_token_per_gpu));
-  m.blocks_per_replica = m.kv_tokens_per_replica / cfg.block_size;
-  // With pipeline parallelism the replica runs pp virtual engines (pp batches in flight, as
-  // vLLM does), each with its own scheduler and 1/pp of the blocks.
-  m.blocks_per_engine = m.blocks_per_replica / cfg.pipeline_parallel;
-  // As vLLM does: an engine must hold at least one sequence of the model's full context,
-  // beyond the blocks kept free at admission (the watermark).
-  const int64_t admissible = m.blocks_per_engine - static_cast<int64_t>(std::floor(cfg.watermark * static_cast<double>(m.blocks_per_engine)));
-  if (admissible * cfg.block_size < cfg.model.max_context)
-    throw std::runtime_error(fmt::format(
-        "the KV cache of a replica holds {} tokens ({} per GPU after {} of weights and {} of activations), fewer than "
-        "one sequence of {}'s context of {} tokens ({} of KV needed per replica); give the server more memory or "
-        "parallelism, or lower the model's max_context",
-        admissible * cfg.block_size, format_bytes(m.kv_per_gpu), format_bytes(m.weights_per_gpu),
-        format_bytes(m.activation_per_gpu), cfg.model.name, cfg.model.max_context,
-        format_bytes(cfg.model.kv_bytes_per_token() * cfg.model.max_context)));
-  return m;
-}
-
 namespace {
 FrontEndOptions front_end_options(const ServingConfig& c) {
   FrontEndOptions o;
@@ -241,62 +188,6 @@ void ServingSim::on_event(Engine& e, uint32_t kind, uint32_t arg) {
       if (!front_.all_ended() && e.pending() > 0) e.schedule_in(SimTime::ns(cfg_.sample_interval_ns), Priority::Stats, this, kSample);
       break;
   }
-}
-
-void ServingSim::check_conservation() const {
-  // Ended requests give their slot back, so the table holds only the requests in flight:
-  // those are counted by state, the ended ones by the counters kept as they end.
-  const RequestCounts& n = front_.counts();
-  const auto& reqs = front_.requests();
-  int64_t used = 0, ended_in_use = 0, queued = 0, running = 0, swapped = 0, parked = 0, pending = 0, handoff = 0;
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    if (!front_.slot_used(i)) continue;
-    const Request& q = reqs[i];
-    ++used;
-    if (q.state == ReqState::Done) {
-      ++ended_in_use;  // must not happen: a slot is released as its request ends
-    } else if (q.parked) {
-      ++parked;
-    } else if (q.state == ReqState::Waiting) {
-      ++queued;
-    } else if (q.state == ReqState::Running) {
-      ++running;
-    } else if (q.state == ReqState::Swapped) {
-      ++swapped;
-    } else if (q.state == ReqState::Handoff) {
-      ++handoff;
-    } else {
-      ++pending;  // made, not yet arrived
-    }
-  }
-  int64_t held = 0;
-  for (const auto& r : replicas_) held += static_cast<int64_t>(r->outstanding());
-  const bool ok = ended_in_use == 0 && used == n.live && n.made - n.released == n.live && n.released == n.completed &&
-                  n.completed == n.answered + n.rejected_too_long + n.failed + n.rejected_overload + n.rejected_late && held == queued + running + swapped &&
-                  parked == static_cast<int64_t>(global_.parked()) &&
-                  n.made - n.completed == queued + running + swapped + parked + handoff + pending && n.made <= n.announced &&
-                  handoff == in_handoff_;
-  for (size_t i = 0; i < replicas_.size(); ++i) {
-    if (replicas_[i]->routed != replicas_[i]->outstanding() + replicas_[i]->incoming)
-      throw std::logic_error(fmt::format("routing count broken on engine {}: the routers see {} requests, its queues hold {}", i,
-                                         replicas_[i]->routed, replicas_[i]->outstanding()));
-    const auto& kv = replicas_[i]->kv;
-    if (kv.free_blocks() < 0 || kv.cached_blocks() < 0 || kv.used_blocks() < 0 || kv.free_blocks() + kv.cached_blocks() > kv.total_blocks())
-      throw std::logic_error(fmt::format("KV invariant broken on engine {}: {} free, {} cached, {} used of {} blocks", i, kv.free_blocks(),
-                                         kv.cached_blocks(), kv.used_blocks(), kv.total_blocks()));
-    if (rstats_[i].busy_ns < 0 || rstats_[i].busy_ns > std::max(last_activity_ns_, engine_.now().count_ns()) + 1)
-      throw std::logic_error(fmt::format("utilization invariant broken on engine {}: busy {} ns in a run of {} ns", i, rstats_[i].busy_ns,
-                                         std::max(last_activity_ns_, engine_.now().count_ns())));
-  }
-  if (!ok)
-    throw std::logic_error(fmt::format("request conservation broken at {}: {} requests made of {} announced; {} ended ({} answered, "
-                                       "{} rejected, {} rejected as overload, {} failed; {} slots released), {} queued + {} running + "
-                                       "{} swapped (replicas hold {}), {} parked (router holds {}), {} not arrived; {} slots in use "
-                                       "(counted {}), {} of them ended",
-                                       engine_.now().str(), n.made, n.announced, n.completed, n.answered, n.rejected_too_long,
-                                       n.rejected_overload, n.failed, n.released, queued, running, swapped, held, parked,
-                                       global_.parked(), pending, used, n.live,
-                                       ended_in_use));
 }
 
 void ServingSim::request_schedule(int ri) {

@@ -1,0 +1,67 @@
+// What a deployment is built from before it runs: the cost model's options and the memory plan
+// (weights, activations and the KV cache each GPU holds, and the blocks each engine gets).
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "config/units.h"
+#include "workloads/serving/serving_sim.h"
+
+namespace sluice::serving {
+
+CostOptions cost_options(const ServingConfig& cfg) {
+  CostOptions o;
+  o.tensor_parallel = cfg.tensor_parallel;
+  o.pipeline_parallel = cfg.pipeline_parallel;
+  o.moe = cfg.moe;
+  o.tables_dir = cfg.tables_dir;
+  o.tables_device = cfg.tables_device;
+  o.allreduce_ns = cfg.allreduce_ns;
+  o.fused_elementwise = cfg.fused_elementwise;
+  o.implementation = cfg.implementation;
+  return o;
+}
+
+MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_per_iteration) {
+  MemoryPlan m;
+  m.capacity_per_gpu = cfg.hardware.hbm_bytes * cfg.gpu_memory_utilization;
+  const bool copies = cfg.model.moe() && cfg.moe.expert_parallel && cfg.moe.eplb;  // EPLB's redundant experts
+  m.weights_per_gpu = cfg.model.weight_bytes_per_gpu(cfg.tensor_parallel, cfg.pipeline_parallel, copies ? cfg.moe.redundant_experts : 0) +
+                      speculative_weight_bytes_per_gpu(cfg.speculative, cfg.model, cfg.tensor_parallel);  // a drafter beside it
+  // Activations of the largest iteration, split across tensor-parallel ranks; capped at
+  // 16k tokens (beyond that frameworks chunk the work rather than reserve more).
+  m.activation_per_gpu = cfg.model.activation_bytes(std::min<int64_t>(max_tokens_per_iteration, 16384)) / cfg.tensor_parallel;
+  m.kv_per_gpu = m.capacity_per_gpu - m.weights_per_gpu - m.activation_per_gpu;
+  // A drafter's KV cache grows beside the target's, token for token.
+  const double kv_per_token_per_gpu = cfg.model.kv_bytes_per_token_per_gpu(cfg.tensor_parallel, cfg.pipeline_parallel) +
+                                      speculative_kv_bytes_per_token_per_gpu(cfg.speculative, cfg.model, cfg.tensor_parallel);
+  if (m.kv_per_gpu <= kv_per_token_per_gpu * cfg.block_size)
+    throw std::runtime_error(fmt::format(
+        "{} does not fit on {} × tp={} pp={}: each GPU needs {} of weights + {} of activations + KV cache, "
+        "but has {} ({} HBM × gpu_memory_utilization {}); short by {} before any KV cache. "
+        "Use more tensor/pipeline parallelism, a larger GPU, or a smaller model.",
+        cfg.model.name, cfg.hardware.name, cfg.tensor_parallel, cfg.pipeline_parallel, format_bytes(m.weights_per_gpu),
+        format_bytes(m.activation_per_gpu), format_bytes(m.capacity_per_gpu), format_bytes(cfg.hardware.hbm_bytes),
+        cfg.gpu_memory_utilization, format_bytes(m.weights_per_gpu + m.activation_per_gpu + kv_per_token_per_gpu * cfg.block_size - m.capacity_per_gpu)));
+  m.kv_tokens_per_replica = static_cast<int64_t>(std::floor(m.kv_per_gpu / kv_per_token_per_gpu));
+  m.blocks_per_replica = m.kv_tokens_per_replica / cfg.block_size;
+  // With pipeline parallelism the replica runs pp virtual engines (pp batches in flight, as
+  // vLLM does), each with its own scheduler and 1/pp of the blocks.
+  m.blocks_per_engine = m.blocks_per_replica / cfg.pipeline_parallel;
+  // As vLLM does: an engine must hold at least one sequence of the model's full context,
+  // beyond the blocks kept free at admission (the watermark).
+  const int64_t admissible = m.blocks_per_engine - static_cast<int64_t>(std::floor(cfg.watermark * static_cast<double>(m.blocks_per_engine)));
+  if (admissible * cfg.block_size < cfg.model.max_context)
+    throw std::runtime_error(fmt::format(
+        "the KV cache of a replica holds {} tokens ({} per GPU after {} of weights and {} of activations), fewer than "
+        "one sequence of {}'s context of {} tokens ({} of KV needed per replica); give the server more memory or "
+        "parallelism, or lower the model's max_context",
+        admissible * cfg.block_size, format_bytes(m.kv_per_gpu), format_bytes(m.weights_per_gpu),
+        format_bytes(m.activation_per_gpu), cfg.model.name, cfg.model.max_context,
+        format_bytes(cfg.model.kv_bytes_per_token() * cfg.model.max_context)));
+  return m;
+}
+
+}  // namespace sluice::serving
