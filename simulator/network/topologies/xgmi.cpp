@@ -2,7 +2,6 @@
 // has one Infinity Fabric (xGMI) link to each peer, so a ring uses one link a hop and an
 // all-to-all all seven at once. Servers join by a NIC per GPU into a fat-tree or a
 // rail-optimized Clos (one server alone has no scale-out).
-#include <fmt/format.h>
 
 #include "network/topologies/keys.h"
 
@@ -49,7 +48,6 @@ SLUICE_REGISTER(component, topology_xgmi) {
           "joined by a NIC per GPU into a Clos",
           s, TopologyFactory([keys](const Params& p, const std::string& name) {
             const XgmiSpec x = keys.make(p);
-            if (x.host_cpus > x.gpus) p.fail("host_cpus", "more host CPUs than GPUs", fmt::format("0..{}", x.gpus));
             ServerSpec server;
             server.gpus = x.gpus;
             server.mesh = true;
@@ -62,6 +60,7 @@ SLUICE_REGISTER(component, topology_xgmi) {
             server.gpu_usd = x.gpu_usd;
             server.host_usd = x.host_usd;
             server.server_other_usd = x.server_other_usd;
+            check_server(p, server);
             return build_scaled_out(server, x.servers, x.scale_out, name, "xgmi-mesh");
           }));
 }

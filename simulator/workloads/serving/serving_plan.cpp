@@ -24,6 +24,11 @@ CostOptions cost_options(const ServingConfig& cfg) {
   return o;
 }
 
+double kv_bytes_per_token_per_gpu(const ServingConfig& cfg) {
+  return cfg.model.kv_bytes_per_token_per_gpu(cfg.tensor_parallel, cfg.pipeline_parallel) +
+         speculative_kv_bytes_per_token_per_gpu(cfg.speculative, cfg.model, cfg.tensor_parallel);
+}
+
 MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_per_iteration) {
   MemoryPlan m;
   m.capacity_per_gpu = cfg.hardware.hbm_bytes * cfg.gpu_memory_utilization;
@@ -34,9 +39,7 @@ MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_
   // 16k tokens (beyond that frameworks chunk the work rather than reserve more).
   m.activation_per_gpu = cfg.model.activation_bytes(std::min<int64_t>(max_tokens_per_iteration, 16384)) / cfg.tensor_parallel;
   m.kv_per_gpu = m.capacity_per_gpu - m.weights_per_gpu - m.activation_per_gpu;
-  // A drafter's KV cache grows beside the target's, token for token.
-  const double kv_per_token_per_gpu = cfg.model.kv_bytes_per_token_per_gpu(cfg.tensor_parallel, cfg.pipeline_parallel) +
-                                      speculative_kv_bytes_per_token_per_gpu(cfg.speculative, cfg.model, cfg.tensor_parallel);
+  const double kv_per_token_per_gpu = kv_bytes_per_token_per_gpu(cfg);
   if (m.kv_per_gpu <= kv_per_token_per_gpu * cfg.block_size)
     throw std::runtime_error(fmt::format(
         "{} does not fit on {} × tp={} pp={}: each GPU needs {} of weights + {} of activations + KV cache, "

@@ -49,8 +49,7 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
     r->reqs = &front_.requests();
     r->preemption = cfg_.preemption;
     // Over all the replica's GPUs.
-    r->kv_bytes_per_token = (cfg_.model.kv_bytes_per_token_per_gpu(cfg_.tensor_parallel, cfg_.pipeline_parallel) +
-                             speculative_kv_bytes_per_token_per_gpu(cfg_.speculative, cfg_.model, cfg_.tensor_parallel)) * shards;
+    r->kv_bytes_per_token = kv_bytes_per_token_per_gpu(cfg_) * shards;
     r->lookahead = spec_ ? spec_->k() : 0;
     r->swap_Bps = cfg_.hardware.pcie_Bps * shards;
     r->swap_capacity_tokens = static_cast<int64_t>(cfg_.swap_space_bytes / r->kv_bytes_per_token);

@@ -41,6 +41,8 @@ struct ServingConfig;
 
 // The cost model's options for a deployment (parallelism, tables, network all-reduce).
 CostOptions cost_options(const ServingConfig& cfg);
+// KV bytes one GPU holds per token: the model's share and a drafter's beside it, token for token.
+double kv_bytes_per_token_per_gpu(const ServingConfig& cfg);
 
 
 struct MemoryPlan {

@@ -1,6 +1,8 @@
 // A deployment's plain results (ServingResults), which the recorder formats.
 #include "workloads/serving/serving_sim.h"
 
+#include <array>
+
 namespace sluice::serving {
 
 void ServingSim::set_kv_tiers(BlockManager& kv, double kv_bytes_per_token) const {
@@ -154,10 +156,14 @@ ServingResults ServingSim::results() const {
     sp.accepted = s.accepted;
     sp.tokens_made = s.tokens;
     sp.draft_ns = s.draft_ns_total;
-    sp.context = s.steps > 0 ? static_cast<int>(std::lround(spec_context_sum_ / static_cast<double>(s.steps))) : 1024;
+    // The gain is judged at the mean context the verifications saw; a run without any at a
+    // nominal context, at a spread of batch sizes, and the break-even batch searched up to a limit.
+    constexpr int kNominalContext = 1024, kBreakEvenLimit = 1024;
+    constexpr std::array<int, 5> kBatches{1, 4, 16, 64, 256};
+    sp.context = s.steps > 0 ? static_cast<int>(std::lround(spec_context_sum_ / static_cast<double>(s.steps))) : kNominalContext;
     const CostModel analytic(c.hardware, c.model, cost_options(c));  // every transfer analytic, the drafter's as the target's
-    for (int b : {1, 4, 16, 64, 256}) sp.gain_by_batch.emplace_back(b, s.gain_at(analytic, b, sp.context));
-    sp.break_even_limit = 1024;
+    for (int b : kBatches) sp.gain_by_batch.emplace_back(b, s.gain_at(analytic, b, sp.context));
+    sp.break_even_limit = kBreakEvenLimit;
     sp.break_even_batch = s.break_even_batch(analytic, sp.context, sp.break_even_limit);
   }
   r.tp_allreduces = tp_comm_count_;

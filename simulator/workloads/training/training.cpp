@@ -49,7 +49,7 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
   // Expert parallelism: 1/ep of the routed experts on each device, their gradients reduced over
   // the dp / ep replicas that hold the same ones.
   const double routed = c_.model.routed_expert_parameters();
-  params_per_device_ = (c_.model.parameters() - routed * (1 - 1.0 / c_.ep)) / (c_.tp * c_.pp);
+  params_per_device_ = params_per_device(c_);
   dp_bytes_ = params_per_device_ * c_.model.dtype_bytes;
   if (c_.ep > 1) expert_dp_bytes_ = routed / c_.ep / (c_.tp * c_.pp) * c_.model.dtype_bytes;
   a2a_.resize(static_cast<size_t>(c_.dp / c_.ep * c_.pp));

@@ -70,6 +70,8 @@ struct TrainingConfig {
   SlicingConfig slicing;
 };
 
+// Parameters one device holds: its tp x pp share of the model, with 1/ep of the routed experts.
+double params_per_device(const TrainingConfig& c);
 // Memory one device of a stage holds (bytes).
 struct TrainingMemory {
   double weights = 0, gradients = 0, optimizer = 0, activations = 0;

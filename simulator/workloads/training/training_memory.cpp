@@ -7,11 +7,14 @@
 
 namespace sluice::training {
 
+double params_per_device(const TrainingConfig& c) {
+  return (c.model.parameters() - c.model.routed_expert_parameters() * (1 - 1.0 / c.ep)) / (c.tp * c.pp);
+}
+
 TrainingMemory training_memory(const TrainingConfig& c) {
   const ModelSpec& m = c.model;
   TrainingMemory mem;
-  // Expert parallelism: each device holds 1/ep of the routed experts.
-  const double params = (m.parameters() - m.routed_expert_parameters() * (1 - 1.0 / c.ep)) / (c.tp * c.pp);
+  const double params = params_per_device(c);
   mem.weights = params * m.dtype_bytes;
   // ZeRO shards the optimizer state (stage 1) and the gradients (stage 2) over the replicas.
   mem.gradients = params * m.dtype_bytes / (c.zero >= 2 ? c.dp : 1);
