@@ -88,7 +88,8 @@ class Binding {
   // keys inside a cluster's, say.
   template <class S>
   void nest(S T::*member, const Binding<S>& inner) {
-    for (const auto& [key, f] : inner.fills_) on(key, [member, f](const Params& p, T& t) { f(p, t.*member); });
+    // (the pair is named, not unpacked: clang before 16 cannot capture a structured binding)
+    for (const auto& kf : inner.fills_) on(kf.first, [member, f = kf.second](const Params& p, T& t) { f(p, t.*member); });
   }
 
   // Fills every bound field that `p` holds (given or defaulted); leaves the others as they are.
