@@ -3,11 +3,11 @@
 #include <string>
 
 #include "recorder/recorder.h"
-#include "workloads/diffusion/diffusion.h"
+#include "recorder/diffusion_results.h"
 
 namespace sluice {
 
 // `scope` empty: metrics under "diffusion"; otherwise under workloads.<scope>, summary tagged.
-void report_diffusion(const diffusion::DiffusionResults& r, const diffusion::DiffusionConfig& c, Recorder& rec, const std::string& scope);
+void report_diffusion(const diffusion::DiffusionResults& r, const diffusion::DiffusionSetup& c, Recorder& rec, const std::string& scope);
 
 }  // namespace sluice

@@ -8,7 +8,7 @@
 
 namespace sluice {
 
-void report_training(const training::TrainingResults& r, const training::TrainingConfig& c, Recorder& rec, const std::string& scope) {
+void report_training(const training::TrainingResults& r, const training::TrainingSetup& c, Recorder& rec, const std::string& scope) {
   auto summary = [&](std::string line) { rec.summary(scope.empty() ? std::move(line) : fmt::format("[{}] {}", scope, line)); };
   Json m = Json::object();
   double mean = 0;
@@ -16,19 +16,19 @@ void report_training(const training::TrainingResults& r, const training::Trainin
   if (!r.iteration_s.empty()) mean /= static_cast<double>(r.iteration_s.size());
   const double tokens_s = mean > 0 ? r.tokens_per_iteration / mean : 0;
   const double mfu = mean > 0 ? r.model_flops_per_iteration / mean / (r.devices * r.peak_flops_per_device) : 0;
-  m["job"] = Json{{"model", c.model.name},
-                  {"hardware", c.hardware.name},
+  m["job"] = Json{{"model", c.model},
+                  {"hardware", c.hardware},
                   {"devices", r.devices},
                   {"tp", c.tp},
                   {"pp", c.pp},
                   {"dp", c.dp},
-                  {"schedule", c.schedule == training::Schedule::GPipe ? "gpipe" : "1f1b"},
+                  {"schedule", c.schedule},
                   {"micro_batches", c.micro_batches},
                   {"micro_batch_size", c.micro_batch_size},
                   {"sequence", c.sequence},
                   {"recompute", c.recompute},
-                  {"dp_algorithm", net::collective_name(c.dp_algorithm)},
-                  {"tp_algorithm", net::collective_name(c.tp_algorithm)},
+                  {"dp_algorithm", c.dp_algorithm},
+                  {"tp_algorithm", c.tp_algorithm},
                   {"virtual_stages", c.virtual_stages},
                   {"zero", c.zero},
                   {"cost_source", c.cost_source},
@@ -63,14 +63,14 @@ void report_training(const training::TrainingResults& r, const training::Trainin
   m["optimizer_ms"] = r.optimizer_ms;
   m["memory_per_device"] = Json{{"weights_bytes", r.memory.weights}, {"gradients_bytes", r.memory.gradients},
                                 {"optimizer_bytes", r.memory.optimizer}, {"activations_bytes", r.memory.activations},
-                                {"total_bytes", r.memory.total()}, {"capacity_bytes", c.hardware.hbm_bytes}};
+                                {"total_bytes", r.memory.total()}, {"capacity_bytes", c.hbm_bytes}};
   m["flows"] = r.flows;
-  if (c.model.moe()) {
+  if (c.moe) {
     // A mixture of experts: its expert parallelism, the all-to-alls' time and share of the
     // iteration, and the gradient bytes reduced over the expert-data-parallel groups.
     m["moe"] = Json{{"expert_parallel", c.ep},
-                    {"routing", c.routing == MoeOptions::Routing::Zipf ? "zipf" : "uniform"},
-                    {"active_parameters", c.model.active_parameters()},
+                    {"routing", c.routing},
+                    {"active_parameters", c.active_parameters},
                     {"alltoall_ms", r.alltoall_ms},
                     {"alltoall_share", mean > 0 ? r.alltoall_ms / 1e3 / mean : 0.0},
                     {"alltoall_bytes_per_device", r.alltoall_bytes_per_device},
@@ -123,10 +123,10 @@ void report_training(const training::TrainingResults& r, const training::Trainin
   {
     Json tokens = Json::array();
     for (int l : r.slice_tokens) tokens.push_back(l);
-    m["slicing"] = Json{{"policy", training::slicing_policy_name(c.slicing.policy)},
+    m["slicing"] = Json{{"policy", c.slicing_policy},
                         {"slices", r.slice_tokens.size()},
                         {"tokens", tokens},
-                        {"granularity", c.slicing.granularity},
+                        {"granularity", c.slicing_granularity},
                         {"model_pass_ms", r.slice_model_ms},
                         {"unsliced_model_pass_ms", r.unsliced_model_ms},
                         {"model_speedup", r.slice_model_ms > 0 ? r.unsliced_model_ms / r.slice_model_ms : 0.0},
@@ -139,9 +139,9 @@ void report_training(const training::TrainingResults& r, const training::Trainin
   }
   if (scope.empty()) rec.metrics()["training"] = m;
   else rec.metrics()["workloads"][scope] = m;
-  summary(fmt::format("{} training on {} × {} (tp {} × pp {} × dp {}, {} over {} micro-batches of {} × {} tokens)", c.model.name,
-                      r.devices, c.hardware.name, c.tp, c.pp, c.dp,
-                      c.schedule == training::Schedule::GPipe ? std::string("GPipe")
+  summary(fmt::format("{} training on {} × {} (tp {} × pp {} × dp {}, {} over {} micro-batches of {} × {} tokens)", c.model,
+                      r.devices, c.hardware, c.tp, c.pp, c.dp,
+                      c.schedule == "gpipe" ? std::string("GPipe")
                       : c.virtual_stages > 1                  ? fmt::format("interleaved 1F1B ({} chunks a rank)", c.virtual_stages)
                                                               : std::string("1F1B"),
                       c.micro_batches, c.micro_batch_size, c.sequence));
@@ -152,9 +152,9 @@ void report_training(const training::TrainingResults& r, const training::Trainin
   if (c.ep > 1)
     summary(fmt::format("expert parallelism over {} replicas: all-to-alls {:.1f} ms an iteration ({:.1f}% of it), {} a device dispatches and combines (its own experts' share included)",
                         c.ep, r.alltoall_ms, mean > 0 ? 100 * r.alltoall_ms / 1e3 / mean : 0.0, format_bytes(r.alltoall_bytes_per_device)));
-  if (c.slicing.policy != training::SlicingPolicy::None)
+  if (c.slicing_policy != "none")
     summary(fmt::format("token slicing ({}): {} slices of {}..{} tokens; formula pass {:.1f} ms against {:.1f} ms unsliced ({:.2f}x)",
-                        training::slicing_policy_name(c.slicing.policy), r.slice_tokens.size(),
+                        c.slicing_policy, r.slice_tokens.size(),
                         r.slice_tokens.empty() ? 0 : *std::min_element(r.slice_tokens.begin(), r.slice_tokens.end()),
                         r.slice_tokens.empty() ? 0 : *std::max_element(r.slice_tokens.begin(), r.slice_tokens.end()), r.slice_model_ms,
                         r.unsliced_model_ms, r.slice_model_ms > 0 ? r.unsliced_model_ms / r.slice_model_ms : 0.0));
@@ -164,7 +164,7 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                         r.fast_forwarded));
   summary(fmt::format("costs: {}", c.cost_source));
   summary(fmt::format("memory/device: {} of {} (weights {}, gradients {}, optimizer {}, activations {})", format_bytes(r.memory.total()),
-                      format_bytes(c.hardware.hbm_bytes), format_bytes(r.memory.weights), format_bytes(r.memory.gradients),
+                      format_bytes(c.hbm_bytes), format_bytes(r.memory.weights), format_bytes(r.memory.gradients),
                       format_bytes(r.memory.optimizer), format_bytes(r.memory.activations)));
 }
 

@@ -3,11 +3,11 @@
 #include <string>
 
 #include "recorder/recorder.h"
-#include "workloads/training/training.h"
+#include "recorder/training_results.h"
 
 namespace sluice {
 
 // `scope` empty: metrics under "training"; otherwise under workloads.<scope>, summary tagged.
-void report_training(const training::TrainingResults& r, const training::TrainingConfig& c, Recorder& rec, const std::string& scope);
+void report_training(const training::TrainingResults& r, const training::TrainingSetup& c, Recorder& rec, const std::string& scope);
 
 }  // namespace sluice

@@ -11,8 +11,7 @@
 #include "engine/engine.h"
 #include "run/runner.h"
 #include "run/scenario.h"
-#include "world/stall.h"
-#include "world/world_study.h"
+#include "engine/stall.h"
 
 namespace sluice {
 
@@ -58,27 +57,25 @@ MonkeyReport run_monkey(const std::string& file, const std::vector<std::string>&
   MonkeyReport rep;
   // The components, from the world the scenario builds: known (and refused when there are
   // none) before the baseline runs.
-  for (const auto& cl : o.classes)
-    if (!parse_fault_class(cl))
-      throw ConfigError(Origin{"--classes", 0, 0}, "--classes", cl, "not a component class", fault_class_list());
   Scenario sc = load_scenario(file, sets, reg);
-  auto* ws = dynamic_cast<WorldStudy*>(sc.world.get());
-  if (!ws) throw ConfigError(Origin{file, 0, 0}, "", "", "the monkey runs world scenarios, and this is not one", "a scenario with cluster: and workloads:");
-  World& w = ws->world();
+  const auto what = sc.world->fault_targets();
+  if (!what) throw ConfigError(Origin{file, 0, 0}, "", "", "the monkey runs world scenarios, and this is not one", "a scenario with cluster: and workloads:");
+  std::string class_names;
+  for (const auto& [cname, comps] : what->classes) class_names += (class_names.empty() ? "" : ", ") + cname;
+  for (const auto& cl : o.classes)
+    if (std::none_of(what->classes.begin(), what->classes.end(), [&](const auto& c) { return c.first == cl; }))
+      throw ConfigError(Origin{"--classes", 0, 0}, "--classes", cl, "not a component class", class_names);
   std::vector<std::string> targets;
-  for (int c = 0; c < kFaultClasses; ++c) {
-    const auto cls = static_cast<FaultClass>(c);
-    const std::string cname = fault_class_name(cls);
+  for (const auto& [cname, comps] : what->classes) {
     if (!o.classes.empty() && std::find(o.classes.begin(), o.classes.end(), cname) == o.classes.end()) continue;
-    const auto& comps = w.components(cls);
     if (comps.empty()) continue;
     const size_t n = comps.size(), k = o.per_class > 0 ? std::min(n, static_cast<size_t>(o.per_class)) : n;
-    for (size_t i = 0; i < k; ++i) targets.push_back(cname + ":" + comps[i * n / k].name);
+    for (size_t i = 0; i < k; ++i) targets.push_back(cname + ":" + comps[i * n / k]);
   }
   // A monkey that fails nothing would report a clean bill after 0 runs.
   if (targets.empty())
     throw ConfigError(Origin{file, 0, 0}, "--classes", o.classes.empty() ? "" : fmt::format("{}", fmt::join(o.classes, ",")),
-                      fmt::format("the cluster '{}' has no component of {} to fail", w.topology().name(), o.classes.empty() ? "any class" : "these classes"),
+                      fmt::format("the cluster '{}' has no component of {} to fail", what->cluster, o.classes.empty() ? "any class" : "these classes"),
                       "classes the cluster has (see `sluice topo`)");
 
   // The baseline: its length spreads the failure instants, its events size the hang budget.

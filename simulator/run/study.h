@@ -5,7 +5,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "config/schema.h"
 #include "recorder/recorder.h"
@@ -14,6 +17,13 @@
 namespace sluice {
 
 // What a study needs while it runs.
+// What a fault can take down in a study's cluster, for `sluice monkey`: every fault class
+// (chip, host, ..., in the world's order) with its components' names, and the cluster's name.
+struct FaultTargets {
+  std::string cluster;
+  std::vector<std::pair<std::string, std::vector<std::string>>> classes;
+};
+
 struct RunEnv {
   Recorder& recorder;
   std::function<void(double)> progress;  // fraction done in [0, 1]; may be empty
@@ -29,6 +39,8 @@ class Study {
   // of the scenarios it runs), folded into the run id so that changed inputs never replace
   // an earlier run's results. Empty for a study that is all in its own file.
   virtual std::string identity() const { return ""; }
+  // A study that runs a cluster says what can fail in it; a study without one has nothing.
+  virtual std::optional<FaultTargets> fault_targets() { return std::nullopt; }
 };
 
 struct StudyContext {

@@ -1,6 +1,6 @@
 #include "world/world.h"
 
-#include "world/stall.h"
+#include "engine/stall.h"
 
 #include <algorithm>
 #include <cmath>

@@ -11,6 +11,18 @@
 
 namespace sluice {
 
+std::optional<FaultTargets> WorldStudy::fault_targets() {
+  FaultTargets t;
+  t.cluster = world_->topology().name();
+  for (int c = 0; c < kFaultClasses; ++c) {
+    const auto cls = static_cast<FaultClass>(c);
+    std::vector<std::string> names;
+    for (const auto& comp : world_->components(cls)) names.push_back(comp.name);
+    t.classes.emplace_back(fault_class_name(cls), std::move(names));
+  }
+  return t;
+}
+
 void WorldStudy::run(RunEnv& env) {
   world_->progress = env.progress;
   world_->recorder = &env.recorder;

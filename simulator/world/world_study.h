@@ -15,6 +15,7 @@ class WorldStudy final : public Study {
   WorldStudy(std::unique_ptr<World> world, SimTime max_sim_time) : world_(std::move(world)), until_(max_sim_time) {}
   void run(RunEnv& env) override;
   World& world() { return *world_; }
+  std::optional<FaultTargets> fault_targets() override;
 
  private:
   std::unique_ptr<World> world_;

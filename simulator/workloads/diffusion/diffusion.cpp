@@ -110,7 +110,7 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
     res_.device_busy_s.clear();
     for (int64_t b : busy_ns_) res_.device_busy_s.push_back(static_cast<double>(b) / 1e9);
   }
-  void report(Recorder& rec, bool scoped) const override { report_diffusion(res_, c_, rec, scoped ? name() : std::string()); }
+  void report(Recorder& rec, bool scoped) const override { report_diffusion(res_, diffusion_setup(c_), rec, scoped ? name() : std::string()); }
 
   void on_event(Engine& e, uint32_t kind, uint32_t arg) override {
     switch (kind) {

@@ -11,6 +11,7 @@
 
 #include "hardware/cost_model.h"
 #include "hardware/dit.h"
+#include "recorder/diffusion_results.h"
 #include "world/world.h"
 
 namespace sluice::diffusion {
@@ -46,11 +47,9 @@ struct DiffusionConfig {
 };
 
 // One device's memory (bytes): weights (P or P/N) and the step's activations and buffers.
-struct DiffusionMemory {
-  double weights = 0, activations = 0, kv_buffers = 0;
-  double total() const { return weights + activations + kv_buffers; }
-};
 DiffusionMemory diffusion_memory(const DiffusionConfig& c);
+// The workload as its report names it (recorder/diffusion_results.h).
+DiffusionSetup diffusion_setup(const DiffusionConfig& c);
 
 // Bytes one step puts on the fabric, per device, as the published formulas count them
 // (docs/REFERENCES.md#communication-and-memory-per-strategy), for B images of p tokens and hidden hs, O = B·p·hs·2 bytes:
@@ -61,23 +60,6 @@ DiffusionMemory diffusion_memory(const DiffusionConfig& c);
 // Every strategy's fabric bytes per step per device equal it (tests/unit/test_diffusion.cpp).
 double formula_bytes_per_device(const DiffusionConfig& c, int batch);
 
-struct DiffusionResults {
-  std::vector<double> latency_s, queue_s;  // per image, in completion order
-  double makespan_s = 0;
-  double first_arrival_s = 0;
-  int completed = 0;
-  std::vector<double> device_busy_s;       // compute time per device
-  double step_compute_ms = 0;              // one step's compute on one device of a group (batch 1 branch set)
-  double single_step_ms = 0;               // dit_step on one device (the same batch)
-  uint64_t flows = 0;
-  double fabric_bytes = 0;                 // every byte this workload put on the fabric
-  double comm_bytes_per_step_per_device = 0;  // of the strategy's transfers (mean over steps)
-  double formula_bytes_per_step_per_device = 0;  // the formula at each step's batch, mean over steps
-  double pipefusion_stage_io_bytes_per_step = 0;  // an interior stage's activations in + out per step
-  long batch_steps = 0;
-  double mean_batch = 0;
-  DiffusionMemory memory;
-};
 
 // Shapes the formulas and the job share.
 namespace shape {

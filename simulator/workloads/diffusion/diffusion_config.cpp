@@ -13,6 +13,28 @@ namespace sluice::diffusion {
 
 using namespace shape;
 
+DiffusionSetup diffusion_setup(const DiffusionConfig& c) {
+  DiffusionSetup s;
+  s.model = c.dit.name;
+  s.hardware = c.hardware.name;
+  s.strategy = strategy_name(c.strategy());
+  s.implementation = implementation_name(c.implementation);
+  s.cost_source = c.cost_source;
+  s.hbm_bytes = c.hardware.hbm_bytes;
+  s.devices = c.devices();
+  s.cfg_degree = c.cfg_degree, s.tensor = c.tensor, s.ulysses = c.ulysses, s.ring = c.ring;
+  s.distrifusion = c.distrifusion, s.pipefusion = c.pipefusion, s.patches = c.patches, s.warmup_steps = c.warmup_steps;
+  s.resolution = c.resolution;
+  s.patch_tokens = c.patch_tokens();
+  s.text_tokens = c.dit.text_tokens;
+  s.steps = c.steps;
+  s.cfg = c.cfg;
+  s.requests = c.requests;
+  s.rate_per_s = c.rate_per_s;
+  s.max_batch = c.max_batch;
+  return s;
+}
+
 const char* strategy_name(Strategy s) {
   switch (s) {
     case Strategy::Single: return "single";

@@ -10,7 +10,7 @@
 #include "config/units.h"
 #include "engine/round.h"
 #include "engine/run_control.h"
-#include "world/stall.h"
+#include "engine/stall.h"
 
 namespace sluice::serving {
 

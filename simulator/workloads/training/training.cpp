@@ -13,7 +13,7 @@
 #include "recorder/training_report.h"
 #include "registry/registry.h"
 #include "world/placement.h"
-#include "world/stall.h"
+#include "engine/stall.h"
 
 namespace sluice::training {
 
@@ -143,7 +143,7 @@ void TrainingJob::finish(World& w) {
   }
 }
 
-void TrainingJob::report(Recorder& rec, bool scoped) const { report_training(res_, c_, rec, scoped ? name() : std::string()); }
+void TrainingJob::report(Recorder& rec, bool scoped) const { report_training(res_, training_setup(c_), rec, scoped ? name() : std::string()); }
 
 void TrainingJob::on_event(Engine& e, uint32_t kind, uint32_t arg) {
   if (!(e.event_generation() == Generation(gen_))) {  // from before a failure: void

@@ -13,12 +13,33 @@
 #include "config/binding.h"
 #include "config/units.h"
 #include "hardware/cost_source.h"
-#include "recorder/training_report.h"
 #include "registry/registry.h"
 #include "network/pod.h"
 #include "world/placement.h"
 
 namespace sluice::training {
+
+TrainingSetup training_setup(const TrainingConfig& c) {
+  TrainingSetup s;
+  s.model = c.model.name;
+  s.hardware = c.hardware.name;
+  s.cost_source = c.cost_source;
+  s.hbm_bytes = c.hardware.hbm_bytes;
+  s.tp = c.tp, s.pp = c.pp, s.dp = c.dp, s.ep = c.ep;
+  s.virtual_stages = c.virtual_stages;
+  s.zero = c.zero;
+  s.schedule = c.schedule == Schedule::GPipe ? "gpipe" : "1f1b";
+  s.micro_batches = c.micro_batches, s.micro_batch_size = c.micro_batch_size, s.sequence = c.sequence;
+  s.recompute = c.recompute;
+  s.dp_algorithm = net::collective_name(c.dp_algorithm);
+  s.tp_algorithm = net::collective_name(c.tp_algorithm);
+  s.moe = c.model.moe();
+  s.routing = c.routing == MoeOptions::Routing::Zipf ? "zipf" : "uniform";
+  s.active_parameters = c.model.active_parameters();
+  s.slicing_policy = slicing_policy_name(c.slicing.policy);
+  s.slicing_granularity = c.slicing.granularity;
+  return s;
+}
 
 namespace {
 

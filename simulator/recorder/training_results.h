@@ -1,0 +1,90 @@
+// What a training job hands the recorder: plain figures (its results) and a plain description
+// of the job (its setup), so that the report needs nothing from the workload's own headers.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace sluice::training {
+
+// Memory one device of a stage holds (bytes), by what holds it.
+struct TrainingMemory {
+  double weights = 0, gradients = 0, optimizer = 0, activations = 0;
+  double total() const { return weights + gradients + optimizer + activations; }
+};
+
+// What one job measured.
+struct TrainingResults {
+  std::vector<double> iteration_s;
+  double tokens_per_iteration = 0;
+  double model_flops_per_iteration = 0;  // 6·N·T + 12·layers·hidden·seq·T (Megatron's count, causal attention included)
+  int devices = 0;
+  double peak_flops_per_device = 0;
+  std::vector<double> stage_busy_fraction;  // replica 0, per stage: compute time / iteration time
+  double bubble_fraction = 0;               // mean over stages of 1 - compute / pipeline span (F/B phase only)
+  double textbook_bubble = 0;               // (K-1)/(m+K-1)
+  double forward_ms = 0, backward_ms = 0;   // one micro-batch on the slowest stage (compute only; all its slices)
+  // Token slicing: the slices' lengths, the formula's pass time T = m sum a + (K-1) max t of
+  // the m micro-batches (t: the slowest stage's forward + backward of a slice plus its
+  // hand-offs; a: what a stage is held per slice, see plan_slices) for these slices and for the
+  // whole sequence as one, and the DP's work.
+  std::vector<int> slice_tokens;
+  double slice_model_ms = 0, unsliced_model_ms = 0;
+  double slice_bubble_model = 0;            // (K-1) max t / T: the bubble the formula predicts for one micro-batch
+  // TeraPipe: the chosen slicing's forward/backward phase as the schedule runs it (every stage's
+  // ops in order, each after its input hand-off, tensor-parallel all-reduces in line; no other
+  // traffic), and the best uniform slicing's: the DP's candidates and every uniform slicing are
+  // judged by it, so no uniform slicing the simulator would run faster is passed over.
+  double slice_schedule_ms = 0, best_uniform_schedule_ms = 0;
+  int best_uniform_slices = 0;
+  long dp_candidates = 0, dp_evaluated = 0;
+  double dp_allreduce_ms = 0;               // mean per iteration, from the last backward to the last gradient
+  // Expert parallelism: the MoE layers' all-to-alls, mean per iteration on replica 0's busiest
+  // pipeline rank (each exchange from its group's last arrival to its end), and the bytes one
+  // device's dispatches and combines address per iteration (forward, backward, and the
+  // recomputed forward; the share bound for its own experts, which stays on it, included).
+  double alltoall_ms = 0, alltoall_bytes_per_device = 0;
+  double expert_dp_bytes_per_device = 0;    // of dp_bytes_per_device, the expert gradients (over dp / ep replicas)
+  double optimizer_ms = 0;
+  TrainingMemory memory;
+  double dp_bytes_per_device = 0;
+  uint64_t flows = 0;
+  int64_t fast_forwarded = 0;     // iterations counted by the steady-state fast-forward (not a metric: results do not depend on it)
+  // Under failures (all zero without them).
+  bool faults = false;            // the world has fault processes
+  int failures = 0, restarts = 0, reformed = 0, checkpoints = 0;
+  double useful_s = 0;            // iterations kept (computed and not lost)
+  double lost_s = 0;              // work lost: since the last checkpoint, at each failure
+  double checkpoint_s = 0;        // writing checkpoints
+  double recovering_s = 0;        // from a failure to training again (waiting for devices, restart)
+  double wall_s = 0;              // from start to done (or the end of the run)
+  std::vector<double> recover_s;  // each failure's time to recover
+  // The same per cause: the fault process whose failure stopped the job (processes named by
+  // cause, as in scenarios/training-llama3-faults.yaml).
+  struct CauseCost {
+    int interruptions = 0;
+    double lost_s = 0, recovering_s = 0;
+  };
+  std::map<std::string, CauseCost> by_cause;
+  bool failed = false;            // stopped for good (a stalled collective)
+  std::string failure_reason;
+};
+
+// The job as the report names it: names and sizes, no workload types.
+struct TrainingSetup {
+  std::string model, hardware, cost_source;
+  double hbm_bytes = 0;
+  int tp = 1, pp = 1, dp = 1, ep = 1, virtual_stages = 1, zero = 0;
+  std::string schedule;  // "gpipe" or "1f1b"
+  int micro_batches = 1, micro_batch_size = 1, sequence = 0;
+  bool recompute = false;
+  std::string dp_algorithm, tp_algorithm;
+  bool moe = false;
+  std::string routing;  // the experts' load: "uniform" or "zipf"
+  double active_parameters = 0;
+  std::string slicing_policy;  // "none", "uniform" or "terapipe"
+  int slicing_granularity = 0;
+};
+
+}  // namespace sluice::training
