@@ -69,12 +69,12 @@ std::vector<int> place_devices(World& world, const Params& place, int needed, co
     place.fail("twisted", "twists the wrap-around links of a TPU pod slice, and no slice is asked for", "a slice: [x, y, z], or leave it out");
   if (place.given("slice")) {
     if (dn || place.given("servers")) place.fail("slice", "give a slice, devices or servers, not several", "one of them");
-    if (!world.is_pod())
+    if (!world.slices().is_pod())
       place.fail("slice", fmt::format("slices are formed on a TPU v4 pod, and '{}' is not one", world.topology().name()),
                  "a cluster whose topology is tpu-v4-pod-ocs or tpu-v4-pod-static, or devices/servers");
     const Node& sn = place.node("slice");
-    const int e = world.pod_cube_edge();
-    const auto g = world.pod_grid();
+    const int e = world.slices().cube_edge();
+    const auto g = world.slices().grid();
     std::array<int, 3> cubes{};
     if (sn.seq.size() != 3) place.fail("slice", "expected 3 extents in chips", fmt::format("e.g. [{0}, {0}, {1}]", e, 2 * e));
     for (size_t i = 0; i < 3; ++i) {
@@ -94,7 +94,7 @@ std::vector<int> place_devices(World& world, const Params& place, int needed, co
       if (!world.holder(d).empty()) cube_free[static_cast<size_t>(world.group_of(d))] = 0;
     for (size_t c = 0; c < cube_free.size(); ++c)
       if (cube_free[c]) free |= uint64_t{1} << c;
-    const net::PodAllocator alloc(g, world.pod_has_ocs(),
+    const net::PodAllocator alloc(g, world.slices().has_ocs(),
                                   place.str("policy") == "best-fit" ? net::PlacementPolicy::BestFit : net::PlacementPolicy::FirstFit);
     const net::CubeShape shape{cubes[0], cubes[1], cubes[2]};
     if (!alloc.feasible(shape))
@@ -102,14 +102,14 @@ std::vector<int> place_devices(World& world, const Params& place, int needed, co
     const auto mask = alloc.place(shape, free);
     if (!mask)
       place.fail("slice", fmt::format("no {} of free cubes for '{}' ({} of {} cubes free)",
-                                      world.pod_has_ocs() ? "set" : "contiguous block", who, std::popcount(free), cube_free.size()),
+                                      world.slices().has_ocs() ? "set" : "contiguous block", who, std::popcount(free), cube_free.size()),
                  "a smaller slice, or fewer other workloads on the pod");
     std::vector<int> chosen;
     for (uint64_t r = *mask; r; r &= r - 1) chosen.push_back(std::countr_zero(r));
-    if (place.flag("twisted") && !world.pod_has_ocs())
+    if (place.flag("twisted") && !world.slices().has_ocs())
       place.fail("twisted", "a static pod's slice is a block of its fixed torus: only an OCS pod wires a slice's links",
                  "false, or a tpu-v4-pod-ocs topology");
-    devs = world.form_slice(chosen, cubes, place.flag("twisted"), who);
+    devs = world.slices().form(chosen, cubes, place.flag("twisted"), who);
   } else if (place.given("servers")) {
     if (dn) place.fail("devices", "give devices or servers, not both", "one of the two");
     std::map<int, std::vector<int>> by;

@@ -17,6 +17,7 @@
 #include "network/topology.h"
 #include "recorder/recorder.h"
 #include "registry/registry.h"
+#include "world/slices.h"
 
 namespace sluice {
 
@@ -115,28 +116,9 @@ class World {
   // The workload holding a device, or "" when free.
   const std::string& holder(int device) const { return owner_[static_cast<size_t>(device)]; }
 
-  // TPU v4 pods (a topology whose generator describes its pod, Topology::pod): cubes of edge^3 chips on a grid of cubes.
-  bool is_pod() const { return pod_edge_ > 0; }
-  bool pod_has_ocs() const { return pod_ocs_; }
-  int pod_cube_edge() const { return pod_edge_; }
-  std::array<int, 3> pod_grid() const { return pod_grid_; }
-  // Forms a slice of `shape` (in cubes) from `cubes` (cube indices; for a static pod a
-  // contiguous block): returns its chips as device indices in the slice's ring order (a
-  // snake over the slice's own torus coordinates). With OCS the slice is wired as a torus of
-  // its own: the circuits between its cubes' faces are programmed (the pod starts with none).
-  // A slice formed while the run goes on (a re-formed slice) has its circuits up only
-  // `cluster.ocs_reconfigure` later; flows on them wait until then. `twist` (OCS only): the
-  // wrap-around links of the slice's short dimensions are shifted half-way along its long
-  // ones where the shape in chips allows (k×k×2k, k×2k×2k, k >= 3), as TPU v4 wires such
-  // slices; a static block keeps the pod's own links. `who` names the slice in the metrics.
-  std::vector<int> form_slice(const std::vector<int>& cubes, std::array<int, 3> shape, bool twist, const std::string& who);
-  // Every slice formed so far (re-formed ones again), for the metrics.
-  struct SliceRecord {
-    std::string workload;
-    std::array<int, 3> chips;
-    std::string wiring;  // "twisted torus", "torus" (OCS) or "static block"
-  };
-  const std::vector<SliceRecord>& slices() const { return slices_; }
+  // A TPU pod's slices (forming, tearing down, the record); inert on a topology that is no pod.
+  SliceManager& slices() { return slices_; }
+  const SliceManager& slices() const { return slices_; }
   int64_t ocs_reconfigure_ns() const { return cluster_.ocs_reconfigure_ns; }
 
   // --- Faults ------------------------------------------------------------------------------
@@ -160,8 +142,6 @@ class World {
   std::function<void(World&)> after_fault;
   // Releases devices a workload held (to move elsewhere after a failure).
   void release(const std::vector<int>& devices);
-  // OCS pods: removes the circuits a slice of these devices had programmed (it re-forms elsewhere).
-  void tear_down_slice(const std::vector<int>& devices);
   // Counters of the fault layer, for the report.
   struct FaultStats {
     long failures = 0, repairs = 0, flows_rerouted = 0, flows_stalled = 0;
@@ -194,18 +174,13 @@ class World {
   Cluster cluster_;
   net::Router router_;
   net::FlowSim flows_;
+  SliceManager slices_;
   std::vector<std::string> owner_;
   std::vector<std::unique_ptr<Workload>> workloads_;
   int holding_ = 0;
   SimTime ran_until_;
   TraceWriter trace_;
   int next_pid_ = 1;
-  bool running_ = false;  // the run has started: slices formed now pay the OCS reconfiguration
-  int pod_edge_ = 0;
-  bool pod_ocs_ = false;
-  std::vector<SliceRecord> slices_;
-  std::array<int, 3> pod_grid_{0, 0, 0};
-  std::vector<int> cube_at_;  // pod: device index by physical chip linear coordinate
   // Faults.
   void build_components(FaultClass c);
   std::array<std::vector<FaultComponent>, kFaultClasses> comps_;

@@ -66,7 +66,7 @@ void World::build_components(FaultClass c) {
           for (int d : devs) add(fmt::format("host{}", k++), {d}, {}, -1);
           continue;
         }
-        const size_t per = is_pod() ? static_cast<size_t>(std::max(1, cluster_.chips_per_host)) : devs.size();
+        const size_t per = slices_.is_pod() ? static_cast<size_t>(std::max(1, cluster_.chips_per_host)) : devs.size();
         for (size_t i = 0; i < devs.size(); i += per)
           add(fmt::format("host{}", k++), std::vector<int>(devs.begin() + static_cast<long>(i), devs.begin() + static_cast<long>(std::min(devs.size(), i + per))), {}, -1);
       }
@@ -74,10 +74,10 @@ void World::build_components(FaultClass c) {
     }
     case FaultClass::Node:
       for (const auto& [g, devs] : by_group)
-        if (g >= 0) add(fmt::format("{}{}", is_pod() ? "cube" : "node", g), devs, {}, -1);
+        if (g >= 0) add(fmt::format("{}{}", slices_.is_pod() ? "cube" : "node", g), devs, {}, -1);
       break;
     case FaultClass::Rack: {
-      const int per = is_pod() ? 1 : std::max(1, cluster_.rack_nodes);
+      const int per = slices_.is_pod() ? 1 : std::max(1, cluster_.rack_nodes);
       std::map<int, std::vector<int>> racks;
       for (const auto& [g, devs] : by_group)
         if (g >= 0) racks[g / per].insert(racks[g / per].end(), devs.begin(), devs.end());
@@ -118,19 +118,6 @@ void World::build_components(FaultClass c) {
 
 void World::release(const std::vector<int>& devices) {
   for (int d : devices) owner_[static_cast<size_t>(d)].clear();
-}
-
-void World::tear_down_slice(const std::vector<int>& devices) {
-  auto& t = *cluster_.topology;
-  std::vector<char> in(static_cast<size_t>(t.node_count()), 0);
-  for (int d : devices) in[static_cast<size_t>(device_node(d))] = 1;
-  for (int e = 0; e < t.link_count(); ++e) {
-    auto& l = t.mutable_link(e);
-    if (l.label != "ici-ocs-slice" || !l.up || !in[static_cast<size_t>(l.src)] || !in[static_cast<size_t>(l.dst)]) continue;
-    l.up = false;
-    flows_.set_link_capacity(e, 0);
-  }
-  router_.invalidate();
 }
 
 void World::set_component(FaultClass c, int index, bool down, const std::string& cause) {

@@ -280,10 +280,10 @@ TEST_CASE("OCS slices: a 4x4x8 slice is wired as a twisted torus, shorter across
         net::load_topology(load_yaml_string("{catalog: tpu-v4-pod-ocs, cubes: [4, 4, 4]}", "t.yaml"), registry(), "topology"));
     c.hardware = load_hardware("tpu-v4");
     World w(1, c);
-    const auto devs = w.form_slice({5, 9}, {1, 1, 2}, twist, "j");  // two cubes anywhere: OCS wires them as 4x4x8
+    const auto devs = w.slices().form({5, 9}, {1, 1, 2}, twist, "j");  // two cubes anywhere: OCS wires them as 4x4x8
     REQUIRE(devs.size() == 128);
-    REQUIRE(w.slices().size() == 1);
-    CHECK(w.slices()[0].wiring == (twist ? "twisted torus" : "torus"));
+    REQUIRE(w.slices().formed().size() == 1);
+    CHECK(w.slices().formed()[0].wiring == (twist ? "twisted torus" : "torus"));
     // Regular 4x4x8: 2 + 2 + 4 hops. Twisted: a wrap of a short ring also moves 4 along the
     // long one, which cuts the farthest pairs' distance.
     const int diameter = slice_diameter(w, devs);
@@ -309,6 +309,6 @@ TEST_CASE("OCS slices: a 4x4x8 slice is wired as a twisted torus, shorter across
       net::load_topology(load_yaml_string("{catalog: tpu-v4-pod-ocs, cubes: [4, 4, 4]}", "t.yaml"), registry(), "topology"));
   c.hardware = load_hardware("tpu-v4");
   World w(1, c);
-  w.form_slice({3}, {1, 1, 1}, true, "k");
-  CHECK(w.slices()[0].wiring == "torus");
+  w.slices().form({3}, {1, 1, 1}, true, "k");
+  CHECK(w.slices().formed()[0].wiring == "torus");
 }

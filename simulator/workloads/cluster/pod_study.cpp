@@ -5,7 +5,7 @@
 // job is placed, its iteration time on that placement comes from the training workload run
 // for a few iterations in a world on the same pod topology (tpu-v4-pod-ocs or
 // tpu-v4-pod-static with this pod's cubes), on a slice formed by the same code as `place:
-// {slice: ...}` (World::form_slice): with OCS the slice's own torus; static, the block on the
+// {slice: ...}` (SliceManager::form): with OCS the slice's own torus; static, the block on the
 // shared torus, which wraps round only along a dimension the block spans entirely. The time is
 // cached per (class, geometry): OCS and the slice shape; static and the block's extents per
 // dimension (from which its wrap-around follows). Every geometry is measured on a canonical
@@ -13,7 +13,7 @@
 // depend on which jobs came first. Static blocks of the same extents elsewhere give the same
 // time exactly (dimension-order routes are translation-invariant); OCS slices elsewhere give
 // it within ~0.02% (equal-cost routes are picked by a hash of node ids). OCS slices are wired
-// as regular tori (World::form_slice without its twist: the jobs here are ring collectives,
+// as regular tori (SliceManager::form without its twist: the jobs here are ring collectives,
 // which a twist slows down), so the signature has no twist either.
 // Abstract jobs of a duration (the old form) still work.
 #include <algorithm>
@@ -399,7 +399,7 @@ class PodStudy final : public Study {
     World world(seed_, std::move(cl));
     std::vector<int> cubes;
     for (uint64_t r = mask; r; r &= r - 1) cubes.push_back(std::countr_zero(r));
-    const auto devs = world.form_slice(cubes, {jc.shape.x, jc.shape.y, jc.shape.z}, /*twist=*/false, jc.name);
+    const auto devs = world.slices().form(cubes, {jc.shape.x, jc.shape.y, jc.shape.z}, /*twist=*/false, jc.name);
     world.claim(devs, jc.name);
     world.add(training::make_training_job(jc.name, jc.cfg, world, devs));
     world.run();

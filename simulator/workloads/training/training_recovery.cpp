@@ -90,14 +90,14 @@ bool TrainingJob::all_up() const {
 // one; static: any healthy contiguous free block), else the same cubes after repair.
 void TrainingJob::recover(World& w) {
   if (done_ || restart_pending_) return;
-  if (!all_up() && c_.slice_cubes[0] > 0 && w.is_pod()) reform(w);
+  if (!all_up() && c_.slice_cubes[0] > 0 && w.slices().is_pod()) reform(w);
   if (!all_up()) return;  // waits for the repair (on_devices_changed)
   restart_pending_ = true;
   schedule(kRestart, c_.restart_ns);
 }
 
 void TrainingJob::reform(World& w) {
-  const auto g = w.pod_grid();
+  const auto g = w.slices().grid();
   const int cubes = g[0] * g[1] * g[2];
   std::vector<char> mine(static_cast<size_t>(cubes), 0), usable(static_cast<size_t>(cubes), 1);
   for (int d : devices_) mine[static_cast<size_t>(w.group_of(d))] = 1;
@@ -106,7 +106,7 @@ void TrainingJob::reform(World& w) {
     if (!w.device_up(d) || (!w.holder(d).empty() && w.holder(d) != name())) usable[c] = 0;
   }
   std::vector<int> chosen;
-  if (w.pod_has_ocs()) {
+  if (w.slices().has_ocs()) {
     std::vector<int> order;  // the job's cubes in its slice order
     for (int d : devices_) {
       const int c = w.group_of(d);
@@ -130,9 +130,9 @@ void TrainingJob::reform(World& w) {
     if (!mask) return;
     for (uint64_t r = *mask; r; r &= r - 1) chosen.push_back(std::countr_zero(r));
   }
-  w.tear_down_slice(devices_);
+  w.slices().tear_down(devices_);
   w.release(devices_);
-  const auto devs = w.form_slice(chosen, c_.slice_cubes, c_.slice_twisted, name());
+  const auto devs = w.slices().form(chosen, c_.slice_cubes, c_.slice_twisted, name());
   w.claim(devs, name());
   map_devices(devs);
   ++res_.reformed;

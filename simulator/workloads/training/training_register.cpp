@@ -257,10 +257,10 @@ SLUICE_REGISTER(workload, training_workload) {
             const int need = c.tp * c.pp * c.dp;
             const auto devices = place_devices(world, p.section("place"), need, ctx.name, reg);
             // The slice's extents, read once place_devices has checked them (it names the bad one).
-            if (p.section("place").given("slice") && world.is_pod()) {
+            if (p.section("place").given("slice") && world.slices().is_pod()) {
               const Node& sn = p.section("place").node("slice");
               for (size_t i = 0; i < 3 && i < sn.seq.size(); ++i)
-                c.slice_cubes[i] = static_cast<int>(parse_int(sn.seq[i].scalar).value_or(0)) / world.pod_cube_edge();
+                c.slice_cubes[i] = static_cast<int>(parse_int(sn.seq[i].scalar).value_or(0)) / world.slices().cube_edge();
               c.slice_twisted = p.section("place").flag("twisted");
             }
             for (int g = 0; g < need; g += c.tp)
