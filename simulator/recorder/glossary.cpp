@@ -65,7 +65,7 @@ std::span<const MetricDef> metric_glossary() {
   return all;
 }
 
-const MetricDef* find_metric(std::string_view path, bool header) {
+const MetricDef* find_metric(std::string_view path, bool header, std::string_view kind) {
   const auto segs = split(path);
   const MetricDef* best = nullptr;
   int best_fit = -1;
@@ -83,7 +83,7 @@ const MetricDef* find_metric(std::string_view path, bool header) {
     // A workload's report: `<scope>.rest` alone, `workloads.<name>.rest` in a world.
     if (segs.size() >= 2 && segs[0] == scope)
       consider(d, {segs.begin() + 1, segs.end()});
-    else if (segs.size() >= 3 && segs[0] == "workloads")
+    else if (segs.size() >= 3 && segs[0] == "workloads" && (kind.empty() || kind == scope))
       consider(d, {segs.begin() + 2, segs.end()});
   }
   return best;

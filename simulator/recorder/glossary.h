@@ -31,8 +31,10 @@ std::span<const MetricDef> metric_glossary();
 
 // The entry that defines `path` (a concrete key path, array indices written `[]`, e.g.
 // "workloads.chat.latency_ms.ttft.p99" or "serving.replicas[].utilization"); `header` looks in
-// scope "run" only. nullptr when none does.
-const MetricDef* find_metric(std::string_view path, bool header = false);
+// scope "run" only. `kind` ("serving", "training", "diffusion"), when given, is the kind of the
+// workload a `workloads.<name>.` path belongs to: only that scope's entries are tried (without
+// it, the best fit of the three). nullptr when none does.
+const MetricDef* find_metric(std::string_view path, bool header = false, std::string_view kind = {});
 
 // The glossary as a Markdown page (docs/METRICS.md).
 std::string metric_glossary_markdown();

@@ -16,11 +16,10 @@ std::span<const MetricDef> other_metric_defs() {
       {"run", "scenario.hash", "id", "FNV-1a hash of the resolved scenario (16 hex digits): equal hashes mean identical inputs."},
       {"run", "scenario.resolved", "text", "The scenario as run: every key with its defaults filled in and overrides applied."},
 
-      // A diffusion workload (diffusion_report.cpp). Some job and memory keys share their
-      // relative path with a training job's, so their meanings are worded for either.
+      // A diffusion workload (diffusion_report.cpp).
       {"diffusion", "job.model", "text", "The model's catalog name."},
       {"diffusion", "job.hardware", "text", "The accelerator's catalog name."},
-      {"diffusion", "job.devices", "count", "Devices the workload runs on (for diffusion: cfg x tensor x ulysses x ring x distrifusion x pipefusion)."},
+      {"diffusion", "job.devices", "count", "Devices the workload runs on: cfg x tensor x ulysses x ring x distrifusion x pipefusion."},
       {"diffusion", "job.strategy", "text",
        "How each denoising step is split over a group's devices: single, tensor, ulysses, ring, ulysses-ring, distrifusion or pipefusion."},
       {"diffusion", "job.parallel.cfg", "count", "CFG-parallel degree: 2 runs the two guidance branches on two device groups."},
@@ -60,9 +59,9 @@ std::span<const MetricDef> other_metric_defs() {
       {"diffusion", "communication.pipefusion_stage_io_bytes_per_step", "bytes",
        "PipeFusion with more than 2 stages: an interior stage's activations in and out per step (0 otherwise)."},
       {"diffusion", "communication.flows", "count", "Flows the workload put on the fabric."},
-      {"diffusion", "memory_per_device.weights_bytes", "bytes", "Weights per device (for a training job: on its heaviest stage)."},
+      {"diffusion", "memory_per_device.weights_bytes", "bytes", "Weights per device (all of them, or 1/N of them under tensor parallelism and PipeFusion)."},
       {"diffusion", "memory_per_device.activations_bytes", "bytes",
-       "Activations per device (diffusion: one block's working set for the batch; training: those held at once on the heaviest stage)."},
+       "Activations per device: one block's working set for the step's batch."},
       {"diffusion", "memory_per_device.kv_buffer_bytes", "bytes",
        "Stale or in-flight K/V buffers per device (DistriFusion, PipeFusion, Ring; 0 otherwise)."},
       {"diffusion", "memory_per_device.total_bytes", "bytes", "Total memory per device: the sum of the other memory_per_device figures."},

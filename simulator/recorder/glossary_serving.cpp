@@ -100,11 +100,9 @@ std::span<const MetricDef> serving_metric_defs() {
       // Failures.
       {"serving", "faults.replica_failures", "count", "Times a replica went down because a device it uses failed."},
       {"serving", "faults.availability", "fraction",
-       "1 - replica down time / (replicas x the deployment's run time): the share of replica time that could serve "
-       "(for a training job in a world: 1 - recovering_s / wall_s)."},
+       "1 - replica down time / (replicas x the deployment's run time): the share of replica time that could serve."},
       {"serving", "faults.time_to_recover_s_mean", "s",
-       "Mean outage of a replica, from its failure to serving again (repaired and model reloaded), over the outages that ended "
-       "(for a training job in a world: from a failure to training again)."},
+       "Mean outage of a replica, from its failure to serving again (repaired and model reloaded), over the outages that ended."},
       {"serving", "faults.outages_completed", "count", "Replica outages that ended (repaired and reloaded) within the run."},
 
       // Latency distributions.

@@ -39,22 +39,42 @@ void leaves(const Json& j, const std::string& path, std::map<std::string, std::s
 
 TEST_CASE("the metrics glossary defines every key the shipped scenarios write, and nothing else") {
   const fs::path root = fs::path(SLUICE_TESTS_DIR).parent_path();
-  std::map<std::string, std::string> keys;  // metrics paths -> the golden that has it
+  // Every golden's leaf keys. A world's workload is looked up among its own kind's entries only
+  // (its kind from what its report holds), so each key is kept with that kind.
+  std::map<std::pair<std::string, std::string>, std::string> keys;  // (path, kind) -> the golden that has it
   size_t goldens = 0;
-  for (const auto& e : fs::directory_iterator(root / "tests" / "golden"))
-    if (e.path().extension() == ".json") {
-      leaves(Json::parse(slurp(e.path())), "", keys, e.path().filename().string());
-      ++goldens;
+  for (const auto& e : fs::directory_iterator(root / "tests" / "golden")) {
+    if (e.path().extension() != ".json") continue;
+    ++goldens;
+    const std::string file = e.path().filename().string();
+    const Json g = Json::parse(slurp(e.path()));
+    std::map<std::string, std::string> kind_of;  // workload name -> kind
+    if (g.contains("workloads"))
+      for (const auto& [name, w] : g["workloads"].items()) {
+        const std::string kind = w.contains("deployment")                              ? "serving"
+                                 : w.contains("job") && w["job"].contains("strategy") ? "diffusion"
+                                 : w.contains("job")                                  ? "training"
+                                                                                      : "";
+        REQUIRE_MESSAGE(!kind.empty(), file << ": workload " << name << " is of no kind the glossary knows");
+        kind_of[name] = kind;
+      }
+    std::map<std::string, std::string> mine;
+    leaves(g, "", mine, file);
+    for (const auto& [path, where] : mine) {
+      std::string kind;
+      if (path.rfind("workloads.", 0) == 0) kind = kind_of.at(path.substr(10, path.find('.', 10) - 10));
+      keys.emplace(std::make_pair(path, kind), where);
     }
+  }
   REQUIRE(goldens >= 50);
   REQUIRE(keys.size() > 500);
 
   std::set<const MetricDef*> used;
   std::string missing;
-  for (const auto& [path, where] : keys) {
-    const MetricDef* d = find_metric(path);
+  for (const auto& [pk, where] : keys) {
+    const MetricDef* d = find_metric(pk.first, false, pk.second);
     if (!d)
-      missing += path + " (" + where + ")\n";
+      missing += pk.first + (pk.second.empty() ? "" : " [" + pk.second + "]") + " (" + where + ")\n";
     else
       used.insert(d);
   }
@@ -99,6 +119,9 @@ TEST_CASE("the glossary's lookup: a world's workload, a summary's fields, names 
   CHECK(std::string(ttft->unit) == "ms");
   CHECK(find_metric("serving.latency_ms.ttft.p42") == nullptr);  // not a summary field
   CHECK(find_metric("serving.no_such_key") == nullptr);
+  // A world's training job: its kind picks the training entry, not the serving one of the same name.
+  CHECK(std::string(find_metric("workloads.pretrain.faults.availability", false, "training")->scope) == "training");
+  CHECK(find_metric("workloads.pretrain.deployment.model", false, "training") == nullptr);
   CHECK(find_metric("serving.replicas[].utilization") != nullptr);
   CHECK(find_metric("serving.replicas.utilization") == nullptr);  // an array needs its []
   CHECK(find_metric("schema_version") == nullptr);                // a header key, not a metric
