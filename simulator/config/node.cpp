@@ -218,4 +218,15 @@ std::string to_yaml(const Node& n) {
   return out.c_str();
 }
 
+std::vector<std::string> string_list(const Node& n, const std::string& path, const std::string& example, bool scalar_ok) {
+  if (scalar_ok && n.is_scalar()) return {n.scalar};
+  if (!n.is_seq()) throw ConfigError(n.origin, path, n.brief(), "expected a list of strings", example);
+  std::vector<std::string> out;
+  for (const auto& e : n.seq) {
+    if (!e.is_scalar()) throw ConfigError(e.origin, path, e.brief(), "expected a string", "a list of strings");
+    out.push_back(e.scalar);
+  }
+  return out;
+}
+
 }  // namespace sluice

@@ -68,4 +68,8 @@ Node load_yaml_string(const std::string& text, const std::string& file_label);
 // Emits a Node back to YAML (for the resolved scenario kept in results).
 std::string to_yaml(const Node& n);
 
+// A list of strings at `path` (`set: [a=1, b=2]`, `metrics: [...]`): a ConfigError at the node
+// that is not one, with `example` as what is valid; `scalar_ok`: one string stands for a list of one.
+std::vector<std::string> string_list(const Node& n, const std::string& path, const std::string& example, bool scalar_ok = false);
+
 }  // namespace sluice

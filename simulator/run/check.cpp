@@ -36,16 +36,6 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
-std::vector<std::string> string_list(const Node& n, const std::string& path) {
-  if (!n.is_seq()) throw ConfigError(n.origin, path, n.brief(), "expected a list of strings", "e.g. [scheduler.kind=vllm]");
-  std::vector<std::string> out;
-  for (const auto& e : n.seq) {
-    if (!e.is_scalar()) throw ConfigError(e.origin, path, e.brief(), "expected a string", "a list of strings");
-    out.push_back(e.scalar);
-  }
-  return out;
-}
-
 double parse_fraction(const Node& v, const std::string& path) {
   std::string s = v.is_scalar() ? v.scalar : "";
   double scale = 1;
@@ -250,7 +240,7 @@ Suite load_suite(const std::string& file, const Registry& reg, const std::vector
         if (key == "name") entry.name = v.scalar, name_node = &v;
         else file_node = &v;
       } else if (key == "set") {
-        entry.sets = string_list(v, at + ".set");
+        entry.sets = string_list(v, at + ".set", "e.g. [scheduler.kind=vllm]");
       } else if (key == "tolerances") {
         entry.tolerances = parse_tolerances(v, at + ".tolerances");
       } else if (key == "published") {

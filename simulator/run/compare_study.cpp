@@ -40,15 +40,6 @@ std::string resolve_file(const Params& at, const std::string& key, const std::st
           "an existing scenario file, e.g. scenarios/quickstart.yaml");
 }
 
-std::vector<std::string> string_list(const Node& n, const std::string& path) {
-  std::vector<std::string> out;
-  for (const auto& e : n.seq) {
-    if (!e.is_scalar()) throw ConfigError(e.origin, path, e.brief(), "expected a string", "a list of strings");
-    out.push_back(e.scalar);
-  }
-  return out;
-}
-
 }  // namespace
 
 SLUICE_REGISTER(study, compare_study) {
@@ -62,7 +53,7 @@ SLUICE_REGISTER(study, compare_study) {
           StudyFactory([&reg](const StudyContext& ctx) -> std::unique_ptr<Study> {
             const Params& p = ctx.params;
             std::vector<std::string> sets;
-            if (p.has("set")) sets = string_list(p.node("set"), "set");
+            if (p.has("set")) sets = string_list(p.node("set"), "set", "e.g. [scheduler.kind=vllm]");
             std::vector<Variant> variants;
             std::string identity;  // the variants' scenario hashes, in order
             if (p.has("variants")) {
@@ -80,7 +71,7 @@ SLUICE_REGISTER(study, compare_study) {
                 Variant var = v.has("file") ? Variant{v.str("name"), resolve_file(v, "file", v.str("file")), sets, v.str("file")}
                                             : Variant{v.str("name"), resolve_file(p, "base", p.str("base")), sets, p.str("base")};
                 if (v.has("set"))
-                  for (auto& x : string_list(v.node("set"), path + ".set")) var.sets.push_back(x);
+                  for (auto& x : string_list(v.node("set"), path + ".set", "e.g. [scheduler.kind=vllm]")) var.sets.push_back(x);
                 variants.push_back(std::move(var));
               }
             }
@@ -95,7 +86,7 @@ SLUICE_REGISTER(study, compare_study) {
                   const std::string path = fmt::format("vary.{}", i);
                   Params a = parse_params(list.seq[i], as, path);
                   std::string axis = a.str("key") + "=";
-                  auto vals = string_list(a.node("values"), path + ".values");
+                  auto vals = string_list(a.node("values"), path + ".values", "e.g. [vllm, orca]");
                   for (size_t j = 0; j < vals.size(); ++j) axis += (j ? "," : "") + vals[j];
                   axes.push_back(axis);
                 }
@@ -134,7 +125,7 @@ SLUICE_REGISTER(study, compare_study) {
             }
             --depth;
             std::vector<std::string> metrics;
-            if (p.has("metrics")) metrics = string_list(p.node("metrics"), "metrics");
+            if (p.has("metrics")) metrics = string_list(p.node("metrics"), "metrics", "e.g. [serving.latency_ms.ttft.p99]");
             auto study = std::make_unique<CompareStudy>(std::move(variants), std::move(metrics), reg);
             study->identity_ = identity;
             return study;

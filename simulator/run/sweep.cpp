@@ -49,17 +49,6 @@ std::vector<SweepAxis> axes_of(const Node& n, const std::string& path) {
   return out;
 }
 
-std::vector<std::string> string_list(const Node& n, const std::string& path) {
-  if (n.is_scalar()) return {n.scalar};
-  if (!n.is_seq()) throw ConfigError(n.origin, path, n.brief(), "expected a list of strings", "e.g. [min:ttft.p99]");
-  std::vector<std::string> out;
-  for (const auto& e : n.seq) {
-    if (!e.is_scalar()) throw ConfigError(e.origin, path, e.brief(), "expected a string", "a list of strings");
-    out.push_back(e.scalar);
-  }
-  return out;
-}
-
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::stringstream ss;
@@ -199,11 +188,11 @@ SweepSpec parse_sweep_block(const Node& block) {
                           "point (derived from the base seed, the point and the replication) or common (base seed and replication only)");
       s.seeds = v.scalar == "point" ? SeedMode::Point : SeedMode::Common;
     } else if (k == "metrics") {
-      s.metrics = string_list(v, path);
+      s.metrics = string_list(v, path, "e.g. [ttft.p99, throughput.output_tokens_per_s]", true);
     } else if (k == "objective") {
-      s.objectives = string_list(v, path);
+      s.objectives = string_list(v, path, "e.g. [min:ttft.p99]", true);
     } else if (k == "where") {
-      s.where = string_list(v, path);
+      s.where = string_list(v, path, "e.g. ['ttft.p99<200ms']", true);
     } else {
       const std::string hint = closest(k, {"grid", "zip", "replications", "seeds", "metrics", "objective", "where"});
       throw ConfigError(block.key_origins[i], path, k, hint.empty() ? "unknown key" : fmt::format("unknown key (did you mean '{}'?)", hint),
