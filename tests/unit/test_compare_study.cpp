@@ -90,3 +90,21 @@ TEST_CASE("compare says when the variants run unlike studies, and wraps its tabl
   CHECK(widest <= 80);
   CHECK(headers >= 2);  // the six variant columns came in more than one block
 }
+
+TEST_CASE("a compare variant's set that is not a list is refused at its key") {
+  const fs::path tmp = fs::temp_directory_path() / ("sluice-cmp-set-" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  fs::copy(kRoot / "scenarios" / "quickstart.yaml", tmp / "q.yaml");
+  std::ofstream(tmp / "study.yaml") << "study: compare\nname: s\nbase: q.yaml\n"
+                                       "variants:\n  - {name: a, set: workload.requests=20}\n  - {name: b}\n";
+  std::string message;
+  try {
+    load_scenario((tmp / "study.yaml").string(), {}, testing::registry());
+  } catch (const ConfigError& e) {
+    message = e.what();
+  }
+  CHECK(message.find("variants.0.set") != std::string::npos);
+  CHECK(message.find("expected a list") != std::string::npos);
+  fs::remove_all(tmp);
+}
