@@ -188,6 +188,7 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
   }
 
   double busy = 0, batch_int = 0, kv_int = 0, kv_max = 0;
+  double cut_iters = 0;  // the parts of iterations in flight at the horizon that lie past it
   int64_t iters = 0, pre_it = 0, dec_it = 0, mix_it = 0, max_batch = 0, swaps = 0;
   double swap_bytes = 0;
   const double end = static_cast<double>(std::max<int64_t>(1, res.end_ns));
@@ -199,6 +200,7 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
     kv_int += s.kv_time_integral;
     kv_max = std::max(kv_max, s.kv_max);
     iters += s.iterations;
+    cut_iters += s.cut_fraction;
     pre_it += s.prefill_iterations;
     dec_it += s.decode_iterations;
     mix_it += s.mixed_iterations;
@@ -424,7 +426,8 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
   const double nonembed = (res.moe.experts > 0 ? res.moe.active_parameters : res.model_parameters) - res.model_embedding_parameters;
   const double model_flops = 2 * nonembed * static_cast<double>(in_tokens - cached_in + out_tokens);
   const double mfu = busy > 0 ? model_flops / (busy / 1e9 * gpus_per_replica * res.peak_flops) : 0.0;
-  const double weight_Bps = busy > 0 ? static_cast<double>(iters) * res.weights_per_gpu / (busy / 1e9) : 0.0;
+  // (An iteration cut at the horizon reads its weights only in the part of it that ran.)
+  const double weight_Bps = busy > 0 ? (static_cast<double>(iters) - cut_iters) * res.weights_per_gpu / (busy / 1e9) : 0.0;
   m["batching"]["mfu"] = mfu;
   m["batching"]["hbm_weight_read_Bps_per_gpu"] = weight_Bps;
   if (!per_replica.empty()) m["replicas"] = per_replica;

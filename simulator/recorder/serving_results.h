@@ -36,6 +36,7 @@ class RequestSink {
 struct ServingReplicaResult {
   int64_t iterations = 0, prefill_iterations = 0, decode_iterations = 0, mixed_iterations = 0;
   int64_t busy_ns = 0;
+  double cut_fraction = 0;  // of an iteration in flight at the horizon, the part past it (its weight reads are not counted)
   double batch_time_integral = 0, kv_time_integral = 0, kv_max = 0;
   int64_t max_batch = 0;
   int64_t sliced_prefills = 0, prefill_slices = 0;

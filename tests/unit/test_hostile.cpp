@@ -296,6 +296,24 @@ TEST_CASE("sample_interval=1ns keeps memory bounded: the time series is thinned 
   CHECK(rec.warnings()[0].find("thinned") != std::string::npos);
 }
 
+TEST_CASE("a run cut inside its first iteration reads weights only for the part of it that ran") {
+  // The quickstart's first iteration (a 5 x 550-token prefill of Llama-3-8B on an H200) takes
+  // about 68 ms; cut at 1 ms, the part that ran read about 1/68 of the weights in 1 ms. Counting
+  // the whole iteration's reads over the clipped busy time gave 16 TB/s, past any HBM.
+  const auto root = fs::path(SLUICE_TESTS_DIR).parent_path();
+  Scenario sc = load_scenario((root / "scenarios" / "quickstart.yaml").string(), {"max_sim_time=1ms"}, registry());
+  Recorder rec;
+  run_into(sc, rec, {});
+  const Json& b = rec.metrics()["serving"]["batching"];
+  REQUIRE(b["iterations"].get<int>() == 1);
+  const double rate = b["hbm_weight_read_Bps_per_gpu"].get<double>();
+  const double weights = rec.metrics()["serving"]["memory_per_gpu"]["weights_bytes"].get<double>();
+  CHECK(rate > 0);
+  CHECK(rate < 4.8e12);  // the H200's HBM bandwidth
+  // The part that ran: 1 ms of the iteration, its share of one read of the weights.
+  CHECK(rate == doctest::Approx(weights / 0.068).epsilon(0.1));
+}
+
 TEST_CASE("arrivals far beyond capacity warn that the run is overloaded") {
   Scenario sc = load_scenario((fs::path(SLUICE_TESTS_DIR).parent_path() / "scenarios" / "quickstart.yaml").string(),
                               {"workload.arrival={kind: poisson, rate: 200/s}", "workload.requests=1000"}, registry());

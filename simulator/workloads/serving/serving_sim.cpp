@@ -66,6 +66,7 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
   kv_last_occ_.assign(engines, 0.0);
   busy_.assign(engines, false);
   busy_until_.assign(engines, 0);
+  busy_len_.assign(engines, 0);
   rstats_.resize(engines);
   stage_free_ns_.assign(static_cast<size_t>(engines), 0);  // replicas × stages
   if (engines > std::numeric_limits<int>::max() / kMaxSlices)
@@ -142,6 +143,7 @@ void ServingSim::finish() {
       if (busy_[i] && busy_until_[i] > cut) {
         const int64_t over = busy_until_[i] - cut;
         rstats_[i].busy_ns -= over;
+        if (busy_len_[i] > 0) rstats_[i].cut_fraction += static_cast<double>(over) / static_cast<double>(busy_len_[i]);
         rstats_[i].batch_time_integral -= static_cast<double>(batches_[i].entries.size()) * static_cast<double>(over);
       }
     last_activity_ns_ = cut;
@@ -367,6 +369,7 @@ void ServingSim::launch_iteration(int ri, int64_t dur_ns, int64_t occupied_ns, d
   const Batch& b = batches_[static_cast<size_t>(ri)];
   busy_[ri] = true;
   busy_until_[static_cast<size_t>(ri)] = now + occupied_ns;
+  busy_len_[static_cast<size_t>(ri)] = occupied_ns;
   rstats_[ri].started(b.prefill_entries, b.decode_entries, b.entries.size());
   rstats_[ri].busy(occupied_ns, b.entries.size());
   if (trace_ && trace_->enabled() && trace_iterations_ < cfg_.trace_max_iterations && ri < 64) {

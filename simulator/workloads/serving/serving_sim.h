@@ -155,6 +155,7 @@ struct ServingConfig {
 struct ReplicaStats {
   int64_t iterations = 0, prefill_iterations = 0, decode_iterations = 0, mixed_iterations = 0;
   int64_t busy_ns = 0;
+  double cut_fraction = 0;         // of the iteration in flight at a horizon, the part past it (0..1)
   double batch_time_integral = 0;  // Σ batch size × iteration duration
   int64_t max_batch = 0;
   double kv_time_integral = 0;     // Σ occupancy × duration
@@ -428,6 +429,7 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   std::vector<double> kv_last_occ_;
   std::vector<uint8_t> busy_;  // bytes, not bits: read and written every iteration
   std::vector<int64_t> busy_until_;  // the end of each replica's iteration started by launch_iteration (counted busy ahead)
+  std::vector<int64_t> busy_len_;    // and how long it occupies the replica
   std::vector<ReplicaStats> rstats_;
   std::vector<TimeSample> samples_;
   std::vector<SeqWork> work_;

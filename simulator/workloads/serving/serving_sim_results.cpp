@@ -199,6 +199,7 @@ ServingResults ServingSim::results() const {
     e.decode_iterations = s.decode_iterations;
     e.mixed_iterations = s.mixed_iterations;
     e.busy_ns = s.busy_ns;
+    e.cut_fraction = s.cut_fraction;
     e.batch_time_integral = s.batch_time_integral;
     e.kv_time_integral = s.kv_time_integral;
     e.kv_max = s.kv_max;
