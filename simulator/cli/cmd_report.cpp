@@ -49,13 +49,6 @@ int run_script(const std::vector<std::string>& argv) {
 // replaced by a later report.
 constexpr const char* kReportMarker = ".sluice-report";
 
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // What `dir` holds, checked before anything is drawn or written: a run's result (metrics.json
 // with its metrics) or a sweep's (sweep.json with its rows). Anything else — a folder that is
 // no result, an empty, truncated or `[]` metrics.json — is refused with the reason (exit 2),

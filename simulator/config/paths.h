@@ -2,6 +2,9 @@
 // that must end in a clear ConfigError, not a std::filesystem_error.
 #pragma once
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <system_error>
 
 namespace sluice {
@@ -17,6 +20,14 @@ inline bool path_is_regular_file(const std::filesystem::path& p) {
 inline bool path_is_directory(const std::filesystem::path& p) {
   std::error_code ec;
   return std::filesystem::is_directory(p, ec) && !ec;
+}
+
+// A whole file's bytes ("" when it cannot be read: callers check the path first).
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 }  // namespace sluice

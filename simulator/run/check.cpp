@@ -29,13 +29,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 double parse_fraction(const Node& v, const std::string& path) {
   std::string s = v.is_scalar() ? v.scalar : "";
   double scale = 1;

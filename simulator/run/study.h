@@ -16,7 +16,6 @@
 
 namespace sluice {
 
-// What a study needs while it runs.
 // What a fault can take down in a study's cluster, for `sluice monkey`: every fault class
 // (chip, host, ..., in the world's order) with its components' names, and the cluster's name.
 struct FaultTargets {
@@ -24,6 +23,7 @@ struct FaultTargets {
   std::vector<std::pair<std::string, std::vector<std::string>>> classes;
 };
 
+// What a study needs while it runs.
 struct RunEnv {
   Recorder& recorder;
   std::function<void(double)> progress;  // fraction done in [0, 1]; may be empty

@@ -49,13 +49,6 @@ std::vector<SweepAxis> axes_of(const Node& n, const std::string& path) {
   return out;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // A CSV field: quoted when it holds a separator, a quote or a newline.
 
 std::string fmt_num(double v) { return std::isfinite(v) ? fmt::format("{}", v) : std::string(); }

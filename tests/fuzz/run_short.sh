@@ -13,6 +13,6 @@ fi
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
 mkdir -p "$artifacts"
-"$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+"$bin" -max_total_time="$secs" -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
   -artifact_prefix="$artifacts/$name-" "$corpus" "$@" 2>&1 | grep -E "stat::number_of_executed_units|ERROR|SUMMARY|not a |Done|crash-|timeout-|oom-" 
 exit "${PIPESTATUS[0]}"
