@@ -8,7 +8,6 @@
 
 #include <fmt/format.h>
 
-#include "network/generators.h"
 
 namespace sluice {
 

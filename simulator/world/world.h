@@ -119,7 +119,6 @@ class World {
   // A TPU pod's slices (forming, tearing down, the record); inert on a topology that is no pod.
   SliceManager& slices() { return slices_; }
   const SliceManager& slices() const { return slices_; }
-  int64_t ocs_reconfigure_ns() const { return cluster_.ocs_reconfigure_ns; }
 
   // --- Faults ------------------------------------------------------------------------------
   // The components of a class (built on first use from the topology).

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "config/paths.h"
 #include "registry/registry.h"
 #include "run/runner.h"
 #include "run/scenario.h"
@@ -43,12 +44,7 @@ cluster:
   hardware: h200
 )";
 
-// A whole file's bytes.
-inline std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// A whole file's bytes (the library's own reader).
+using sluice::slurp;
 
 }  // namespace sluice::testing
