@@ -34,9 +34,12 @@ std::vector<int> add_server_gpus(Topology& t, int index, const ServerSpec& s) {
 
 std::vector<int> add_server(Topology& t, int index, const ServerSpec& s) {
   std::vector<int> gpus = add_server_gpus(t, index, s);
-  for (int h = 0; h < s.host_cpus; ++h) {
+  // (A server of fewer GPUs than host CPUs uses as many CPUs as it has GPUs: a CPU without a
+  // GPU would be a host cut off from the fabric.)
+  const int hosts = std::min(s.host_cpus, s.gpus);
+  for (int h = 0; h < hosts; ++h) {
     const int hv = t.add_node(NodeInfo{fmt::format("host{}.{}", index, h), NodeKind::Host, 0, s.host_usd, {-1, -1, -1}, index});
-    for (int g = h * s.gpus / s.host_cpus; g < (h + 1) * s.gpus / s.host_cpus; ++g)
+    for (int g = h * s.gpus / hosts; g < (h + 1) * s.gpus / hosts; ++g)
       t.add_link(gpus[static_cast<size_t>(g)], hv, s.pcie_Bps, s.pcie_latency_ns, "pcie");
   }
   if (s.nvswitch_chips > 0 && s.nvswitch_usd > 0) {
