@@ -23,6 +23,15 @@ std::span<const MetricDef> serving_metric_defs() {
        "Where iteration times come from: measured calibration tables, tables derived from another device's and scaled, or the roofline model."},
       {"serving", "deployment.d2h", "text",
        "How the device-to-host copy of each iteration's sampled tokens is timed: a fixed latency or a measured table (the last mile to the client)."},
+      {"serving", "deployment.prefill_pool.hardware", "text",
+       "Disaggregated with a prefill pool of its own (deployment.prefill_pool): the prefill replicas' accelerator; the deployment's "
+       "hardware, tensor_parallel, cost_source and memory keys are then the decode pool's."},
+      {"serving", "deployment.prefill_pool.tensor_parallel", "count", "GPUs each prefill replica is split over."},
+      {"serving", "deployment.prefill_pool.scheduler", "text", "The prefill replicas' batching scheduler (its kind)."},
+      {"serving", "deployment.prefill_pool.cost_source", "text", "Where the prefill replicas' iteration times come from (as deployment.cost_source)."},
+      {"serving", "deployment.prefill_pool.weights_bytes_per_gpu", "bytes", "Weights each prefill GPU holds."},
+      {"serving", "deployment.prefill_pool.kv_cache_bytes_per_gpu", "bytes", "HBM left for the KV cache on each prefill GPU."},
+      {"serving", "deployment.prefill_pool.kv_tokens_per_replica", "tokens", "Tokens of KV cache a prefill replica holds."},
 
       // Requests.
       {"serving", "requests.announced", "count", "Requests the load issues over the run (every turn of every conversation)."},

@@ -228,6 +228,12 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                          {"tp_allreduce", res.tp_allreduce},
                          {"cost_source", res.cost_source},
                          {"d2h", res.d2h_source}};
+  if (res.own_prefill_pool())
+    m["deployment"]["prefill_pool"] = Json{{"hardware", res.prefill_hardware}, {"tensor_parallel", res.prefill_tensor_parallel},
+                                           {"scheduler", res.prefill_scheduler}, {"cost_source", res.prefill_cost_source},
+                                           {"weights_bytes_per_gpu", res.prefill_weights_per_gpu},
+                                           {"kv_cache_bytes_per_gpu", res.prefill_kv_per_gpu},
+                                           {"kv_tokens_per_replica", res.prefill_kv_tokens_per_replica}};
   m["requests"] = Json{{"completed", served}, {"rejected_too_long", res.rejected_too_long},
                        {"rejected_overload", res.rejected_overload},
                        {"truncated_to_context", res.truncated_to_context},
@@ -320,8 +326,8 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                          {"output_tokens_per_s_llmperf_counted", out_tokens_lc / span_s},
                          {"llmperf_tokens_per_model_token", 1 / res.model_tokens_per_llama}};
   // GPUs paid for: the pool's, or an autoscaled pool's mean over the run.
-  const double gpus = (res.autoscaled ? res.replica_s / (std::max<int64_t>(1, res.end_ns) / 1e9) : static_cast<double>(res.replicas)) *
-                      res.tensor_parallel * res.pipeline_parallel;
+  const double gpus = res.autoscaled ? res.replica_s / (std::max<int64_t>(1, res.end_ns) / 1e9) * res.tensor_parallel * res.pipeline_parallel
+                                     : res.pool_gpus();
   if (R.slo_ttft_ns > 0 || R.slo_tpot_ns > 0) {
     // Goodput: answered requests that met both objectives, per second of the measured span and
     // per GPU; attainment over every request that ended (a rejected or failed one met nothing).
@@ -425,9 +431,22 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
   // An MoE model: the parameters one token passes through (its experts_per_token experts).
   const double nonembed = (res.moe.experts > 0 ? res.moe.active_parameters : res.model_parameters) - res.model_embedding_parameters;
   const double model_flops = 2 * nonembed * static_cast<double>(in_tokens - cached_in + out_tokens);
-  const double mfu = busy > 0 ? model_flops / (busy / 1e9 * gpus_per_replica * res.peak_flops) : 0.0;
+  double mfu = busy > 0 ? model_flops / (busy / 1e9 * gpus_per_replica * res.peak_flops) : 0.0;
   // (An iteration cut at the horizon reads its weights only in the part of it that ran.)
-  const double weight_Bps = busy > 0 ? (static_cast<double>(iters) - cut_iters) * res.weights_per_gpu / (busy / 1e9) : 0.0;
+  double weight_Bps = busy > 0 ? (static_cast<double>(iters) - cut_iters) * res.weights_per_gpu / (busy / 1e9) : 0.0;
+  if (res.own_prefill_pool() && busy > 0) {
+    // Two kinds of replica: each engine's busy time at its own GPUs' peak, its own weight reads.
+    double peak_s = 0, weight_bytes = 0;
+    for (size_t i = 0; i < res.engines.size(); ++i) {
+      const bool pre = static_cast<int>(i) < res.prefill_replicas;
+      const auto& e = res.engines[i];
+      const double per = pre ? res.prefill_tensor_parallel : gpus_per_replica;
+      peak_s += static_cast<double>(e.busy_ns) / 1e9 * per * (pre ? res.prefill_peak_flops : res.peak_flops);
+      weight_bytes += (static_cast<double>(e.iterations) - e.cut_fraction) * (pre ? res.prefill_weights_per_gpu : res.weights_per_gpu);
+    }
+    mfu = model_flops / peak_s;
+    weight_Bps = weight_bytes / (busy / 1e9);
+  }
   m["batching"]["mfu"] = mfu;
   m["batching"]["hbm_weight_read_Bps_per_gpu"] = weight_Bps;
   if (!per_replica.empty()) m["replicas"] = per_replica;
@@ -443,7 +462,8 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
         it += res.engines[i].iterations;
       }
       const double n = static_cast<double>(to - from);
-      return Json{{"replicas", to - from}, {"gpus", n * gpus_per_replica}, {"iterations", it}, {"utilization", b / end / n},
+      const double per = from == 0 && res.own_prefill_pool() ? res.prefill_tensor_parallel : gpus_per_replica;
+      return Json{{"replicas", to - from}, {"gpus", n * per}, {"iterations", it}, {"utilization", b / end / n},
                   {"kv_occupancy_mean", kvi / end / n}, {"kv_occupancy_max", kvm}};
     };
     auto ms = [](const GapSummary& g) {
@@ -491,10 +511,18 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
   auto pct = [](const Json& s, const char* k) { return s.contains(k) ? s[k].get<double>() : 0.0; };
   // "1 × h100 (tp 4)" read as one GPU: say replicas and GPUs apart.
   const int gpus_per_rep = res.tensor_parallel * res.pipeline_parallel;
-  summary(fmt::format("{} on {} replica{} × {} {} GPU{} (tp {}, pp {}) = {} GPU{}; {}", res.model, res.replicas,
-                          res.replicas == 1 ? "" : "s", gpus_per_rep, res.hardware, gpus_per_rep == 1 ? "" : "s",
-                          res.tensor_parallel, res.pipeline_parallel, res.replicas * gpus_per_rep,
-                          res.replicas * gpus_per_rep == 1 ? "" : "s", workload_description));
+  if (res.own_prefill_pool()) {
+    const int pre = res.prefill_replicas, dec = res.replicas - res.prefill_replicas;
+    summary(fmt::format("{} on {} prefill replica{} × {} {} GPU{} (tp {}) and {} decode replica{} × {} {} GPU{} (tp {}) = {} GPUs; {}",
+                        res.model, pre, pre == 1 ? "" : "s", res.prefill_tensor_parallel, res.prefill_hardware,
+                        res.prefill_tensor_parallel == 1 ? "" : "s", res.prefill_tensor_parallel, dec, dec == 1 ? "" : "s", gpus_per_rep,
+                        res.hardware, gpus_per_rep == 1 ? "" : "s", res.tensor_parallel, res.pool_gpus(), workload_description));
+  } else {
+    summary(fmt::format("{} on {} replica{} × {} {} GPU{} (tp {}, pp {}) = {} GPU{}; {}", res.model, res.replicas,
+                        res.replicas == 1 ? "" : "s", gpus_per_rep, res.hardware, gpus_per_rep == 1 ? "" : "s",
+                        res.tensor_parallel, res.pipeline_parallel, res.replicas * gpus_per_rep,
+                        res.replicas * gpus_per_rep == 1 ? "" : "s", workload_description));
+  }
   summary(fmt::format("requests {} completed{}{}{}; {:.1f} s simulated", served,
                           res.rejected_too_long ? fmt::format(", {} rejected as longer than a replica's KV cache", res.rejected_too_long) : "",
                           res.rejected_overload ? fmt::format(", {} rejected as overload (more than {} in flight)", res.rejected_overload, res.max_in_flight) : "",

@@ -96,6 +96,19 @@ struct ServingResults {
   // Prefill/decode disaggregation (prefill_replicas 0: colocated): engines [0, prefill_replicas)
   // prefill, the others decode; each handed-over prompt's KV cache crossed the fabric once.
   int prefill_replicas = 0;
+  // A prefill pool on devices or parallelism of its own (prefill_tensor_parallel 0: the
+  // deployment's keys describe every replica).
+  int prefill_tensor_parallel = 0;
+  std::string prefill_hardware, prefill_scheduler, prefill_cost_source;
+  double prefill_peak_flops = 0, prefill_weights_per_gpu = 0, prefill_kv_per_gpu = 0;
+  int64_t prefill_kv_tokens_per_replica = 0;
+  bool own_prefill_pool() const { return prefill_tensor_parallel > 0; }
+  // GPUs of a fixed pool: every replica's tensor × pipeline parallel devices.
+  double pool_gpus() const {
+    const double per = static_cast<double>(tensor_parallel) * pipeline_parallel;
+    if (!own_prefill_pool()) return static_cast<double>(replicas) * per;
+    return static_cast<double>(prefill_replicas) * prefill_tensor_parallel + static_cast<double>(replicas - prefill_replicas) * per;
+  }
   int64_t kv_transfers = 0;
   double kv_transfer_bytes = 0;
   GapSummary kv_transfer_time;  // from the start of the copy to its last byte (ns)

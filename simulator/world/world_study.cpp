@@ -40,16 +40,28 @@ void add_faults(World& world, const Params& p, const Registry& reg) {
 }
 
 std::shared_ptr<net::Topology> implicit_cluster(const HardwareSpec& hw, int nodes, int gpus_per_node) {
-  auto t = std::make_shared<net::Topology>(fmt::format("{}x{} {}", nodes, gpus_per_node, hw.name));
+  return implicit_cluster({{&hw, nodes}}, gpus_per_node);
+}
+
+std::shared_ptr<net::Topology> implicit_cluster(const std::vector<std::pair<const HardwareSpec*, int>>& kinds, int gpus_per_node) {
+  std::string name;
+  int nodes = 0;
+  for (const auto& [hw, n] : kinds) {
+    name += fmt::format("{}{}x{} {}", name.empty() ? "" : " + ", n, gpus_per_node, hw->name);
+    nodes += n;
+  }
+  auto t = std::make_shared<net::Topology>(name);
   t->family = "implicit";
-  net::ServerSpec s;
-  s.gpus = gpus_per_node;
-  s.nvlink_Bps = hw.interconnect_Bps > 0 ? hw.interconnect_Bps : 1e9;
-  s.nvlink_latency_ns = static_cast<int64_t>(hw.interconnect_latency_ns);
-  s.pcie_Bps = hw.pcie_Bps > 0 ? hw.pcie_Bps : 16e9;
-  s.nvls = hw.nvls;
   std::vector<std::vector<int>> servers;
-  for (int n = 0; n < nodes; ++n) servers.push_back(net::add_server(*t, n, s));
+  for (const auto& [hw, n] : kinds) {
+    net::ServerSpec s;
+    s.gpus = gpus_per_node;
+    s.nvlink_Bps = hw->interconnect_Bps > 0 ? hw->interconnect_Bps : 1e9;
+    s.nvlink_latency_ns = static_cast<int64_t>(hw->interconnect_latency_ns);
+    s.pcie_Bps = hw->pcie_Bps > 0 ? hw->pcie_Bps : 16e9;
+    s.nvls = hw->nvls;
+    for (int k = 0; k < n; ++k) servers.push_back(net::add_server(*t, static_cast<int>(servers.size()), s));
+  }
   if (nodes > 1) {
     const int sw = t->add_node(net::NodeInfo{"cluster-switch", net::NodeKind::Switch, 0, 0, {-1, -1, -1}, -1});
     for (const auto& devs : servers)

@@ -22,12 +22,14 @@ class WorldStudy final : public Study {
   SimTime until_;
 };
 
-// `nodes` servers of `gpus_per_node` devices of `hw`, each on an NVSwitch crossbar at the
-// device's scale-up bandwidth with PCIe to two host CPUs, joined (when nodes > 1) by one
-// non-blocking switch at 400 Gb/s per device: the cluster of a scenario that names no topology.
 // Adds the fault processes of a validated `faults` list (if given) to the world.
 void add_faults(World& world, const Params& p, const Registry& reg);
 
+// `nodes` servers of `gpus_per_node` devices of `hw`, each on an NVSwitch crossbar at the
+// device's scale-up bandwidth with PCIe to two host CPUs, joined (when nodes > 1) by one
+// non-blocking switch at 400 Gb/s per device: the cluster of a scenario that names no topology.
 std::shared_ptr<net::Topology> implicit_cluster(const HardwareSpec& hw, int nodes, int gpus_per_node);
+// Servers of several kinds (in this order, `nodes` of each), joined by the one cluster switch.
+std::shared_ptr<net::Topology> implicit_cluster(const std::vector<std::pair<const HardwareSpec*, int>>& kinds, int gpus_per_node);
 
 }  // namespace sluice

@@ -22,6 +22,9 @@ namespace sluice {
 
 namespace serving {
 std::unique_ptr<Study> make_serving_short_form(const StudyContext& ctx, const Registry& reg);
+std::shared_ptr<Schema> prefill_pool_schema(const Registry& reg, bool short_form);
+void read_prefill_pool(ServingConfig& c, const Params& d, const Registry& reg, const HardwareSpec* cluster_hardware,
+                       const std::string& deployment_scheduler);
 
 // What a planner should know about a finished run that the figures do not say.
 void warn_about_run(const ServingSim& sim, int64_t asked_interval_ns, Recorder& rec) {
@@ -403,15 +406,18 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
     c.tables_device = src.tables_device;
     c.cost_source = src.describe(c.hardware);
   }
-  if (const Params& sp = p.section("scheduler");
-      p.str("scheduler") == "vllm" && sp.given("max_num_batched_tokens") && sp.integer("max_num_batched_tokens") < c.model.max_context)
-    sp.fail("max_num_batched_tokens",
+  for (const Params* at : {&p, &d.section("prefill_pool")}) {
+    if (!at->has("scheduler") || at->str("scheduler") != "vllm") continue;
+    if (const Params& sp = at->section("scheduler"); sp.given("max_num_batched_tokens") && sp.integer("max_num_batched_tokens") < c.model.max_context)
+      sp.fail("max_num_batched_tokens",
             fmt::format("is below {}'s context of {} tokens; vLLM refuses this, since without chunked prefill a longer "
                         "prompt could never be scheduled", c.model.name, c.model.max_context),
             fmt::format("at least {} (or the sarathi scheduler, which chunks prefills)", c.model.max_context));
+  }
   auto sched_params = std::make_shared<Params>(p.section("scheduler"));
   const auto& sched_factory = reg.factory<SchedulerFactory>(*reg.find("scheduler", p.str("scheduler")));
   c.make_scheduler = [sched_params, sched_factory] { return sched_factory(*sched_params); };
+  read_prefill_pool(c, d, reg, cluster_hardware, p.str("scheduler"));
   c.router = reg.factory<RouterFactory>(*reg.find("router", p.str("router")))(p.section("router"));
   c.decode_router = reg.factory<RouterFactory>(*reg.find("router", p.str("decode_router")))(p.section("decode_router"));
   auto wb = reg.factory<WorkloadFactory>(*reg.find("load", p.str("workload")))(
@@ -459,6 +465,9 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
   dep->section("speculative", speculative_schema(),
                "speculative decoding: a drafter proposes tokens that each decode step verifies (draft model, MTP or EAGLE), "
                "with how often they are accepted");
+  dep->section("prefill_pool", prefill_pool_schema(reg, short_form),
+               "disaggregation (prefill_replicas > 0): the prefill pool's own hardware, tensor parallelism, scheduler or cost "
+               "source, where they differ from the deployment's (which then describe the decode pool)");
   dep->section("prefill_slicing", slicing,
                "token-level pipelining of long prompts (pipeline_parallel > 1): an iteration that is one prompt's prefill runs "
                "as slices entering the stages one after another");

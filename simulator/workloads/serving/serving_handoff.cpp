@@ -66,11 +66,20 @@ void ServingSim::begin_layerwise(int from, uint32_t id, int32_t final_tokens) {
   const double early = dst.kv_bytes_per_token * final_tokens * (layers - 1) / layers;
   const auto& to_nodes = fabric_.replica_nodes[static_cast<size_t>(to)];
   // One more than the flows: the prefill's end, which sends the last layer's share.
-  q.handoff_flows = static_cast<int32_t>(from_nodes.size()) + 1;
-  const double share = early / static_cast<double>(from_nodes.size());
-  for (size_t j = 0; j < from_nodes.size(); ++j)
-    fabric_.flows->start(from_nodes[j], to_nodes[j % to_nodes.size()], share, this, kHandoffFlow | q.id,
-                         static_cast<uint64_t>(q.serial) * 7919 + j);
+  q.handoff_flows = send_kv(q, from_nodes, to_nodes, early, 0) + 1;
+}
+
+// Each device's share of a KV copy as a flow: with as many devices on both sides, each prefill
+// device sends its heads to its decode peer; where the pools' tensor parallelism differs, the
+// copy is cut into as many pieces as the larger side has devices, each piece from the device
+// that holds its heads to the one that will.
+int32_t ServingSim::send_kv(const Request& q, const std::vector<int>& from, const std::vector<int>& to, double bytes, size_t salt) {
+  const size_t n = std::max(from.size(), to.size());
+  const double share = bytes / static_cast<double>(n);
+  for (size_t j = 0; j < n; ++j)
+    fabric_.flows->start(from[j % from.size()], to[j % to.size()], share, this, kHandoffFlow | q.id,
+                         static_cast<uint64_t>(q.serial) * 7919 + salt + j);
+  return static_cast<int32_t>(n);
 }
 
 void ServingSim::start_handoff(int from, uint32_t id) {
@@ -97,11 +106,8 @@ void ServingSim::start_handoff(int from, uint32_t id) {
     kv_transfer_bytes_ += bytes;
     const auto& from_nodes = fabric_.replica_nodes[static_cast<size_t>(from)];
     const auto& to_nodes = fabric_.replica_nodes[static_cast<size_t>(to)];
-    const double share = bytes / static_cast<double>(cfg_.model.layers) / static_cast<double>(from_nodes.size());
-    q.handoff_flows += static_cast<int32_t>(from_nodes.size());
-    for (size_t j = 0; j < from_nodes.size(); ++j)
-      fabric_.flows->start(from_nodes[j], to_nodes[j % to_nodes.size()], share, this, kHandoffFlow | q.id,
-                           static_cast<uint64_t>(q.serial) * 7919 + from_nodes.size() + j);
+    q.handoff_flows += send_kv(q, from_nodes, to_nodes, bytes / static_cast<double>(cfg_.model.layers),
+                               std::max(from_nodes.size(), to_nodes.size()));
     kv_copied(id);  // the prefill's end: the copy completes with its last flow
     return;
   }
@@ -139,11 +145,7 @@ void ServingSim::pump_handoffs(int to) {
       continue;
     }
     // Each prefill device sends its share (its heads of every layer) to its decode peer.
-    q.handoff_flows = static_cast<int32_t>(from_nodes.size());
-    const double share = bytes / static_cast<double>(from_nodes.size());
-    for (size_t j = 0; j < from_nodes.size(); ++j)
-      fabric_.flows->start(from_nodes[j], to_nodes[j % to_nodes.size()], share, this, kHandoffFlow | q.id,
-                           static_cast<uint64_t>(q.serial) * 7919 + j);
+    q.handoff_flows = send_kv(q, from_nodes, to_nodes, bytes, 0);
   }
 }
 

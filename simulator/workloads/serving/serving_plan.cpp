@@ -11,42 +11,46 @@
 
 namespace sluice::serving {
 
-CostOptions cost_options(const ServingConfig& cfg) {
+CostOptions cost_options(const ServingConfig& cfg, const PoolSpec* pool) {
   CostOptions o;
-  o.tensor_parallel = cfg.tensor_parallel;
+  o.tensor_parallel = pool ? pool->tensor_parallel : cfg.tensor_parallel;
   o.pipeline_parallel = cfg.pipeline_parallel;
   o.moe = cfg.moe;
-  o.tables_dir = cfg.tables_dir;
-  o.tables_device = cfg.tables_device;
+  o.tables_dir = pool ? pool->tables_dir : cfg.tables_dir;
+  o.tables_device = pool ? pool->tables_device : cfg.tables_device;
   o.allreduce_ns = cfg.allreduce_ns;
   o.fused_elementwise = cfg.fused_elementwise;
   o.implementation = cfg.implementation;
   return o;
 }
 
-double kv_bytes_per_token_per_gpu(const ServingConfig& cfg) {
-  return cfg.model.kv_bytes_per_token_per_gpu(cfg.tensor_parallel, cfg.pipeline_parallel) +
-         speculative_kv_bytes_per_token_per_gpu(cfg.speculative, cfg.model, cfg.tensor_parallel);
+double kv_bytes_per_token_per_gpu(const ServingConfig& cfg, const PoolSpec* pool) {
+  const int tp = pool ? pool->tensor_parallel : cfg.tensor_parallel;
+  return cfg.model.kv_bytes_per_token_per_gpu(tp, cfg.pipeline_parallel) +
+         speculative_kv_bytes_per_token_per_gpu(cfg.speculative, cfg.model, tp);
 }
 
-MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_per_iteration) {
+MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_per_iteration, const PoolSpec* pool) {
   MemoryPlan m;
-  m.capacity_per_gpu = cfg.hardware.hbm_bytes * cfg.gpu_memory_utilization;
+  const HardwareSpec& hw = pool ? pool->hardware : cfg.hardware;
+  const int tp = pool ? pool->tensor_parallel : cfg.tensor_parallel;
+  const std::string which = pool ? "the prefill pool: " : "";
+  m.capacity_per_gpu = hw.hbm_bytes * cfg.gpu_memory_utilization;
   const bool copies = cfg.model.moe() && cfg.moe.expert_parallel && cfg.moe.eplb;  // EPLB's redundant experts
-  m.weights_per_gpu = cfg.model.weight_bytes_per_gpu(cfg.tensor_parallel, cfg.pipeline_parallel, copies ? cfg.moe.redundant_experts : 0) +
-                      speculative_weight_bytes_per_gpu(cfg.speculative, cfg.model, cfg.tensor_parallel);  // a drafter beside it
+  m.weights_per_gpu = cfg.model.weight_bytes_per_gpu(tp, cfg.pipeline_parallel, copies ? cfg.moe.redundant_experts : 0) +
+                      speculative_weight_bytes_per_gpu(cfg.speculative, cfg.model, tp);  // a drafter beside it
   // Activations of the largest iteration, split across tensor-parallel ranks; capped at
   // 16k tokens (beyond that frameworks chunk the work rather than reserve more).
-  m.activation_per_gpu = cfg.model.activation_bytes(std::min<int64_t>(max_tokens_per_iteration, 16384)) / cfg.tensor_parallel;
+  m.activation_per_gpu = cfg.model.activation_bytes(std::min<int64_t>(max_tokens_per_iteration, 16384)) / tp;
   m.kv_per_gpu = m.capacity_per_gpu - m.weights_per_gpu - m.activation_per_gpu;
-  const double kv_per_token_per_gpu = kv_bytes_per_token_per_gpu(cfg);
+  const double kv_per_token_per_gpu = kv_bytes_per_token_per_gpu(cfg, pool);
   if (m.kv_per_gpu <= kv_per_token_per_gpu * cfg.block_size)
     throw std::runtime_error(fmt::format(
-        "{} does not fit on {} × tp={} pp={}: each GPU needs {} of weights + {} of activations + KV cache, "
+        "{}{} does not fit on {} × tp={} pp={}: each GPU needs {} of weights + {} of activations + KV cache, "
         "but has {} ({} HBM × gpu_memory_utilization {}); short by {} before any KV cache. "
         "Use more tensor/pipeline parallelism, a larger GPU, or a smaller model.",
-        cfg.model.name, cfg.hardware.name, cfg.tensor_parallel, cfg.pipeline_parallel, format_bytes(m.weights_per_gpu),
-        format_bytes(m.activation_per_gpu), format_bytes(m.capacity_per_gpu), format_bytes(cfg.hardware.hbm_bytes),
+        which, cfg.model.name, hw.name, tp, cfg.pipeline_parallel, format_bytes(m.weights_per_gpu),
+        format_bytes(m.activation_per_gpu), format_bytes(m.capacity_per_gpu), format_bytes(hw.hbm_bytes),
         cfg.gpu_memory_utilization, format_bytes(m.weights_per_gpu + m.activation_per_gpu + kv_per_token_per_gpu * cfg.block_size - m.capacity_per_gpu)));
   m.kv_tokens_per_replica = static_cast<int64_t>(std::floor(m.kv_per_gpu / kv_per_token_per_gpu));
   m.blocks_per_replica = m.kv_tokens_per_replica / cfg.block_size;
@@ -58,10 +62,10 @@ MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_
   const int64_t admissible = m.blocks_per_engine - static_cast<int64_t>(std::floor(cfg.watermark * static_cast<double>(m.blocks_per_engine)));
   if (admissible * cfg.block_size < cfg.model.max_context)
     throw std::runtime_error(fmt::format(
-        "the KV cache of a replica holds {} tokens ({} per GPU after {} of weights and {} of activations), fewer than "
+        "{}the KV cache of a replica holds {} tokens ({} per GPU after {} of weights and {} of activations), fewer than "
         "one sequence of {}'s context of {} tokens ({} of KV needed per replica); give the server more memory or "
         "parallelism, or lower the model's max_context",
-        admissible * cfg.block_size, format_bytes(m.kv_per_gpu), format_bytes(m.weights_per_gpu),
+        which, admissible * cfg.block_size, format_bytes(m.kv_per_gpu), format_bytes(m.weights_per_gpu),
         format_bytes(m.activation_per_gpu), cfg.model.name, cfg.model.max_context,
         format_bytes(cfg.model.kv_bytes_per_token() * cfg.model.max_context)));
   return m;

@@ -61,7 +61,7 @@ void ServingSim::replica_down(int r) {
     rep.swapped_tokens = 0;
     // The KV cache is gone with the device (resident conversation caches included).
     rep.kv = BlockManager(rep.kv.total_blocks(), rep.kv.block_size(), cfg_.watermark, rep.reuse, cfg_.prefix_caching);
-    set_kv_tiers(rep.kv, rep.kv_bytes_per_token);
+    set_kv_tiers(rep.kv, rep.kv_bytes_per_token, static_cast<int>(i));
     batches_[i].clear();
   }
   for (uint32_t id : back) {
@@ -112,7 +112,7 @@ void ServingSim::replica_up(int r, int64_t now) {
     Replica& rep = *replicas_[static_cast<size_t>(r * pp_ + k)];
     rep.set_health(true);
     rep.kv = BlockManager(rep.kv.total_blocks(), rep.kv.block_size(), cfg_.watermark, rep.reuse, cfg_.prefix_caching);
-    set_kv_tiers(rep.kv, rep.kv_bytes_per_token);
+    set_kv_tiers(rep.kv, rep.kv_bytes_per_token, r * pp_ + k);
     kv_last_ns_[static_cast<size_t>(r * pp_ + k)] = now;
   }
   if (trace_ && trace_->enabled() && r < 64) trace_->complete(cfg_.trace_pid, r * pp_, "down", "fault", now - out, out);

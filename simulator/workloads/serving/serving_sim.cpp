@@ -40,23 +40,37 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
   front_.connect(&global_);
   auto probe = cfg_.make_scheduler();
   mem_ = plan_memory(cfg_, probe->max_tokens_per_iteration());
-  const int shards = cfg_.tensor_parallel * cfg_.pipeline_parallel;
+  pool_split_ = cfg_.prefill_replicas;
+  if (const PoolSpec* pool = prefill_pool()) {
+    if (pool_split_ <= 0) throw std::logic_error("internal: a prefill pool of its own without disaggregation");
+    prefill_cost_ = std::make_unique<CostModel>(pool->hardware, cfg_.model, [&] {
+      CostOptions o = cost_options(cfg_, pool);
+      o.comm_on_fabric = fabric_.active();
+      return o;
+    }());
+    prefill_mem_ = plan_memory(cfg_, pool->make_scheduler()->max_tokens_per_iteration(), pool);
+  }
   pp_ = cfg_.pipeline_parallel;
   if (cfg_.speculative.on()) spec_ = std::make_unique<Speculator>(cfg_.speculative, cfg_.hardware, cfg_.model, cost_options(cfg_), cfg_.seed);
   const int engines = cfg_.replicas * pp_;
   for (int i = 0; i < engines; ++i) {
-    auto r = std::make_unique<Replica>(mem_.blocks_per_engine, cfg_.block_size, cfg_.watermark, cfg_.prefix_reuse, cfg_.prefix_caching);
+    // A prefill pool of its own devices and parallelism: its memory plan, its host links' speed.
+    const bool own = own_prefill(i);
+    const HardwareSpec& hw = own ? prefill_pool()->hardware : cfg_.hardware;
+    const int shards = tp_of(i) * cfg_.pipeline_parallel;
+    const MemoryPlan& mem = own ? prefill_mem_ : mem_;
+    auto r = std::make_unique<Replica>(mem.blocks_per_engine, cfg_.block_size, cfg_.watermark, cfg_.prefix_reuse, cfg_.prefix_caching);
     r->reqs = &front_.requests();
     r->preemption = cfg_.preemption;
     // Over all the replica's GPUs.
-    r->kv_bytes_per_token = kv_bytes_per_token_per_gpu(cfg_) * shards;
+    r->kv_bytes_per_token = kv_bytes_per_token_per_gpu(cfg_, own ? prefill_pool() : nullptr) * shards;
     r->lookahead = spec_ ? spec_->k() : 0;
-    r->swap_Bps = cfg_.hardware.pcie_Bps * shards;
+    r->swap_Bps = hw.pcie_Bps * shards;
     r->swap_capacity_tokens = static_cast<int64_t>(cfg_.swap_space_bytes / r->kv_bytes_per_token);
-    r->ssd_Bps = cfg_.hardware.ssd_read_Bps * shards;
-    set_kv_tiers(r->kv, r->kv_bytes_per_token);
+    r->ssd_Bps = hw.ssd_read_Bps * shards;
+    set_kv_tiers(r->kv, r->kv_bytes_per_token, i);
     replicas_.push_back(std::move(r));
-    schedulers_.push_back(cfg_.make_scheduler());
+    schedulers_.push_back(own ? prefill_pool()->make_scheduler() : cfg_.make_scheduler());
   }
   batches_.resize(engines);
   detok_free_ns_.assign(engines, 0);
@@ -80,7 +94,6 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
     stage_queue_.resize(static_cast<size_t>(engines));
   }
   epoch_.assign(static_cast<size_t>(engines), 0);
-  pool_split_ = cfg_.prefill_replicas;
   if (pool_split_ > 0) {
     if (pp_ != 1 || pool_split_ >= cfg_.replicas)
       throw std::invalid_argument(fmt::format("internal: disaggregation of {} replicas with {} prefill replicas and pp {}", cfg_.replicas,
@@ -115,7 +128,8 @@ void ServingSim::start(const std::function<void(double)>& progress, std::functio
   // Steady decode runs inline only where an iteration is one compute step (no pipeline
   // stages, no transfers of its own on the fabric), and unless the run turned it off (read
   // here, when the run starts: a scenario is built before the CLI applies its options).
-  fast_forward_ = RunControl::get().fast_forward() && pp_ == 1 && (!fabric_.active() || cfg_.tensor_parallel == 1);
+  fast_forward_ = RunControl::get().fast_forward() && pp_ == 1 &&
+                  (!fabric_.active() || (cfg_.tensor_parallel == 1 && (!prefill_pool() || prefill_pool()->tensor_parallel == 1)));
   front_.start(progress, std::move(on_done));
   if (cfg_.autoscaling.policy != ServingConfig::Autoscaling::Policy::None) scale_start();
   if (cfg_.sample_interval_ns > 0) engine_.schedule_at(engine_.now(), Priority::Stats, this, kSample);
@@ -276,17 +290,17 @@ void ServingSim::try_start(int ri) {
     halves_[0].clear();
     halves_[1].clear();
     for (size_t i = 0; i < work_.size(); ++i) halves_[i % 2].push_back(work_[i]);
-    compute_ns = stage_times(halves_[0]);
-    compute_ns += stage_times(halves_[1]);
+    compute_ns = stage_times(ri, halves_[0]);
+    compute_ns += stage_times(ri, halves_[1]);
     stage_ns_[0] = pass_ns_[0] = compute_ns;
   } else if (slices.empty()) {
-    compute_ns = stage_times(work_);  // each stage's own layers, into stage_ns_
+    compute_ns = stage_times(ri, work_);  // each stage's own layers, into stage_ns_
     for (int s = 0; s < pp_; ++s) pass_ns_[static_cast<size_t>(s)] = stage_ns_[static_cast<size_t>(s)];
   } else {
     int c = work_[0].context;
     for (int k = 0; k < passes; ++k) {  // slice k: its tokens after the prompt's earlier slices; only the last samples
       const SeqWork w{slices[static_cast<size_t>(k)], c, k + 1 == passes && work_[0].produces_token};
-      compute_ns += stage_times(std::span<const SeqWork>(&w, 1));
+      compute_ns += stage_times(ri, std::span<const SeqWork>(&w, 1));
       for (int s = 0; s < pp_; ++s) pass_ns_[static_cast<size_t>(k * pp_ + s)] = stage_ns_[static_cast<size_t>(s)];
       c += slices[static_cast<size_t>(k)];
     }
@@ -302,7 +316,7 @@ void ServingSim::try_start(int ri) {
     return std::max<int64_t>(1, round_ns(pass_ns_[static_cast<size_t>(k * pp_ + s)]));
   };
   int64_t dur_ns = 0, occupied_ns = 0;
-  if (fabric_.active() && (cfg_.tensor_parallel > 1 || pp_ > 1 || swap_flows)) {
+  if (fabric_.active() && (tp_of(ri) > 1 || pp_ > 1 || swap_flows)) {
     // Transfers are flows: the iteration's length is known only when its last stage is done.
     busy_[ri] = true;
     rstats_[ri].started(b.prefill_entries, b.decode_entries, b.entries.size());
@@ -388,13 +402,13 @@ void ServingSim::launch_iteration(int ri, int64_t dur_ns, int64_t occupied_ns, d
   last_activity_ns_ = std::max(last_activity_ns_, now + dur_ns);
 }
 
-double ServingSim::stage_times(std::span<const SeqWork> work) {
+double ServingSim::stage_times(int ri, std::span<const SeqWork> work) {
   stage_ns_.resize(static_cast<size_t>(pp_));
   double sum = 0;
   for (int s = 0; s < pp_; ++s) {
     // pp = 1: the whole model (iteration_ns); else the stage's own layers, the embedding on
     // the first, the LM head on the last.
-    const double t = pp_ == 1 ? cost_.iteration_ns(work) : cost_.stage_ns(work, s);
+    const double t = pp_ == 1 ? cost_of(ri).iteration_ns(work) : cost_.stage_ns(work, s);
     if (!std::isfinite(t) || t < 0)
       throw std::runtime_error(fmt::format("the cost model returned {} ns for stage {} of an iteration of {} sequences", t, s, work.size()));
     stage_ns_[static_cast<size_t>(s)] = t;
@@ -587,7 +601,7 @@ void ServingSim::decide_inline(int ri) {
       ends |= q.generated + 1 >= q.output_tokens;
     }
     account_kv(ri, now);
-    const double compute_ns = cost_.decode_ns(work_);  // iteration_ns: pp = 1 is stage_times' one stage
+    const double compute_ns = cost_of(ri).decode_ns(work_);  // iteration_ns: pp = 1 is stage_times' one stage
     if (!std::isfinite(compute_ns) || compute_ns < 0)
       throw std::runtime_error(fmt::format("the cost model returned {} ns for an iteration of {} sequences", compute_ns, n));
     const double extra_ns = 0;  // as an empty batch's: no swap traffic in steady decode

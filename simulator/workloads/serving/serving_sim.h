@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,10 +40,13 @@ namespace sluice::serving {
 // Per-GPU memory of a deployment and the KV capacity it leaves.
 struct ServingConfig;
 
-// The cost model's options for a deployment (parallelism, tables, network all-reduce).
-CostOptions cost_options(const ServingConfig& cfg);
+struct PoolSpec;
+
+// The cost model's options for a deployment (parallelism, tables, network all-reduce), or for
+// its prefill pool's own devices and parallelism.
+CostOptions cost_options(const ServingConfig& cfg, const PoolSpec* pool = nullptr);
 // KV bytes one GPU holds per token: the model's share and a drafter's beside it, token for token.
-double kv_bytes_per_token_per_gpu(const ServingConfig& cfg);
+double kv_bytes_per_token_per_gpu(const ServingConfig& cfg, const PoolSpec* pool = nullptr);
 
 
 struct MemoryPlan {
@@ -75,6 +79,20 @@ struct PrefillSlicingConfig {
   int slices = 2;          // uniform
   int granularity = 64;    // slice lengths in steps of this many tokens
   int min_tokens = 1024;   // shorter prefills are not sliced
+};
+
+// Disaggregation's prefill pool, where it runs on devices or parallelism of its own
+// (deployment.prefill_pool): Splitwise prefills on H100s and decodes on A100s; DistServe
+// picks each phase's parallelism apart. The deployment's own keys are the decode pool's.
+struct PoolSpec {
+  HardwareSpec hardware;
+  int tensor_parallel = 1;
+  std::string tables_dir;  // its cost source, as the deployment's (below)
+  std::shared_ptr<const HardwareSpec> tables_device;
+  std::string cost_source;
+  std::string scheduler;  // its scheduler's kind
+  std::function<std::unique_ptr<Scheduler>()> make_scheduler;
+  int nodes = 0;  // the short form's servers of its own hardware (0: it shares the deployment's servers)
 };
 
 struct ServingConfig {
@@ -132,6 +150,8 @@ struct ServingConfig {
   // Prefill/decode disaggregation: the first `prefill_replicas` replicas form the prefill pool,
   // the others the decode pool (0: every replica prefills and decodes its own requests).
   int prefill_replicas = 0;
+  // The prefill pool's own devices, parallelism and scheduler (none: the deployment's).
+  std::optional<PoolSpec> prefill_pool;
   // How a prompt's KV cache crosses to the decode pool: whole, after the prefill, or layer by
   // layer during it (each layer's share leaves as that layer is computed: Splitwise).
   bool kv_layerwise = false;
@@ -199,7 +219,8 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   // Runs on `engine` (shared with other workloads in a world); `fabric` places its transfers.
   ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, ServingFabric fabric = {});
   // Validates memory and builds replicas; throws std::runtime_error with bytes needed/available.
-  static MemoryPlan plan_memory(const ServingConfig& cfg, int64_t max_tokens_per_iteration);
+  // With `pool`, the plan of the prefill pool's own devices and parallelism.
+  static MemoryPlan plan_memory(const ServingConfig& cfg, int64_t max_tokens_per_iteration, const PoolSpec* pool = nullptr);
   // Schedules the first arrivals; `on_done` runs once every announced request has completed.
   void start(const std::function<void(double)>& progress, std::function<void()> on_done = {});
   // After the engine stopped: detects stalls and truncation, closes the KV accounting.
@@ -258,12 +279,13 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   const MemoryPlan& memory() const { return mem_; }
   const ServingConfig& config() const { return cfg_; }
   // The KV tiers below a replica's HBM (host memory, SSD), sized per engine.
-  void set_kv_tiers(BlockManager& kv, double kv_bytes_per_token) const;
+  void set_kv_tiers(BlockManager& kv, double kv_bytes_per_token, int engine) const;
   // Lower bounds for one request alone on an idle replica (every stage's compute; no
   // communication, no last mile): its prefill of `tokens` to the first token, and one decode
   // step at `context` tokens. What no load, router or scheduler can beat.
   int64_t idle_ttft_ns(int tokens) const;
   int64_t idle_tpot_ns(int context) const;
+  int64_t idle_ns(const CostModel& cost, const SeqWork& w) const;
   int64_t completed() const { return front_.counts().completed; }
   int64_t rejected() const { return front_.counts().rejected_too_long; }
   int64_t first_arrival_ns() const { return front_.first_arrival_ns(); }
@@ -318,6 +340,7 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   void begin_layerwise(int from, uint32_t id, int32_t final_tokens);
   void pump_handoffs(int to);
   void kv_copied(uint32_t id);
+  int32_t send_kv(const Request& q, const std::vector<int>& from, const std::vector<int>& to, double bytes, size_t salt);
   static constexpr uint64_t kHandoffFlow = uint64_t{1} << 39;  // flow tag bit: a KV copy (low 32 bits: the request)
   int pool_split_ = 0;                          // prefill engines (0: one pool)
   std::vector<uint32_t> handing_off_;           // slots whose prefill ended in the iteration being closed
@@ -352,9 +375,9 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   void stage_comm_done(int engine, int pass);
   void stage_release(int replica, int stage);
   void start_compute(int engine, int pass, int stage);
-  // Each pipeline stage's compute time of the batch in work_ (its own layers), into stage_ns_;
-  // returns their sum.
-  double stage_times(std::span<const SeqWork> work);
+  // Each pipeline stage's compute time of the batch in work_ (its own layers) on engine ri,
+  // into stage_ns_; returns their sum.
+  double stage_times(int ri, std::span<const SeqWork> work);
   std::vector<double> stage_ns_;
   std::vector<double> pass_ns_;  // per pass (slice) and stage of the iteration being started
   // One slice of an iteration's batch on its way through the stages (an unsliced iteration
@@ -418,6 +441,14 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   TraceWriter* trace_;
   CostModel cost_;
   MemoryPlan mem_;
+  // Disaggregation's prefill pool on devices or parallelism of its own (deployment.prefill_pool):
+  // its cost model and memory plan (null: the deployment's, cost_ and mem_, serve every engine).
+  std::unique_ptr<CostModel> prefill_cost_;
+  MemoryPlan prefill_mem_;
+  const PoolSpec* prefill_pool() const { return cfg_.prefill_pool ? &*cfg_.prefill_pool : nullptr; }
+  bool own_prefill(int engine) const { return engine < pool_split_ && cfg_.prefill_pool; }
+  const CostModel& cost_of(int engine) const { return own_prefill(engine) ? *prefill_cost_ : cost_; }
+  int tp_of(int engine) const { return own_prefill(engine) ? cfg_.prefill_pool->tensor_parallel : cfg_.tensor_parallel; }
   std::vector<std::unique_ptr<Replica>> replicas_;
   FrontEnd front_;
   GlobalScheduler global_;

@@ -5,35 +5,33 @@
 
 namespace sluice::serving {
 
-void ServingSim::set_kv_tiers(BlockManager& kv, double kv_bytes_per_token) const {
+void ServingSim::set_kv_tiers(BlockManager& kv, double kv_bytes_per_token, int engine) const {
   const double per_block = kv_bytes_per_token * cfg_.block_size * pp_;
   kv.set_host_tier(static_cast<int64_t>(cfg_.kv_host_cache_bytes / per_block));
   kv.set_ssd_tier(static_cast<int64_t>(cfg_.kv_ssd_cache_bytes / per_block));
   if (cfg_.kv_ssd_cache_bytes > 0 && cfg_.kv_ssd_when_faster) {
-    // Read (the drives) then copy (the host link) against a prefill of the same tokens.
-    const int shards = cfg_.tensor_parallel * cfg_.pipeline_parallel;
+    // Read (the drives) then copy (the host link) against a prefill of the same tokens, on the
+    // engine's own devices.
+    const HardwareSpec& hw = own_prefill(engine) ? prefill_pool()->hardware : cfg_.hardware;
+    const int shards = tp_of(engine) * cfg_.pipeline_parallel;
     const double per_token = kv_bytes_per_token;  // over the replica's devices, as the fetch charges it
-    const double move_ns_per_token = per_token / (cfg_.hardware.ssd_read_Bps * shards) * 1e9 + per_token / (cfg_.hardware.pcie_Bps * shards) * 1e9;
-    kv.set_ssd_policy([this, move_ns_per_token](int64_t blocks) {
+    const double move_ns_per_token = per_token / (hw.ssd_read_Bps * shards) * 1e9 + per_token / (hw.pcie_Bps * shards) * 1e9;
+    kv.set_ssd_policy([this, move_ns_per_token, engine](int64_t blocks) {
       const int tokens = static_cast<int>(blocks * cfg_.block_size);
-      return move_ns_per_token * tokens < static_cast<double>(idle_ttft_ns(tokens));
+      return move_ns_per_token * tokens < static_cast<double>(idle_ns(cost_of(engine), SeqWork{tokens, 0, true}));
     });
   }
 }
 
-int64_t ServingSim::idle_ttft_ns(int tokens) const {
-  const SeqWork w{tokens, 0, true};
+int64_t ServingSim::idle_ns(const CostModel& cost, const SeqWork& w) const {
   double t = 0;
-  for (int s = 0; s < pp_; ++s) t += cost_.stage_ns(std::span<const SeqWork>(&w, 1), s);
+  for (int s = 0; s < pp_; ++s) t += cost.stage_ns(std::span<const SeqWork>(&w, 1), s);
   return std::llround(t);
 }
 
-int64_t ServingSim::idle_tpot_ns(int context) const {
-  const SeqWork w{1, context, true};
-  double t = 0;
-  for (int s = 0; s < pp_; ++s) t += cost_.stage_ns(std::span<const SeqWork>(&w, 1), s);
-  return std::llround(t);
-}
+// Disaggregated, prompts prefill on the prefill pool (engine 0's) and decode on the decode pool (the deployment's).
+int64_t ServingSim::idle_ttft_ns(int tokens) const { return idle_ns(cost_of(0), SeqWork{tokens, 0, true}); }
+int64_t ServingSim::idle_tpot_ns(int context) const { return idle_ns(cost_, SeqWork{1, context, true}); }
 
 ServingResults ServingSim::results() const {
   ServingResults r;
@@ -107,6 +105,18 @@ ServingResults ServingSim::results() const {
     }
   }
   r.prefill_replicas = pool_split_;
+  if (const PoolSpec* pool = prefill_pool()) {
+    r.prefill_tensor_parallel = pool->tensor_parallel;
+    r.prefill_hardware = pool->hardware.name;
+    r.prefill_scheduler = pool->scheduler;
+    r.prefill_cost_source = pool->cost_source;
+    r.prefill_peak_flops = c.model.weights == Precision::FP8   ? pool->hardware.peak_fp8_flops
+                           : c.model.weights == Precision::FP4 ? pool->hardware.peak_fp4_flops
+                                                               : pool->hardware.peak_bf16_flops;
+    r.prefill_weights_per_gpu = prefill_mem_.weights_per_gpu;
+    r.prefill_kv_per_gpu = prefill_mem_.kv_per_gpu;
+    r.prefill_kv_tokens_per_replica = prefill_mem_.kv_tokens_per_replica;
+  }
   if (!scale_state_.empty()) {
     r.autoscaled = true;
     using P = ServingConfig::Autoscaling::Policy;

@@ -61,14 +61,15 @@ void ServingSim::stage_compute_done(int ri, int k) {
 void ServingSim::start_comm(int ri, int k) {
   InFlight& f = inflight_[static_cast<size_t>(ri)];
   Pass& p = f.passes[static_cast<size_t>(k)];
-  const double allreduce_bytes = cost_.tp_allreduce_bytes(p.tokens, p.stage);
-  if (cfg_.tensor_parallel > 1 && allreduce_bytes > 0) {
+  const CostModel& cost = cost_of(ri);
+  const double allreduce_bytes = cost.tp_allreduce_bytes(p.tokens, p.stage);
+  if (tp_of(ri) > 1 && allreduce_bytes > 0) {
     // The stage's all-reduces of this iteration, as one ring whose steps are fused into one
     // flow per ring edge (same bytes per link, same step latencies): 2(n-1) fewer flow starts.
     const auto& nodes = fabric_.stage_nodes[static_cast<size_t>(ri / pp_)][static_cast<size_t>(p.stage)];
     net::CollectiveOptions o;
     o.fused_ring_steps = true;
-    o.fused_count = cost_.tp_allreduce_count(p.stage);
+    o.fused_count = cost.tp_allreduce_count(p.stage);
     o.salt = static_cast<uint64_t>(ri);
     p.collective = std::make_unique<net::Collective>(*fabric_.flows, cfg_.tp_algorithm, nodes, allreduce_bytes, o);
     p.comm_started_ns = engine_.now().count_ns();
@@ -89,7 +90,8 @@ void ServingSim::start_comm(int ri, int k) {
 // share to every other.
 void ServingSim::start_alltoall(int ri, int k) {
   Pass& p = inflight_[static_cast<size_t>(ri)].passes[static_cast<size_t>(k)];
-  const double bytes = cost_.moe_alltoall_bytes(p.tokens, p.stage);
+  const CostModel& cost = cost_of(ri);
+  const double bytes = cost.moe_alltoall_bytes(p.tokens, p.stage);
   if (bytes <= 0) {
     stage_comm_done(ri, k);
     return;
@@ -97,15 +99,15 @@ void ServingSim::start_alltoall(int ri, int k) {
   const auto& nodes = fabric_.stage_nodes[static_cast<size_t>(ri / pp_)][static_cast<size_t>(p.stage)];
   net::CollectiveOptions o;
   o.salt = static_cast<uint64_t>(ri) + 0x5EED;
-  o.fused_count = cost_.moe_alltoall_count(p.stage);
-  o.a2a_weights = cost_.moe_alltoall_weights();  // hot experts' devices receive more
+  o.fused_count = cost.moe_alltoall_count(p.stage);
+  o.a2a_weights = cost.moe_alltoall_weights();  // hot experts' devices receive more
   p.alltoall = std::make_unique<net::Collective>(*fabric_.flows, net::CollectiveKind::AllToAll, nodes, bytes, o);
   const int64_t started = engine_.now().count_ns();
   p.alltoall->start([this, ri, k, started, ep = epoch_[static_cast<size_t>(ri)]](Engine& e) {
     if (ep != epoch_[static_cast<size_t>(ri)]) return;
     moe_a2a_ns_ += e.now().count_ns() - started;
     ++moe_a2a_passes_;
-    moe_a2a_count_ += cost_.moe_alltoall_count(inflight_[static_cast<size_t>(ri)].passes[static_cast<size_t>(k)].stage);
+    moe_a2a_count_ += cost_of(ri).moe_alltoall_count(inflight_[static_cast<size_t>(ri)].passes[static_cast<size_t>(k)].stage);
     stage_comm_done(ri, k);
   });
 }

@@ -18,6 +18,11 @@ void warn_about_run(const ServingSim& sim, int64_t asked_interval_ns, Recorder& 
 
 namespace {
 
+// Replica r's tensor parallelism: the prefill pool's own, or the deployment's.
+int replica_tp(const ServingConfig& c, int r) {
+  return c.prefill_pool && r < c.prefill_replicas ? c.prefill_pool->tensor_parallel : c.tensor_parallel;
+}
+
 class ServingWorkload final : public Workload {
  public:
   ServingWorkload(std::string name, ServingConfig cfg, World& world, const std::vector<int>& devices, std::string desc,
@@ -27,7 +32,12 @@ class ServingWorkload final : public Workload {
         requests_csv_(outputs.flag("requests_csv")),
         timeseries_(outputs.flag("timeseries")),
         sample_interval_ns_(outputs.time("sample_interval").count_ns()) {
-    const int tp = cfg.tensor_parallel, pp = cfg.pipeline_parallel;
+    const int pp = cfg.pipeline_parallel;
+    // Each replica's devices: [start_[r], start_[r + 1]) of `devices` (a prefill pool of its own
+    // parallelism has replicas of another size).
+    for (int r = 0; r <= cfg.replicas; ++r) start_.push_back(r == 0 ? 0 : start_.back() + static_cast<size_t>(replica_tp(cfg, r - 1) * pp));
+    if (start_.back() != devices.size()) throw std::logic_error("internal: a serving placement of the wrong size");
+    const bool any_tp = replica_tp(cfg, 0) > 1 || cfg.tensor_parallel > 1;
     // A tensor-parallel group may span servers (multi-node tensor parallelism, as vLLM runs
     // it over Ray): its all-reduces then cross the network every layer, as flows on the world's
     // fabric (one channel per NIC), which is exactly what contends with other traffic.
@@ -48,30 +58,29 @@ class ServingWorkload final : public Workload {
       fabric.flows = &world.fabric();
       for (int r = 0; r < cfg.replicas; ++r) {
         auto& nodes = fabric.replica_nodes.emplace_back();
-        for (int k = 0; k < tp * pp; ++k) nodes.push_back(world.device_node(devices[static_cast<size_t>(r * tp * pp + k)]));
+        for (size_t k = start_[static_cast<size_t>(r)]; k < start_[static_cast<size_t>(r) + 1]; ++k) nodes.push_back(world.device_node(devices[k]));
       }
     }
-    if (tp > 1 || pp > 1 || swaps) {
+    if (any_tp || pp > 1 || swaps) {
       fabric.flows = &world.fabric();
-      if (swaps) {
-        const size_t per = static_cast<size_t>(tp * pp);
+      if (swaps)
         for (int r = 0; r < cfg.replicas; ++r)
-          fabric.host_links.emplace_back(host_of.begin() + static_cast<long>(r * per), host_of.begin() + static_cast<long>((r + 1) * per));
-      }
+          fabric.host_links.emplace_back(host_of.begin() + static_cast<long>(start_[static_cast<size_t>(r)]),
+                                         host_of.begin() + static_cast<long>(start_[static_cast<size_t>(r) + 1]));
       size_t i = 0;
-      for (int r = 0; r < cfg.replicas && (tp > 1 || pp > 1 || swaps); ++r) {
+      for (int r = 0; r < cfg.replicas; ++r) {
         auto& stages = fabric.stage_nodes.emplace_back();
         for (int s = 0; s < pp; ++s) {
           auto& nodes = stages.emplace_back();
-          for (int k = 0; k < tp; ++k) nodes.push_back(world.device_node(devices[i++]));
+          for (int k = 0; k < replica_tp(cfg, r); ++k) nodes.push_back(world.device_node(devices[i++]));
         }
       }
     }
-    if (tp > 1 && cfg.tp_algorithm == net::CollectiveKind::AllReduceNvls)
+    if (any_tp && cfg.tp_algorithm == net::CollectiveKind::AllReduceNvls)
       for (const auto& stages : fabric.stage_nodes)
-        for (const auto& nodes : stages) net::require_nvls(world.topology(), nodes, "deployment.tp_algorithm");
+        for (const auto& nodes : stages)
+          if (nodes.size() > 1) net::require_nvls(world.topology(), nodes, "deployment.tp_algorithm");
     devices_ = devices;
-    per_replica_ = static_cast<size_t>(tp * pp);
     cfg.topology_name = world.topology().name();
     cfg.trace_pid = world.trace_pid();
     world.trace_pid();  // the requests' tracks
@@ -108,7 +117,8 @@ class ServingWorkload final : public Workload {
     std::vector<int> touched;
     for (int d : devices) {
       const auto it = std::find(devices_.begin(), devices_.end(), d);
-      if (it != devices_.end()) touched.push_back(static_cast<int>(static_cast<size_t>(it - devices_.begin()) / per_replica_));
+      if (it != devices_.end())
+        touched.push_back(static_cast<int>(std::upper_bound(start_.begin(), start_.end(), static_cast<size_t>(it - devices_.begin())) - start_.begin()) - 1);
     }
     std::sort(touched.begin(), touched.end());
     touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
@@ -118,7 +128,7 @@ class ServingWorkload final : public Workload {
         continue;
       }
       bool all = true;
-      for (size_t k = 0; k < per_replica_; ++k) all &= w.device_up(devices_[static_cast<size_t>(r) * per_replica_ + k]);
+      for (size_t k = start_[static_cast<size_t>(r)]; k < start_[static_cast<size_t>(r) + 1]; ++k) all &= w.device_up(devices_[k]);
       if (all) sim_->replica_repaired(r);
     }
   }
@@ -139,7 +149,7 @@ class ServingWorkload final : public Workload {
   int64_t sample_interval_ns_;
   bool done_ = false;
   std::vector<int> devices_;
-  size_t per_replica_ = 1;
+  std::vector<size_t> start_;  // replica r's devices: devices_[start_[r] .. start_[r + 1])
   std::unique_ptr<ServingSim> sim_;
   std::unique_ptr<ServingRecords> records_;
 };
@@ -164,9 +174,10 @@ auto at_deployment(const Params& p, const std::string& tables_dir, F&& f) {
   }
 }
 
-int devices_needed(const Params& p) {
-  const Params& d = p.section("deployment");
-  return static_cast<int>(d.integer("replicas") * d.integer("tensor_parallel") * d.integer("pipeline_parallel"));
+int devices_needed(const ServingConfig& c) {
+  int n = 0;
+  for (int r = 0; r < c.replicas; ++r) n += replica_tp(c, r) * c.pipeline_parallel;
+  return n;
 }
 
 }  // namespace
@@ -178,10 +189,22 @@ std::unique_ptr<Study> make_serving_short_form(const StudyContext& ctx, const Re
   Cluster cl;
   cl.hardware = cfg.hardware;
   const Params& d = p.section("deployment");
+  // A prefill pool of another device type gets servers of its own, ahead of the deployment's.
+  const PoolSpec* pool = cfg.prefill_pool ? &*cfg.prefill_pool : nullptr;
+  const bool own_servers = pool && pool->hardware.name != cfg.hardware.name;
+  int prefill_nodes = 0;
   if (p.has("topology")) {
     for (const char* k : {"nodes", "gpus_per_node"})
       if (d.given(k)) d.fail(k, "is derived from the topology when one is named", "leave it out, or drop `topology`");
+    if (own_servers)
+      d.section("prefill_pool").fail("hardware", fmt::format("a named topology's devices are all one kind (the deployment's, {})", cfg.hardware.name),
+                                     "leave it out, or drop `topology` (the cluster is then built around both pools)");
     cl.topology = std::make_shared<net::Topology>(net::load_topology(p.node("topology"), reg, "topology"));
+  } else if (own_servers) {
+    const int need = cfg.prefill_replicas * pool->tensor_parallel;
+    const int per_server = cfg.gpus_per_node / pool->tensor_parallel * pool->tensor_parallel;
+    prefill_nodes = pool->nodes > 0 ? pool->nodes : per_server > 0 ? (need + per_server - 1) / per_server : 1;
+    cl.topology = implicit_cluster({{&pool->hardware, prefill_nodes}, {&cfg.hardware, cfg.nodes}}, cfg.gpus_per_node);
   } else {
     cl.topology = implicit_cluster(cfg.hardware, cfg.nodes, cfg.gpus_per_node);
   }
@@ -194,16 +217,49 @@ std::unique_ptr<Study> make_serving_short_form(const StudyContext& ctx, const Re
   for (const auto& [_, n] : per_group) cfg.gpus_per_node = std::max(cfg.gpus_per_node, n);
   const std::string tables_dir = cfg.tables_dir;
   at_deployment(p, tables_dir, [&] {
-    const int need = devices_needed(p);
+    const int need = devices_needed(cfg);
     if (need > world->device_count())
-      throw std::runtime_error(fmt::format("{} replicas × tp {} × pp {} = {} GPUs, but the cluster has {}", cfg.replicas,
-                                           cfg.tensor_parallel, cfg.pipeline_parallel, need, world->device_count()));
-    if (cfg.tensor_parallel > cfg.gpus_per_node)
-      throw std::runtime_error(fmt::format("tensor_parallel {} exceeds the {} GPUs of a node: tensor parallelism stays inside a node",
-                                           cfg.tensor_parallel, cfg.gpus_per_node));
-    // Replicas on consecutive devices: a tensor-parallel group on consecutive devices of one server.
+      throw std::runtime_error(pool ? fmt::format("{} prefill replicas × tp {} + {} decode replicas × tp {} = {} GPUs, but the cluster has {}",
+                                                  cfg.prefill_replicas, pool->tensor_parallel, cfg.replicas - cfg.prefill_replicas,
+                                                  cfg.tensor_parallel, need, world->device_count())
+                                    : fmt::format("{} replicas × tp {} × pp {} = {} GPUs, but the cluster has {}", cfg.replicas,
+                                                  cfg.tensor_parallel, cfg.pipeline_parallel, need, world->device_count()));
+    for (const int tp : {cfg.tensor_parallel, pool ? pool->tensor_parallel : 1})
+      if (tp > cfg.gpus_per_node)
+        throw std::runtime_error(fmt::format("{}tensor_parallel {} exceeds the {} GPUs of a node: tensor parallelism stays inside a node",
+                                             tp == cfg.tensor_parallel ? "" : "prefill_pool.", tp, cfg.gpus_per_node));
     std::vector<int> devices;
-    for (int i = 0; i < need; ++i) devices.push_back(i);
+    if (!pool) {
+      // Replicas on consecutive devices: a tensor-parallel group on consecutive devices of one server.
+      for (int i = 0; i < need; ++i) devices.push_back(i);
+    } else {
+      // Replicas of two sizes: each on devices of one server (the next server when the rest of
+      // this one is too few), the prefill pool first, on its own servers when it has them.
+      const int count = world->device_count();
+      int at = 0;
+      auto fits = [&](int from, int g) {
+        for (int k = 0; k < g; ++k)
+          if (from + k >= count || world->group_of(from + k) != world->group_of(from)) return false;
+        return true;
+      };
+      for (int r = 0; r < cfg.replicas; ++r) {
+        const int g = replica_tp(cfg, r) * cfg.pipeline_parallel;
+        if (own_servers && r == cfg.prefill_replicas) at = std::max(at, prefill_nodes * cfg.gpus_per_node);
+        while (at < count && !fits(at, g)) {
+          const int server = world->group_of(at);
+          while (at < count && world->group_of(at) == server) ++at;
+        }
+        if (own_servers && r < cfg.prefill_replicas && at + g > prefill_nodes * cfg.gpus_per_node)
+          throw std::runtime_error(fmt::format("{} prefill replicas of tp {} do not fit on {} {} server{} of {} GPUs (prefill_pool.nodes)",
+                                               cfg.prefill_replicas, pool->tensor_parallel, prefill_nodes, pool->hardware.name,
+                                               prefill_nodes == 1 ? "" : "s", cfg.gpus_per_node));
+        if (at + g > count)
+          throw std::runtime_error(fmt::format("{} replicas do not fit on the cluster's {} servers of {} GPUs with each replica inside "
+                                               "one server (deployment.nodes)", cfg.replicas, cfg.nodes, cfg.gpus_per_node));
+        for (int k = 0; k < g; ++k) devices.push_back(at + k);
+        at += g;
+      }
+    }
     world->claim(devices, "serving");
     world->add(std::make_unique<ServingWorkload>("serving", std::move(cfg), *world, devices, desc, p.section("outputs")));
     return 0;
@@ -223,7 +279,7 @@ SLUICE_REGISTER(workload, serving_workload) {
             ServingConfig cfg = build_serving_config(p, reg, ctx.seed, &desc, &world.hardware());
             const std::string tables_dir = cfg.tables_dir;
             return at_deployment(p, tables_dir, [&]() -> std::unique_ptr<Workload> {
-              const auto devices = place_devices(world, p.section("place"), devices_needed(p), ctx.name, reg);
+              const auto devices = place_devices(world, p.section("place"), devices_needed(cfg), ctx.name, reg);
               return std::make_unique<ServingWorkload>(ctx.name, std::move(cfg), world, devices, desc, p.section("outputs"));
             });
           }));
