@@ -16,7 +16,10 @@ void GlobalScheduler::dispatch(uint32_t id) {
     pool = to_prefill ? pool.first(prefill_engines_) : pool.subspan(prefill_engines_);
     offset = to_prefill ? 0 : prefill_engines_;
   }
-  const int picked = router_.route(q, pool);
+  const bool nowhere_to_decode =
+      watch_decode_ && to_prefill &&
+      std::none_of(engines_.begin() + static_cast<long>(prefill_engines_), engines_.end(), [](const auto& e) { return e->routable(); });
+  const int picked = nowhere_to_decode ? -1 : router_.route(q, pool);
   const int to = picked < 0 ? picked : picked + static_cast<int>(offset);
   if (to < 0) {
     // No healthy replica: parked until one is (or the failover timeout).

@@ -35,6 +35,9 @@ class GlobalScheduler final : public RequestDispatcher, public EventHandler {
   // pool), which compute all but a prompt's last token; the decode pool computes that one as
   // its first step. A prompt of one token goes to the decode pool directly.
   void set_prefill_pool(size_t prefill_engines) { prefill_engines_ = prefill_engines; }
+  // With failures, a prompt for the prefill pool waits parked while no decode engine is healthy
+  // (its KV cache would have nowhere to go).
+  void watch_decode_pool(bool on) { watch_decode_ = on; }
   // Request classes: waiting queues ordered by priority (lower first; FCFS within one), and
   // shedding of a request not yet scheduled once its class's TTFT objective (ns per class,
   // 0: none) has passed: it can no longer meet it, and the work it would take goes to others.
@@ -48,6 +51,7 @@ class GlobalScheduler final : public RequestDispatcher, public EventHandler {
   size_t parked() const { return parked_.size(); }
 
  private:
+  bool watch_decode_ = false;
   enum Kind : uint32_t { kParkTimeout = 1, kShed };
   void shed(uint32_t id);
   bool by_priority_ = false;

@@ -75,6 +75,7 @@ struct alignas(64) Request {
   int32_t handoff_pick = -1;     // the decode engine already picked for it (a layer-by-layer copy that fell back to whole)
   int32_t layerwise_blocks = 0;  // the blocks reserved there for it
   int64_t handoff_mark_ns = 0;
+  uint32_t copy_gen = 0;         // its KV copy's generation: a failure voids the copy's flows in flight by a new one
 
   int32_t prompt_len() const { return history_tokens + input_tokens; }
   int32_t length() const { return prompt_len() + generated; }

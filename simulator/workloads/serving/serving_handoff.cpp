@@ -34,8 +34,8 @@ namespace sluice::serving {
 int ServingSim::pick_decode_engine(const Request& q) {
   const std::span<const std::unique_ptr<Replica>> pool(replicas_.begin() + pool_split_, replicas_.end());
   const int i = cfg_.decode_router->route(q, pool);
-  if (i < 0) throw std::logic_error("internal: no healthy decode engine for a handoff");
-  return pool_split_ + i;
+  if (i < 0 && !faults_enabled_) throw std::logic_error("internal: no healthy decode engine for a handoff");
+  return i < 0 ? -1 : pool_split_ + i;
 }
 
 // A layer-by-layer copy, as the prefill iteration that brings request `id` to `final_tokens`
@@ -46,6 +46,7 @@ void ServingSim::begin_layerwise(int from, uint32_t id, int32_t final_tokens) {
   const auto& from_nodes = fabric_.replica_nodes[static_cast<size_t>(from)];
   if (q.layerwise_to >= 0 || q.handoff_pick >= 0 || from_nodes.empty()) return;
   const int to = pick_decode_engine(q);
+  if (to < 0) return;  // none healthy: start_handoff gives the prompt back when its prefill ends
   q.handoff_pick = to;  // the router is asked once: a fallback to a whole copy goes here too
   Replica& dst = *replicas_[static_cast<size_t>(to)];
   if (!handoff_wait_[static_cast<size_t>(to)].empty()) return;  // first come, first served: it waits behind them, whole
@@ -66,6 +67,7 @@ void ServingSim::begin_layerwise(int from, uint32_t id, int32_t final_tokens) {
   const double early = dst.kv_bytes_per_token * final_tokens * (layers - 1) / layers;
   const auto& to_nodes = fabric_.replica_nodes[static_cast<size_t>(to)];
   // One more than the flows: the prefill's end, which sends the last layer's share.
+  q.copy_gen = ++copy_gen_;
   q.handoff_flows = send_kv(q, from_nodes, to_nodes, early, 0) + 1;
 }
 
@@ -76,10 +78,83 @@ void ServingSim::begin_layerwise(int from, uint32_t id, int32_t final_tokens) {
 int32_t ServingSim::send_kv(const Request& q, const std::vector<int>& from, const std::vector<int>& to, double bytes, size_t salt) {
   const size_t n = std::max(from.size(), to.size());
   const double share = bytes / static_cast<double>(n);
+  const uint64_t tag = kHandoffFlow | q.id | (static_cast<uint64_t>(q.copy_gen & kCopyGenMask) << 40);
   for (size_t j = 0; j < n; ++j)
-    fabric_.flows->start(from[j % from.size()], to[j % to.size()], share, this, kHandoffFlow | q.id,
-                         static_cast<uint64_t>(q.serial) * 7919 + salt + j);
+    fabric_.flows->start(from[j % from.size()], to[j % to.size()], share, this, tag, static_cast<uint64_t>(q.serial) * 7919 + salt + j);
   return static_cast<int32_t>(n);
+}
+
+// Engine `e` failed (replica_down, after it dropped its queues and its KV cache): the KV copies
+// it was the source or the target of. A copy whose source was e lost its KV cache: its blocks at
+// the decode engine are freed, its flows in flight void, and the request goes into `lost` to be
+// prefilled again. A copy bound for e still has its KV cache at the prefill engine: it goes to
+// another decode engine (waiting there for blocks like any handoff), or, with none healthy, is
+// given up and prefilled again once one is back. A layer-by-layer copy bound for e, or from e,
+// gives back its reserved blocks; a prompt still prefilling elsewhere then goes whole.
+void ServingSim::fail_handoffs(int e, std::vector<uint32_t>& lost) {
+  const int64_t now = engine_.now().count_ns();
+  std::vector<uint32_t> retarget;
+  for (Request& q : front_.requests()) {
+    if (q.state == ReqState::Waiting || q.state == ReqState::Running) {
+      if (q.handoff_pick == e) q.handoff_pick = -1;
+      if (q.layerwise_to < 0 || (q.layerwise_to != e && q.replica != e)) continue;
+      Replica& dst = *replicas_[static_cast<size_t>(q.layerwise_to)];
+      if (q.layerwise_to != e) {
+        account_kv(q.layerwise_to, now);
+        dst.kv.free_detached(q.layerwise_blocks);  // reserved, never adopted
+        --dst.routed;
+        request_schedule(q.layerwise_to);
+      }
+      --dst.incoming;
+      q.layerwise_to = -1;
+      q.layerwise_blocks = 0;
+      q.handoff_flows = 0;
+      q.copy_gen = ++copy_gen_;  // the layers already on their way are void
+      continue;
+    }
+    if (q.state != ReqState::Handoff || (q.handoff_from != e && q.replica != e)) continue;
+    const int to = q.replica;
+    auto& wait = handoff_wait_[static_cast<size_t>(to)];
+    if (const auto it = std::find(wait.begin(), wait.end(), q.id); it != wait.end()) wait.erase(it);
+    q.copy_gen = ++copy_gen_;
+    q.handoff_flows = 0;
+    Replica& dst = *replicas_[static_cast<size_t>(to)];
+    --dst.incoming;
+    if (to != e) {
+      account_kv(to, now);
+      dst.kv.release(q);  // the blocks it held there for the copy
+      --dst.routed;
+    }
+    q.blocks = q.shared_blocks = 0;
+    if (q.handoff_from == e) {
+      --in_handoff_;
+      lost.push_back(q.id);
+      if (to != e) pump_handoffs(to);
+    } else {
+      retarget.push_back(q.id);
+    }
+  }
+  for (uint32_t id : retarget) {
+    Request& q = front_.requests()[id];
+    const int from = q.handoff_from;
+    const std::span<const std::unique_ptr<Replica>> pool(replicas_.begin() + pool_split_, replicas_.end());
+    const int i = cfg_.decode_router->route(q, pool);
+    if (i < 0) {
+      // No decode engine left: the copy is given up and the prefill engine's blocks freed.
+      account_kv(from, now);
+      replicas_[static_cast<size_t>(from)]->kv.free_detached(q.handoff_blocks);
+      --in_handoff_;
+      lost.push_back(id);
+      request_schedule(from);
+      continue;
+    }
+    const int to = pool_split_ + i;
+    q.replica = to;
+    ++replicas_[static_cast<size_t>(to)]->incoming;
+    ++replicas_[static_cast<size_t>(to)]->routed;
+    handoff_wait_[static_cast<size_t>(to)].push_back(id);
+    pump_handoffs(to);
+  }
 }
 
 void ServingSim::start_handoff(int from, uint32_t id) {
@@ -114,6 +189,15 @@ void ServingSim::start_handoff(int from, uint32_t id) {
   q.handoff_mark_ns = now;
   const int to = q.handoff_pick >= 0 ? q.handoff_pick : pick_decode_engine(q);
   q.handoff_pick = -1;
+  if (to < 0) {
+    // Every decode engine is down (failures): the prompt's KV cache is given up and the request
+    // goes back to the global scheduler, which parks it until one is back.
+    account_kv(from, now);
+    replicas_[static_cast<size_t>(from)]->kv.free_detached(q.handoff_blocks);
+    --in_handoff_;
+    send_back(id);
+    return;
+  }
   q.replica = to;
   ++replicas_[static_cast<size_t>(to)]->incoming;
   ++replicas_[static_cast<size_t>(to)]->routed;
@@ -145,6 +229,7 @@ void ServingSim::pump_handoffs(int to) {
       continue;
     }
     // Each prefill device sends its share (its heads of every layer) to its decode peer.
+    q.copy_gen = ++copy_gen_;
     q.handoff_flows = send_kv(q, from_nodes, to_nodes, bytes, 0);
   }
 }

@@ -12,10 +12,8 @@
 namespace sluice::serving {
 
 void ServingSim::enable_faults() {
-  if (pool_split_ > 0)
-    throw std::runtime_error("a disaggregated deployment (deployment.prefill_replicas) does not yet recover from failures: "
-                             "run it without faults, or colocated (prefill_replicas: 0)");
   faults_enabled_ = true;
+  global_.watch_decode_pool(pool_split_ > 0);
 }
 
 void ServingSim::replica_down(int r) {
@@ -51,9 +49,13 @@ void ServingSim::replica_down(int r) {
     if (i < stage_free_ns_.size()) stage_free_ns_[i] = now;
     Replica& rep = *replicas_[i];
     rep.set_health(false);
+    const size_t from = back.size();
     for (uint32_t id : rep.running) back.push_back(id);
     for (uint32_t id : rep.swapped) back.push_back(id);
     for (uint32_t id : rep.waiting) back.push_back(id);
+    // A prefill engine's requests had their prompt's last token held back for the decode engine.
+    if (ri < pool_split_)
+      for (size_t k = from; k < back.size(); ++k) front_.requests()[back[k]].input_tokens += 1;
     rep.running.clear();
     rep.swapped.clear();
     rep.waiting.clear();
@@ -63,20 +65,26 @@ void ServingSim::replica_down(int r) {
     rep.kv = BlockManager(rep.kv.total_blocks(), rep.kv.block_size(), cfg_.watermark, rep.reuse, cfg_.prefix_caching);
     set_kv_tiers(rep.kv, rep.kv_bytes_per_token, static_cast<int>(i));
     batches_[i].clear();
+    if (pool_split_ > 0) fail_handoffs(ri, back);
   }
-  for (uint32_t id : back) {
-    Request& q = front_.requests()[id];
-    if (q.computed > 0 || q.generated > 0) {
-      ++q.reprefills;
-      ++reprefilled_;
-    }
-    // Tokens already streamed stay delivered; the prompt and those tokens are prefilled again.
-    q.computed = q.cached_tokens = q.blocks = q.shared_blocks = 0;
-    ++q.retries;
-    ++retried_;
-    q.state = ReqState::Pending;
-    global_.dispatch(id);
+  for (uint32_t id : back) send_back(id);
+}
+
+// A request whose KV cache a failure took goes back to the global scheduler: tokens already
+// streamed stay delivered; the prompt and those tokens are prefilled again.
+void ServingSim::send_back(uint32_t id) {
+  Request& q = front_.requests()[id];
+  if (q.computed > 0 || q.generated > 0) {
+    ++q.reprefills;
+    ++reprefilled_;
   }
+  q.computed = q.cached_tokens = q.blocks = q.shared_blocks = 0;
+  q.handoff_from = -1;
+  q.handoff_blocks = 0;
+  ++q.retries;
+  ++retried_;
+  q.state = ReqState::Pending;
+  global_.dispatch(id);
 }
 
 void ServingSim::replica_repaired(int r) {

@@ -341,7 +341,12 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   void pump_handoffs(int to);
   void kv_copied(uint32_t id);
   int32_t send_kv(const Request& q, const std::vector<int>& from, const std::vector<int>& to, double bytes, size_t salt);
-  static constexpr uint64_t kHandoffFlow = uint64_t{1} << 39;  // flow tag bit: a KV copy (low 32 bits: the request)
+  // Flow tag bit: a KV copy (low 32 bits: the request; from bit 40: the copy's generation).
+  static constexpr uint64_t kHandoffFlow = uint64_t{1} << 39;
+  static constexpr uint32_t kCopyGenMask = 0xFFFFFF;
+  uint32_t copy_gen_ = 0;  // copies started or voided so far: each one's generation
+  void fail_handoffs(int engine, std::vector<uint32_t>& lost);
+  void send_back(uint32_t id);
   int pool_split_ = 0;                          // prefill engines (0: one pool)
   std::vector<uint32_t> handing_off_;           // slots whose prefill ended in the iteration being closed
   std::vector<std::deque<uint32_t>> handoff_wait_;  // per decode engine: waiting for its KV blocks

@@ -186,7 +186,8 @@ void ServingSim::stage_comm_done(int ri, int k) {
 
 void ServingSim::on_flow_done(Engine&, uint64_t tag) {
   if (tag & kHandoffFlow) {
-    kv_copied(static_cast<uint32_t>(tag & 0xFFFFFFFFu));
+    const auto id = static_cast<uint32_t>(tag & 0xFFFFFFFFu);
+    if ((tag >> 40) == (front_.requests()[id].copy_gen & kCopyGenMask)) kv_copied(id);  // else a copy a failure voided
     return;
   }
   const int ri = static_cast<int>(tag & 0xFFFFFFFF);
