@@ -414,6 +414,13 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                                      {"moved_down_bytes", res.kv_to_ssd_bytes},
                                      {"read_bytes", res.kv_ssd_read_bytes}};
   }
+  if (res.kv_remote_cache_bytes > 0)
+    m["kv_cache"]["remote_tier"] = Json{{"capacity_bytes", res.kv_remote_cache_bytes},
+                                        {"prefix_claims_from_hbm", res.kv_claims_hbm},
+                                        {"prefix_claims_from_remote", res.kv_claims_remote},
+                                        {"moved_in_bytes", res.kv_to_remote_bytes},
+                                        {"fetched_bytes", res.kv_remote_fetched_bytes},
+                                        {"dropped_bytes", res.kv_remote_dropped_bytes}};
   m["batching"] = Json{{"iterations", iters}, {"prefill_iterations", pre_it}, {"decode_iterations", dec_it},
                        {"mixed_iterations", mix_it}, {"mean_batch", busy > 0 ? batch_int / busy : 0.0},
                        {"max_batch", max_batch}, {"utilization", busy / end / nrep}};

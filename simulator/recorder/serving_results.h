@@ -151,6 +151,10 @@ struct ServingResults {
   // The host tier of the KV cache (kv_host_cache_bytes 0: none): prefix claims served from HBM
   // and from host memory, and the bytes moved down, fetched back and dropped.
   double kv_host_cache_bytes = 0;
+  // The remote pool (kv_remote_cache_bytes 0: none): claims served from it, bytes moved in
+  // (from every replica's lowest tier), fetched over the fabric, and dropped when it was full.
+  double kv_remote_cache_bytes = 0, kv_to_remote_bytes = 0, kv_remote_fetched_bytes = 0, kv_remote_dropped_bytes = 0;
+  int64_t kv_claims_remote = 0;
   int64_t kv_claims_hbm = 0, kv_claims_host = 0;
   double kv_offloaded_bytes = 0, kv_fetched_bytes = 0, kv_dropped_bytes = 0;
   // The SSD tier below it (kv_ssd_cache_bytes 0: none).

@@ -53,7 +53,7 @@ bool BlockManager::place(TierStore& tier, TierStore* below, int32_t prefix_id, i
     const int64_t b = it->second.blocks;
     tier.entries.erase(it);
     if (below && place(*below, nullptr, victim, b)) tiers_.to_ssd_blocks += b;
-    else tiers_.dropped_blocks += b;
+    else let_go(victim, b);
   }
   tier.lru.push_back(prefix_id);
   tier.entries.emplace(prefix_id, HostEntry{blocks, std::prev(tier.lru.end())});
@@ -79,6 +79,11 @@ void BlockManager::offload(int32_t prefix_id, int64_t blocks) {
   take_out(ssd_, prefix_id);
   if (place(host_, &ssd_, prefix_id, blocks)) tiers_.offloaded_blocks += blocks;
   else if (place(ssd_, nullptr, prefix_id, blocks)) tiers_.to_ssd_blocks += blocks;
+  else let_go(prefix_id, blocks);
+}
+
+void BlockManager::let_go(int32_t prefix_id, int64_t blocks) {
+  if (remote_ && remote_->put(prefix_id, blocks, engine_)) tiers_.to_remote_blocks += blocks;
   else tiers_.dropped_blocks += blocks;
 }
 
@@ -105,7 +110,7 @@ int64_t BlockManager::claim_prefix(Request& r) {
     const auto h = host_.entries.find(r.prefix_id);
     const bool on_host = h != host_.entries.end();
     const auto s = on_host ? ssd_.entries.end() : ssd_.entries.find(r.prefix_id);
-    if (!on_host && s == ssd_.entries.end()) return 0;
+    if (!on_host && s == ssd_.entries.end()) return remote_ ? claim_remote(r) : 0;
     const int64_t blocks = on_host ? h->second.blocks : s->second.blocks;
     if (blocks > (static_cast<int64_t>(r.prompt_len()) - 1) / block_size_ || !can_allocate(blocks, /*admission=*/true)) return 0;
     if (!on_host && ssd_worth_ && !ssd_worth_(blocks)) {
@@ -131,10 +136,13 @@ int64_t BlockManager::claim_prefix(Request& r) {
   } else {
     ++tiers_.hits_hbm;
   }
-  // Whole blocks, leaving at least the prompt's last token to compute (it samples the first).
-  const int64_t blocks = std::min<int64_t>(it->second.blocks, (static_cast<int64_t>(r.prompt_len()) - 1) / block_size_);
+  return share_prefix(r, it->second);
+}
+
+// Whole blocks, leaving at least the prompt's last token to compute (it samples the first).
+int64_t BlockManager::share_prefix(Request& r, PrefixEntry& e) {
+  const int64_t blocks = std::min<int64_t>(e.blocks, (static_cast<int64_t>(r.prompt_len()) - 1) / block_size_);
   if (blocks <= 0) return 0;
-  PrefixEntry& e = it->second;
   if (e.holders++ == 0) {
     cached_ -= e.blocks;
     prefix_lru_.erase(e.lru_pos);
@@ -142,6 +150,25 @@ int64_t BlockManager::claim_prefix(Request& r) {
   r.blocks += static_cast<int32_t>(blocks);
   r.shared_blocks = static_cast<int32_t>(blocks);
   return blocks * block_size_;
+}
+
+// A prefix found in no local tier but in the remote pool: fetched into HBM (if HBM can hold
+// it) as a prefix entry, the pool keeping its copy for other replicas.
+int64_t BlockManager::claim_remote(Request& r) {
+  if (!remote_->contains(r.prefix_id)) return 0;
+  const RemoteKvStore::Entry* e = remote_->use(r.prefix_id);
+  const int64_t blocks = e->blocks;
+  const int home = e->home;  // (copied: making room below may put other prefixes into the pool)
+  if (blocks > (static_cast<int64_t>(r.prompt_len()) - 1) / block_size_ || !can_allocate(blocks, /*admission=*/true)) return 0;
+  if (!evict_until(blocks)) throw std::logic_error("internal: a remote prefix fetch found fewer blocks than can_allocate promised");
+  free_ -= blocks;
+  prefix_lru_.push_back(r.prefix_id);
+  auto it = prefixes_.emplace(r.prefix_id, PrefixEntry{blocks, 0, std::prev(prefix_lru_.end())}).first;
+  cached_ += blocks;
+  fetched_remote_pending_.emplace_back(home, blocks);
+  tiers_.fetched_remote_blocks += blocks;
+  ++tiers_.hits_remote;
+  return share_prefix(r, it->second);
 }
 
 void BlockManager::publish_prefix(Request& r) {

@@ -10,7 +10,10 @@
 #include <functional>
 #include <list>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
+#include "workloads/serving/kv_remote.h"
 #include "workloads/serving/request.h"
 
 namespace sluice::serving {
@@ -71,11 +74,21 @@ class BlockManager {
     fetched_ssd_pending_ = 0;
     return n;
   }
+  // The deployment's remote pool below every local tier (null: none): what the lowest local
+  // tier lets go of moves there (this engine its home), and a prefix found nowhere local is
+  // fetched from there. The fetches since the last call: (home engine, blocks) each, copied
+  // over the fabric from the home's host memory before the next iteration computes.
+  void set_remote_tier(RemoteKvStore* pool, int engine) {
+    remote_ = pool;
+    engine_ = engine;
+  }
+  std::vector<std::pair<int, int64_t>>& fetched_remote() { return fetched_remote_pending_; }
   struct TierCounts {
     int64_t hits_hbm = 0, hits_host = 0, hits_ssd = 0;  // prefix claims served from each tier
     int64_t offloaded_blocks = 0, fetched_blocks = 0, dropped_blocks = 0;  // to host; over the host link (any tier); lost
     int64_t to_ssd_blocks = 0, fetched_ssd_blocks = 0;  // moved down to the SSD; read back from it
     int64_t ssd_skipped = 0;  // claim attempts that found their prefix on the SSD and chose to recompute it (faster)
+    int64_t hits_remote = 0, to_remote_blocks = 0, fetched_remote_blocks = 0;  // the remote pool: claims, moved in, fetched
   };
   const TierCounts& tier_counts() const { return tiers_; }
   int64_t host_used_blocks() const { return host_.used; }
@@ -112,6 +125,7 @@ class BlockManager {
 
  private:
   bool grow_slow(Request& r, int64_t tokens, bool admission);
+  int64_t claim_remote(Request& r);
   struct Entry {
     int64_t tokens;
     int64_t blocks;
@@ -130,6 +144,7 @@ class BlockManager {
   };
   bool prefix_caching_ = false;
   std::unordered_map<int32_t, PrefixEntry> prefixes_;
+  int64_t share_prefix(Request& r, PrefixEntry& e);
   std::list<int32_t> prefix_lru_;
   void offload(int32_t prefix_id, int64_t blocks);
   struct HostEntry {
@@ -147,6 +162,11 @@ class BlockManager {
   std::function<bool(int64_t)> ssd_worth_;
   int64_t fetched_pending_ = 0, fetched_ssd_pending_ = 0;
   TierCounts tiers_;
+  // A prefix no local tier keeps any longer: to the remote pool if there is one, else dropped.
+  void let_go(int32_t prefix_id, int64_t blocks);
+  RemoteKvStore* remote_ = nullptr;
+  int engine_ = -1;
+  std::vector<std::pair<int, int64_t>> fetched_remote_pending_;
 };
 
 }  // namespace sluice::serving

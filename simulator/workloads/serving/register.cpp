@@ -196,6 +196,13 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
              "then copied over the host link on reuse (0B: none)")
       .def("0B")
       .nonneg();
+  d.quantity("kv_remote_cache", UnitKind::Bytes, &C::kv_remote_cache_bytes,
+             "a remote KV pool shared by the replicas (Mooncake Store: the servers' host memory pooled over RDMA), for "
+             "the whole deployment: a prefix a replica's lowest tier lets go of moves there, kept in that replica's host "
+             "memory, and any replica whose prompt starts with it fetches it over the fabric (flows from that host to its "
+             "devices) instead of prefilling it again (0B: none)")
+      .def("0B")
+      .nonneg();
   d.choice<bool>("kv_ssd_fetch", {{"always", false}, {"when_faster", true}}, &C::kv_ssd_when_faster,
                  "a prefix found on the SSD tier: always read back (as LMCache does), or only when the read and the host-link "
                  "copy take less than prefilling it again on an idle replica")
@@ -385,6 +392,10 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   } else if (c.kv_layerwise) {
     d.fail("kv_transfer", "a KV copy between pools needs a disaggregated deployment", "whole, or prefill_replicas > 0");
   }
+  if (c.kv_remote_cache_bytes > 0 && c.pipeline_parallel > 1)
+    d.fail("kv_remote_cache", "the remote pool does not yet take pipeline-parallel replicas", "0B, or pipeline_parallel: 1");
+  if (c.kv_remote_cache_bytes > 0 && !c.prefix_caching)
+    d.fail("kv_remote_cache", "holds cached prompt prefixes, and prefix_caching is off", "0B, or prefix_caching: true");
   if (c.preemption == PreemptionMode::Swap && c.hardware.pcie_Bps <= 0)
     d.fail("preemption", fmt::format("swap needs a host link, but {} has no pcie_bandwidth", c.hardware.name),
            "recompute, or hardware with pcie_bandwidth > 0");

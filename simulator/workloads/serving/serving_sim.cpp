@@ -51,6 +51,12 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
     prefill_mem_ = plan_memory(cfg_, pool->make_scheduler()->max_tokens_per_iteration(), pool);
   }
   pp_ = cfg_.pipeline_parallel;
+  if (cfg_.kv_remote_cache_bytes > 0) {
+    if (!fabric_.active() || static_cast<int>(fabric_.host_links.size()) != cfg_.replicas || pp_ != 1)
+      throw std::logic_error("internal: a remote KV pool needs single-stage replicas with host links on the fabric");
+    const double per_block = kv_bytes_per_token_per_gpu(cfg_) * cfg_.tensor_parallel * cfg_.block_size;
+    remote_ = std::make_unique<RemoteKvStore>(static_cast<int64_t>(cfg_.kv_remote_cache_bytes / per_block));
+  }
   if (cfg_.speculative.on()) spec_ = std::make_unique<Speculator>(cfg_.speculative, cfg_.hardware, cfg_.model, cost_options(cfg_), cfg_.seed);
   const int engines = cfg_.replicas * pp_;
   for (int i = 0; i < engines; ++i) {
@@ -253,6 +259,12 @@ void ServingSim::try_start(int ri) {
       b.storage_ns += read_ns;
     }
   }
+  if (auto& remote = r.kv.fetched_remote(); !remote.empty()) {
+    // Prefixes fetched from the remote pool: copied over the fabric from their home's host
+    // memory before the iteration computes (flows, like a swap-in; see the fabric path).
+    for (const auto& [home, blocks] : remote) remote_fetch_.emplace_back(home, static_cast<double>(blocks) * cfg_.block_size * r.kv_bytes_per_token);
+    remote.clear();
+  }
   work_.clear();
   int generating = 0;
   for (const auto& en : b.entries) {
@@ -316,7 +328,7 @@ void ServingSim::try_start(int ri) {
     return std::max<int64_t>(1, round_ns(pass_ns_[static_cast<size_t>(k * pp_ + s)]));
   };
   int64_t dur_ns = 0, occupied_ns = 0;
-  if (fabric_.active() && (tp_of(ri) > 1 || pp_ > 1 || swap_flows)) {
+  if (fabric_.active() && (tp_of(ri) > 1 || pp_ > 1 || swap_flows || !remote_fetch_.empty())) {
     // Transfers are flows: the iteration's length is known only when its last stage is done.
     busy_[ri] = true;
     rstats_[ri].started(b.prefill_entries, b.decode_entries, b.entries.size());
@@ -343,6 +355,20 @@ void ServingSim::try_start(int ri) {
                              (uint64_t{1} << 40) | static_cast<uint64_t>(ri) | (static_cast<uint64_t>(epoch_[static_cast<size_t>(ri)] & 0x7FFFFF) << 41),
                              static_cast<uint64_t>(ri) * 131 + k);
     }
+    for (const auto& [home, bytes] : remote_fetch_) {
+      // From the host memory of the replica that let the prefix go to this replica's devices:
+      // as many pieces as the larger side has devices.
+      const auto& src = fabric_.host_links[static_cast<size_t>(home)];
+      const auto& dst = fabric_.host_links[static_cast<size_t>(ri)];
+      const size_t n = std::max(src.size(), dst.size());
+      f.swaps_pending += static_cast<int>(n);
+      for (size_t k = 0; k < n; ++k)
+        fabric_.flows->start(src[k % src.size()].second, dst[k % dst.size()].first, bytes / static_cast<double>(n), this,
+                             (uint64_t{1} << 40) | static_cast<uint64_t>(ri) | (static_cast<uint64_t>(epoch_[static_cast<size_t>(ri)] & 0x7FFFFF) << 41),
+                             static_cast<uint64_t>(ri) * 131 + 0x7E7 + static_cast<uint64_t>(remote_fetches_) * 17 + k);
+      ++remote_fetches_;
+    }
+    remote_fetch_.clear();
     f.d2h_ns = round_ns(cfg_.last_mile.d2h_ns(generating));
     f.overlap = overlap;
     overlapped_ += overlap;

@@ -116,6 +116,7 @@ struct ServingConfig {
   double kv_host_cache_bytes = 0;  // per replica: host memory that evicted prefixes move to (0: none)
   double kv_ssd_cache_bytes = 0;   // per replica: local SSD below host memory (0: none)
   bool kv_ssd_when_faster = false; // read a prefix back from the SSD only when that beats prefilling it again
+  double kv_remote_cache_bytes = 0;  // the deployment's remote pool (Mooncake Store) below every replica's tiers (0: none)
   // Request classes: waiting queues ordered by class priority (else FCFS), and a request still
   // waiting for its first scheduling when its class's TTFT objective has passed is shed.
   bool priority_scheduling = false;
@@ -448,6 +449,9 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   MemoryPlan mem_;
   // Disaggregation's prefill pool on devices or parallelism of its own (deployment.prefill_pool):
   // its cost model and memory plan (null: the deployment's, cost_ and mem_, serve every engine).
+  std::unique_ptr<RemoteKvStore> remote_;  // the remote KV pool (null: none)
+  std::vector<std::pair<int, double>> remote_fetch_;  // the iteration being started: (home engine, bytes) to fetch first
+  int64_t remote_fetches_ = 0;
   std::unique_ptr<CostModel> prefill_cost_;
   MemoryPlan prefill_mem_;
   const PoolSpec* prefill_pool() const { return cfg_.prefill_pool ? &*cfg_.prefill_pool : nullptr; }

@@ -9,6 +9,7 @@ void ServingSim::set_kv_tiers(BlockManager& kv, double kv_bytes_per_token, int e
   const double per_block = kv_bytes_per_token * cfg_.block_size * pp_;
   kv.set_host_tier(static_cast<int64_t>(cfg_.kv_host_cache_bytes / per_block));
   kv.set_ssd_tier(static_cast<int64_t>(cfg_.kv_ssd_cache_bytes / per_block));
+  kv.set_remote_tier(remote_.get(), engine);
   if (cfg_.kv_ssd_cache_bytes > 0 && cfg_.kv_ssd_when_faster) {
     // Read (the drives) then copy (the host link) against a prefill of the same tokens, on the
     // engine's own devices.
@@ -87,8 +88,9 @@ ServingResults ServingSim::results() const {
   r.replica_failures = replica_failures_;
   r.replica_down_ns = replica_down_ns();
   r.outages_ns = outages_ns_;
-  if (cfg_.kv_host_cache_bytes > 0 || cfg_.kv_ssd_cache_bytes > 0) {
+  if (cfg_.kv_host_cache_bytes > 0 || cfg_.kv_ssd_cache_bytes > 0 || remote_) {
     r.kv_host_cache_bytes = cfg_.kv_host_cache_bytes;
+    r.kv_remote_cache_bytes = cfg_.kv_remote_cache_bytes;
     r.kv_ssd_cache_bytes = cfg_.kv_ssd_cache_bytes;
     for (const auto& e : replicas_) {
       const auto& t = e->kv.tier_counts();
@@ -102,7 +104,11 @@ ServingResults ServingSim::results() const {
       r.kv_ssd_skipped += t.ssd_skipped;
       r.kv_to_ssd_bytes += static_cast<double>(t.to_ssd_blocks) * per_block;
       r.kv_ssd_read_bytes += static_cast<double>(t.fetched_ssd_blocks) * per_block;
+      r.kv_claims_remote += t.hits_remote;
+      r.kv_to_remote_bytes += static_cast<double>(t.to_remote_blocks) * per_block;
+      r.kv_remote_fetched_bytes += static_cast<double>(t.fetched_remote_blocks) * per_block;
     }
+    if (remote_) r.kv_remote_dropped_bytes = static_cast<double>(remote_->dropped_blocks()) * cfg_.block_size * kv_bytes_per_token_per_gpu(cfg_) * cfg_.tensor_parallel;
   }
   r.prefill_replicas = pool_split_;
   if (const PoolSpec* pool = prefill_pool()) {

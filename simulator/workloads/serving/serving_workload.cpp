@@ -53,6 +53,12 @@ class ServingWorkload final : public Workload {
         }
     }
     const bool swaps = cfg.preemption == PreemptionMode::Swap && host_of.size() == devices.size();
+    // A remote KV pool lives in the servers' host memory: its fetches are flows from a host to devices.
+    const bool remote = cfg.kv_remote_cache_bytes > 0;
+    if (remote && host_of.size() != devices.size())
+      throw std::runtime_error(fmt::format("deployment.kv_remote_cache: the remote pool lives in the servers' host memory, and the "
+                                           "topology ({}) gives {} of these {} devices no host", world.topology().name(),
+                                           devices.size() - host_of.size(), devices.size()));
     if (cfg.prefill_replicas > 0) {
       // Disaggregated: each replica's devices, where its KV cache leaves from or lands.
       fabric.flows = &world.fabric();
@@ -61,9 +67,9 @@ class ServingWorkload final : public Workload {
         for (size_t k = start_[static_cast<size_t>(r)]; k < start_[static_cast<size_t>(r) + 1]; ++k) nodes.push_back(world.device_node(devices[k]));
       }
     }
-    if (any_tp || pp > 1 || swaps) {
+    if (any_tp || pp > 1 || swaps || remote) {
       fabric.flows = &world.fabric();
-      if (swaps)
+      if (swaps || remote)
         for (int r = 0; r < cfg.replicas; ++r)
           fabric.host_links.emplace_back(host_of.begin() + static_cast<long>(start_[static_cast<size_t>(r)]),
                                          host_of.begin() + static_cast<long>(start_[static_cast<size_t>(r) + 1]));
