@@ -418,6 +418,7 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
     m["kv_cache"]["remote_tier"] = Json{{"capacity_bytes", res.kv_remote_cache_bytes},
                                         {"prefix_claims_from_hbm", res.kv_claims_hbm},
                                         {"prefix_claims_from_remote", res.kv_claims_remote},
+                                        {"conversation_fetches", res.kv_conversation_fetches},
                                         {"moved_in_bytes", res.kv_to_remote_bytes},
                                         {"fetched_bytes", res.kv_remote_fetched_bytes},
                                         {"dropped_bytes", res.kv_remote_dropped_bytes}};
@@ -628,11 +629,16 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                           "{:.0f}% of the time but used {:.1f}% of their peak FLOP/s (MFU) while busy, and read weights at {} per GPU",
                           out_tokens_lc / span_s, R.itl_lc.count() == 0 ? 0.0 : pct(lat["itl_llmperf_counted_tokens"], "mean"),
                           100 * busy / end / nrep, 100 * mfu, format_bandwidth(weight_Bps)));
-  summary(fmt::format("costs: {}; ceilings {:.0f} TFLOP/s, {}; d2h {}", res.cost_source, res.effective_flops / 1e12,
+  const std::string decode_pool = res.own_prefill_pool() ? " (the decode pool)" : "";
+  summary(fmt::format("costs{}: {}; ceilings {:.0f} TFLOP/s, {}; d2h {}", decode_pool, res.cost_source, res.effective_flops / 1e12,
                       format_bandwidth(res.effective_bandwidth_Bps), res.d2h_source));
-  summary(fmt::format("memory/GPU: weights {}, KV {} ({} tokens/replica); KV occupancy mean {:.1f}% max {:.1f}%; "
+  if (res.own_prefill_pool())
+    summary(fmt::format("the prefill pool: {} (tp {}, {}); costs: {}; memory/GPU: weights {}, KV {} ({} tokens/replica)", res.prefill_hardware,
+                        res.prefill_tensor_parallel, res.prefill_scheduler, res.prefill_cost_source, format_bytes(res.prefill_weights_per_gpu),
+                        format_bytes(res.prefill_kv_per_gpu), res.prefill_kv_tokens_per_replica));
+  summary(fmt::format("memory/GPU{}: weights {}, KV {} ({} tokens/replica); KV occupancy mean {:.1f}% max {:.1f}%; "
                           "preemptions {}{}",
-                          format_bytes(res.weights_per_gpu), format_bytes(res.kv_per_gpu), res.kv_tokens_per_replica,
+                          decode_pool, format_bytes(res.weights_per_gpu), format_bytes(res.kv_per_gpu), res.kv_tokens_per_replica,
                           100 * kv_int / end / engines, 100 * kv_max, preemptions,
                           later_turns ? fmt::format("; KV reuse hit rate {:.0f}%", 100.0 * later_hits / later_turns) : ""));
 }

@@ -155,6 +155,7 @@ struct ServingResults {
   // (from every replica's lowest tier), fetched over the fabric, and dropped when it was full.
   double kv_remote_cache_bytes = 0, kv_to_remote_bytes = 0, kv_remote_fetched_bytes = 0, kv_remote_dropped_bytes = 0;
   int64_t kv_claims_remote = 0;
+  int64_t kv_conversation_fetches = 0;  // later turns whose conversation's cache came back from a tier or the pool
   int64_t kv_claims_hbm = 0, kv_claims_host = 0;
   double kv_offloaded_bytes = 0, kv_fetched_bytes = 0, kv_dropped_bytes = 0;
   // The SSD tier below it (kv_ssd_cache_bytes 0: none).

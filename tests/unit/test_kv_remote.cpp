@@ -1,5 +1,6 @@
 // The remote KV pool (deployment.kv_remote_cache, Mooncake Store): what one replica lets go of,
-// another fetches; LRU in the pool; fetches as flows over the fabric; bad input.
+// another fetches; LRU in the pool; fetches as flows over the fabric; conversation caches in the
+// tiers and written through to the pool; bad input.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -31,6 +32,30 @@ void cache(BlockManager& kv, uint32_t id, int32_t prefix) {
   a.computed = 20;
   kv.publish_prefix(a);
   kv.release(a);
+}
+
+// A turn of conversation `conv` that ended with `tokens` tokens, kept resident in `kv`.
+void finish_turn(BlockManager& kv, uint32_t id, uint32_t conv, int32_t tokens) {
+  Request a;
+  a.id = a.serial = id;
+  a.conversation = conv;
+  a.turn = 0;
+  a.turns_total = 3;
+  a.input_tokens = tokens;
+  REQUIRE(kv.grow_to(a, tokens));
+  a.computed = tokens;
+  kv.retain(a, tokens);
+}
+
+Request next_turn(uint32_t id, uint32_t conv, int32_t history) {
+  Request q;
+  q.id = q.serial = id;
+  q.conversation = conv;
+  q.turn = 1;
+  q.turns_total = 3;
+  q.history_tokens = history;
+  q.input_tokens = 4;
+  return q;
 }
 
 std::string base_text() {
@@ -122,4 +147,58 @@ workloads:
     place: {devices: [0, 1]}
 )";
   CHECK_THROWS_WITH_AS(run_text(no_hosts), doctest::Contains("gives 2 of these 2 devices no host"), ConfigError);
+}
+
+TEST_CASE("conversation caches in the tiers: evicted to host memory and fetched back, and written through to the pool for another replica") {
+  {
+    BlockManager kv(10, 4, 0.0, /*reuse=*/true, true);
+    kv.set_host_tier(8);
+    finish_turn(kv, 0, 7, 14);  // 4 blocks resident
+    Request big = next_turn(1, 99, 0);
+    big.turn = 0;
+    REQUIRE(kv.grow_to(big, 40));  // every block: the conversation's cache moves to the host tier
+    CHECK(kv.host_used_blocks() == 4);
+    CHECK_FALSE(kv.resident(7));
+    kv.release(big);
+    Request q = next_turn(2, 7, 14);
+    CHECK(kv.claim(q, 14) == 14);  // all of its history, copied back over the host link
+    CHECK(kv.take_fetched() == 4);
+    CHECK(kv.tier_counts().conversation_fetches == 1);
+    CHECK(kv.host_used_blocks() == 0);
+  }
+  RemoteKvStore pool(100);
+  BlockManager a(20, 4, 0.0, true, true), b(20, 4, 0.0, true, true);
+  a.set_remote_tier(&pool, 0);
+  b.set_remote_tier(&pool, 1);
+  finish_turn(a, 0, 7, 10);  // turn 1 on a: resident there and in the pool
+  CHECK(a.take_offloaded() == 3);  // the write-through copy into a's host memory
+  Request q = next_turn(1, 7, 10);
+  CHECK(b.claim(q, 10) == 10);  // turn 2 on b: from the pool, a's host its home
+  REQUIRE(b.fetched_remote().size() == 1);
+  CHECK(b.fetched_remote()[0] == std::make_pair(0, int64_t{3}));
+  b.fetched_remote().clear();
+  q.computed = 10;
+  REQUIRE(b.grow_to(q, 22));
+  q.computed = 22;
+  b.retain(q, 22);  // turn 2 ends on b: the pool now holds its 22 tokens, b its home
+  // Turn 3 back on a: a's resident cache (10 tokens) is older than the pool's (22): the pool's is taken.
+  Request t3 = next_turn(2, 7, 22);
+  CHECK(a.claim(t3, 22) == 22);
+  REQUIRE(a.fetched_remote().size() == 1);
+  CHECK(a.fetched_remote()[0] == std::make_pair(1, int64_t{6}));
+  CHECK_FALSE(a.resident(7));
+}
+
+TEST_CASE("conversation caches in the remote pool end to end: round-robin routing reuses every later turn's history") {
+  const std::string text =
+      sluice::slurp((std::filesystem::path(SLUICE_TESTS_DIR).parent_path() / "scenarios/multiturn-base.yaml").string());
+  const Json rr = run_text(text, {"router.kind=round_robin"})["serving"];
+  const Json pooled = run_text(text, {"router.kind=round_robin", "deployment.kv_remote_cache=100GiB"})["serving"];
+  CHECK(rr["kv_cache"]["reuse_hit_rate"].get<double>() < 0.6);
+  CHECK(pooled["kv_cache"]["reuse_hit_rate"].get<double>() == 1.0);
+  CHECK(pooled["kv_cache"]["reused_history_fraction"].get<double>() > 0.99);
+  CHECK(pooled["kv_cache"]["remote_tier"]["conversation_fetches"].get<int64_t>() > 1000);
+  CHECK(pooled["latency_ms"]["ttft"]["mean"].get<double>() < rr["latency_ms"]["ttft"]["mean"].get<double>());
+  const RunControl::FastForward off(false);
+  CHECK(run_text(text, {"router.kind=round_robin", "deployment.kv_remote_cache=100GiB"})["serving"].dump() == pooled.dump());
 }

@@ -27,12 +27,15 @@ void GlobalScheduler::dispatch(uint32_t id) {
     q.state = ReqState::Pending;
     q.parked = true;
     parked_.push_back(id);
-    if (failover_timeout_ns_ > 0) {
+    // Parked again before it was ever routed (a repair that did not let it through): its
+    // first deadline stands.
+    if (failover_timeout_ns_ > 0 && q.park_deadline_ns <= now) {
       q.park_deadline_ns = now + failover_timeout_ns_;
       engine_.schedule_at(SimTime::ns(q.park_deadline_ns), Priority::Arrival, this, kParkTimeout, id);
     }
     return;
   }
+  q.park_deadline_ns = 0;
   q.replica = to;
   Replica& r = *engines_[static_cast<size_t>(to)];
   if (q.prompt_len() + q.output_tokens > r.kv.admissible_blocks() * r.kv.block_size()) {
@@ -72,6 +75,7 @@ void GlobalScheduler::shed(uint32_t id) {
   if (it == r.waiting.end()) return;
   r.waiting.erase(it);
   --r.routed;
+  if (static_cast<size_t>(q.replica) < prefill_engines_) q.input_tokens += 1;  // the prompt's last token, held back for the decode pool
   front_.reject(q, FrontEnd::Rejection::Late);
 }
 

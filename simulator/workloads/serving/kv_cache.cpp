@@ -27,6 +27,7 @@ bool BlockManager::evict_until(int64_t need) {
     auto it = cache_.find(conv);
     free_ += it->second.blocks;
     cached_ -= it->second.blocks;
+    if (any_tier()) offload(conversation_key(conv), it->second.blocks, it->second.tokens);  // down the tiers, not dropped
     cache_.erase(it);
   }
   while (free_ < need && !prefix_lru_.empty()) {  // then prefixes nobody holds
@@ -34,7 +35,7 @@ bool BlockManager::evict_until(int64_t need) {
     prefix_lru_.pop_front();
     free_ += it->second.blocks;
     cached_ -= it->second.blocks;
-    offload(it->first, it->second.blocks);
+    offload(it->first, it->second.blocks, it->second.blocks * block_size_);
     prefixes_.erase(it);
   }
   return free_ >= need;
@@ -43,20 +44,20 @@ bool BlockManager::evict_until(int64_t need) {
 // Puts a prefix into `tier`, its least recently used making room by moving down to `below`
 // (or being dropped where there is none, or it does not fit there); false (nothing moved) when
 // the prefix is larger than the tier.
-bool BlockManager::place(TierStore& tier, TierStore* below, int32_t prefix_id, int64_t blocks) {
+bool BlockManager::place(TierStore& tier, TierStore* below, int32_t prefix_id, int64_t blocks, int64_t tokens) {
   if (blocks > tier.capacity) return false;
   while (tier.used + blocks > tier.capacity) {
     auto it = tier.entries.find(tier.lru.front());
     tier.lru.pop_front();
     tier.used -= it->second.blocks;
     const int32_t victim = it->first;
-    const int64_t b = it->second.blocks;
+    const int64_t b = it->second.blocks, t = it->second.tokens;
     tier.entries.erase(it);
-    if (below && place(*below, nullptr, victim, b)) tiers_.to_ssd_blocks += b;
-    else let_go(victim, b);
+    if (below && place(*below, nullptr, victim, b, t)) tiers_.to_ssd_blocks += b;
+    else let_go(victim, b, t);
   }
   tier.lru.push_back(prefix_id);
-  tier.entries.emplace(prefix_id, HostEntry{blocks, std::prev(tier.lru.end())});
+  tier.entries.emplace(prefix_id, HostEntry{blocks, tokens, std::prev(tier.lru.end())});
   tier.used += blocks;
   return true;
 }
@@ -74,17 +75,29 @@ int64_t BlockManager::take_out(TierStore& tier, int32_t prefix_id) {
 // A prefix leaving HBM: to the host tier if it fits there (its least recently used moving
 // down to the SSD tier), else to the SSD tier, else dropped. An older copy of it in a tier
 // (one a request recomputed rather than fetched) is replaced: a prefix is in one tier at most.
-void BlockManager::offload(int32_t prefix_id, int64_t blocks) {
-  take_out(host_, prefix_id);
-  take_out(ssd_, prefix_id);
-  if (place(host_, &ssd_, prefix_id, blocks)) tiers_.offloaded_blocks += blocks;
-  else if (place(ssd_, nullptr, prefix_id, blocks)) tiers_.to_ssd_blocks += blocks;
-  else let_go(prefix_id, blocks);
+void BlockManager::offload(int32_t key, int64_t blocks, int64_t tokens) {
+  take_out(host_, key);
+  take_out(ssd_, key);
+  if (place(host_, &ssd_, key, blocks, tokens)) {
+    tiers_.offloaded_blocks += blocks;
+    offloaded_pending_ += blocks;
+  } else if (place(ssd_, nullptr, key, blocks, tokens)) {
+    tiers_.to_ssd_blocks += blocks;
+  } else {
+    let_go(key, blocks, tokens);
+  }
 }
 
-void BlockManager::let_go(int32_t prefix_id, int64_t blocks) {
-  if (remote_ && remote_->put(prefix_id, blocks, engine_)) tiers_.to_remote_blocks += blocks;
-  else tiers_.dropped_blocks += blocks;
+// (An entry the pool already holds, fetched from it or written through to it, stays as it is:
+// nothing moves.)
+void BlockManager::let_go(int32_t key, int64_t blocks, int64_t tokens) {
+  if (remote_ && remote_->contains(key)) return;
+  if (remote_ && remote_->put(key, blocks, tokens, engine_)) {
+    tiers_.to_remote_blocks += blocks;
+    offloaded_pending_ += blocks;  // into this engine's host memory
+  } else {
+    tiers_.dropped_blocks += blocks;
+  }
 }
 
 bool BlockManager::grow_slow(Request& r, int64_t tokens, bool admission) {
@@ -211,12 +224,32 @@ void BlockManager::retain(Request& r, int64_t tokens) {
   lru_.push_back(r.conversation);
   cache_[r.conversation] = Entry{tokens, r.blocks, std::prev(lru_.end())};
   cached_ += r.blocks;
+  if (remote_) {
+    // Written through to the pool (as Mooncake stores every turn's KV): the next turn may land on
+    // another replica, which fetches it from this one's host memory.
+    if (remote_->put(conversation_key(r.conversation), r.blocks, tokens, engine_)) {
+      tiers_.to_remote_blocks += r.blocks;
+      offloaded_pending_ += r.blocks;
+    }
+  }
   r.blocks = 0;
 }
 
 int64_t BlockManager::claim(Request& r, int64_t max_tokens) {
   auto it = cache_.find(r.conversation);
-  if (it == cache_.end()) return 0;
+  if (it == cache_.end()) return any_tier() ? claim_from_tiers(r, max_tokens) : 0;
+  if (remote_) {
+    // An older turn's cache resident here, a later one's in the pool (the turns between ran
+    // elsewhere): the pool's, which covers more of the history.
+    const int32_t key = conversation_key(r.conversation);
+    if (remote_->contains(key) && std::min(remote_->use(key)->tokens, max_tokens) > std::min(it->second.tokens, max_tokens)) {
+      free_ += it->second.blocks;
+      cached_ -= it->second.blocks;
+      lru_.erase(it->second.lru_pos);
+      cache_.erase(it);
+      return claim_from_tiers(r, max_tokens);
+    }
+  }
   const int64_t tokens = std::min(it->second.tokens, max_tokens);
   // Whole blocks covering `tokens` move to the request; any surplus block returns to the pool.
   const int64_t keep = blocks_for(tokens);
@@ -225,6 +258,37 @@ int64_t BlockManager::claim(Request& r, int64_t max_tokens) {
   r.blocks += static_cast<int32_t>(keep);
   lru_.erase(it->second.lru_pos);
   cache_.erase(it);
+  return tokens;
+}
+
+// A later turn whose conversation's cache is not resident here: from the host tier, the SSD
+// tier or the remote pool (in that order), its blocks allocated in HBM and fetched like a
+// prefix's (over the host link, after a drive read, or over the fabric from the pool).
+int64_t BlockManager::claim_from_tiers(Request& r, int64_t max_tokens) {
+  const int32_t key = conversation_key(r.conversation);
+  TierStore* tier = host_.entries.count(key) ? &host_ : ssd_.entries.count(key) ? &ssd_ : nullptr;
+  const RemoteKvStore::Entry* pooled = tier || !remote_ ? nullptr : remote_->use(key);
+  if (!tier && !pooled) return 0;
+  const int64_t tokens = std::min(tier ? tier->entries.at(key).tokens : pooled->tokens, max_tokens);
+  const int64_t keep = blocks_for(tokens);
+  const int home = pooled ? pooled->home : engine_;
+  if (tokens <= 0 || !can_allocate(keep, /*admission=*/true)) return 0;
+  if (tier) take_out(*tier, key);
+  if (!evict_until(keep)) throw std::logic_error("internal: a conversation fetch found fewer blocks than can_allocate promised");
+  free_ -= keep;
+  r.blocks += static_cast<int32_t>(keep);
+  ++tiers_.conversation_fetches;
+  if (!tier) {
+    fetched_remote_pending_.emplace_back(home, keep);
+    tiers_.fetched_remote_blocks += keep;
+    return tokens;
+  }
+  fetched_pending_ += keep;
+  tiers_.fetched_blocks += keep;
+  if (tier == &ssd_) {
+    fetched_ssd_pending_ += keep;
+    tiers_.fetched_ssd_blocks += keep;
+  }
   return tokens;
 }
 

@@ -83,12 +83,22 @@ class BlockManager {
     engine_ = engine;
   }
   std::vector<std::pair<int, int64_t>>& fetched_remote() { return fetched_remote_pending_; }
+  // Blocks copied from HBM to this engine's host memory since the last call (into the host tier,
+  // or into the remote pool with this engine as their home): a copy in the background, over the
+  // host link, which no iteration waits for.
+  bool offload_pending() const { return offloaded_pending_ > 0; }
+  int64_t take_offloaded() {
+    const int64_t n = offloaded_pending_;
+    offloaded_pending_ = 0;
+    return n;
+  }
   struct TierCounts {
     int64_t hits_hbm = 0, hits_host = 0, hits_ssd = 0;  // prefix claims served from each tier
     int64_t offloaded_blocks = 0, fetched_blocks = 0, dropped_blocks = 0;  // to host; over the host link (any tier); lost
     int64_t to_ssd_blocks = 0, fetched_ssd_blocks = 0;  // moved down to the SSD; read back from it
     int64_t ssd_skipped = 0;  // claim attempts that found their prefix on the SSD and chose to recompute it (faster)
     int64_t hits_remote = 0, to_remote_blocks = 0, fetched_remote_blocks = 0;  // the remote pool: claims, moved in, fetched
+    int64_t conversation_fetches = 0;  // later turns whose conversation's cache came back from a tier (host, SSD or the pool)
   };
   const TierCounts& tier_counts() const { return tiers_; }
   int64_t host_used_blocks() const { return host_.used; }
@@ -146,9 +156,15 @@ class BlockManager {
   std::unordered_map<int32_t, PrefixEntry> prefixes_;
   int64_t share_prefix(Request& r, PrefixEntry& e);
   std::list<int32_t> prefix_lru_;
-  void offload(int32_t prefix_id, int64_t blocks);
+  void offload(int32_t key, int64_t blocks, int64_t tokens);
+  // A conversation's cache in the tiers, beside the prefixes (whose ids are >= 0).
+  static int32_t conversation_key(uint32_t conversation) { return -1 - static_cast<int32_t>(conversation & 0x7FFFFFFF); }
+  bool any_tier() const { return host_.capacity > 0 || ssd_.capacity > 0 || remote_ != nullptr; }
+  int64_t claim_from_tiers(Request& r, int64_t max_tokens);
+  int64_t offloaded_pending_ = 0;
   struct HostEntry {
     int64_t blocks;
+    int64_t tokens;
     std::list<int32_t>::iterator lru_pos;
   };
   struct TierStore {  // a tier below HBM: prefixes by id, least recently used first
@@ -156,14 +172,14 @@ class BlockManager {
     std::unordered_map<int32_t, HostEntry> entries;
     std::list<int32_t> lru;
   };
-  bool place(TierStore& tier, TierStore* below, int32_t prefix_id, int64_t blocks);
+  bool place(TierStore& tier, TierStore* below, int32_t prefix_id, int64_t blocks, int64_t tokens);
   int64_t take_out(TierStore& tier, int32_t prefix_id);  // its blocks (0: not there), removed
   TierStore host_, ssd_;
   std::function<bool(int64_t)> ssd_worth_;
   int64_t fetched_pending_ = 0, fetched_ssd_pending_ = 0;
   TierCounts tiers_;
   // A prefix no local tier keeps any longer: to the remote pool if there is one, else dropped.
-  void let_go(int32_t prefix_id, int64_t blocks);
+  void let_go(int32_t key, int64_t blocks, int64_t tokens);
   RemoteKvStore* remote_ = nullptr;
   int engine_ = -1;
   std::vector<std::pair<int, int64_t>> fetched_remote_pending_;

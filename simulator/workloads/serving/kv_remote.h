@@ -16,12 +16,14 @@ class RemoteKvStore {
   explicit RemoteKvStore(int64_t capacity_blocks) : capacity_(capacity_blocks) {}
   struct Entry {
     int64_t blocks;
-    int home;  // the engine whose host memory holds it
+    int64_t tokens;  // the tokens it covers (a conversation's last block may be partly filled)
+    int home;        // the engine whose host memory holds it
     std::list<int32_t>::iterator lru_pos;
   };
-  // Puts prefix `id` of `blocks` from engine `home` (an older copy replaced, the least recently
-  // used dropped to make room); false when it can never fit.
-  bool put(int32_t id, int64_t blocks, int home) {
+  // Puts entry `id` (a prefix, or a conversation's cache: BlockManager's keys) of `blocks` from
+  // engine `home` (an older copy replaced, the least recently used dropped to make room); false
+  // when it can never fit.
+  bool put(int32_t id, int64_t blocks, int64_t tokens, int home) {
     if (blocks > capacity_) {
       dropped_blocks_ += blocks;
       return false;
@@ -35,7 +37,7 @@ class RemoteKvStore {
       entries_.erase(it);
     }
     lru_.push_back(id);
-    entries_.emplace(id, Entry{blocks, home, std::prev(lru_.end())});
+    entries_.emplace(id, Entry{blocks, tokens, home, std::prev(lru_.end())});
     used_ += blocks;
     put_blocks_ += blocks;
     return true;

@@ -23,6 +23,9 @@
 // bound by the link from the start, and one faster ends with the last layer's share, which
 // leaves when the prefill ends: both ends come out right), so TTFT = queueing + prefill + the
 // last layer's copy (or the whole copy, when the link is the bound) + the first decode step.
+#include <algorithm>
+#include <numeric>
+
 #include <fmt/format.h>
 
 #include "workloads/serving/serving_sim.h"
@@ -67,7 +70,7 @@ void ServingSim::begin_layerwise(int from, uint32_t id, int32_t final_tokens) {
   const double early = dst.kv_bytes_per_token * final_tokens * (layers - 1) / layers;
   const auto& to_nodes = fabric_.replica_nodes[static_cast<size_t>(to)];
   // One more than the flows: the prefill's end, which sends the last layer's share.
-  q.copy_gen = ++copy_gen_;
+  q.copy_gen = next_copy_gen();
   q.handoff_flows = send_kv(q, from_nodes, to_nodes, early, 0) + 1;
 }
 
@@ -76,11 +79,12 @@ void ServingSim::begin_layerwise(int from, uint32_t id, int32_t final_tokens) {
 // copy is cut into as many pieces as the larger side has devices, each piece from the device
 // that holds its heads to the one that will.
 int32_t ServingSim::send_kv(const Request& q, const std::vector<int>& from, const std::vector<int>& to, double bytes, size_t salt) {
-  const size_t n = std::max(from.size(), to.size());
+  // Piece j of n covers the same heads on both sides: from the device that holds them to the one that will.
+  const size_t n = std::lcm(from.size(), to.size());
   const double share = bytes / static_cast<double>(n);
   const uint64_t tag = kHandoffFlow | q.id | (static_cast<uint64_t>(q.copy_gen & kCopyGenMask) << 40);
   for (size_t j = 0; j < n; ++j)
-    fabric_.flows->start(from[j % from.size()], to[j % to.size()], share, this, tag, static_cast<uint64_t>(q.serial) * 7919 + salt + j);
+    fabric_.flows->start(from[j * from.size() / n], to[j * to.size() / n], share, this, tag, static_cast<uint64_t>(q.serial) * 7919 + salt + j);
   return static_cast<int32_t>(n);
 }
 
@@ -94,29 +98,30 @@ int32_t ServingSim::send_kv(const Request& q, const std::vector<int>& from, cons
 void ServingSim::fail_handoffs(int e, std::vector<uint32_t>& lost) {
   const int64_t now = engine_.now().count_ns();
   std::vector<uint32_t> retarget;
+  std::vector<int> pump;  // decode engines that gave blocks back: their waiting handoffs may start (after the loop)
   for (Request& q : front_.requests()) {
+    if (q.handoff_pick == e) q.handoff_pick = -1;
     if (q.state == ReqState::Waiting || q.state == ReqState::Running) {
-      if (q.handoff_pick == e) q.handoff_pick = -1;
       if (q.layerwise_to < 0 || (q.layerwise_to != e && q.replica != e)) continue;
       Replica& dst = *replicas_[static_cast<size_t>(q.layerwise_to)];
       if (q.layerwise_to != e) {
         account_kv(q.layerwise_to, now);
         dst.kv.free_detached(q.layerwise_blocks);  // reserved, never adopted
         --dst.routed;
-        request_schedule(q.layerwise_to);
+        pump.push_back(q.layerwise_to);
       }
       --dst.incoming;
       q.layerwise_to = -1;
       q.layerwise_blocks = 0;
       q.handoff_flows = 0;
-      q.copy_gen = ++copy_gen_;  // the layers already on their way are void
+      q.copy_gen = next_copy_gen();  // the layers already on their way are void
       continue;
     }
     if (q.state != ReqState::Handoff || (q.handoff_from != e && q.replica != e)) continue;
     const int to = q.replica;
     auto& wait = handoff_wait_[static_cast<size_t>(to)];
     if (const auto it = std::find(wait.begin(), wait.end(), q.id); it != wait.end()) wait.erase(it);
-    q.copy_gen = ++copy_gen_;
+    q.copy_gen = next_copy_gen();
     q.handoff_flows = 0;
     Replica& dst = *replicas_[static_cast<size_t>(to)];
     --dst.incoming;
@@ -129,7 +134,7 @@ void ServingSim::fail_handoffs(int e, std::vector<uint32_t>& lost) {
     if (q.handoff_from == e) {
       --in_handoff_;
       lost.push_back(q.id);
-      if (to != e) pump_handoffs(to);
+      if (to != e) pump.push_back(to);
     } else {
       retarget.push_back(q.id);
     }
@@ -153,7 +158,13 @@ void ServingSim::fail_handoffs(int e, std::vector<uint32_t>& lost) {
     ++replicas_[static_cast<size_t>(to)]->incoming;
     ++replicas_[static_cast<size_t>(to)]->routed;
     handoff_wait_[static_cast<size_t>(to)].push_back(id);
+    pump.push_back(to);
+  }
+  std::sort(pump.begin(), pump.end());
+  pump.erase(std::unique(pump.begin(), pump.end()), pump.end());
+  for (int to : pump) {
     pump_handoffs(to);
+    request_schedule(to);
   }
 }
 
@@ -182,12 +193,13 @@ void ServingSim::start_handoff(int from, uint32_t id) {
     const auto& from_nodes = fabric_.replica_nodes[static_cast<size_t>(from)];
     const auto& to_nodes = fabric_.replica_nodes[static_cast<size_t>(to)];
     q.handoff_flows += send_kv(q, from_nodes, to_nodes, bytes / static_cast<double>(cfg_.model.layers),
-                               std::max(from_nodes.size(), to_nodes.size()));
+                               std::lcm(from_nodes.size(), to_nodes.size()));
     kv_copied(id);  // the prefill's end: the copy completes with its last flow
     return;
   }
   q.handoff_mark_ns = now;
-  const int to = q.handoff_pick >= 0 ? q.handoff_pick : pick_decode_engine(q);
+  const bool picked = q.handoff_pick >= 0 && replicas_[static_cast<size_t>(q.handoff_pick)]->routable();
+  const int to = picked ? q.handoff_pick : pick_decode_engine(q);
   q.handoff_pick = -1;
   if (to < 0) {
     // Every decode engine is down (failures): the prompt's KV cache is given up and the request
@@ -229,7 +241,7 @@ void ServingSim::pump_handoffs(int to) {
       continue;
     }
     // Each prefill device sends its share (its heads of every layer) to its decode peer.
-    q.copy_gen = ++copy_gen_;
+    q.copy_gen = next_copy_gen();
     q.handoff_flows = send_kv(q, from_nodes, to_nodes, bytes, 0);
   }
 }

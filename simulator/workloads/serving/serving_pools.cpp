@@ -73,8 +73,12 @@ void read_prefill_pool(ServingConfig& c, const Params& d, const Registry& reg, c
     pp.fail(first, "speculative decoding's drafter runs on the deployment's devices and parallelism; a prefill pool of its own is not modelled with it",
             "leave prefill_pool out, or deployment.speculative");
   {
+    // Unless given: the deployment's choice where it is one for any device (auto, none,
+    // derived), auto where it names a directory of another device's tables.
     const bool same = pool.hardware.name == c.hardware.name;
-    const std::string value = pp.given("cost_tables") ? pp.str("cost_tables") : same ? d.str("cost_tables") : "auto";
+    const std::string& dep = d.str("cost_tables");
+    const bool any_device = dep == "auto" || dep == "none" || dep == "derived";
+    const std::string value = pp.given("cost_tables") ? pp.str("cost_tables") : same || any_device ? dep : "auto";
     const CostSource src = pp.given("cost_tables") ? resolve_cost_source(value, pool.hardware, pp, "cost_tables")
                                                    : resolve_cost_source(value, pool.hardware, d, "cost_tables");
     pool.tables_dir = src.tables_dir;

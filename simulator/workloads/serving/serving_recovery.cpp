@@ -81,6 +81,7 @@ void ServingSim::send_back(uint32_t id) {
   q.computed = q.cached_tokens = q.blocks = q.shared_blocks = 0;
   q.handoff_from = -1;
   q.handoff_blocks = 0;
+  q.handoff_pick = -1;  // its next prefill asks the decode router afresh
   ++q.retries;
   ++retried_;
   q.state = ReqState::Pending;

@@ -259,6 +259,15 @@ void ServingSim::try_start(int ri) {
       b.storage_ns += read_ns;
     }
   }
+  if (const int64_t offloaded = r.kv.take_offloaded(); offloaded > 0 && fabric_.active() && !fabric_.host_links.empty()) {
+    // KV copied from HBM to the host's memory (the host tier, or the remote pool with this
+    // replica as home): in the background, as flows on the host links that nothing waits for.
+    const auto& hl = fabric_.host_links[static_cast<size_t>(ri / pp_)];
+    const double bytes = static_cast<double>(offloaded) * cfg_.block_size * r.kv_bytes_per_token / static_cast<double>(hl.size());
+    for (size_t k = 0; k < hl.size(); ++k)
+      fabric_.flows->start(hl[k].first, hl[k].second, bytes, this, kOffloadFlow, static_cast<uint64_t>(ri) * 131 + 0x0FF + k);
+    offload_bytes_ += bytes * static_cast<double>(hl.size());
+  }
   if (auto& remote = r.kv.fetched_remote(); !remote.empty()) {
     // Prefixes fetched from the remote pool: copied over the fabric from their home's host
     // memory before the iteration computes (flows, like a swap-in; see the fabric path).
@@ -625,6 +634,10 @@ void ServingSim::decide_inline(int ri) {
       work_[i].context = q.computed;
       work_[i].produces_token = true;
       ends |= q.generated + 1 >= q.output_tokens;
+    }
+    if (r.kv.offload_pending()) {  // the growth evicted into host memory: a copy to start now, as try_start does
+      try_start(ri);
+      return;
     }
     account_kv(ri, now);
     const double compute_ns = cost_of(ri).decode_ns(work_);  // iteration_ns: pp = 1 is stage_times' one stage

@@ -346,6 +346,11 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   static constexpr uint64_t kHandoffFlow = uint64_t{1} << 39;
   static constexpr uint32_t kCopyGenMask = 0xFFFFFF;
   uint32_t copy_gen_ = 0;  // copies started or voided so far: each one's generation
+  // Never 0 in the tag's bits (a fresh request's): a stale flow cannot match a slot reused since.
+  uint32_t next_copy_gen() {
+    if ((++copy_gen_ & kCopyGenMask) == 0) ++copy_gen_;
+    return copy_gen_;
+  }
   void fail_handoffs(int engine, std::vector<uint32_t>& lost);
   void send_back(uint32_t id);
   int pool_split_ = 0;                          // prefill engines (0: one pool)
@@ -452,6 +457,8 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   std::unique_ptr<RemoteKvStore> remote_;  // the remote KV pool (null: none)
   std::vector<std::pair<int, double>> remote_fetch_;  // the iteration being started: (home engine, bytes) to fetch first
   int64_t remote_fetches_ = 0;
+  static constexpr uint64_t kOffloadFlow = uint64_t{1} << 38;  // flow tag: a background copy into host memory
+  double offload_bytes_ = 0;  // copied so far as such flows
   std::unique_ptr<CostModel> prefill_cost_;
   MemoryPlan prefill_mem_;
   const PoolSpec* prefill_pool() const { return cfg_.prefill_pool ? &*cfg_.prefill_pool : nullptr; }

@@ -105,6 +105,7 @@ ServingResults ServingSim::results() const {
       r.kv_to_ssd_bytes += static_cast<double>(t.to_ssd_blocks) * per_block;
       r.kv_ssd_read_bytes += static_cast<double>(t.fetched_ssd_blocks) * per_block;
       r.kv_claims_remote += t.hits_remote;
+      r.kv_conversation_fetches += t.conversation_fetches;
       r.kv_to_remote_bytes += static_cast<double>(t.to_remote_blocks) * per_block;
       r.kv_remote_fetched_bytes += static_cast<double>(t.fetched_remote_blocks) * per_block;
     }

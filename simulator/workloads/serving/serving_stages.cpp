@@ -185,6 +185,7 @@ void ServingSim::stage_comm_done(int ri, int k) {
 }
 
 void ServingSim::on_flow_done(Engine&, uint64_t tag) {
+  if (tag == kOffloadFlow) return;  // a copy into host memory in the background: nothing waits for it
   if (tag & kHandoffFlow) {
     const auto id = static_cast<uint32_t>(tag & 0xFFFFFFFFu);
     if ((tag >> 40) == (front_.requests()[id].copy_gen & kCopyGenMask)) kv_copied(id);  // else a copy a failure voided

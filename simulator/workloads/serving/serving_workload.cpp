@@ -261,7 +261,8 @@ std::unique_ptr<Study> make_serving_short_form(const StudyContext& ctx, const Re
                                                prefill_nodes == 1 ? "" : "s", cfg.gpus_per_node));
         if (at + g > count)
           throw std::runtime_error(fmt::format("{} replicas do not fit on the cluster's {} servers of {} GPUs with each replica inside "
-                                               "one server (deployment.nodes)", cfg.replicas, cfg.nodes, cfg.gpus_per_node));
+                                               "one server (more deployment.nodes, or prefill_pool.nodes)", cfg.replicas, cfg.nodes,
+                                               cfg.gpus_per_node));
         for (int k = 0; k < g; ++k) devices.push_back(at + k);
         at += g;
       }
