@@ -143,3 +143,16 @@ TEST_CASE("random node failures in a disaggregated deployment: every request ans
   }
   CHECK(stalled > 0);
 }
+
+TEST_CASE("a request parked for want of a decode replica keeps its first failover deadline when a prefill replica's repair re-parks it") {
+  const auto [prefill, first] = prefill_and_first_ns();
+  (void)first;
+  const int64_t fail = prefill + 1'000'000;
+  // The decode pool is lost for good; prefill device d1 fails and is back (reloaded in 1 ms) 3 ms later, which re-parks the request.
+  const Json m = run_text(cluster(fmt::format("\"{0}ns chip:d2 down\", \"{0}ns chip:d3 down\", \"{1}ns chip:d1 down\", \"{2}ns chip:d1 up\"",
+                                              fail, fail + 1'000'000, fail + 2'000'000)),
+                          {"workloads.0.recovery.reload=1ms", "workloads.0.recovery.failover_timeout=50ms"})["serving"];
+  CHECK(m["requests"]["failed"] == 1);
+  // It fails 50 ms after it was first parked, not 50 ms after the repair.
+  CHECK(m["simulated_s"].get<double>() == doctest::Approx(static_cast<double>(fail + 50'000'000) / 1e9).epsilon(1e-12));
+}
