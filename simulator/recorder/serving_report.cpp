@@ -326,7 +326,8 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
                          {"output_tokens_per_s_llmperf_counted", out_tokens_lc / span_s},
                          {"llmperf_tokens_per_model_token", 1 / res.model_tokens_per_llama}};
   // GPUs paid for: the pool's, or an autoscaled pool's mean over the run.
-  const double gpus = res.autoscaled ? res.replica_s / (std::max<int64_t>(1, res.end_ns) / 1e9) * res.tensor_parallel * res.pipeline_parallel
+  const double gpus = res.autoscaled && res.own_prefill_pool() ? res.gpu_s / (std::max<int64_t>(1, res.end_ns) / 1e9)
+                     : res.autoscaled ? res.replica_s / (std::max<int64_t>(1, res.end_ns) / 1e9) * res.tensor_parallel * res.pipeline_parallel
                                      : res.pool_gpus();
   if (R.slo_ttft_ns > 0 || R.slo_tpot_ns > 0) {
     // Goodput: answered requests that met both objectives, per second of the measured span and
@@ -354,6 +355,11 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
     for (size_t i = 0; i < res.scale_timeline.size() && i < 10000; ++i)
       tl.push_back(Json::array({res.scale_timeline[i].first / 1e9, res.scale_timeline[i].second}));
     m["autoscaling"]["timeline"] = tl;
+    if (res.autoscale_prefill_min > 0) {
+      m["autoscaling"]["prefill_min_replicas"] = res.autoscale_prefill_min;
+      m["autoscaling"]["prefill_replicas_mean"] = res.prefill_replica_s / run_s;
+      m["autoscaling"]["decode_replicas_mean"] = (res.replica_s - res.prefill_replica_s) / run_s;
+    }
   }
   if (!res.classes.empty()) {
     // Each class: its objectives, how many of its requests ended and met them, its goodput;
@@ -591,8 +597,11 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
   if (res.autoscaled)
     summary(fmt::format("autoscaling ({}): {:.2f} replicas on average ({} to {}, at most {} at once), {:.3f} replica-hours; {} "
                         "scale-ups, {} scale-downs; {:.0f} s under-provisioned",
-                        res.autoscale_policy, m["autoscaling"]["replicas_mean"].get<double>(), res.autoscale_min, res.replicas,
-                        res.most_replicas, res.replica_s / 3600, res.scale_ups, res.scale_downs, res.under_provisioned_ns / 1e9));
+                        res.autoscale_policy, m["autoscaling"]["replicas_mean"].get<double>(), res.autoscale_min + res.autoscale_prefill_min,
+                        res.replicas, res.most_replicas, res.replica_s / 3600, res.scale_ups, res.scale_downs, res.under_provisioned_ns / 1e9));
+  if (res.autoscaled && res.autoscale_prefill_min > 0)
+    summary(fmt::format("  of them {:.2f} prefill and {:.2f} decode replicas on average, each pool scaled on its own signal",
+                        m["autoscaling"]["prefill_replicas_mean"].get<double>(), m["autoscaling"]["decode_replicas_mean"].get<double>()));
   if (m.contains("classes")) {
     for (const auto& [name, c] : m["classes"].items())
       summary(fmt::format("class {} (priority {}): {} of {} requests met TTFT <= {} ms and TPOT <= {} ms ({:.1f}%), TTFT p99 {:.1f} ms",

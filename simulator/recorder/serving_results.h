@@ -167,6 +167,9 @@ struct ServingResults {
   std::string autoscale_policy;
   int autoscale_min = 0;
   double replica_s = 0;
+  double gpu_s = 0;               // a prefill pool of its own parallelism: GPU-seconds paid (else replica_s x GPUs per replica)
+  int autoscale_prefill_min = 0;  // disaggregated: the prefill pool's fewest (0: one pool)
+  double prefill_replica_s = 0;   // disaggregated: of replica_s, the prefill pool's
   int64_t scale_ups = 0, scale_downs = 0, most_replicas = 0, under_provisioned_ns = 0;
   std::vector<std::pair<int64_t, int>> scale_timeline;  // (time ns, replicas paid) at each change
   // The trace.

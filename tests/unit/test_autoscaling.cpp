@@ -56,3 +56,29 @@ TEST_CASE("autoscaling's bad input is refused where it is written") {
   CHECK_THROWS_WITH_AS(run_text(kStep, {"autoscaling.policy=utilization"}), doctest::Contains("busy fraction"), ConfigError);
   CHECK_THROWS_WITH_AS(run_text(kStep, {"autoscaling.policy=sideways"}), doctest::Contains("autoscaling.policy"), ConfigError);
 }
+
+TEST_CASE("a disaggregated deployment's pools are scaled apart: each grows after the step on its own signal, within its own bounds") {
+  // 3 prefill + 3 decode replicas at most, each pool starting from one.
+  const std::vector<std::string> split = {"deployment.replicas=6", "deployment.prefill_replicas=3", "autoscaling.prefill_target=2"};
+  const Json m = run_text(kStep, split)["serving"];
+  CHECK(m["requests"]["completed"].get<int>() == 6000);
+  CHECK(m["disaggregation"]["kv_transfers"].get<int>() == 6000);
+  const Json& a = m["autoscaling"];
+  CHECK(a["timeline"][0][1].get<int>() == 2);  // one replica of each pool to begin with
+  CHECK(a["prefill_min_replicas"].get<int>() == 1);
+  CHECK(a["prefill_replicas_mean"].get<double>() > 1);
+  CHECK(a["prefill_replicas_mean"].get<double>() <= 3);
+  CHECK(a["decode_replicas_mean"].get<double>() > 1);
+  CHECK(a["decode_replicas_mean"].get<double>() <= 3);
+  CHECK(a["prefill_replicas_mean"].get<double>() + a["decode_replicas_mean"].get<double>() ==
+        doctest::Approx(a["replicas_mean"].get<double>()));
+  // Goodput's GPUs are the mean paid for: fewer than the six of a fixed split.
+  const Json fixed = run_text(kStep, {"deployment.replicas=6", "deployment.prefill_replicas=3", "autoscaling.policy=none"})["serving"];
+  CHECK(a["replica_hours"].get<double>() < 6 * fixed["simulated_s"].get<double>() / 3600);
+  // Each pool's bounds are checked at their keys.
+  CHECK_THROWS_WITH_AS(run_text(kStep, {"deployment.replicas=6", "deployment.prefill_replicas=3", "autoscaling.prefill_min_replicas=4"}),
+                       doctest::Contains("autoscaling.prefill_min_replicas"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(kStep, {"deployment.replicas=6", "deployment.prefill_replicas=3", "autoscaling.min_replicas=4"}),
+                       doctest::Contains("decode pool"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(kStep, {"autoscaling.prefill_target=2"}), doctest::Contains("autoscaling.prefill_target"), ConfigError);
+}

@@ -127,7 +127,19 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
                                   "target; concurrency: requests in flight per serving replica (Knative's signal); utilization: the "
                                   "serving replicas' busy fraction (near 1 whenever continuous batching has work)")
       .def("none");
-  k.autoscaling.integer("min_replicas", &A::min_replicas, "the fewest replicas (deployment.replicas is the most)").def("1").range(1, 1e5);
+  k.autoscaling.integer("min_replicas", &A::min_replicas,
+                        "the fewest replicas (deployment.replicas is the most); disaggregated, of the decode pool (replicas - "
+                        "prefill_replicas the most)")
+      .def("1")
+      .range(1, 1e5);
+  k.autoscaling.integer("prefill_min_replicas", &A::prefill_min_replicas,
+                        "disaggregated: the fewest prefill replicas (deployment.prefill_replicas the most); each pool is scaled "
+                        "on its own signal")
+      .def("1")
+      .range(1, 1e5);
+  k.autoscaling.real("prefill_target", &A::prefill_target, "disaggregated: the prefill pool's target (0: the same as target)")
+      .def("0")
+      .nonneg();
   k.autoscaling.real("target", &A::target, "the signal's target: waiting requests (queue) or requests in flight (concurrency) per serving "
                      "replica, or a busy fraction (utilization)")
       .def("4")
@@ -374,11 +386,22 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   keys.autoscaling.fill(p.section("autoscaling"), c.autoscaling);
   if (c.autoscaling.policy != ServingConfig::Autoscaling::Policy::None) {
     const Params& as = p.section("autoscaling");
-    if (c.autoscaling.min_replicas > c.replicas)
-      as.fail("min_replicas", fmt::format("above deployment.replicas ({}), the most the pool may have", c.replicas),
-              fmt::format("at most {}", c.replicas));
-    if (c.prefill_replicas > 0 || c.pipeline_parallel > 1)
-      as.fail("policy", "autoscaling does not yet take disaggregated or pipeline-parallel deployments", "none");
+    const int most = c.replicas - c.prefill_replicas;
+    if (c.autoscaling.min_replicas > most)
+      as.fail("min_replicas",
+              c.prefill_replicas > 0 ? fmt::format("above the decode pool's {} replicas, the most it may have", most)
+                                     : fmt::format("above deployment.replicas ({}), the most the pool may have", most),
+              fmt::format("at most {}", most));
+    if (c.prefill_replicas > 0 && c.autoscaling.prefill_min_replicas > c.prefill_replicas)
+      as.fail("prefill_min_replicas", fmt::format("above deployment.prefill_replicas ({}), the most the prefill pool may have", c.prefill_replicas),
+              fmt::format("at most {}", c.prefill_replicas));
+    if (c.prefill_replicas == 0)
+      for (const char* k : {"prefill_min_replicas", "prefill_target"})
+        if (as.given(k)) as.fail(k, "is the prefill pool's, and this deployment has none", "deployment.prefill_replicas > 0, or leave it out");
+    if (c.pipeline_parallel > 1)
+      as.fail("policy", "autoscaling does not yet take pipeline-parallel deployments", "none");
+    if (c.autoscaling.policy == ServingConfig::Autoscaling::Policy::Utilization && c.autoscaling.prefill_target > 1)
+      as.fail("prefill_target", fmt::format("{} is not a busy fraction", c.autoscaling.prefill_target), "a fraction in (0, 1]");
     if (c.autoscaling.policy == ServingConfig::Autoscaling::Policy::Utilization && c.autoscaling.target > 1)
       as.fail("target", fmt::format("{} is not a busy fraction", c.autoscaling.target), "a fraction in (0, 1]");
   }

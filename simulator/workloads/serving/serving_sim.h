@@ -166,6 +166,8 @@ struct ServingConfig {
     enum class Policy { None, Queue, Concurrency, Utilization } policy = Policy::None;
     int min_replicas = 1;
     double target = 4;
+    int prefill_min_replicas = 1;  // disaggregated: the prefill pool's fewest
+    double prefill_target = 0;     // and its target (0: target)
     int64_t interval_ns = 10'000'000'000, provision_ns = 30'000'000'000, model_load_ns = 30'000'000'000, cooldown_ns = 60'000'000'000;
   } autoscaling;
   // Service-level objectives for goodput (0: none).
@@ -235,6 +237,8 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   // and the time the signal was above its target with the pool not yet at its most.
   struct ScaleRecord {
     double replica_s = 0;
+    double gpu_s = 0;  // disaggregated: GPU-seconds paid (a prefill pool of its own parallelism counts its own)
+    double prefill_replica_s = 0;  // disaggregated: of replica_s, the prefill pool's
     int64_t scale_ups = 0, scale_downs = 0, most = 0;
     int64_t under_provisioned_ns = 0;
     std::vector<std::pair<int64_t, int>> timeline;  // (time, replicas paid) at each change
@@ -311,9 +315,17 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   void scale_tick();
   void scaled_up(int replica);
   void scale_account(int64_t now_ns);
+  // The pools scaled apart: engines [begin, end), at least `min` of them serving, against `target`.
+  struct ScaleGroup {
+    int begin, end, min;
+    double target;
+  };
+  std::vector<ScaleGroup> scale_groups_;
+  std::vector<int64_t> scale_group_changed_ns_;
+  void scale_group(const ScaleGroup& g, size_t gi, int64_t now);
   std::vector<Scale> scale_state_;
   std::vector<int64_t> scale_busy_mark_;  // busy_ns of each replica at the last tick
-  int64_t scale_last_ns_ = 0, scale_changed_ns_ = -1;
+  int64_t scale_last_ns_ = 0;
   int scale_paid_ = 0;
   ScaleRecord scale_;
   // The engine's events of an iteration carry the engine's epoch as their generation: a

@@ -130,6 +130,9 @@ ServingResults ServingSim::results() const {
     r.autoscale_policy = cfg_.autoscaling.policy == P::Queue ? "queue" : cfg_.autoscaling.policy == P::Concurrency ? "concurrency" : "utilization";
     r.autoscale_min = cfg_.autoscaling.min_replicas;
     r.replica_s = scale_.replica_s;
+    r.gpu_s = scale_.gpu_s;
+    r.prefill_replica_s = scale_.prefill_replica_s;
+    r.autoscale_prefill_min = pool_split_ > 0 ? cfg_.autoscaling.prefill_min_replicas : 0;
     r.scale_ups = scale_.scale_ups;
     r.scale_downs = scale_.scale_downs;
     r.most_replicas = scale_.most;
