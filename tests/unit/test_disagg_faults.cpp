@@ -89,6 +89,7 @@ TEST_CASE("a decode device lost during a KV copy: the copy starts over to anothe
   CHECK(m["requests"]["retried"] == 0);
   CHECK(m["requests"]["re_prefilled"] == 0);
   CHECK(m["disaggregation"]["kv_transfers"] == 1);
+  CHECK(m["disaggregation"]["kv_transfer_bytes"].get<double>() == 999.0 * 22528);  // the voided copy is not counted
   // The whole copy again, to d3, from the failure on (the first copy's flows stall at the dead device).
   CHECK(ttft_ns(m) == doctest::Approx(static_cast<double>(fail + first) + kCopyNs).epsilon(1e-7));
 }

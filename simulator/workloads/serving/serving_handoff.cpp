@@ -120,10 +120,13 @@ void ServingSim::fail_handoffs(int e, std::vector<uint32_t>& lost) {
     if (q.state != ReqState::Handoff || (q.handoff_from != e && q.replica != e)) continue;
     const int to = q.replica;
     auto& wait = handoff_wait_[static_cast<size_t>(to)];
-    if (const auto it = std::find(wait.begin(), wait.end(), q.id); it != wait.end()) wait.erase(it);
+    const auto it = std::find(wait.begin(), wait.end(), q.id);
+    const bool copying = it == wait.end();
+    if (!copying) wait.erase(it);
     q.copy_gen = next_copy_gen();
     q.handoff_flows = 0;
     Replica& dst = *replicas_[static_cast<size_t>(to)];
+    if (copying) kv_transfer_bytes_ -= dst.kv_bytes_per_token * q.computed;  // a copy that will not land is not counted
     --dst.incoming;
     if (to != e) {
       account_kv(to, now);
