@@ -131,12 +131,7 @@ int64_t BlockManager::claim_prefix(Request& r) {
       return 0;
     }
     take_out(on_host ? host_ : ssd_, r.prefix_id);
-    if (!evict_until(blocks)) throw std::logic_error("internal: a prefix fetch found fewer blocks than can_allocate promised");
-    free_ -= blocks;
-    // Held by nobody yet: cached, as if it had just been released (the claim below takes it).
-    prefix_lru_.push_back(r.prefix_id);
-    it = prefixes_.emplace(r.prefix_id, PrefixEntry{blocks, 0, std::prev(prefix_lru_.end())}).first;
-    cached_ += blocks;
+    it = cache_fetched_prefix(r.prefix_id, blocks);
     fetched_pending_ += blocks;
     tiers_.fetched_blocks += blocks;
     if (on_host) {
@@ -165,6 +160,16 @@ int64_t BlockManager::share_prefix(Request& r, PrefixEntry& e) {
   return blocks * block_size_;
 }
 
+// A prefix fetched back into HBM (from a tier or the pool): its blocks allocated, held by
+// nobody yet, so cached as if just released (the claim that fetched it takes it).
+std::unordered_map<int32_t, BlockManager::PrefixEntry>::iterator BlockManager::cache_fetched_prefix(int32_t prefix_id, int64_t blocks) {
+  if (!evict_until(blocks)) throw std::logic_error("internal: a prefix fetch found fewer blocks than can_allocate promised");
+  free_ -= blocks;
+  prefix_lru_.push_back(prefix_id);
+  cached_ += blocks;
+  return prefixes_.emplace(prefix_id, PrefixEntry{blocks, 0, std::prev(prefix_lru_.end())}).first;
+}
+
 // A prefix found in no local tier but in the remote pool: fetched into HBM (if HBM can hold
 // it) as a prefix entry, the pool keeping its copy for other replicas.
 int64_t BlockManager::claim_remote(Request& r) {
@@ -173,11 +178,7 @@ int64_t BlockManager::claim_remote(Request& r) {
   const int64_t blocks = e->blocks;
   const int home = e->home;  // (copied: making room below may put other prefixes into the pool)
   if (blocks > (static_cast<int64_t>(r.prompt_len()) - 1) / block_size_ || !can_allocate(blocks, /*admission=*/true)) return 0;
-  if (!evict_until(blocks)) throw std::logic_error("internal: a remote prefix fetch found fewer blocks than can_allocate promised");
-  free_ -= blocks;
-  prefix_lru_.push_back(r.prefix_id);
-  auto it = prefixes_.emplace(r.prefix_id, PrefixEntry{blocks, 0, std::prev(prefix_lru_.end())}).first;
-  cached_ += blocks;
+  const auto it = cache_fetched_prefix(r.prefix_id, blocks);
   fetched_remote_pending_.emplace_back(home, blocks);
   tiers_.fetched_remote_blocks += blocks;
   ++tiers_.hits_remote;

@@ -155,6 +155,7 @@ class BlockManager {
   bool prefix_caching_ = false;
   std::unordered_map<int32_t, PrefixEntry> prefixes_;
   int64_t share_prefix(Request& r, PrefixEntry& e);
+  std::unordered_map<int32_t, PrefixEntry>::iterator cache_fetched_prefix(int32_t prefix_id, int64_t blocks);
   std::list<int32_t> prefix_lru_;
   void offload(int32_t key, int64_t blocks, int64_t tokens);
   // A conversation's cache in the tiers, beside the prefixes (whose ids are >= 0).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -266,7 +267,6 @@ void ServingSim::try_start(int ri) {
     const double bytes = static_cast<double>(offloaded) * cfg_.block_size * r.kv_bytes_per_token / static_cast<double>(hl.size());
     for (size_t k = 0; k < hl.size(); ++k)
       fabric_.flows->start(hl[k].first, hl[k].second, bytes, this, kOffloadFlow, static_cast<uint64_t>(ri) * 131 + 0x0FF + k);
-    offload_bytes_ += bytes * static_cast<double>(hl.size());
   }
   if (auto& remote = r.kv.fetched_remote(); !remote.empty()) {
     // Prefixes fetched from the remote pool: copied over the fabric from their home's host
@@ -360,21 +360,19 @@ void ServingSim::try_start(int ri) {
       const auto& hl = fabric_.host_links[static_cast<size_t>(ri / pp_)];
       f.swaps_pending = static_cast<int>(hl.size());
       for (size_t k = 0; k < hl.size(); ++k)
-        fabric_.flows->start(hl[k].first, hl[k].second, b.swap_bytes / static_cast<double>(hl.size()), this,
-                             (uint64_t{1} << 40) | static_cast<uint64_t>(ri) | (static_cast<uint64_t>(epoch_[static_cast<size_t>(ri)] & 0x7FFFFF) << 41),
+        fabric_.flows->start(hl[k].first, hl[k].second, b.swap_bytes / static_cast<double>(hl.size()), this, swap_tag(ri),
                              static_cast<uint64_t>(ri) * 131 + k);
     }
     for (const auto& [home, bytes] : remote_fetch_) {
-      // From the host memory of the replica that let the prefix go to this replica's devices:
-      // as many pieces as the larger side has devices.
+      // From the host memory of the replica that let the prefix go to this replica's devices,
+      // cut as a KV copy between pools is (piece k between the devices that hold its heads).
       const auto& src = fabric_.host_links[static_cast<size_t>(home)];
       const auto& dst = fabric_.host_links[static_cast<size_t>(ri)];
-      const size_t n = std::max(src.size(), dst.size());
+      const size_t n = std::lcm(src.size(), dst.size());
       f.swaps_pending += static_cast<int>(n);
       for (size_t k = 0; k < n; ++k)
-        fabric_.flows->start(src[k % src.size()].second, dst[k % dst.size()].first, bytes / static_cast<double>(n), this,
-                             (uint64_t{1} << 40) | static_cast<uint64_t>(ri) | (static_cast<uint64_t>(epoch_[static_cast<size_t>(ri)] & 0x7FFFFF) << 41),
-                             static_cast<uint64_t>(ri) * 131 + 0x7E7 + static_cast<uint64_t>(remote_fetches_) * 17 + k);
+        fabric_.flows->start(src[k * src.size() / n].second, dst[k * dst.size() / n].first, bytes / static_cast<double>(n), this,
+                             swap_tag(ri), static_cast<uint64_t>(ri) * 131 + 0x7E7 + static_cast<uint64_t>(remote_fetches_) * 17 + k);
       ++remote_fetches_;
     }
     remote_fetch_.clear();

@@ -469,8 +469,12 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   std::unique_ptr<RemoteKvStore> remote_;  // the remote KV pool (null: none)
   std::vector<std::pair<int, double>> remote_fetch_;  // the iteration being started: (home engine, bytes) to fetch first
   int64_t remote_fetches_ = 0;
+  // Flow tag of a copy the iteration waits for before computing (a swap, a host-tier or pool
+  // fetch): bit 40, the engine, its epoch from bit 41 (a failure voids them).
+  uint64_t swap_tag(int ri) const {
+    return (uint64_t{1} << 40) | static_cast<uint64_t>(ri) | (static_cast<uint64_t>(epoch_[static_cast<size_t>(ri)] & 0x7FFFFF) << 41);
+  }
   static constexpr uint64_t kOffloadFlow = uint64_t{1} << 38;  // flow tag: a background copy into host memory
-  double offload_bytes_ = 0;  // copied so far as such flows
   std::unique_ptr<CostModel> prefill_cost_;
   MemoryPlan prefill_mem_;
   const PoolSpec* prefill_pool() const { return cfg_.prefill_pool ? &*cfg_.prefill_pool : nullptr; }
