@@ -43,13 +43,16 @@ void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, S
         const double* th = dshare.data() + hi * static_cast<size_t>(dshare_ctx);
         const auto n = static_cast<unsigned>(dshare_ctx);
         int cmax = -1;
+        int64_t keys = 0;  // the keys read, where derive() or an FP8 cache needs them (as integers: exact)
         // One loop per case, its tests out of the loop: every sequence decodes (the steady
-        // decode of a serving replica) or not, one row or two. The sums are the same.
-        auto sum = [&]<bool kAllDecode, bool kTwo>() {
+        // decode of a serving replica) or not, one row or two, keys counted or not. The sums
+        // are the same.
+        auto sum = [&]<bool kAllDecode, bool kTwo, bool kKeys>() {
           for (const SeqWork& s : batch) {
             if (!kAllDecode && s.new_tokens != 1) continue;
             const int c = s.context;
             cmax = c > cmax ? c : cmax;
+            if (kKeys) keys += c + 1;
             if (static_cast<unsigned>(c) < n) {
               s_lo += tl[c];
               if (kTwo) s_hi += th[c];
@@ -60,14 +63,19 @@ void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, S
             }
           }
         };
-        if (static_cast<size_t>(nd) == batch.size()) {
-          if (two) sum.template operator()<true, true>();
-          else sum.template operator()<true, false>();
-        } else if (two) {
-          sum.template operator()<false, true>();
-        } else {
-          sum.template operator()<false, false>();
-        }
+        auto run = [&]<bool kKeys>() {
+          if (static_cast<size_t>(nd) == batch.size()) {
+            if (two) sum.template operator()<true, true, kKeys>();
+            else sum.template operator()<true, false, kKeys>();
+          } else if (two) {
+            sum.template operator()<false, true, kKeys>();
+          } else {
+            sum.template operator()<false, false, kKeys>();
+          }
+        };
+        if (moved_decode) run.template operator()<true>();
+        else run.template operator()<false>();
+        lsum = static_cast<double>(keys);  // (a double sum of the same integers: equal below 2^53)
         const double l = static_cast<double>(cmax + 1) * r;
         lmax = l > 0 ? l : 0;
       } else {
@@ -87,9 +95,7 @@ void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, S
       floor_ns = g.min_ns;
       src = out ? Src::Scaled : Src::Table;
       file = File::Decode;
-      if (!kDetail && moved_decode)  // derive() and an FP8 cache move the part by its FLOPs and bytes
-        for (const SeqWork& s : batch)
-          if (s.new_tokens == 1) lsum += s.context + 1;
+      // (derive() and an FP8 cache move the part by its FLOPs and bytes: lsum, summed above.)
       if (kDetail || moved_decode) {
         flops = 4 * hd * H * lsum;
         bytes = b * hd * (2 * KV * lsum + 2 * H * static_cast<double>(nd));

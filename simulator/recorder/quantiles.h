@@ -26,10 +26,6 @@ class StreamingSummary {
     ++n_;
     if (n_ == 1 || v < min_) min_ = v;
     if (n_ == 1 || v > max_) max_ = v;
-    // Welford's running mean and variance (used once the sketch holds the values).
-    const double d = v - mean_;
-    mean_ += d / static_cast<double>(n_);
-    m2_ += d * (v - mean_);
     if (!sketched_) {
       if (exact_.size() < kExactLimit) {
         exact_.push_back(v);
@@ -37,6 +33,7 @@ class StreamingSummary {
       }
       to_sketch();  // the (2^20 + 1)th value: before the vector would grow again
     }
+    welford(v);
     sketch(v);
   }
   uint64_t count() const { return n_; }
@@ -73,8 +70,18 @@ class StreamingSummary {
   // Values at or below this count as 0 (a queueing delay of exactly 0, say).
   static constexpr double kTiny = 1e-12;
 
+  // Welford's running mean and variance, used once the sketch holds the values: while every
+  // value is kept they are not needed, and to_sketch() runs them over the kept values in the
+  // order they came (the same figures, bit for bit, as running them from the first).
+  void welford(double v) {
+    ++welford_n_;
+    const double d = v - mean_;
+    mean_ += d / static_cast<double>(welford_n_);
+    m2_ += d * (v - mean_);
+  }
   void to_sketch() {
     sketched_ = true;
+    for (double v : exact_) welford(v);
     for (double v : exact_) sketch(v);
     exact_.clear();
     exact_.shrink_to_fit();
@@ -113,7 +120,7 @@ class StreamingSummary {
     return max_;
   }
 
-  uint64_t n_ = 0;
+  uint64_t n_ = 0, welford_n_ = 0;
   double min_ = 0, max_ = 0, mean_ = 0, m2_ = 0;
   bool sketched_ = false;
   std::vector<double> exact_;

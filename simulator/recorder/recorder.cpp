@@ -1,6 +1,7 @@
 #include "recorder/recorder.h"
 
 #include "recorder/csv_format.h"
+#include "recorder/sort_values.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -262,7 +263,7 @@ Json summarize(std::vector<double> v) {
   Json j = Json::object();
   j["count"] = v.size();
   if (v.empty()) return j;
-  std::sort(v.begin(), v.end());
+  sort_values(v);
   auto pct = [&](double p) {  // linear interpolation between closest ranks (numpy's default)
     const double idx = p / 100.0 * static_cast<double>(v.size() - 1);
     const size_t lo = static_cast<size_t>(std::floor(idx));

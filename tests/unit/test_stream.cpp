@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -24,6 +26,7 @@
 #include "recorder/output_dir.h"
 #include "recorder/quantiles.h"
 #include "recorder/serving_report.h"
+#include "recorder/sort_values.h"
 #include "registry/registry.h"
 #include "run/runner.h"
 #include "workloads/serving/serving_sim.h"
@@ -314,4 +317,42 @@ TEST_CASE("trace numbers: put_us and put_shortest print what fmt's {} prints for
     if (shortest(v) != fmt_of(v) && differ++ == 0) first = fmt::format("{:a}: {} vs {}", v, shortest(v), fmt_of(v));
   }
   CHECK_MESSAGE(differ == 0, first);
+}
+
+TEST_CASE("sort_values gives std::sort's sequence, bit for bit, on every kind of input") {
+  std::mt19937_64 g(3);
+  auto bits = [](const std::vector<double>& v) {
+    std::vector<uint64_t> b(v.size());
+    std::memcpy(b.data(), v.data(), v.size() * sizeof(double));
+    return b;
+  };
+  auto check = [&](std::vector<double> v) {
+    std::vector<double> want = v;
+    std::sort(want.begin(), want.end());
+    sort_values(v);
+    CHECK(bits(v) == bits(want));
+  };
+  std::vector<double> lat(20000);
+  std::lognormal_distribution<double> ln(3.0, 1.0);
+  for (auto& x : lat) x = ln(g);
+  check(lat);                                         // latencies: the radix path
+  for (size_t i = 0; i < lat.size(); i += 7) lat[i] = lat[i / 2];  // repeats
+  for (size_t i = 0; i < lat.size(); i += 101) lat[i] = 0.0;      // zeros (+0.0)
+  lat[5] = std::numeric_limits<double>::infinity();
+  lat[6] = std::numeric_limits<double>::denorm_min();
+  lat[7] = std::numeric_limits<double>::max();
+  check(lat);
+  std::vector<double> same(3000, 41.5);  // every digit the same: no pass moves anything
+  check(same);
+  std::vector<double> ints(5000);
+  for (size_t i = 0; i < ints.size(); ++i) ints[i] = static_cast<double>((i * 7919) % 1000);
+  check(ints);
+  auto neg = lat;  // a negative value: std::sort itself
+  neg[100] = -1.5;
+  check(neg);
+  auto negzero = lat;  // -0.0 has a sign bit: std::sort itself
+  negzero[200] = -0.0;
+  check(negzero);
+  check({3.0, 1.0, 2.0});  // short: std::sort
+  check({});
 }

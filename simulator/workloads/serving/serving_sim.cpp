@@ -499,9 +499,10 @@ void ServingSim::end_iteration(int ri) {
   ended_.clear();
   // The batch's requests were last touched when the iteration started, and every other
   // replica's iterations have run since: ask for all their lines at once rather than
-  // missing the cache on each in turn.
-  for (const auto& en : b.entries)
-    if (en.req != kPaddingSlot) __builtin_prefetch(&front_.requests()[en.req], 1);
+  // missing the cache on each in turn. (A lone replica's requests are still in the cache.)
+  if (replicas_.size() > 1)
+    for (const auto& en : b.entries)
+      if (en.req != kPaddingSlot) __builtin_prefetch(&front_.requests()[en.req], 1);
   LogHistogram::Runs gaps(gaps_);
   int64_t tokens = 0;
   const bool speculating = spec_ != nullptr;
