@@ -164,6 +164,13 @@ std::optional<MoeProblem> moe_problem(const ModelSpec& m, const MoeOptions& mo, 
                       fmt::format("a count making experts + copies a multiple of {}", tp)};
   if (mo.two_batch_overlap && !mo.alltoall)
     return MoeProblem{"two_batch_overlap", "overlaps the all-to-alls with compute, and dispatch is by all-reduce", "dispatch: alltoall, or false"};
+  if (mo.data_parallel_attention && !mo.alltoall)
+    return MoeProblem{"data_parallel_attention",
+                      "each device's own tokens reach the experts by all-to-all under data-parallel attention, and dispatch is by all-reduce",
+                      "expert_parallel: true with dispatch: alltoall, or false"};
+  if (mo.data_parallel_attention && tp < 2)
+    return MoeProblem{"data_parallel_attention", "splits the batch over the tensor-parallel devices, and there is one",
+                      "tensor_parallel of 2 or more, or false"};
   if (mo.zipf_s != 1 && mo.routing != MoeOptions::Routing::Zipf)
     return MoeProblem{"zipf_s", "only Zipf routing has an exponent", "routing: zipf, or leave it out"};
   if (mo.routing == MoeOptions::Routing::Measured) {
@@ -242,6 +249,18 @@ BatchTotals batch_totals(std::span<const SeqWork> batch) {
   }
   return t;
 }
+// Data-parallel attention: the batch's sequences dealt to the dp devices in batch order,
+// round-robin; `each` is called with each device's own (non-empty) share.
+template <class Each>
+void dp_shares(const CostModel::Impl& im, std::span<const SeqWork> batch, Each&& each) {
+  std::vector<SeqWork> own;
+  own.reserve(batch.size() / static_cast<size_t>(im.dp) + 1);
+  for (size_t g = 0; g < static_cast<size_t>(im.dp); ++g) {
+    own.clear();
+    for (size_t i = g; i < batch.size(); i += static_cast<size_t>(im.dp)) own.push_back(batch[i]);
+    if (!own.empty()) each(std::span<const SeqWork>(own));
+  }
+}
 }  // namespace
 
 IterationCost CostModel::iteration(std::span<const SeqWork> batch) const {
@@ -260,12 +279,35 @@ IterationCost CostModel::stage_iteration(std::span<const SeqWork> batch, int sta
 IterationCost CostModel::range_iteration(std::span<const SeqWork> batch, const LayerRange& r) const {
   const Impl& im = *impl_;
   const Impl::Span sp = im.span_of(r);
-  const auto [M, R, nd, drafts] = batch_totals(batch);
+  auto parts_of = [&](std::span<const SeqWork> seqs) {
+    const auto [M, R, nd, drafts] = batch_totals(seqs);
+    ListSink sink;
+    Impl::Moved<ListSink> moved{im, sink};
+    im.dense_parts(static_cast<double>(M), moved, sp);
+    if (sp.L > 0) im.attention_parts<Impl::Moved<ListSink>, true>(seqs, nd, moved, sp.L, drafts);
+    if (sp.head) im.row_parts(static_cast<double>(R), moved);
+    return sink;
+  };
   ListSink sink;
-  Impl::Moved<ListSink> moved{im, sink};
-  im.dense_parts(static_cast<double>(M), moved, sp);
-  if (sp.L > 0) im.attention_parts<Impl::Moved<ListSink>, true>(batch, nd, moved, sp.L, drafts);
-  if (sp.head) im.row_parts(static_cast<double>(R), moved);
+  if (im.dp > 1) {
+    // Data-parallel attention: the busiest device's own parts, then the experts over all tokens.
+    double busiest = -1;
+    long tokens = 0;
+    dp_shares(im, batch, [&](std::span<const SeqWork> own) {
+      tokens += batch_totals(own).new_tokens;
+      ListSink s = parts_of(own);
+      double t = 0;
+      for (const Part& p : s.parts) t += p.ns;
+      if (t > busiest) {
+        busiest = t;
+        sink = std::move(s);
+      }
+    });
+    Impl::Moved<ListSink> moved{im, sink};
+    im.experts_dp_parts(static_cast<double>(tokens), moved, sp);
+  } else {
+    sink = parts_of(batch);
+  }
   std::stable_sort(sink.parts.begin(), sink.parts.end(),
                    [](const Part& a, const Part& b) { return static_cast<int>(a.op) < static_cast<int>(b.op); });
   IterationCost out;
@@ -380,12 +422,29 @@ double whole_ns(const CostModel::Impl& im, std::span<const SeqWork> batch, long 
 }
 }  // namespace
 
+namespace {
+// The busiest device's own parts (attention over its sequences, its tokens' dense layers, shared
+// experts, LM head rows and all-to-alls), then the routed experts over every device's tokens.
+double dp_whole_ns(const CostModel::Impl& im, std::span<const SeqWork> batch) {
+  double busiest = 0;
+  long tokens = 0;
+  dp_shares(im, batch, [&](std::span<const SeqWork> own) {
+    const auto [M, R, nd, drafts] = batch_totals(own);
+    tokens += M;
+    busiest = std::max(busiest, whole_ns(im, own, M, R, nd, drafts));
+  });
+  return busiest + im.experts_dp_ns(tokens, im.spans[0]);
+}
+}  // namespace
+
 double CostModel::decode_ns(std::span<const SeqWork> batch) const {
+  if (impl_->dp > 1) return dp_whole_ns(*impl_, batch);
   const long n = static_cast<long>(batch.size());
   return whole_ns(*impl_, batch, n, n, n);
 }
 
 double CostModel::iteration_ns(std::span<const SeqWork> batch) const {
+  if (impl_->dp > 1) return dp_whole_ns(*impl_, batch);
   const auto [M, R, nd, drafts] = batch_totals(batch);
   return whole_ns(*impl_, batch, M, R, nd, drafts);
 }
@@ -395,6 +454,7 @@ double CostModel::stage_ns(std::span<const SeqWork> batch, int stage) const {
   if (stage < 0 || stage >= im.pp) throw std::invalid_argument(fmt::format("stage {} of a {}-stage pipeline", stage, im.pp));
   const int k = im.stage_span[static_cast<size_t>(stage)];
   const Impl::Span& sp = im.spans[static_cast<size_t>(k)];
+  if (im.dp > 1) return dp_whole_ns(im, batch);  // (one stage: the whole model)
   const auto [M, R, nd, drafts] = batch_totals(batch);
   SumSink sink;
   Impl::Moved<SumSink> moved{im, sink};

@@ -93,6 +93,14 @@ struct MoeOptions {
   // all-to-alls (and all-reduces) under the other's compute. Each half reads the weights
   // again; the serving fabric path times it (ServingSim), the cost model's step does not.
   bool two_batch_overlap = false;
+  // Data-parallel attention (SGLang's enable_dp_attention, DeepSeek's "MLA DP"): each of the
+  // tensor_parallel devices runs the attention, the dense and shared MLPs and the LM head whole
+  // (their weights on every device) over its own share of the batch's sequences, whose KV cache
+  // only it holds; the routed experts stay spread over the same devices (EP = tensor_parallel),
+  // fed by all-to-all dispatch. No tensor-parallel all-reduce remains. The sequences are dealt
+  // to the devices in batch order, round-robin; the step waits for the busiest device's own part
+  // and then for the slowest expert device, which serves every device's tokens.
+  bool data_parallel_attention = false;
   // Training's expert parallelism (Megatron-Core's EP): the experts spread over this many
   // data-parallel replicas (1: off). Each device holds experts / n of them, each split over its
   // tensor-parallel group as the dense MLP is, and computes the rows that all n replicas' tokens

@@ -40,6 +40,10 @@ struct CostModel::Impl {
   Ceilings target;
   double knl_target = 0;
   int tp = 1, pp = 1, layers_stage = 0;
+  // Data-parallel attention (MoeOptions::data_parallel_attention): the devices the batch is dealt
+  // over and the experts spread over (the deployment's tensor_parallel); tp is then 1, every
+  // device holding the attention, dense MLPs and LM head whole. 1: off.
+  int dp = 1;
   // What one costed unit of work holds: decoder layers, and whether the embedding gather, the
   // LM head (with the final norm and sampling) and the send to the next stage are on it.
   struct Span {
@@ -95,11 +99,20 @@ struct CostModel::Impl {
   const costtab::ElementwiseTable::Op *e_norm = nullptr, *e_rope = nullptr, *e_act = nullptr, *e_res = nullptr;
 
   mutable std::unique_ptr<std::atomic<double>[]> rows_cache;
+  mutable std::unique_ptr<std::atomic<double>[]> experts_cache;  // data-parallel attention: experts_dp_ns by M
 
   Impl(HardwareSpec h, ModelSpec mm, CostOptions o_) : hw(std::move(h)), m(std::move(mm)), opt(std::move(o_)) {
     tp = opt.tensor_parallel;
     pp = opt.pipeline_parallel;
     if (tp < 1 || pp < 1) throw std::invalid_argument(fmt::format("tensor and pipeline parallel must be >= 1 (tp {}, pp {})", tp, pp));
+    if (opt.moe.data_parallel_attention && m.moe()) {
+      if (tp < 2 || pp != 1 || !opt.moe.expert_parallel || !opt.moe.alltoall)
+        throw std::invalid_argument("data-parallel attention needs tensor_parallel >= 2, one pipeline stage and expert parallelism with all-to-all dispatch");
+      if (hw.interconnect_Bps <= 0)
+        throw std::invalid_argument(fmt::format("expert parallelism over {} devices needs scale-up links, and {} has none", tp, hw.name));
+      dp = tp;
+      tp = 1;
+    }
     if (m.layers <= 0 || m.hidden <= 0 || m.heads <= 0 || m.kv_heads <= 0 || m.head_dim <= 0 || m.ffn <= 0 || m.vocab <= 0)
       throw std::invalid_argument(fmt::format("model '{}' has a non-positive size", m.name));
     if (m.heads % tp != 0)
@@ -190,6 +203,10 @@ struct CostModel::Impl {
     if (!opt.tables_dir.empty()) load_tables();
     rows_cache.reset(new std::atomic<double>[kCacheSize]);
     for (long i = 0; i < kCacheSize; ++i) rows_cache[i].store(-1, std::memory_order_relaxed);
+    if (dp > 1) {
+      experts_cache.reset(new std::atomic<double>[kCacheSize]);
+      for (long i = 0; i < kCacheSize; ++i) experts_cache[i].store(-1, std::memory_order_relaxed);
+    }
     for (size_t k = 0; k < spans.size(); ++k) {
       span_cache.emplace_back(new std::atomic<double>[kCacheSize]);
       for (long i = 0; i < kCacheSize; ++i) span_cache.back()[i].store(-1, std::memory_order_relaxed);
@@ -226,8 +243,8 @@ struct CostModel::Impl {
       ep = a2a = true;
       eF = static_cast<double>(m.expert_ffn) / tp;
     } else {
-      experts = ExpertPlacement::plan(m, mo, tp);
-      ep = mo.expert_parallel && tp > 1;
+      experts = ExpertPlacement::plan(m, mo, ep_size());
+      ep = mo.expert_parallel && ep_size() > 1;
       a2a = ep && mo.alltoall;
       eF = ep ? m.expert_ffn : static_cast<double>(m.expert_ffn) / tp;
     }
@@ -266,7 +283,11 @@ struct CostModel::Impl {
 
   // Bytes one device's tokens send to their experts in one dispatch (the same come back in the
   // combine): its 1/tp of the M tokens, k hidden states each.
-  double a2a_bytes(double M) const { return M / tp * experts.a2a_dest * hidden * b; }
+  // (Data-parallel attention: each device's own tokens, the batch's 1/dp.)
+  double a2a_bytes(double M) const { return M / ep_size() * experts.a2a_dest * hidden * b; }
+  // Devices the routed experts are spread over under serving's EP: the tensor-parallel group, or
+  // under data-parallel attention the devices the batch is dealt over.
+  int ep_size() const { return dp > 1 ? dp : tp; }
   // Devices the experts are placed over.
   double ep_n() const { return static_cast<double>(experts.dev_share.size()); }
 
@@ -282,9 +303,9 @@ struct CostModel::Impl {
       layer(layer_gemm(Op::SharedDown, sh_down, M));
       layer(kernels_part(Op::Act, 1, M * 3 * sh_down.K * b));
     }
-    layer(experts_part(M));
+    if (dp == 1) layer(experts_part(M));  // (data-parallel attention: every device's tokens at once, experts_dp_ns)
     if (a2a) {
-      const double bytes = a2a_bytes(M);
+      const double bytes = a2a_bytes(M * dp);  // (data-parallel attention: M is one device's own tokens)
       const double t = opt.comm_on_fabric ? 0
                                           : bytes * experts.a2a_busiest() * (ep_n() - 1) / ep_n() / hw.interconnect_Bps * 1e9 +
                                                 hw.interconnect_latency_ns;  // the busiest device's share
@@ -654,6 +675,31 @@ struct CostModel::Impl {
     if (dense) dense_parts(static_cast<double>(n), ms, sp);
     else row_parts(static_cast<double>(n), ms);
     if (n < kCacheSize) cache[n].store(s.total, std::memory_order_relaxed);
+    return s.total;
+  }
+
+  // Data-parallel attention: the routed experts of a span's MoE layers over the M tokens of every
+  // device together (each expert device serves them all; every device waits for the slowest).
+  template <class Sink>
+  void experts_dp_parts(double M, Sink& sink, const Span& sp) const {
+    if (M <= 0 || sp.Lm <= 0) return;
+    Part p = experts_part(M);
+    p.ns *= sp.Lm;
+    p.flops *= sp.Lm;
+    p.bytes *= sp.Lm;
+    p.kernels *= sp.Lm;
+    sink(p);
+  }
+  double experts_dp_ns(long M, const Span& sp) const {
+    if (M <= 0) return 0;
+    if (M < kCacheSize) {
+      const double v = experts_cache[M].load(std::memory_order_relaxed);
+      if (v >= 0) return v;
+    }
+    SumSink s;
+    Moved<SumSink> ms{*this, s};
+    experts_dp_parts(static_cast<double>(M), ms, sp);
+    if (M < kCacheSize) experts_cache[M].store(s.total, std::memory_order_relaxed);
     return s.total;
   }
 

@@ -302,6 +302,13 @@ double ModelSpec::weight_bytes_per_gpu(int tp, int pp, int expert_copies) const 
   return w;
 }
 
+double ModelSpec::weight_bytes_dp_attention(int ep, int expert_copies) const {
+  const double routed = routed_expert_parameters() * weight_element_bytes();
+  double w = weight_bytes() - routed * (1.0 - 1.0 / ep);
+  if (expert_copies > 0) w += static_cast<double>(expert_copies) * 3.0 * hidden * expert_ffn * weight_element_bytes() * moe_layers_in(0, layers) / ep;
+  return w;
+}
+
 double ModelSpec::replicated_parameters() const {
   if (!mla()) return 0;
   const double h = hidden;

@@ -125,6 +125,9 @@ struct ModelSpec {
   // of the whole, latent attention's replicated projections whole, and `expert_copies` more
   // experts on every MoE layer spread over the tp x pp GPUs (EPLB's redundant copies).
   double weight_bytes_per_gpu(int tp, int pp, int expert_copies = 0) const;
+  // Under data-parallel attention over `ep` devices: every weight whole on each device but the
+  // routed experts (and their `expert_copies` redundant copies), a 1/ep share of those.
+  double weight_bytes_dp_attention(int ep, int expert_copies = 0) const;
   // Peak transient activation memory of a forward pass over `tokens` tokens.
   double activation_bytes(long tokens) const;
 };

@@ -77,6 +77,8 @@ std::span<const MetricDef> serving_metric_defs() {
       {"serving", "moe.dispatch", "text",
        "How tokens reach their experts under expert parallelism: alltoall, allreduce, or none (every expert split over the devices)."},
       {"serving", "moe.routing", "text", "The model of how tokens pick experts: uniform, zipf with its exponent, or measured."},
+      {"serving", "moe.data_parallel_attention", "bool",
+       "Present (true) when the decode engines run data-parallel attention: each device attends over its own sequences, their KV cache on it alone."},
       {"serving", "moe.redundant_experts", "count", "Extra copies of the hottest experts placed by expert-parallel load balancing (EPLB); 0 without."},
       {"serving", "moe.device_load[]", "fraction",
        "Each device's share of the token-expert assignments under the routing model (one entry when experts are not expert-parallel)."},

@@ -258,6 +258,7 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
            {"dispatch", mo.dispatch}, {"routing", mo.routing}, {"redundant_experts", mo.redundant_experts},
            {"device_load", mo.device_load},
            {"device_load_max_over_mean", sum > 0 ? mx * static_cast<double>(mo.device_load.size()) / sum : 0.0}};
+    if (mo.data_parallel_attention) j["data_parallel_attention"] = true;
     if (mo.two_batch_overlap) {
       j["two_batch_overlap"] = true;
       j["overlapped_iterations"] = mo.overlapped_iterations;
@@ -575,6 +576,9 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
     if (j.contains("alltoalls"))
       line += fmt::format("; {} dispatch/combine all-to-alls on the fabric, {:.3f} ms a stage pass (its MoE layers' all-to-alls)",
                           res.moe.alltoalls, j["alltoall_ms_mean"].get<double>());
+    if (res.moe.data_parallel_attention)
+      line += fmt::format("; data-parallel attention: each of the {} devices attends over its own sequences, whose KV cache only it holds",
+                          res.tensor_parallel);
     if (res.moe.two_batch_overlap)
       line += fmt::format("; two-batch overlap: {} iterations as two micro-batches, their communication under each other's compute",
                           res.moe.overlapped_iterations);

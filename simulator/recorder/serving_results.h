@@ -131,6 +131,7 @@ struct ServingResults {
     std::vector<double> device_load;  // each device's share of the assignments (expert parallelism; one entry otherwise)
     int64_t alltoalls = 0, alltoall_ns = 0, alltoall_passes = 0;
     bool two_batch_overlap = false;
+    bool data_parallel_attention = false;  // each device's attention over its own sequences (their KV there alone)
     int64_t overlapped_iterations = 0;  // run as two micro-batches (two or more sequences, on a topology)
   } moe;
   // Speculative decoding (method empty: off): the drafter, the acceptance model (P(j drafts

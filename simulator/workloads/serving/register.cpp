@@ -116,6 +116,13 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
              "and all-to-alls proceed under the other's compute; each half reads the weights again (alltoall dispatch, "
              "pipeline_parallel 1)")
       .def("false");
+  k.moe.flag("data_parallel_attention", &MO::data_parallel_attention,
+             "data-parallel attention (SGLang's enable_dp_attention, DeepSeek's MLA DP): each of the tensor_parallel "
+             "devices runs attention, the dense and shared MLPs and the LM head whole over its own share of the "
+             "sequences, whose KV cache only it holds (the replica holds tensor_parallel devices' worth); the routed "
+             "experts stay spread over the devices, fed by all-to-all dispatch; no tensor-parallel all-reduce "
+             "(expert_parallel with dispatch: alltoall, pipeline_parallel 1)")
+      .def("false");
   k.moe.integer("redundant_experts", &MO::redundant_experts, "extra expert copies under eplb (experts + this must divide by "
                 "tensor_parallel)")
       .def("0")
@@ -334,13 +341,18 @@ static void check_moe(const ServingConfig& c, const Params& d) {
   const ModelSpec& m = c.model;
   if (!m.moe()) {
     for (const char* k : {"expert_parallel", "dispatch", "routing", "zipf_s", "eplb", "redundant_experts", "expert_load", "expert_load_file",
-                          "two_batch_overlap"})
+                          "two_batch_overlap", "data_parallel_attention"})
       if (ms.given(k)) ms.fail(k, fmt::format("{} is a dense model: it has no experts", m.name), "leave deployment.moe out, or an MoE model");
     return;
   }
   if (const auto problem = moe_problem(m, mo, c.tensor_parallel)) ms.fail(problem->key, problem->problem, problem->valid);
   if (mo.two_batch_overlap && c.pipeline_parallel > 1)
     ms.fail("two_batch_overlap", "overlaps a single stage's compute with its communication", "pipeline_parallel: 1, or false");
+  if (mo.data_parallel_attention) {
+    if (c.pipeline_parallel > 1)
+      ms.fail("data_parallel_attention", "deals each stage's sequences over its devices, and pipeline stages are not modelled with it",
+              "pipeline_parallel: 1, or false");
+  }
 }
 
 // The bindings alone, to fill a config (the schemas they were declared on are thrown away;
@@ -452,6 +464,14 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   const auto& sched_factory = reg.factory<SchedulerFactory>(*reg.find("scheduler", p.str("scheduler")));
   c.make_scheduler = [sched_params, sched_factory] { return sched_factory(*sched_params); };
   read_prefill_pool(c, d, reg, cluster_hardware, p.str("scheduler"));
+  if (c.moe.data_parallel_attention && c.model.moe()) {
+    if (!c.prefill_pool)
+      d.section("moe").fail("data_parallel_attention",
+                            "runs on decode engines only: colocated, each device would schedule its own prefills, which one "
+                            "scheduler per replica does not model (DeepSeek's deployment prefills on a pool of its own)",
+                            "a prefill_pool (its engines tensor-parallel, e.g. {tensor_parallel: 8}), or false");
+    // (Speculative decoding is refused with a prefill pool of its own, so with this too.)
+  }
   c.router = reg.factory<RouterFactory>(*reg.find("router", p.str("router")))(p.section("router"));
   c.decode_router = reg.factory<RouterFactory>(*reg.find("router", p.str("decode_router")))(p.section("decode_router"));
   auto wb = reg.factory<WorkloadFactory>(*reg.find("load", p.str("workload")))(

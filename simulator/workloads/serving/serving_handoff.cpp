@@ -80,6 +80,12 @@ void ServingSim::begin_layerwise(int from, uint32_t id, int32_t final_tokens) {
 // that holds its heads to the one that will.
 int32_t ServingSim::send_kv(const Request& q, const std::vector<int>& from, const std::vector<int>& to, double bytes, size_t salt) {
   // Piece j of n covers the same heads on both sides: from the device that holds them to the one that will.
+  // Under data-parallel attention the sequence's cache goes to the one decode device that will
+  // attend over it (by its serial), each prefill device sending its share of it.
+  if (data_parallel_attention(cfg_) && to.size() > 1) {
+    const std::vector<int> one{to[q.serial % to.size()]};
+    return send_kv(q, from, one, bytes, salt);
+  }
   const size_t n = std::lcm(from.size(), to.size());
   const double share = bytes / static_cast<double>(n);
   const uint64_t tag = kHandoffFlow | q.id | (static_cast<uint64_t>(q.copy_gen & kCopyGenMask) << 40);

@@ -16,6 +16,7 @@ CostOptions cost_options(const ServingConfig& cfg, const PoolSpec* pool) {
   o.tensor_parallel = pool ? pool->tensor_parallel : cfg.tensor_parallel;
   o.pipeline_parallel = cfg.pipeline_parallel;
   o.moe = cfg.moe;
+  o.moe.data_parallel_attention = data_parallel_attention(cfg, pool);
   o.tables_dir = pool ? pool->tables_dir : cfg.tables_dir;
   o.tables_device = pool ? pool->tables_device : cfg.tables_device;
   o.allreduce_ns = cfg.allreduce_ns;
@@ -24,8 +25,17 @@ CostOptions cost_options(const ServingConfig& cfg, const PoolSpec* pool) {
   return o;
 }
 
+bool data_parallel_attention(const ServingConfig& cfg, const PoolSpec* pool) {
+  return !pool && cfg.moe.data_parallel_attention && cfg.model.moe();  // (the decode pool's; its prefill pool runs tensor-parallel)
+}
+
+int kv_shards(const ServingConfig& cfg, const PoolSpec* pool) {
+  // Data-parallel attention: a sequence's KV cache is on the one device that runs its attention.
+  return data_parallel_attention(cfg, pool) ? 1 : (pool ? pool->tensor_parallel : cfg.tensor_parallel) * cfg.pipeline_parallel;
+}
+
 double kv_bytes_per_token_per_gpu(const ServingConfig& cfg, const PoolSpec* pool) {
-  const int tp = pool ? pool->tensor_parallel : cfg.tensor_parallel;
+  const int tp = data_parallel_attention(cfg, pool) ? 1 : pool ? pool->tensor_parallel : cfg.tensor_parallel;
   return cfg.model.kv_bytes_per_token_per_gpu(tp, cfg.pipeline_parallel) +
          speculative_kv_bytes_per_token_per_gpu(cfg.speculative, cfg.model, tp);
 }
@@ -37,7 +47,11 @@ MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_
   const std::string which = pool ? "the prefill pool: " : "";
   m.capacity_per_gpu = hw.hbm_bytes * cfg.gpu_memory_utilization;
   const bool copies = cfg.model.moe() && cfg.moe.expert_parallel && cfg.moe.eplb;  // EPLB's redundant experts
-  m.weights_per_gpu = cfg.model.weight_bytes_per_gpu(tp, cfg.pipeline_parallel, copies ? cfg.moe.redundant_experts : 0) +
+  // Data-parallel attention: every device holds all but the routed experts whole, and a 1/tp share
+  // of the KV cache of the replica's sequences (its own); the replica's cache is tp devices' worth.
+  const bool dp = data_parallel_attention(cfg, pool);
+  m.weights_per_gpu = (dp ? cfg.model.weight_bytes_dp_attention(tp, copies ? cfg.moe.redundant_experts : 0)
+                          : cfg.model.weight_bytes_per_gpu(tp, cfg.pipeline_parallel, copies ? cfg.moe.redundant_experts : 0)) +
                       speculative_weight_bytes_per_gpu(cfg.speculative, cfg.model, tp);  // a drafter beside it
   // Activations of the largest iteration, split across tensor-parallel ranks; capped at
   // 16k tokens (beyond that frameworks chunk the work rather than reserve more).
@@ -52,14 +66,16 @@ MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_
         which, cfg.model.name, hw.name, tp, cfg.pipeline_parallel, format_bytes(m.weights_per_gpu),
         format_bytes(m.activation_per_gpu), format_bytes(m.capacity_per_gpu), format_bytes(hw.hbm_bytes),
         cfg.gpu_memory_utilization, format_bytes(m.weights_per_gpu + m.activation_per_gpu + kv_per_token_per_gpu * cfg.block_size - m.capacity_per_gpu)));
-  m.kv_tokens_per_replica = static_cast<int64_t>(std::floor(m.kv_per_gpu / kv_per_token_per_gpu));
+  m.kv_tokens_per_replica = static_cast<int64_t>(std::floor(m.kv_per_gpu / kv_per_token_per_gpu)) * (dp ? tp : 1);
   m.blocks_per_replica = m.kv_tokens_per_replica / cfg.block_size;
   // With pipeline parallelism the replica runs pp virtual engines (pp batches in flight, as
   // vLLM does), each with its own scheduler and 1/pp of the blocks.
   m.blocks_per_engine = m.blocks_per_replica / cfg.pipeline_parallel;
   // As vLLM does: an engine must hold at least one sequence of the model's full context,
-  // beyond the blocks kept free at admission (the watermark).
-  const int64_t admissible = m.blocks_per_engine - static_cast<int64_t>(std::floor(cfg.watermark * static_cast<double>(m.blocks_per_engine)));
+  // beyond the blocks kept free at admission (the watermark); under data-parallel attention,
+  // one device's share must.
+  const int64_t own_blocks = m.blocks_per_engine / (dp ? tp : 1);
+  const int64_t admissible = own_blocks - static_cast<int64_t>(std::floor(cfg.watermark * static_cast<double>(own_blocks)));
   if (admissible * cfg.block_size < cfg.model.max_context)
     throw std::runtime_error(fmt::format(
         "{}the KV cache of a replica holds {} tokens ({} per GPU after {} of weights and {} of activations), fewer than "

@@ -55,7 +55,7 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
   if (cfg_.kv_remote_cache_bytes > 0) {
     if (!fabric_.active() || static_cast<int>(fabric_.host_links.size()) != cfg_.replicas || pp_ != 1)
       throw std::logic_error("internal: a remote KV pool needs single-stage replicas with host links on the fabric");
-    const double per_block = kv_bytes_per_token_per_gpu(cfg_) * cfg_.tensor_parallel * cfg_.block_size;
+    const double per_block = kv_bytes_per_token_per_gpu(cfg_) * kv_shards(cfg_) * cfg_.block_size;
     remote_ = std::make_unique<RemoteKvStore>(static_cast<int64_t>(cfg_.kv_remote_cache_bytes / per_block));
   }
   if (cfg_.speculative.on()) spec_ = std::make_unique<Speculator>(cfg_.speculative, cfg_.hardware, cfg_.model, cost_options(cfg_), cfg_.seed);
@@ -70,7 +70,7 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
     r->reqs = &front_.requests();
     r->preemption = cfg_.preemption;
     // Over all the replica's GPUs.
-    r->kv_bytes_per_token = kv_bytes_per_token_per_gpu(cfg_, own ? prefill_pool() : nullptr) * shards;
+    r->kv_bytes_per_token = kv_bytes_per_token_per_gpu(cfg_, own ? prefill_pool() : nullptr) * kv_shards(cfg_, own ? prefill_pool() : nullptr);
     r->lookahead = spec_ ? spec_->k() : 0;
     r->swap_Bps = hw.pcie_Bps * shards;
     r->swap_capacity_tokens = static_cast<int64_t>(cfg_.swap_space_bytes / r->kv_bytes_per_token);

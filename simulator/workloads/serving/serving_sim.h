@@ -47,6 +47,12 @@ struct PoolSpec;
 CostOptions cost_options(const ServingConfig& cfg, const PoolSpec* pool = nullptr);
 // KV bytes one GPU holds per token: the model's share and a drafter's beside it, token for token.
 double kv_bytes_per_token_per_gpu(const ServingConfig& cfg, const PoolSpec* pool = nullptr);
+// Whether the deployment's decode engines (pool null) run data-parallel attention (an MoE model
+// with deployment.moe.data_parallel_attention); its prefill pool never does.
+bool data_parallel_attention(const ServingConfig& cfg, const PoolSpec* pool = nullptr);
+// The devices one sequence's KV cache is spread over (or copied on): a replica's tp × pp, or 1
+// under data-parallel attention.
+int kv_shards(const ServingConfig& cfg, const PoolSpec* pool = nullptr);
 
 
 struct MemoryPlan {

@@ -109,7 +109,7 @@ ServingResults ServingSim::results() const {
       r.kv_to_remote_bytes += static_cast<double>(t.to_remote_blocks) * per_block;
       r.kv_remote_fetched_bytes += static_cast<double>(t.fetched_remote_blocks) * per_block;
     }
-    if (remote_) r.kv_remote_dropped_bytes = static_cast<double>(remote_->dropped_blocks()) * cfg_.block_size * kv_bytes_per_token_per_gpu(cfg_) * cfg_.tensor_parallel;
+    if (remote_) r.kv_remote_dropped_bytes = static_cast<double>(remote_->dropped_blocks()) * cfg_.block_size * kv_bytes_per_token_per_gpu(cfg_) * kv_shards(cfg_);
   }
   r.prefill_replicas = pool_split_;
   if (const PoolSpec* pool = prefill_pool()) {
@@ -161,6 +161,7 @@ ServingResults ServingSim::results() const {
     mo.alltoall_ns = moe_a2a_ns_;
     mo.alltoall_passes = moe_a2a_passes_;
     mo.two_batch_overlap = c.moe.two_batch_overlap;
+    mo.data_parallel_attention = data_parallel_attention(c);
     mo.overlapped_iterations = overlapped_;
   }
   if (spec_) {

@@ -1,0 +1,179 @@
+// Data-parallel attention (deployment.moe.data_parallel_attention): each device attends over its
+// own sequences with the attention and dense weights whole, the routed experts stay spread over
+// the devices; the cost model's step against hand-built references, the memory plan, a
+// disaggregated run against tensor-parallel decode, and bad input at its key.
+#include <doctest/doctest.h>
+
+#include "test_support.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "config/error.h"
+#include "hardware/cost_model.h"
+#include "hardware/spec.h"
+
+using namespace sluice;
+using sluice::testing::run_text;
+
+namespace {
+
+// Round ceilings, nothing measured: 1 PFLOP/s (2 in FP8), 1 TB/s, 1 us per kernel, 100 GB/s links.
+HardwareSpec round_device() {
+  HardwareSpec h;
+  h.name = "round";
+  h.kind = "gpu";
+  h.peak_bf16_flops = 1e15;
+  h.peak_fp8_flops = 2e15;
+  h.flops_derate = 1;
+  h.hbm_bandwidth_Bps = 1e12;
+  h.bandwidth_derate = 1;
+  h.hbm_bytes = h.hbm_physical_bytes = 80e9;
+  h.kernel_launch_ns = 1000;
+  h.interconnect_links = 1;
+  h.interconnect_link_Bps = 100e9;
+  h.interconnect_Bps = 100e9;
+  h.interconnect_latency_ns = 500;
+  return h;
+}
+
+CostOptions ep_options(int tp, bool dp) {
+  CostOptions o{tp, 1, ""};
+  o.moe.expert_parallel = true;
+  o.moe.alltoall = true;
+  o.moe.data_parallel_attention = dp;
+  return o;
+}
+
+double op_ns(const IterationCost& it, const std::string& op) {
+  double ns = 0;
+  for (const auto& o : it.ops)
+    if (o.op == op) ns += o.ns;
+  return ns;
+}
+// Every op but the routed experts and their all-to-alls: a device's own part of the step.
+double own_ns(const IterationCost& it) {
+  double ns = 0;
+  for (const auto& o : it.ops)
+    if (o.op != "moe.experts" && o.op != "alltoall.moe") ns += o.ns;
+  return ns;
+}
+
+const char* kDisagg = R"(name: t
+seed: 11
+cluster:
+  topology: {catalog: rail-optimized, servers: 2}
+  hardware: h200
+workloads:
+  - name: dsv3
+    kind: serving
+    model: deepseek-v3
+    deployment:
+      replicas: 2
+      prefill_replicas: 1
+      tensor_parallel: 8
+      prefill_pool: {tensor_parallel: 8}
+      implementation: fused
+      precision: fp8
+      moe: {expert_parallel: true, dispatch: alltoall}
+    scheduler: {kind: vllm, max_num_seqs: 512}
+    workload:
+      kind: llmperf
+      requests: 300
+      input_tokens: {mean: 4096, sd: 1024}
+      output_tokens: {mean: 1024, sd: 256}
+      arrival: {kind: closed_loop, clients: 256}
+    outputs: {trace: false}
+)";
+
+}  // namespace
+
+TEST_CASE("dp attention: each device's step is one device's whole attention and dense layers over its own sequences, then the experts") {
+  const ModelSpec ds = load_model("deepseek-v3");
+  const HardwareSpec hw = round_device();
+  const int d = 8;
+  const CostModel dp(hw, ds, ep_options(d, true)), tp(hw, ds, ep_options(d, false)), one(hw, ds, CostOptions{1, 1, ""});
+  // d identical decodes: one on each device.
+  const std::vector<SeqWork> batch(d, SeqWork{1, 4095, true});
+  const IterationCost it = dp.iteration(batch);
+  // Its own part is the single-device model's for one sequence, op for op.
+  const IterationCost alone = one.iteration(std::vector<SeqWork>{SeqWork{1, 4095, true}});
+  for (const char* op : {"attention.decode", "gemm.q_a", "gemm.q_b", "gemm.kv_a", "gemm.kv_b", "gemm.o", "gemm.gate_up",
+                         "moe.shared_gate_up", "moe.router", "lm_head"})
+    CHECK_MESSAGE(op_ns(it, op) == doctest::Approx(op_ns(alone, op)), std::string(op));
+  CHECK(own_ns(it) == doctest::Approx(own_ns(alone)));
+  // The experts: as expert parallelism over the d devices serves the whole batch's tokens.
+  const IterationCost eps = tp.iteration(batch);
+  CHECK(op_ns(it, "moe.experts") == doctest::Approx(op_ns(eps, "moe.experts")));
+  CHECK(op_ns(it, "moe.experts") > 0);
+  // No tensor-parallel all-reduce or logit gather; the all-to-alls carry what EP's do (each
+  // device its 1/d of the tokens).
+  CHECK(op_ns(it, "allreduce") == 0);
+  CHECK(op_ns(it, "allgather.logits") == 0);
+  CHECK(op_ns(eps, "allreduce") > 0);
+  CHECK(dp.tp_allreduce_bytes(64.0, 0) == 0);
+  CHECK(dp.moe_alltoall_bytes(64.0, 0) == doctest::Approx(tp.moe_alltoall_bytes(64.0, 0)));
+  CHECK(op_ns(it, "alltoall.moe") == doctest::Approx(op_ns(eps, "alltoall.moe")));
+  // The hot path's total is the breakdown's.
+  CHECK(dp.iteration_ns(batch) == doctest::Approx(it.total_ns).epsilon(1e-9));
+  CHECK(dp.decode_ns(batch) == doctest::Approx(it.total_ns).epsilon(1e-9));
+  // Each device reads 1/d of the latent cache tensor parallelism reads whole on every device.
+  CHECK(op_ns(it, "attention.decode") < op_ns(eps, "attention.decode") / 4);
+}
+
+TEST_CASE("dp attention: the step waits for the busiest device, whose share is dealt round-robin") {
+  const ModelSpec ds = load_model("deepseek-v3");
+  const HardwareSpec hw = round_device();
+  const CostModel dp(hw, ds, ep_options(4, true)), one(hw, ds, CostOptions{1, 1, ""});
+  // Eight sequences over four devices: device 1 gets positions 1 and 5, the long contexts.
+  std::vector<SeqWork> batch(8, SeqWork{1, 1000, true});
+  batch[1].context = batch[5].context = 60000;
+  const IterationCost it = dp.iteration(batch);
+  const IterationCost busiest = one.iteration(std::vector<SeqWork>{batch[1], batch[5]});
+  CHECK(own_ns(it) == doctest::Approx(own_ns(busiest)));
+  CHECK(dp.iteration_ns(batch) == doctest::Approx(own_ns(busiest) + op_ns(it, "moe.experts") + op_ns(it, "alltoall.moe")).epsilon(1e-9));
+  // Spread over two devices instead, the same work is faster.
+  std::swap(batch[5], batch[6]);
+  CHECK(dp.iteration_ns(batch) < it.total_ns);
+}
+
+TEST_CASE("dp attention: every device holds all but the routed experts whole, and its own sequences' cache") {
+  ModelSpec ds = load_model("deepseek-v3");
+  ds.weights = Precision::FP8;
+  const double routed = ds.routed_expert_parameters() * ds.weight_element_bytes();
+  CHECK(ds.weight_bytes_dp_attention(8) == doctest::Approx(ds.weight_bytes() - routed * 7 / 8));
+  CHECK(ds.weight_bytes_dp_attention(8) > ds.weight_bytes_per_gpu(8, 1));
+  // A run: the decode pool's cache holds 8 devices' worth of latents, each once.
+  const Json tp = run_text(kDisagg)["serving"];
+  const Json dp = run_text(kDisagg, {"workloads.0.deployment.moe.data_parallel_attention=true"})["serving"];
+  CHECK(dp["moe"]["data_parallel_attention"] == true);
+  CHECK_FALSE(tp["moe"].contains("data_parallel_attention"));
+  const double gib = 1024.0 * 1024 * 1024;
+  const double latent = 61.0 * 576 * 2;  // bytes a token on one device (bf16 cache)
+  const double room_dp = dp["memory_per_gpu"]["kv_cache_bytes"].get<double>(), room_tp = tp["memory_per_gpu"]["kv_cache_bytes"].get<double>();
+  CHECK(dp["kv_cache"]["tokens_per_replica"].get<double>() == doctest::Approx(8 * std::floor(room_dp / latent)));
+  CHECK(tp["kv_cache"]["tokens_per_replica"].get<double>() == doctest::Approx(std::floor(room_tp / latent)));
+  CHECK(dp["memory_per_gpu"]["weights_bytes"].get<double>() - tp["memory_per_gpu"]["weights_bytes"].get<double>() > 10 * gib);
+  // The KV copy lands once, on one decode device (tensor-parallel decode holds it on all eight).
+  CHECK(dp["disaggregation"]["kv_transfer_bytes"].get<double>() * 8 ==
+        doctest::Approx(tp["disaggregation"]["kv_transfer_bytes"].get<double>()).epsilon(0.02));
+  // Long contexts: decode steps read 1/8 of the latents and no all-reduce: faster decode.
+  CHECK(dp["latency_ms"]["tpot"]["mean"].get<double>() < tp["latency_ms"]["tpot"]["mean"].get<double>());
+  CHECK(dp["requests"]["completed"] == tp["requests"]["completed"]);
+}
+
+TEST_CASE("dp attention: bad input is refused at its key before anything runs") {
+  auto refused = [&](std::vector<std::string> sets, const char* why) {
+    sets.push_back("workloads.0.deployment.moe.data_parallel_attention=true");
+    CHECK_THROWS_WITH_AS(run_text(kDisagg, sets), doctest::Contains(why), ConfigError);
+    CHECK_THROWS_WITH_AS(run_text(kDisagg, sets), doctest::Contains("data_parallel_attention"), ConfigError);
+  };
+  refused({"workloads.0.deployment.moe.dispatch=allreduce"}, "all-to-all");
+  refused({"workloads.0.deployment.prefill_pool=null", "workloads.0.deployment.prefill_replicas=0", "workloads.0.deployment.replicas=1"},
+          "prefill_pool");
+  refused({"workloads.0.deployment.moe.expert_parallel=false", "workloads.0.deployment.moe.dispatch=allreduce"}, "all-to-all");
+  CHECK_THROWS_WITH_AS(run_text(kDisagg, {"workloads.0.model=llama3-8b", "workloads.0.deployment.moe={data_parallel_attention: true}",
+                                          "workloads.0.deployment.precision=bf16"}),
+                       doctest::Contains("dense model"), ConfigError);
+}
