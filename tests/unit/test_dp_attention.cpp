@@ -19,22 +19,10 @@ using sluice::testing::run_text;
 
 namespace {
 
-// Round ceilings, nothing measured: 1 PFLOP/s (2 in FP8), 1 TB/s, 1 us per kernel, 100 GB/s links.
+// The test device of test_support.h, with FP8 tensor cores (2 PFLOP/s).
 HardwareSpec round_device() {
-  HardwareSpec h;
-  h.name = "round";
-  h.kind = "gpu";
-  h.peak_bf16_flops = 1e15;
+  HardwareSpec h = testing::round_device();
   h.peak_fp8_flops = 2e15;
-  h.flops_derate = 1;
-  h.hbm_bandwidth_Bps = 1e12;
-  h.bandwidth_derate = 1;
-  h.hbm_bytes = h.hbm_physical_bytes = 80e9;
-  h.kernel_launch_ns = 1000;
-  h.interconnect_links = 1;
-  h.interconnect_link_Bps = 100e9;
-  h.interconnect_Bps = 100e9;
-  h.interconnect_latency_ns = 500;
   return h;
 }
 

@@ -23,27 +23,11 @@
 #include "network/routing.h"
 
 using namespace sluice;
+using sluice::testing::round_device;
 using sluice::testing::run_text;
 
 namespace {
 
-// A device with round ceilings and nothing measured: 1 PFLOP/s, 1 TB/s, 1 us per kernel.
-HardwareSpec round_device(double flops = 1e15) {
-  HardwareSpec h;
-  h.name = "round";
-  h.kind = "gpu";
-  h.peak_bf16_flops = flops;
-  h.flops_derate = 1;
-  h.hbm_bandwidth_Bps = 1e12;
-  h.bandwidth_derate = 1;
-  h.hbm_bytes = h.hbm_physical_bytes = 80e9;
-  h.kernel_launch_ns = 1000;
-  h.interconnect_links = 1;
-  h.interconnect_link_Bps = 100e9;
-  h.interconnect_Bps = 100e9;
-  h.interconnect_latency_ns = 500;
-  return h;
-}
 
 // One MoE layer: 4 (or `experts`) experts of inner width 512, top-2, hidden 1024.
 ModelSpec tiny_moe(int experts = 4, int layers = 1) {

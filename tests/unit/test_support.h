@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/paths.h"
+#include "hardware/spec.h"
 #include "registry/registry.h"
 #include "run/runner.h"
 #include "run/scenario.h"
@@ -15,6 +16,24 @@ namespace sluice::testing {
 
 // Every built-in component, registered once for the whole test run.
 inline const Registry& registry() { return builtin_registry(); }
+
+// A device with round ceilings and nothing measured: 1 PFLOP/s, 1 TB/s, 1 us per kernel.
+inline HardwareSpec round_device(double flops = 1e15) {
+  HardwareSpec h;
+  h.name = "round";
+  h.kind = "gpu";
+  h.peak_bf16_flops = flops;
+  h.flops_derate = 1;
+  h.hbm_bandwidth_Bps = 1e12;
+  h.bandwidth_derate = 1;
+  h.hbm_bytes = h.hbm_physical_bytes = 80e9;
+  h.kernel_launch_ns = 1000;
+  h.interconnect_links = 1;
+  h.interconnect_link_Bps = 100e9;
+  h.interconnect_Bps = 100e9;
+  h.interconnect_latency_ns = 500;
+  return h;
+}
 
 // Loads a scenario from YAML text (with overrides), runs it, and returns its metrics.
 inline Json run_text(const std::string& yaml, const std::vector<std::string>& sets = {}) {
