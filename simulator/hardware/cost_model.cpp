@@ -206,6 +206,7 @@ double CostModel::tp_allreduce_bytes(double tokens, int stage) const {
 }
 
 int CostModel::tp_allreduce_count(int stage) const {
+  if (impl_->tp <= 1) return 0;  // (data-parallel attention too: nothing is split over devices)
   const LayerRange r = stage_range(stage);
   return 2 * r.count - impl_->moe_ar_saved(r.first, r.count);
 }
@@ -249,15 +250,21 @@ BatchTotals batch_totals(std::span<const SeqWork> batch) {
   }
   return t;
 }
-// Data-parallel attention: the batch's sequences dealt to the dp devices in batch order,
-// round-robin; `each` is called with each device's own (non-empty) share.
+// Data-parallel attention: each device's own (non-empty) share of the batch, to `each`: the
+// sequences `ranks` puts on it, or without ranks (or for a negative one) those at positions
+// i = device mod dp, the batch dealt round-robin.
 template <class Each>
-void dp_shares(const CostModel::Impl& im, std::span<const SeqWork> batch, Each&& each) {
-  std::vector<SeqWork> own;
-  own.reserve(batch.size() / static_cast<size_t>(im.dp) + 1);
-  for (size_t g = 0; g < static_cast<size_t>(im.dp); ++g) {
+void dp_shares(const CostModel::Impl& im, std::span<const SeqWork> batch, std::span<const int32_t> ranks, Each&& each) {
+  thread_local std::vector<SeqWork> own;  // (reused: the serving hot path calls this every step)
+  const size_t dp = static_cast<size_t>(im.dp);
+  auto device = [&](size_t i) {
+    const int32_t r = i < ranks.size() ? ranks[i] : -1;
+    return r >= 0 && static_cast<size_t>(r) < dp ? static_cast<size_t>(r) : i % dp;
+  };
+  for (size_t g = 0; g < dp; ++g) {
     own.clear();
-    for (size_t i = g; i < batch.size(); i += static_cast<size_t>(im.dp)) own.push_back(batch[i]);
+    for (size_t i = 0; i < batch.size(); ++i)
+      if (device(i) == g) own.push_back(batch[i]);
     if (!own.empty()) each(std::span<const SeqWork>(own));
   }
 }
@@ -293,7 +300,7 @@ IterationCost CostModel::range_iteration(std::span<const SeqWork> batch, const L
     // Data-parallel attention: the busiest device's own parts, then the experts over all tokens.
     double busiest = -1;
     long tokens = 0;
-    dp_shares(im, batch, [&](std::span<const SeqWork> own) {
+    dp_shares(im, batch, {}, [&](std::span<const SeqWork> own) {
       tokens += batch_totals(own).new_tokens;
       ListSink s = parts_of(own);
       double t = 0;
@@ -425,10 +432,10 @@ double whole_ns(const CostModel::Impl& im, std::span<const SeqWork> batch, long 
 namespace {
 // The busiest device's own parts (attention over its sequences, its tokens' dense layers, shared
 // experts, LM head rows and all-to-alls), then the routed experts over every device's tokens.
-double dp_whole_ns(const CostModel::Impl& im, std::span<const SeqWork> batch) {
+double dp_whole_ns(const CostModel::Impl& im, std::span<const SeqWork> batch, std::span<const int32_t> ranks = {}) {
   double busiest = 0;
   long tokens = 0;
-  dp_shares(im, batch, [&](std::span<const SeqWork> own) {
+  dp_shares(im, batch, ranks, [&](std::span<const SeqWork> own) {
     const auto [M, R, nd, drafts] = batch_totals(own);
     tokens += M;
     busiest = std::max(busiest, whole_ns(im, own, M, R, nd, drafts));
@@ -441,6 +448,11 @@ double CostModel::decode_ns(std::span<const SeqWork> batch) const {
   if (impl_->dp > 1) return dp_whole_ns(*impl_, batch);
   const long n = static_cast<long>(batch.size());
   return whole_ns(*impl_, batch, n, n, n);
+}
+
+double CostModel::iteration_ns(std::span<const SeqWork> batch, std::span<const int32_t> ranks) const {
+  if (impl_->dp > 1) return dp_whole_ns(*impl_, batch, ranks);
+  return iteration_ns(batch);
 }
 
 double CostModel::iteration_ns(std::span<const SeqWork> batch) const {
@@ -467,6 +479,8 @@ void CostModel::slice_stage_ns(int batch, long l, long c, bool all_logits, std::
   const Impl& im = *impl_;
   if (batch < 1 || l < 1 || c < 0 || static_cast<int>(out.size()) != im.pp)
     throw std::invalid_argument(fmt::format("a slice of {} tokens after {} for {} sequences over {} stages", l, c, batch, out.size()));
+  if (im.dp > 1)  // (its cached parts leave the routed experts to dp_whole_ns, which this does not deal)
+    throw std::logic_error("internal: slice_stage_ns under data-parallel attention (pipeline stages are refused with it)");
   // One layer's attention, once: every stage runs the same attention per layer.
   const SeqWork w{static_cast<int>(l), static_cast<int>(c), false};
   std::array<SeqWork, 8> few;

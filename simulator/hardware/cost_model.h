@@ -98,8 +98,9 @@ struct MoeOptions {
   // (their weights on every device) over its own share of the batch's sequences, whose KV cache
   // only it holds; the routed experts stay spread over the same devices (EP = tensor_parallel),
   // fed by all-to-all dispatch. No tensor-parallel all-reduce remains. The sequences are dealt
-  // to the devices in batch order, round-robin; the step waits for the busiest device's own part
-  // and then for the slowest expert device, which serves every device's tokens.
+  // to the devices as iteration_ns's ranks say (the serving simulator: each request's device,
+  // where its KV cache is), else in batch order, round-robin; the step waits for the busiest
+  // device's own part and then for the slowest expert device, which serves every device's tokens.
   bool data_parallel_attention = false;
   // Training's expert parallelism (Megatron-Core's EP): the experts spread over this many
   // data-parallel replicas (1: off). Each device holds experts / n of them, each split over its
@@ -209,6 +210,10 @@ class CostModel {
   // from a table built at construction). Equal to iteration().total_ns (a unit test holds it to
   // 1e-12 on random batches).
   double iteration_ns(std::span<const SeqWork> batch) const;
+  // The same under data-parallel attention with each sequence's device given (ranks[i] for
+  // batch[i], 0 to tensor_parallel - 1; a negative one is dealt by position, i mod
+  // tensor_parallel, as iteration_ns deals them all). Without it: iteration_ns.
+  double iteration_ns(std::span<const SeqWork> batch, std::span<const int32_t> ranks) const;
   // iteration_ns of a batch of decodes only (each entry one new token that samples), the
   // same value without counting the batch's kinds first (the steady-decode hot path).
   double decode_ns(std::span<const SeqWork> batch) const;

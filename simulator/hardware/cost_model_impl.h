@@ -15,6 +15,7 @@
 #include <limits>
 #include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -40,9 +41,8 @@ struct CostModel::Impl {
   Ceilings target;
   double knl_target = 0;
   int tp = 1, pp = 1, layers_stage = 0;
-  // Data-parallel attention (MoeOptions::data_parallel_attention): the devices the batch is dealt
-  // over and the experts spread over (the deployment's tensor_parallel); tp is then 1, every
-  // device holding the attention, dense MLPs and LM head whole. 1: off.
+  // Data-parallel attention: the devices the batch is dealt over and the experts spread over (the
+  // deployment's tensor_parallel), tp then 1 (all else whole on every device). 1: off.
   int dp = 1;
   // What one costed unit of work holds: decoder layers, and whether the embedding gather, the
   // LM head (with the final norm and sampling) and the send to the next stage are on it.
@@ -110,8 +110,7 @@ struct CostModel::Impl {
         throw std::invalid_argument("data-parallel attention needs tensor_parallel >= 2, one pipeline stage and expert parallelism with all-to-all dispatch");
       if (hw.interconnect_Bps <= 0)
         throw std::invalid_argument(fmt::format("expert parallelism over {} devices needs scale-up links, and {} has none", tp, hw.name));
-      dp = tp;
-      tp = 1;
+      dp = std::exchange(tp, 1);
     }
     if (m.layers <= 0 || m.hidden <= 0 || m.heads <= 0 || m.kv_heads <= 0 || m.head_dim <= 0 || m.ffn <= 0 || m.vocab <= 0)
       throw std::invalid_argument(fmt::format("model '{}' has a non-positive size", m.name));
@@ -203,10 +202,8 @@ struct CostModel::Impl {
     if (!opt.tables_dir.empty()) load_tables();
     rows_cache.reset(new std::atomic<double>[kCacheSize]);
     for (long i = 0; i < kCacheSize; ++i) rows_cache[i].store(-1, std::memory_order_relaxed);
-    if (dp > 1) {
-      experts_cache.reset(new std::atomic<double>[kCacheSize]);
-      for (long i = 0; i < kCacheSize; ++i) experts_cache[i].store(-1, std::memory_order_relaxed);
-    }
+    if (dp > 1) experts_cache.reset(new std::atomic<double>[kCacheSize]);
+    for (long i = 0; dp > 1 && i < kCacheSize; ++i) experts_cache[i].store(-1, std::memory_order_relaxed);
     for (size_t k = 0; k < spans.size(); ++k) {
       span_cache.emplace_back(new std::atomic<double>[kCacheSize]);
       for (long i = 0; i < kCacheSize; ++i) span_cache.back()[i].store(-1, std::memory_order_relaxed);
@@ -678,18 +675,15 @@ struct CostModel::Impl {
     return s.total;
   }
 
-  // Data-parallel attention: the routed experts of a span's MoE layers over the M tokens of every
-  // device together (each expert device serves them all; every device waits for the slowest).
+  // Data-parallel attention: a span's routed experts over every device's M tokens (all wait for the slowest).
   template <class Sink>
   void experts_dp_parts(double M, Sink& sink, const Span& sp) const {
     if (M <= 0 || sp.Lm <= 0) return;
     Part p = experts_part(M);
-    p.ns *= sp.Lm;
-    p.flops *= sp.Lm;
-    p.bytes *= sp.Lm;
-    p.kernels *= sp.Lm;
+    p.ns *= sp.Lm, p.flops *= sp.Lm, p.bytes *= sp.Lm, p.kernels *= sp.Lm;
     sink(p);
   }
+  // (Cached by M alone: dp_whole_ns asks it of spans[0] only, the one stage data-parallel attention has.)
   double experts_dp_ns(long M, const Span& sp) const {
     if (M <= 0) return 0;
     if (M < kCacheSize) {

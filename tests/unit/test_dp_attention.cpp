@@ -124,6 +124,20 @@ TEST_CASE("dp attention: the step waits for the busiest device, whose share is d
   // Spread over two devices instead, the same work is faster.
   std::swap(batch[5], batch[6]);
   CHECK(dp.iteration_ns(batch) < it.total_ns);
+  // The devices given: the two long sequences on device 3 (the serving simulator passes each
+  // sequence's device, where its KV cache is), the rest on 0, 1 and 2.
+  const std::vector<int32_t> ranks{0, 3, 1, 2, 0, 3, 1, 2};
+  std::swap(batch[5], batch[6]);  // (back: positions 1 and 5 long)
+  const double on3 = dp.iteration_ns(batch, ranks);
+  CHECK(on3 == doctest::Approx(dp.iteration_ns(batch)).epsilon(1e-12));  // the same shares as dealing by position
+  const std::vector<int32_t> apart{0, 3, 1, 2, 0, 2, 1, 3};
+  CHECK(dp.iteration_ns(batch, apart) < on3);
+  // A sequence with no device yet (-1) is dealt by its position.
+  const std::vector<int32_t> partly{0, -1, 1, 2, 0, 3, 1, 2};
+  CHECK(dp.iteration_ns(batch, partly) < on3);  // position 1 goes to device 1: the long ones apart
+  // Without data-parallel attention the ranks change nothing.
+  const CostModel tp(hw, ds, ep_options(4, false));
+  CHECK(tp.iteration_ns(batch, ranks) == tp.iteration_ns(batch));
 }
 
 TEST_CASE("dp attention: every device holds all but the routed experts whole, and its own sequences' cache") {
@@ -146,6 +160,19 @@ TEST_CASE("dp attention: every device holds all but the routed experts whole, an
   // The KV copy lands once, on one decode device (tensor-parallel decode holds it on all eight).
   CHECK(dp["disaggregation"]["kv_transfer_bytes"].get<double>() * 8 ==
         doctest::Approx(tp["disaggregation"]["kv_transfer_bytes"].get<double>()).epsilon(0.02));
+  {
+    // One request alone: its latents go to one decode GPU, the eight prefill GPUs each sending an
+    // eighth. Into one GPU they take about as long as its NIC's 50 GB/s allows (the fabric routes
+    // a piece through the receiving server's NVLink where that is as short, so a little less);
+    // spread over the eight decode GPUs, as tensor-parallel decode gets them, an eighth of that.
+    const std::vector<std::string> one = {"workloads.0.workload.requests=1", "workloads.0.workload.arrival.clients=1",
+                                          "workloads.0.deployment.moe.data_parallel_attention=true"};
+    const Json solo = run_text(kDisagg, one)["serving"]["disaggregation"];
+    const double bytes = solo["kv_transfer_bytes"].get<double>(), ms = solo["kv_transfer_ms"]["mean"].get<double>();
+    CHECK(bytes > 1e8);
+    CHECK(ms > 0.8 * bytes / 50e9 * 1e3);
+    CHECK(ms < 1.01 * bytes / 50e9 * 1e3);
+  }
   // Long contexts: decode steps read 1/8 of the latents and no all-reduce: faster decode.
   CHECK(dp["latency_ms"]["tpot"]["mean"].get<double>() < tp["latency_ms"]["tpot"]["mean"].get<double>());
   CHECK(dp["requests"]["completed"] == tp["requests"]["completed"]);
@@ -158,6 +185,8 @@ TEST_CASE("dp attention: bad input is refused at its key before anything runs") 
     CHECK_THROWS_WITH_AS(run_text(kDisagg, sets), doctest::Contains("data_parallel_attention"), ConfigError);
   };
   refused({"workloads.0.deployment.moe.dispatch=allreduce"}, "all-to-all");
+  refused({"workloads.0.deployment.moe.two_batch_overlap=true"}, "two-batch overlap");
+  refused({"workloads.0.deployment.tensor_parallel=1", "workloads.0.deployment.replicas=9"}, "there is one");
   refused({"workloads.0.deployment.prefill_pool=null", "workloads.0.deployment.prefill_replicas=0", "workloads.0.deployment.replicas=1"},
           "prefill_pool");
   refused({"workloads.0.deployment.moe.expert_parallel=false", "workloads.0.deployment.moe.dispatch=allreduce"}, "all-to-all");

@@ -349,6 +349,9 @@ static void check_moe(const ServingConfig& c, const Params& d) {
   if (mo.two_batch_overlap && c.pipeline_parallel > 1)
     ms.fail("two_batch_overlap", "overlaps a single stage's compute with its communication", "pipeline_parallel: 1, or false");
   if (mo.data_parallel_attention) {
+    if (mo.two_batch_overlap)
+      ms.fail("data_parallel_attention", "is not modelled with two-batch overlap (its micro-batches would split each device's own sequences)",
+              "false, or two_batch_overlap: false");
     if (c.pipeline_parallel > 1)
       ms.fail("data_parallel_attention", "deals each stage's sequences over its devices, and pipeline stages are not modelled with it",
               "pipeline_parallel: 1, or false");

@@ -76,6 +76,10 @@ struct alignas(64) Request {
   int32_t layerwise_blocks = 0;  // the blocks reserved there for it
   int64_t handoff_mark_ns = 0;
   uint32_t copy_gen = 0;         // its KV copy's generation: a failure voids the copy's flows in flight by a new one
+  // Data-parallel attention: the decode engine whose device `dp_rank` holds its KV cache and runs
+  // its attention (-1: none yet), dealt round-robin as its KV copy is sent there.
+  int32_t dp_engine = -1;
+  int32_t dp_rank = -1;
 
   int32_t prompt_len() const { return history_tokens + input_tokens; }
   int32_t length() const { return prompt_len() + generated; }

@@ -71,7 +71,17 @@ void ServingSim::begin_layerwise(int from, uint32_t id, int32_t final_tokens) {
   const auto& to_nodes = fabric_.replica_nodes[static_cast<size_t>(to)];
   // One more than the flows: the prefill's end, which sends the last layer's share.
   q.copy_gen = next_copy_gen();
+  deal_dp_rank(q, to);
   q.handoff_flows = send_kv(q, from_nodes, to_nodes, early, 0) + 1;
+}
+
+// Data-parallel attention: the device of decode engine `to` that will hold the request's KV cache
+// and run its attention, dealt round-robin over its devices as copies are sent there (SGLang's
+// DP controller's default); kept while the request stays on that engine.
+void ServingSim::deal_dp_rank(Request& q, int to) {
+  if (!dp_engine(to) || q.dp_engine == to) return;
+  q.dp_engine = to;
+  q.dp_rank = dp_next_[static_cast<size_t>(to)]++ % tp_of(to);
 }
 
 // Each device's share of a KV copy as a flow: with as many devices on both sides, each prefill
@@ -83,7 +93,7 @@ int32_t ServingSim::send_kv(const Request& q, const std::vector<int>& from, cons
   // Under data-parallel attention the sequence's cache goes to the one decode device that will
   // attend over it (by its serial), each prefill device sending its share of it.
   if (data_parallel_attention(cfg_) && to.size() > 1) {
-    const std::vector<int> one{to[q.serial % to.size()]};
+    const std::vector<int> one{to[static_cast<size_t>(q.dp_rank) % to.size()]};
     return send_kv(q, from, one, bytes, salt);
   }
   const size_t n = std::lcm(from.size(), to.size());
@@ -242,6 +252,7 @@ void ServingSim::pump_handoffs(int to) {
     q.handoff_mark_ns = now;
     const double bytes = dst.kv_bytes_per_token * q.computed;
     kv_transfer_bytes_ += bytes;
+    deal_dp_rank(q, to);
     const auto& from_nodes = fabric_.replica_nodes[static_cast<size_t>(q.handoff_from)];
     const auto& to_nodes = fabric_.replica_nodes[static_cast<size_t>(to)];
     if (bytes <= 0 || from_nodes.empty()) {

@@ -78,10 +78,10 @@ MemoryPlan ServingSim::plan_memory(const ServingConfig& cfg, int64_t max_tokens_
   const int64_t admissible = own_blocks - static_cast<int64_t>(std::floor(cfg.watermark * static_cast<double>(own_blocks)));
   if (admissible * cfg.block_size < cfg.model.max_context)
     throw std::runtime_error(fmt::format(
-        "{}the KV cache of a replica holds {} tokens ({} per GPU after {} of weights and {} of activations), fewer than "
+        "{}the KV cache of {} holds {} tokens ({} per GPU after {} of weights and {} of activations), fewer than "
         "one sequence of {}'s context of {} tokens ({} of KV needed per replica); give the server more memory or "
         "parallelism, or lower the model's max_context",
-        which, admissible * cfg.block_size, format_bytes(m.kv_per_gpu), format_bytes(m.weights_per_gpu),
+        which, dp ? "one GPU (data-parallel attention: its own sequences')" : "a replica", admissible * cfg.block_size, format_bytes(m.kv_per_gpu), format_bytes(m.weights_per_gpu),
         format_bytes(m.activation_per_gpu), cfg.model.name, cfg.model.max_context,
         format_bytes(cfg.model.kv_bytes_per_token() * cfg.model.max_context)));
   return m;

@@ -66,9 +66,11 @@ void read_prefill_pool(ServingConfig& c, const Params& d, const Registry& reg, c
   if (m.heads % pool.tensor_parallel != 0 || (m.kv_heads % pool.tensor_parallel != 0 && pool.tensor_parallel % m.kv_heads != 0))
     pp.fail("tensor_parallel", fmt::format("{} has {} heads and {} KV heads; tensor parallelism must split them evenly", m.name, m.heads, m.kv_heads),
             "a divisor of the head count");
-  if (m.moe())
-    if (const auto problem = moe_problem(m, c.moe, pool.tensor_parallel))
-      pp.fail("tensor_parallel", problem->problem, problem->valid);
+  if (m.moe()) {
+    MoeOptions own = c.moe;
+    own.data_parallel_attention = false;  // (the decode engines' alone: the prefill pool runs tensor-parallel)
+    if (const auto problem = moe_problem(m, own, pool.tensor_parallel)) pp.fail("tensor_parallel", problem->problem, problem->valid);
+  }
   if (c.speculative.on())
     pp.fail(first, "speculative decoding's drafter runs on the deployment's devices and parallelism; a prefill pool of its own is not modelled with it",
             "leave prefill_pool out, or deployment.speculative");

@@ -116,6 +116,7 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
     global_.set_shed_late(std::move(ttft));
   }
   handoff_wait_.resize(static_cast<size_t>(engines));
+  dp_next_.assign(static_cast<size_t>(engines), 0);
   down_since_ns_.assign(static_cast<size_t>(cfg_.replicas), -1);
   if (trace_ && trace_->enabled()) {
     trace_->name_process(cfg_.trace_pid, "replicas");
@@ -275,6 +276,9 @@ void ServingSim::try_start(int ri) {
     remote.clear();
   }
   work_.clear();
+  ranks_.clear();
+  if (dp_engine(ri))  // data-parallel attention: each sequence's device, where its KV cache is
+    for (const auto& en : b.entries) ranks_.push_back(en.req == kPaddingSlot ? -1 : front_.requests()[en.req].dp_rank);
   int generating = 0;
   for (const auto& en : b.entries) {
     if (en.req == kPaddingSlot) {  // static batching's padding: a decode row of a finished member
@@ -441,7 +445,9 @@ double ServingSim::stage_times(int ri, std::span<const SeqWork> work) {
   for (int s = 0; s < pp_; ++s) {
     // pp = 1: the whole model (iteration_ns); else the stage's own layers, the embedding on
     // the first, the LM head on the last.
-    const double t = pp_ == 1 ? cost_of(ri).iteration_ns(work) : cost_.stage_ns(work, s);
+    // (Data-parallel attention: the sequences on the devices that hold them, ranks_ beside work_.)
+    const bool ranked = !ranks_.empty() && work.data() == work_.data() && work.size() == ranks_.size();
+    const double t = pp_ == 1 ? (ranked ? cost_of(ri).iteration_ns(work, ranks_) : cost_of(ri).iteration_ns(work)) : cost_.stage_ns(work, s);
     if (!std::isfinite(t) || t < 0)
       throw std::runtime_error(fmt::format("the cost model returned {} ns for stage {} of an iteration of {} sequences", t, s, work.size()));
     stage_ns_[static_cast<size_t>(s)] = t;

@@ -360,6 +360,7 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   void pump_handoffs(int to);
   void kv_copied(uint32_t id);
   int32_t send_kv(const Request& q, const std::vector<int>& from, const std::vector<int>& to, double bytes, size_t salt);
+  void deal_dp_rank(Request& q, int to);
   // Flow tag bit: a KV copy (low 32 bits: the request; from bit 40: the copy's generation).
   static constexpr uint64_t kHandoffFlow = uint64_t{1} << 39;
   static constexpr uint32_t kCopyGenMask = 0xFFFFFF;
@@ -502,6 +503,9 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   std::vector<ReplicaStats> rstats_;
   std::vector<TimeSample> samples_;
   std::vector<SeqWork> work_;
+  std::vector<int32_t> ranks_;  // data-parallel attention: work_[i]'s device (Request::dp_rank)
+  std::vector<int32_t> dp_next_;  // per decode engine: the device the next KV copy goes to (round-robin)
+  bool dp_engine(int engine) const { return engine >= pool_split_ && data_parallel_attention(cfg_); }
   LogHistogram gaps_;
   int64_t last_activity_ns_ = 0;
   int64_t trace_iterations_ = 0;
