@@ -79,7 +79,7 @@ void ServingSim::begin_layerwise(int from, uint32_t id, int32_t final_tokens) {
 // and run its attention, dealt round-robin over its devices as copies are sent there (SGLang's
 // DP controller's default); kept while the request stays on that engine.
 void ServingSim::deal_dp_rank(Request& q, int to) {
-  if (!dp_engine(to) || q.dp_engine == to) return;
+  if (!runs_dp_attention(to) || q.dp_engine == to) return;
   q.dp_engine = to;
   q.dp_rank = dp_next_[static_cast<size_t>(to)]++ % tp_of(to);
 }
@@ -91,7 +91,7 @@ void ServingSim::deal_dp_rank(Request& q, int to) {
 int32_t ServingSim::send_kv(const Request& q, const std::vector<int>& from, const std::vector<int>& to, double bytes, size_t salt) {
   // Piece j of n covers the same heads on both sides: from the device that holds them to the one that will.
   // Under data-parallel attention the sequence's cache goes to the one decode device that will
-  // attend over it (by its serial), each prefill device sending its share of it.
+  // attend over it (its dp_rank, dealt by deal_dp_rank), each prefill device sending its share of it.
   if (data_parallel_attention(cfg_) && to.size() > 1) {
     const std::vector<int> one{to[static_cast<size_t>(q.dp_rank) % to.size()]};
     return send_kv(q, from, one, bytes, salt);

@@ -277,7 +277,7 @@ void ServingSim::try_start(int ri) {
   }
   work_.clear();
   ranks_.clear();
-  if (dp_engine(ri))  // data-parallel attention: each sequence's device, where its KV cache is
+  if (runs_dp_attention(ri))  // data-parallel attention: each sequence's device, where its KV cache is
     for (const auto& en : b.entries) ranks_.push_back(en.req == kPaddingSlot ? -1 : front_.requests()[en.req].dp_rank);
   int generating = 0;
   for (const auto& en : b.entries) {

@@ -505,7 +505,7 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   std::vector<SeqWork> work_;
   std::vector<int32_t> ranks_;  // data-parallel attention: work_[i]'s device (Request::dp_rank)
   std::vector<int32_t> dp_next_;  // per decode engine: the device the next KV copy goes to (round-robin)
-  bool dp_engine(int engine) const { return engine >= pool_split_ && data_parallel_attention(cfg_); }
+  bool runs_dp_attention(int engine) const { return engine >= pool_split_ && data_parallel_attention(cfg_); }
   LogHistogram gaps_;
   int64_t last_activity_ns_ = 0;
   int64_t trace_iterations_ = 0;
