@@ -57,25 +57,77 @@ std::vector<int> add_server(Topology& t, int index, const ServerSpec& s) {
   return gpus;
 }
 
+namespace {
+// The switch tiers above a set of leaves (one plane of the fabric): two tiers, spines that
+// every leaf spreads its `up` uplinks over; three, pods of radix/2 leaves whose uplinks go to
+// their pod's aggregation switches, each of which sends radix/2 uplinks to its core group.
+// `prefix` names this plane's switches ("" for a single plane: the names of old).
+void add_upper_tiers(Topology& t, const ClosSpec& c, const std::vector<int>& leaf_ids, int up, const std::string& prefix) {
+  const int radix = c.switch_radix;
+  const int leaves = static_cast<int>(leaf_ids.size());
+  if (leaves == 1) return;  // one leaf switches everything
+  if (c.tiers == 2) {
+    const int spines = (leaves * up + radix - 1) / radix;
+    std::vector<int> spine_ids;
+    for (int k = 0; k < spines; ++k)
+      spine_ids.push_back(t.add_node(NodeInfo{fmt::format("{}spine{}", prefix, k), NodeKind::Switch, radix, c.switch_usd, {-1, -1, -1}, -1}));
+    for (int l = 0; l < leaves; ++l)
+      for (int u = 0; u < up; ++u)
+        t.add_link(leaf_ids[static_cast<size_t>(l)], spine_ids[static_cast<size_t>(u % spines)], c.nic_Bps, c.link_latency_ns, "uplink", c.cable_usd);
+    for (int k = 0; k < spines; ++k)
+      if (t.ports_used(spine_ids[static_cast<size_t>(k)]) > radix)
+        throw TopologyError(fmt::format("spine '{}' needs {} ports for {} leaves but its radix is {}; use tiers: 3",
+                                        t.node(spine_ids[static_cast<size_t>(k)]).name, t.ports_used(spine_ids[static_cast<size_t>(k)]), leaves, radix));
+    return;
+  }
+  if (c.tiers != 3) throw TopologyError(fmt::format("tiers must be 2 or 3, got {}", c.tiers));
+  const int leaves_per_pod = std::max(1, radix / 2);
+  const int pods = (leaves + leaves_per_pod - 1) / leaves_per_pod;
+  const int agg_up = radix / 2;
+  const int cores_per_group = std::max(1, (pods * agg_up + radix - 1) / radix);
+  std::vector<std::vector<int>> core_groups(static_cast<size_t>(up));
+  for (int g = 0; g < up; ++g)
+    for (int k = 0; k < cores_per_group; ++k)
+      core_groups[static_cast<size_t>(g)].push_back(
+          t.add_node(NodeInfo{fmt::format("{}core{}.{}", prefix, g, k), NodeKind::Switch, radix, c.switch_usd, {-1, -1, -1}, -1}));
+  for (int p = 0; p < pods; ++p) {
+    std::vector<int> aggs;
+    for (int a = 0; a < up; ++a)
+      aggs.push_back(t.add_node(NodeInfo{fmt::format("{}agg{}.{}", prefix, p, a), NodeKind::Switch, radix, c.switch_usd, {-1, -1, -1}, -1}));
+    for (int l = p * leaves_per_pod; l < std::min(leaves, (p + 1) * leaves_per_pod); ++l)
+      for (int a = 0; a < up; ++a)
+        t.add_link(leaf_ids[static_cast<size_t>(l)], aggs[static_cast<size_t>(a)], c.nic_Bps, c.link_latency_ns, "uplink", c.cable_usd);
+    for (int a = 0; a < up; ++a)
+      for (int u = 0; u < agg_up; ++u) {
+        const auto& grp = core_groups[static_cast<size_t>(a)];
+        t.add_link(aggs[static_cast<size_t>(a)], grp[static_cast<size_t>(u % static_cast<int>(grp.size()))], c.nic_Bps, c.link_latency_ns, "core", c.cable_usd);
+      }
+  }
+}
+}  // namespace
+
 Topology build_clos(const ClosSpec& c, const std::string& name) {
   Topology t(name);
-  t.family = c.rail_optimized ? "rail-optimized" : "fat-tree";
+  t.family = c.planes > 1 ? "multi-plane" : c.rail_optimized ? "rail-optimized" : "fat-tree";
   if (c.servers < 1) throw TopologyError("a fabric needs at least one server");
   const int radix = c.switch_radix;
   const int down = static_cast<int>(std::floor(radix * c.oversubscription / (c.oversubscription + 1.0)));
   const int up = radix - down;
   if (down < 1 || up < 1)
     throw TopologyError(fmt::format("switch radix {} with oversubscription {} leaves {} down and {} up ports", radix, c.oversubscription, down, up));
+  if (c.tiers != 2 && c.tiers != 3) throw TopologyError(fmt::format("tiers must be 2 or 3, got {}", c.tiers));
   std::vector<std::vector<int>> servers;
   std::vector<int> switch_of;  // each server's NVSwitch node (add_server adds it first)
   ServerSpec server = c.server;
   if (c.nic_per_server) server.switch_uplinks = 1;
+  if (c.nic_per_server && c.rail_optimized) throw TopologyError("a rail-optimized fabric needs a NIC per GPU");
+  const int gpn = c.nic_per_server ? 1 : c.server.gpus;  // NICs per server
+  if (c.planes < 1 || (c.planes > 1 && (!c.rail_optimized || gpn % c.planes != 0)))
+    throw TopologyError(fmt::format("{} planes need a rail-optimized fabric whose {} GPUs per server they divide", c.planes, gpn));
   for (int s = 0; s < c.servers; ++s) {
     switch_of.push_back(t.node_count());
     servers.push_back(add_server(t, s, server));
   }
-  if (c.nic_per_server && c.rail_optimized) throw TopologyError("a rail-optimized fabric needs a NIC per GPU");
-  const int gpn = c.nic_per_server ? 1 : c.server.gpus;  // NICs per server
   const int total = c.servers * gpn;
   // Leaves: each GPU's NIC goes to one leaf port.
   int leaves = 0;
@@ -89,54 +141,29 @@ Topology build_clos(const ClosSpec& c, const std::string& name) {
     leaves = (total + down - 1) / down;
     for (int i = 0; i < total; ++i) leaf_of[static_cast<size_t>(i)] = i / down;
   }
+  // A plane is the rails r with r mod planes equal (rail leaf l carries rail l mod gpn).
+  const auto plane_of_leaf = [&](int l) { return c.planes > 1 ? (l % gpn) % c.planes : 0; };
   std::vector<int> leaf_ids;
   for (int l = 0; l < leaves; ++l)
-    leaf_ids.push_back(t.add_node(NodeInfo{fmt::format("leaf{}", l), NodeKind::Switch, radix, c.switch_usd, {-1, -1, -1}, -1}));
+    leaf_ids.push_back(t.add_node(NodeInfo{c.planes > 1 ? fmt::format("p{}.leaf{}", plane_of_leaf(l), l) : fmt::format("leaf{}", l),
+                                           NodeKind::Switch, radix, c.switch_usd, {-1, -1, -1}, -1}));
   for (int s = 0; s < c.servers; ++s)
     for (int r = 0; r < gpn; ++r)
       t.add_link(c.nic_per_server ? switch_of[static_cast<size_t>(s)] : servers[static_cast<size_t>(s)][static_cast<size_t>(r)],
                  leaf_ids[static_cast<size_t>(leaf_of[static_cast<size_t>(s * gpn + r)])], c.nic_Bps, c.link_latency_ns, "nic",
                  c.cable_usd);
   if (c.nic_usd > 0) t.extra_capex.push_back(CapexItem{c.nic_per_server ? "NICs (one per server)" : "NICs (one per GPU)", total, c.nic_usd});
-  if (leaves == 1) return t;  // one leaf switches everything
-  if (c.tiers == 2) {
-    const int spines = (leaves * up + radix - 1) / radix;
-    std::vector<int> spine_ids;
-    for (int k = 0; k < spines; ++k)
-      spine_ids.push_back(t.add_node(NodeInfo{fmt::format("spine{}", k), NodeKind::Switch, radix, c.switch_usd, {-1, -1, -1}, -1}));
-    for (int l = 0; l < leaves; ++l)
-      for (int u = 0; u < up; ++u)
-        t.add_link(leaf_ids[static_cast<size_t>(l)], spine_ids[static_cast<size_t>(u % spines)], c.nic_Bps, c.link_latency_ns, "uplink", c.cable_usd);
-    for (int k = 0; k < spines; ++k)
-      if (t.ports_used(spine_ids[static_cast<size_t>(k)]) > radix)
-        throw TopologyError(fmt::format("spine '{}' needs {} ports for {} leaves but its radix is {}; use tiers: 3",
-                                        t.node(spine_ids[static_cast<size_t>(k)]).name, t.ports_used(spine_ids[static_cast<size_t>(k)]), leaves, radix));
+  if (c.planes == 1) {
+    add_upper_tiers(t, c, leaf_ids, up, "");
     return t;
   }
-  if (c.tiers != 3) throw TopologyError(fmt::format("tiers must be 2 or 3, got {}", c.tiers));
-  // Three tiers: pods of radix/2 leaves; each leaf spreads its uplinks over `up` aggregation
-  // switches of its pod; each aggregation switch sends radix/2 uplinks to its core group.
-  const int leaves_per_pod = std::max(1, radix / 2);
-  const int pods = (leaves + leaves_per_pod - 1) / leaves_per_pod;
-  const int agg_up = radix / 2;
-  const int cores_per_group = std::max(1, (pods * agg_up + radix - 1) / radix);
-  std::vector<std::vector<int>> core_groups(static_cast<size_t>(up));
-  for (int g = 0; g < up; ++g)
-    for (int k = 0; k < cores_per_group; ++k)
-      core_groups[static_cast<size_t>(g)].push_back(
-          t.add_node(NodeInfo{fmt::format("core{}.{}", g, k), NodeKind::Switch, radix, c.switch_usd, {-1, -1, -1}, -1}));
-  for (int p = 0; p < pods; ++p) {
-    std::vector<int> aggs;
-    for (int a = 0; a < up; ++a)
-      aggs.push_back(t.add_node(NodeInfo{fmt::format("agg{}.{}", p, a), NodeKind::Switch, radix, c.switch_usd, {-1, -1, -1}, -1}));
-    for (int l = p * leaves_per_pod; l < std::min(leaves, (p + 1) * leaves_per_pod); ++l)
-      for (int a = 0; a < up; ++a)
-        t.add_link(leaf_ids[static_cast<size_t>(l)], aggs[static_cast<size_t>(a)], c.nic_Bps, c.link_latency_ns, "uplink", c.cable_usd);
-    for (int a = 0; a < up; ++a)
-      for (int u = 0; u < agg_up; ++u) {
-        const auto& grp = core_groups[static_cast<size_t>(a)];
-        t.add_link(aggs[static_cast<size_t>(a)], grp[static_cast<size_t>(u % static_cast<int>(grp.size()))], c.nic_Bps, c.link_latency_ns, "core", c.cable_usd);
-      }
+  // Independent planes: each plane's leaves get switch tiers of their own, with no link
+  // between planes; traffic between ranks of different planes crosses inside a server first.
+  for (int p = 0; p < c.planes; ++p) {
+    std::vector<int> mine;
+    for (int l = 0; l < leaves; ++l)
+      if (plane_of_leaf(l) == p) mine.push_back(leaf_ids[static_cast<size_t>(l)]);
+    add_upper_tiers(t, c, mine, up, fmt::format("p{}.", p));
   }
   return t;
 }

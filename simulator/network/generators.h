@@ -43,6 +43,9 @@ struct ClosSpec {
   int64_t link_latency_ns = 500;  // NIC or switch hop
   double switch_usd = 0, nic_usd = 0, cable_usd = 0;
   bool nic_per_server = false;    // one NIC per server (from its NVSwitch), shared by its GPUs; fat-tree only
+  // Independent planes (rail-optimized only): the rails r with r mod planes = p form plane p,
+  // with switch tiers of its own and no link to another plane (DeepSeek's multi-plane fat-tree).
+  int planes = 1;
 };
 Topology build_clos(const ClosSpec& c, const std::string& name);
 

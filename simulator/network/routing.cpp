@@ -36,7 +36,7 @@ Router::Router(const Topology& t, RoutePolicy policy) : t_(t) {
 }
 
 // Hops first; among equal hop counts the faster links (NVLink before the NIC path inside a
-// server); hosts only as endpoints; torn-down circuits only as a last resort. A link's
+// server) and the fewer penalised links (a dragonfly's global hops); hosts only as endpoints; torn-down circuits only as a last resort. A link's
 // bandwidth and ends do not change once the router exists (only whether it is up), so the
 // rest is computed once per link (static_w_).
 int32_t Router::static_weight(int link) const {
@@ -44,7 +44,7 @@ int32_t Router::static_weight(int link) const {
   const bool host = t_.node(l.src).kind == NodeKind::Host || t_.node(l.dst).kind == NodeKind::Host;
   if (host) return 1 << 20;
   const double slow = std::min(512.0, 64.0 * 50e9 / l.bandwidth_Bps);
-  return 1024 + static_cast<int32_t>(std::lround(slow));
+  return 1024 + static_cast<int32_t>(std::lround(slow)) + l.route_penalty;
 }
 
 int32_t Router::weight(int link) const {

@@ -1,5 +1,7 @@
 // `fat-tree` and `rail-optimized`: two- or three-tier Clos fabrics of NVSwitch servers, with
 // oversubscription; a rail puts local rank r of every server on rail leaf r.
+#include <fmt/format.h>
+
 #include "network/topologies/keys.h"
 
 namespace sluice::net {
@@ -20,6 +22,13 @@ Binding<ClosSpec> clos_keys(Schema& s, bool rail) {
   b.quantity("switch_price", UnitKind::Money, &C::switch_usd, "capex per switch").def("0").nonneg();
   b.quantity("nic_price", UnitKind::Money, &C::nic_usd, "capex per NIC").def("0").nonneg();
   b.quantity("cable_price", UnitKind::Money, &C::cable_usd, "capex per fabric link (cable + two transceivers)").def("0").nonneg();
+  if (rail)
+    b.integer("planes", &C::planes,
+              "independent fabric planes: rail r joins plane r mod planes, each plane its own switch tiers with no link to "
+              "another (DeepSeek's multi-plane fat-tree: 8 planes of a two-tier Clos); traffic between planes crosses inside "
+              "a server over NVLink. Must divide gpus_per_server")
+        .def("1")
+        .range(1, 72);
   if (!rail)  // a rail needs a NIC per local rank
     b.choice<bool>("nics", {{"per-gpu", false}, {"per-server", true}}, &C::nic_per_server,
                    "per-gpu: each GPU its own NIC to a leaf; per-server: one NIC per server, from its NVSwitch, shared by its "
@@ -38,6 +47,9 @@ void register_clos(Registry& reg, bool rail) {
             ClosSpec c = keys.make(p);
             c.rail_optimized = rail;
             check_server(p, c.server);
+            if (c.server.gpus % c.planes != 0)
+              p.fail("planes", fmt::format("{} planes do not divide the {} GPUs of a server", c.planes, c.server.gpus),
+                     "a divisor of gpus_per_server (each plane takes the same number of rails)");
             return build_clos(c, name);
           }));
 }

@@ -1,0 +1,164 @@
+// The fabrics of the largest clusters (issue 25): a dragonfly (groups of routers joined
+// all-to-all by local links, every pair of groups by global links) and a multi-plane fat-tree
+// (a rail-optimized Clos split into independent planes). Their shape by count, minimal routes,
+// plane isolation, and the located refusals of shapes whose ports do not add up.
+#include <doctest/doctest.h>
+
+#include "test_support.h"
+
+#include <map>
+#include <set>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "config/error.h"
+#include "config/node.h"
+#include "engine/engine.h"
+#include "network/collective.h"
+#include "network/flow.h"
+#include "network/generators.h"
+#include "network/routing.h"
+
+using namespace sluice;
+using namespace sluice::net;
+
+namespace {
+
+Topology load(const std::string& yaml) { return load_topology(load_yaml_string(yaml, "t.yaml"), testing::registry(), "topology"); }
+
+// The group a dragonfly router belongs to, from its name "g<group>.r<k>".
+int group_of_router(const Topology& t, int v) { return std::stoi(t.node(v).name.substr(1, t.node(v).name.find('.') - 1)); }
+
+// A multi-plane switch's plane, from its name "p<plane>.<...>" (-1: not a plane's switch).
+int plane_of(const Topology& t, int v) {
+  const auto& n = t.node(v).name;
+  if (t.node(v).kind != NodeKind::Switch || n.rfind('p', 0) != 0) return -1;
+  return std::stoi(n.substr(1, n.find('.') - 1));
+}
+
+int count_label(const Topology& t, const std::vector<int>& path, const std::string& label) {
+  int n = 0;
+  for (int e : path) n += t.link(e).label == label;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("dragonfly: groups of routers all joined locally, every pair of groups by the same number of global links") {
+  const Topology t = load("{catalog: dragonfly}");  // 32 servers, 8 NICs a router, 8 routers a group, 4 global links a router
+  t.check();
+  CHECK(t.family == "dragonfly");
+  CHECK(t.devices().size() == 256);
+  std::map<std::pair<int, int>, int> global;  // (group, group) -> links
+  std::map<int, int> ports;                   // router -> ports used
+  int routers = 0, local = 0;
+  for (int v = 0; v < t.node_count(); ++v) routers += t.node(v).kind == NodeKind::Switch && t.node(v).name[0] == 'g';
+  CHECK(routers == 32);  // 256 NICs / 8 a router
+  for (int e = 0; e < t.link_count(); e += 2) {  // one direction of each full-duplex link
+    const auto& l = t.link(e);
+    if (l.label == "local") {
+      ++local;
+      CHECK(group_of_router(t, l.src) == group_of_router(t, l.dst));
+    } else if (l.label == "global") {
+      const int a = group_of_router(t, l.src), b = group_of_router(t, l.dst);
+      CHECK(a != b);
+      CHECK(l.optical);
+      ++global[{std::min(a, b), std::max(a, b)}];
+    }
+  }
+  CHECK(local == 4 * (8 * 7 / 2));  // every pair of a group's 8 routers, in 4 groups
+  REQUIRE(global.size() == 6);      // every pair of the 4 groups ...
+  for (const auto& [pair, n] : global) CHECK(n == 32 / 3);  // ... as many times as 8 x 4 ports a group allow
+  for (int v = 0; v < t.node_count(); ++v)
+    if (t.node(v).kind == NodeKind::Switch && t.node(v).name[0] == 'g') CHECK(t.ports_used(v) <= 8 + 7 + 4);
+}
+
+TEST_CASE("dragonfly: a minimal route crosses at most one global link, none inside a group") {
+  const Topology t = load("{catalog: dragonfly}");
+  Router r(t);
+  const auto& d = t.devices();
+  // GPU 0 (server 0, group 0) to every GPU: servers 0..7 are group 0 (8 routers of one server each).
+  for (size_t i = 1; i < d.size(); ++i) {
+    const auto path = r.route(d[0], d[i], i);
+    const bool same_group = i < 64;
+    CHECK(count_label(t, path, "global") == (same_group ? 0 : 1));
+    CHECK(count_label(t, path, "local") <= 2);
+    CHECK(path.size() <= 5);  // NIC, local, global, local, NIC
+  }
+  // Traffic between groups shares the global links: an all-to-all's bytes are on them.
+  Engine e(1);
+  FlowSim sim(e, t, r);
+  const std::vector<int> pair{d[0], d[200]};
+  Collective c(sim, CollectiveKind::AllToAll, pair, 1e9);
+  c.start();
+  e.run();
+  REQUIRE(c.finished());
+  double global_bytes = 0;
+  const auto carried = sim.carried_link_bytes();
+  for (int l = 0; l < t.link_count(); ++l)
+    if (t.link(l).label == "global") global_bytes += carried[static_cast<size_t>(l)];
+  CHECK(global_bytes == doctest::Approx(1e9));  // each sends half of 1 GB to the other, over one global link each way
+}
+
+TEST_CASE("dragonfly: shapes whose ports do not add up are refused at their key") {
+  CHECK_THROWS_WITH_AS(load("{catalog: dragonfly, switch_radix: 16}"), doctest::Contains("switch_radix"), ConfigError);
+  // 4 routers x 1 global link join at most 5 groups: 2048 servers need 512.
+  CHECK_THROWS_WITH_AS(load("{catalog: dragonfly, servers: 2048, routers_per_group: 4, global_links_per_router: 1}"),
+                       doctest::Contains("servers"), ConfigError);
+  // One group: local links only, no global ones.
+  const Topology one = load("{catalog: dragonfly, servers: 8}");
+  int global = 0;
+  for (int e = 0; e < one.link_count(); ++e) global += one.link(e).label == "global";
+  CHECK(global == 0);
+}
+
+TEST_CASE("multi-plane: each plane is its own Clos, rail r on plane r mod planes, and ranks cross planes over NVLink") {
+  const Topology t = load("{catalog: multi-plane, servers: 128}");  // 1024 GPUs, 8 planes of two tiers
+  t.check();
+  CHECK(t.family == "multi-plane");
+  std::set<int> planes;
+  for (int e = 0; e < t.link_count(); ++e) {
+    const auto& l = t.link(e);
+    const int a = plane_of(t, l.src), b = plane_of(t, l.dst);
+    if (a >= 0 && b >= 0) CHECK(a == b);  // no switch-to-switch link between planes
+    if (l.label == "nic" && t.node(l.src).kind == NodeKind::Device) {
+      const int rank = std::stoi(t.node(l.src).name.substr(t.node(l.src).name.find('.') + 1));
+      CHECK(b == rank % 8);
+      planes.insert(b);
+    }
+  }
+  CHECK(planes.size() == 8);
+  Router r(t);
+  const auto& d = t.devices();
+  // Rank 0 of server 0 to rank 3 of server 100: over NVLink to rank 3, then plane 3 only.
+  const auto path = r.route(d[0], d[100 * 8 + 3]);
+  CHECK(count_label(t, path, "nvlink") == 2);
+  for (int e : path) {
+    const int p = plane_of(t, t.link(e).dst);
+    if (p >= 0) CHECK(p == 3);
+  }
+  // With planes: 2, ranks 0 and 2 share plane 0's spines (server 100 is behind another leaf
+  // group): the route stays on plane 0; ranks 0 and 1 do not, so it crosses over NVLink.
+  const Topology two = load("{catalog: multi-plane, servers: 128, planes: 2}");
+  Router r2(two);
+  const auto p02 = r2.route(two.devices()[0], two.devices()[100 * 8 + 2]);
+  CHECK(count_label(two, p02, "nvlink") == 0);
+  for (int e : p02) CHECK(plane_of(two, two.link(e).dst) <= 0);
+  const auto p01 = r2.route(two.devices()[0], two.devices()[100 * 8 + 1]);
+  CHECK(count_label(two, p01, "nvlink") == 2);
+}
+
+TEST_CASE("multi-plane: three tiers a plane, and planes that do not divide a server's GPUs are refused") {
+  // 64-port switches, 3 tiers: every plane gets its own aggregation and core switches.
+  const Topology t = load("{catalog: multi-plane, servers: 4096, switch_radix: 32, tiers: 3}");
+  t.check();
+  CHECK(t.devices().size() == 32768);
+  std::map<int, int> cores;
+  for (int v = 0; v < t.node_count(); ++v)
+    if (t.node(v).name.find(".core") != std::string::npos) ++cores[plane_of(t, v)];
+  REQUIRE(cores.size() == 8);
+  for (const auto& [p, n] : cores) CHECK(n == cores.begin()->second);
+  CHECK_THROWS_WITH_AS(load("{catalog: multi-plane, planes: 3}"), doctest::Contains("planes"), ConfigError);
+  CHECK_THROWS_WITH_AS(load("{catalog: fat-tree, planes: 2}"), doctest::Contains("planes"), ConfigError);  // rail-optimized only
+}
