@@ -1,6 +1,7 @@
 // `sluice bench scale`: frontier-scale training (issue 25's targets, printed beside each figure):
-// one Llama-3-70B iteration on 16,384 H100s with every flow, and months of training with
-// failures, checkpoints and restarts. --quick: the same runs at 1,024 GPUs and one week.
+// one Llama-3-70B iteration on 16,384 H100s with every flow, months of training with
+// failures, checkpoints and restarts, an all-to-all over 1,024 chips, and one iteration on
+// 102,400 GPUs of a multi-plane fat-tree. --quick: smaller sizes (1,024 GPUs, one week, 128 chips).
 #include <sys/resource.h>
 
 #include <chrono>
@@ -9,6 +10,11 @@
 #include <fmt/format.h>
 
 #include "config/schema.h"
+#include "engine/engine.h"
+#include "network/collective.h"
+#include "network/flow.h"
+#include "network/generators.h"
+#include "network/routing.h"
 #include "registry/registry.h"
 #include "run/runner.h"
 
@@ -38,11 +44,11 @@ Timed run_yaml(const Registry& reg, const std::string& yaml, const char* what) {
 // Llama-3-70B as Llama 3 pre-trained its 405B's sibling: TP8 inside a server, 16 pipeline
 // stages of 1F1B over 16 micro-batches of one 8192-token sequence, full recomputation, on a
 // 3-tier fat-tree of DGX H100 servers.
-std::string llama70b(int servers, int dp, int iterations, const std::string& extra) {
+std::string llama70b(int servers, int dp, int iterations, const std::string& extra, const std::string& topology = "fat-tree") {
   return fmt::format(R"(
 name: bench-scale
 seed: 1
-cluster: {{topology: {{catalog: fat-tree, servers: {}, tiers: 3}}, hardware: h100-sxm}}
+cluster: {{topology: {{catalog: {}, servers: {}, tiers: 3}}, hardware: h100-sxm}}
 workloads:
   - name: pretrain
     kind: training
@@ -52,7 +58,7 @@ workloads:
     recompute: true
     iterations: {}
 {})",
-                     servers, dp, iterations, extra);
+                     topology, servers, dp, iterations, extra);
 }
 
 int bench_scale(const Registry& reg, bool quick) {
@@ -94,6 +100,42 @@ faults:
                 f["lost_s"].get<double>(), f["recovering_s"].get<double>());
     std::printf("  peak RSS         %10.1f MiB\n", peak_rss_mib());
     ok = ok && f["wall_s"].get<double>() > 0;
+  }
+  // 3. An all-to-all over 1,024 TPU v4 chips (an 8 x 8 x 16 torus, dimension-order routes):
+  // n(n-1) flows at once, 64 MiB from each chip. --quick: 128 chips.
+  {
+    net::TorusSpec spec;
+    spec.dims = quick ? std::vector<int>{4, 4, 8} : std::vector<int>{8, 8, 16};
+    const net::Topology t = net::build_torus(spec, "torus");
+    const auto t0 = std::chrono::steady_clock::now();
+    Engine engine(1);
+    net::Router router(t);
+    net::FlowSim sim(engine, t, router);
+    net::Collective c(sim, net::CollectiveKind::AllToAll, t.devices(), 64.0 * 1024 * 1024);
+    c.start();
+    engine.run();
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("bench scale: an all-to-all of 64 MiB a chip over %zu TPU v4 chips (%dx%dx%d torus, dimension-order routes)\n", t.devices().size(),
+                spec.dims[0], spec.dims[1], spec.dims[2]);
+    std::printf("  wall time        %10.2f s   (target at 1,024 endpoints: 5 s)\n", wall);
+    std::printf("  flows            %10llu, %llu rate recomputations; simulated %.3f ms\n", static_cast<unsigned long long>(sim.stats().started),
+                static_cast<unsigned long long>(sim.stats().recomputes), c.duration().count_ns() / 1e6);
+    std::printf("  peak RSS         %10.1f MiB (so far in this process)\n", peak_rss_mib());
+    ok = ok && c.finished();
+  }
+  // 4. The largest cluster: 102,400 H100s on a multi-plane fat-tree (8 planes of 3 tiers),
+  // built and one Llama-3-70B iteration run on all of it (dp 800). --quick: 1,024 GPUs.
+  {
+    const int servers = quick ? 128 : 12800, dp = servers * 8 / 128;
+    const Timed r = run_yaml(reg, llama70b(servers, dp, 1, "", "multi-plane"), "<bench scale: 100k GPUs>");
+    const Json& t = r.metrics["training"];
+    std::printf("bench scale: one Llama-3-70B iteration (tp 8 x pp 16 x dp %d) on %d H100s of a multi-plane fat-tree (8 planes, 3 tiers)\n", dp,
+                servers * 8);
+    std::printf("  wall time        %10.2f s   (target at 100,000 GPUs: 30 s, building included)\n", r.wall_s);
+    std::printf("  peak RSS         %10.1f MiB (target at 100,000 GPUs: 8 GiB)\n", peak_rss_mib());
+    std::printf("  simulated        %10.3f s iteration, MFU %.1f%%, %.0f flows\n", t["iteration_s_mean"].get<double>(), 100 * t["mfu"].get<double>(),
+                r.metrics["world"]["flows"]["started"].get<double>());
+    ok = ok && t["iteration_s_mean"].get<double>() > 0;
   }
   return ok ? 0 : 1;
 }

@@ -97,10 +97,13 @@ void add_upper_tiers(Topology& t, const ClosSpec& c, const std::vector<int>& lea
     for (int l = p * leaves_per_pod; l < std::min(leaves, (p + 1) * leaves_per_pod); ++l)
       for (int a = 0; a < up; ++a)
         t.add_link(leaf_ids[static_cast<size_t>(l)], aggs[static_cast<size_t>(a)], c.nic_Bps, c.link_latency_ns, "uplink", c.cable_usd);
+    // Pod p's uplinks continue where pod p-1's stopped, so a core group's switches share every
+    // pod's uplinks evenly (each within its radix) even when they do not divide agg_up.
     for (int a = 0; a < up; ++a)
       for (int u = 0; u < agg_up; ++u) {
         const auto& grp = core_groups[static_cast<size_t>(a)];
-        t.add_link(aggs[static_cast<size_t>(a)], grp[static_cast<size_t>(u % static_cast<int>(grp.size()))], c.nic_Bps, c.link_latency_ns, "core", c.cable_usd);
+        t.add_link(aggs[static_cast<size_t>(a)], grp[static_cast<size_t>((p * agg_up + u) % static_cast<int>(grp.size()))], c.nic_Bps,
+                   c.link_latency_ns, "core", c.cable_usd);
       }
   }
 }

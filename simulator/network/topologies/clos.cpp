@@ -12,7 +12,7 @@ Binding<ClosSpec> clos_keys(Schema& s, bool rail) {
   add_common_topology_keys(s);
   Binding<ClosSpec> b(s);
   using C = ClosSpec;
-  b.integer("servers", &C::servers, "number of 8-GPU servers").def("32").range(1, 8192);  // 100000 hung topo for hours
+  b.integer("servers", &C::servers, "number of 8-GPU servers").def("32").range(1, 16384);  // 100000 hung topo for hours
   b.nest(&C::server, server_keys(s, "0"));
   b.integer("tiers", &C::tiers, "switch tiers (2: leaf-spine, 3: leaf-aggregation-core)").def("2").range(2, 3);
   b.integer("switch_radix", &C::switch_radix, "ports per switch").def("64").range(4, 1024);
