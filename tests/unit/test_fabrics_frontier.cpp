@@ -162,3 +162,18 @@ TEST_CASE("multi-plane: three tiers a plane, and planes that do not divide a ser
   CHECK_THROWS_WITH_AS(load("{catalog: multi-plane, planes: 3}"), doctest::Contains("planes"), ConfigError);
   CHECK_THROWS_WITH_AS(load("{catalog: fat-tree, planes: 2}"), doctest::Contains("planes"), ConfigError);  // rail-optimized only
 }
+
+TEST_CASE("clos: a 3-tier core group that does not divide an aggregation switch's uplinks still fits every core's radix") {
+  // Radix 16: 8 leaves a pod, 8 uplinks an aggregation switch; 48 servers make 6 pods and core
+  // groups of 3, which do not divide 8. Dealt per pod from 0, core 0 of a group took 3 links a
+  // pod (18 > 16 ports); dealt on from where the last pod stopped, each core takes 16.
+  ClosSpec c;
+  c.servers = 48;
+  c.server.host_cpus = 0;
+  c.tiers = 3;
+  c.switch_radix = 16;
+  const Topology t = build_clos(c, "ft3");
+  t.check();
+  for (int v = 0; v < t.node_count(); ++v)
+    if (t.node(v).name.rfind("core", 0) == 0) CHECK(t.ports_used(v) == 16);
+}
