@@ -171,6 +171,39 @@ Topology build_clos(const ClosSpec& c, const std::string& name) {
   return t;
 }
 
+std::vector<int> add_storage(Topology& t, int count, double Bps, int64_t latency_ns, double usd) {
+  if (count <= 0) return {};
+  // Hops from the nearest device, by breadth-first search from every device at once; a
+  // server's own switch (group >= 0) and switches with no device below are never chosen.
+  std::vector<int> hops(static_cast<size_t>(t.node_count()), -1);
+  std::vector<int> frontier;
+  for (int d : t.devices()) hops[static_cast<size_t>(d)] = 0, frontier.push_back(d);
+  for (size_t i = 0; i < frontier.size(); ++i) {
+    const int v = frontier[i];
+    for (int e : t.out_links(v)) {
+      const int w = t.link(e).dst;
+      if (hops[static_cast<size_t>(w)] >= 0 || t.node(w).kind != NodeKind::Switch) continue;
+      hops[static_cast<size_t>(w)] = hops[static_cast<size_t>(v)] + 1;
+      frontier.push_back(w);
+    }
+  }
+  int top = 0;
+  for (int v = 0; v < t.node_count(); ++v)
+    if (t.node(v).kind == NodeKind::Switch && t.node(v).group < 0) top = std::max(top, hops[static_cast<size_t>(v)]);
+  std::vector<int> tops;
+  for (int v = 0; v < t.node_count(); ++v)
+    if (top > 0 && t.node(v).kind == NodeKind::Switch && t.node(v).group < 0 && hops[static_cast<size_t>(v)] == top) tops.push_back(v);
+  if (tops.empty())
+    throw TopologyError(fmt::format("'{}' has no fabric switch to attach storage to (storage servers need a switched scale-out fabric)", t.name()));
+  std::vector<int> out;
+  for (int i = 0; i < count; ++i) {
+    const int v = t.add_node(NodeInfo{fmt::format("storage{}", i), NodeKind::Host, 0, usd, {-1, -1, -1}, -1});
+    t.add_link(v, tops[static_cast<size_t>(i) % tops.size()], Bps, latency_ns, "storage");
+    out.push_back(v);
+  }
+  return out;
+}
+
 bool twist_allowed(const std::vector<int>& dims) {
   if (dims.size() < 2) return false;
   const int k = *std::min_element(dims.begin(), dims.end());

@@ -85,6 +85,13 @@ Topology build_tpu_pod(const PodSpec& p, const std::string& name);
 // Builds a topology from a validated generator entry (category "topology").
 using TopologyFactory = std::function<Topology(const Params& p, const std::string& name)>;
 
+// Storage servers on the fabric (where checkpoints are written): `count` nodes, each joined by
+// one link of `Bps` per direction to a switch of the fabric's top tier (the switches farthest
+// from every device, dealt in turn), so writes cross the fabric as any flow does. Returns
+// their node ids; throws TopologyError when the topology has no switch beyond the servers'
+// own (a torus, one server).
+std::vector<int> add_storage(Topology& t, int count, double Bps, int64_t latency_ns, double usd);
+
 // The generators: one file each in network/topologies/, registered in category "topology".
 
 // Loads a topology from a scenario value: a catalog name (topologies/NAME.yaml), a mapping

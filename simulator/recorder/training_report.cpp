@@ -104,6 +104,12 @@ void report_training(const training::TrainingResults& r, const training::Trainin
       by[cause] = Json{{"interruptions", cc.interruptions}, {"lost_s", cc.lost_s}, {"recovering_s", cc.recovering_s},
                        {"cost_s", cc.lost_s + cc.recovering_s}};
     m["faults"]["by_cause"] = by;
+    if (r.checkpoint_storage) {
+      m["faults"]["checkpoint_bytes"] = r.checkpoint_bytes;
+      m["faults"]["checkpoint_write_s_mean"] = r.checkpoints > 0 ? r.checkpoint_write_s / r.checkpoints : 0.0;
+      summary(fmt::format("checkpoints to storage: {:.1f} GB each, written in {:.2f} s on average over the fabric", r.checkpoint_bytes / 1e9,
+                          r.checkpoints > 0 ? r.checkpoint_write_s / r.checkpoints : 0.0));
+    }
     summary(fmt::format("faults: {} failures, {} restarts ({} re-formed slices), {} checkpoints; goodput {:.1f}% (lost {:.1f} s, "
                         "checkpoints {:.1f} s, recovering {:.1f} s of {:.1f} s){}",
                         r.failures, r.restarts, r.reformed, r.checkpoints, 100 * goodput, r.lost_s, r.checkpoint_s, r.recovering_s,

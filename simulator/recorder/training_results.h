@@ -57,6 +57,9 @@ struct TrainingResults {
   double useful_s = 0;            // iterations kept (computed and not lost)
   double lost_s = 0;              // work lost: since the last checkpoint, at each failure
   double checkpoint_s = 0;        // writing checkpoints
+  bool checkpoint_storage = false;  // written to the storage servers as flows (else a fixed pause)
+  double checkpoint_bytes = 0;    // one checkpoint's bytes, all devices together (storage only)
+  double checkpoint_write_s = 0;  // the completed writes' time together (storage only)
   double recovering_s = 0;        // from a failure to training again (waiting for devices, restart)
   double wall_s = 0;              // from start to done (or the end of the run)
   std::vector<double> recover_s;  // each failure's time to recover

@@ -60,6 +60,12 @@ struct Cluster {
   int64_t ocs_reconfigure_ns = 0;  // OCS pods: circuits programmed during the run carry traffic this long after (mirrors settle)
   bool adaptive_routing = false;   // flows split evenly over equal-cost paths (AR, packet spraying); else ECMP by hash
   int64_t hash_seed = 0;           // ECMP's hash seed (0: the built-in choice)
+  // Storage servers on the fabric (checkpoints written to them as flows): how many, each one's
+  // link, its price; their topology nodes once added (world_study.cpp adds them).
+  int storage_servers = 0;
+  double storage_Bps = 0;
+  double storage_usd = 0;
+  std::vector<int> storage_nodes;
 };
 
 // What can fail, by class. Correlated failures follow the cluster's structure: a rack takes
@@ -147,6 +153,8 @@ class World {
   };
   const FaultStats& fault_stats() const { return fstats_; }
   int rack_nodes() const { return cluster_.rack_nodes; }
+  // The storage servers' topology nodes (none unless cluster.storage_servers is set).
+  const std::vector<int>& storage_nodes() const { return cluster_.storage_nodes; }
 
   void add(std::unique_ptr<Workload> w) { workloads_.push_back(std::move(w)); }
   const std::vector<std::unique_ptr<Workload>>& workloads() const { return workloads_; }

@@ -91,6 +91,16 @@ Binding<Cluster> cluster_keys(Schema& cluster) {
   b.integer("hash_seed", &Cluster::hash_seed, "ECMP's hash seed (0: the built-in one); sweep it to see how much of a result is luck")
       .def("0")
       .range(0, 9e15);
+  b.integer("storage_servers", &Cluster::storage_servers,
+            "storage servers on the fabric, each linked to a switch of its top tier (training writes checkpoints to them as "
+            "flows with recovery.checkpoint_to: storage); 0: none")
+      .def("0")
+      .range(0, 4096);
+  b.quantity("storage_bandwidth", UnitKind::Bandwidth, &Cluster::storage_Bps,
+             "a storage server's link to the fabric per direction (what it can write at)")
+      .def("50GB/s")
+      .positive();
+  b.quantity("storage_price", UnitKind::Money, &Cluster::storage_usd, "capex per storage server").def("0").nonneg();
   b.time_ns("ocs_reconfigure", &Cluster::ocs_reconfigure_ns,
             "TPU pods with OCS: a slice re-formed during the run has its circuits after this (an estimate: MEMS mirrors settle "
             "in milliseconds)")
@@ -123,6 +133,11 @@ SLUICE_REGISTER(study, world_study) {
             const Params& c = p.section("cluster");
             Cluster cl = keys.make(c);
             cl.topology = std::make_shared<net::Topology>(net::load_topology(c.node("topology"), reg, "cluster.topology"));
+            try {
+              cl.storage_nodes = net::add_storage(*cl.topology, cl.storage_servers, cl.storage_Bps, 500, cl.storage_usd);
+            } catch (const net::TopologyError& e) {
+              c.fail("storage_servers", e.what(), "0 on this topology, or a fat-tree, rail-optimized, multi-plane or dragonfly fabric");
+            }
             cl.hardware = hardware_from_ref(c, "hardware");
             auto world = std::make_unique<World>(ctx.seed, std::move(cl));
             const auto& items = p.items("workloads");

@@ -106,6 +106,8 @@ void TrainingJob::start(World& w) {
   }
   faults_ = !w.faults().empty();
   res_.faults = faults_;
+  res_.checkpoint_storage = faults_ && c_.checkpoint_to_storage;
+  if (res_.checkpoint_storage) res_.checkpoint_bytes = checkpoint_bytes_per_device(c_) * static_cast<double>(c_.tp * c_.pp * c_.dp);
   mark_ns_ = w.engine().now().count_ns();
   start_ns_ = mark_ns_;
   start_iteration();
@@ -170,6 +172,10 @@ void TrainingJob::on_event(Engine& e, uint32_t kind, uint32_t arg) {
 
 void TrainingJob::on_flow_done(Engine&, uint64_t tag) {
   if ((tag >> 56) != (gen_ & 0xFF)) return;  // a transfer of an iteration a failure cut short
+  if (((tag >> 32) & 0xFFFFFF) == kCheckpointTarget) {
+    if (--ckpt_left_ == 0) checkpoint_done(world_.engine());
+    return;
+  }
   const int target = static_cast<int>((tag >> 32) & 0xFFFFFF), mb = static_cast<int>((tag >> 1) & 0x7FFFFFFF), grad = static_cast<int>(tag & 1);
   int& left = pending_[static_cast<size_t>((target * rank_units() + mb) * 2 + grad)];
   if (--left > 0) return;
@@ -461,7 +467,8 @@ void TrainingJob::after_iteration(int64_t now) {
   if (faults_ && c_.checkpoint_interval_ns > 0 && now - mark_ns_ >= c_.checkpoint_interval_ns) {
     state_ = State::Checkpointing;
     ckpt_start_ns_ = now;
-    schedule(kCheckpointDone, c_.checkpoint_write_ns);
+    if (c_.checkpoint_to_storage) write_checkpoint();
+    else schedule(kCheckpointDone, c_.checkpoint_write_ns);
     return;
   }
   next_iteration();

@@ -63,7 +63,11 @@ struct TrainingConfig {
   double optimizer_bytes_per_param = 28;  // Adam, mixed precision: read and write fp32 master, m, v and bf16 weight
   // Failures: a failure stops the job; it restarts from its last checkpoint.
   int64_t checkpoint_interval_ns = 0;  // 0: no checkpoints (a failure loses everything since the start)
-  int64_t checkpoint_write_ns = 0;     // the job pauses this long to write one
+  int64_t checkpoint_write_ns = 0;     // the job pauses this long to write one (checkpoint_to: pause)
+  // checkpoint_to: storage: every device writes its share of the checkpoint (its shard's
+  // weights and Adam state, spread over the data-parallel replicas) to the cluster's storage
+  // servers as flows on the fabric; the write lasts until the last byte lands.
+  bool checkpoint_to_storage = false;
   int64_t restart_ns = 0;              // from healthy devices to training again (reload, re-init)
   int64_t collective_timeout_ns = 0;   // a transfer making no progress this long fails the job (its group is cut off)
   std::array<int, 3> slice_cubes{0, 0, 0};  // the TPU slice shape in cubes when placed as a slice (it may re-form there)
@@ -73,6 +77,10 @@ struct TrainingConfig {
 
 // Parameters one device holds: its tp x pp share of the model, with 1/ep of the routed experts.
 double params_per_device(const TrainingConfig& c);
+// What one device writes of a checkpoint: its shard's weights and fp32 Adam state (master,
+// m, v: 12 bytes a parameter) once per model-parallel shard, spread evenly over the
+// data-parallel replicas (Megatron's distributed checkpoint, PyTorch DCP).
+double checkpoint_bytes_per_device(const TrainingConfig& c);
 // The heaviest stage's memory per device; activations for the micro-batches a stage holds at
 // once (GPipe: all m; 1F1B: at most pp on the first stage), after Korthikanti et al. (2022):
 // s·b·h·(34 + 5·a·s/h)/tp per layer, or 2·s·b·h per layer with full recomputation.

@@ -208,6 +208,10 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // The work since the last checkpoint (or restart) is kept: it counts as useful.
   void keep_work(int64_t now);
   void checkpoint_done(Engine& e);
+  // checkpoint_to: storage: every device's share as a flow to a storage server (device k to
+  // server k mod servers); checkpoint_done when the last lands.
+  void write_checkpoint();
+  static constexpr uint64_t kCheckpointTarget = 0xFFFFFF;  // a flow tag's target field: a checkpoint write
   // A device of the job failed: everything in flight is void, the work since the last
   // checkpoint is lost, and the iterations after it will be done again.
   void fail_stop(World& w);
@@ -262,6 +266,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   State state_ = State::Running;
   bool faults_ = false, restart_pending_ = false, decide_pending_ = false;
   int kept_iterations_ = 0, measured_ = 0;
+  int ckpt_left_ = 0;  // checkpoint flows still writing (checkpoint_to: storage)
   int64_t start_ns_ = 0, mark_ns_ = 0, ckpt_start_ns_ = 0, failed_at_ns_ = 0, progress_ns_ = 0, watchdog_at_ = 0;
   // Steady-state fast-forward (see try_skip).
   uint64_t side_events_ = 0;     // events of this job that are no iteration's work: the watchdog's

@@ -216,7 +216,12 @@ SLUICE_REGISTER(workload, training_workload) {
                    "a checkpoint after the first iteration that ends this long after the last one (0s: none)")
       .def("30min")
       .nonneg();
-  rec_keys.time_ns("checkpoint_write", &T::checkpoint_write_ns, "the pause to write a checkpoint").def("30s").nonneg();
+  rec_keys.time_ns("checkpoint_write", &T::checkpoint_write_ns, "the pause to write a checkpoint (checkpoint_to: pause)").def("30s").nonneg();
+  rec_keys.choice<bool>("checkpoint_to", {{"pause", false}, {"storage", true}}, &T::checkpoint_to_storage,
+                        "pause: the job stops for checkpoint_write; storage: every device writes its share (its shard's weights "
+                        "and Adam state over the data-parallel replicas) to the cluster's storage servers as flows on the fabric, "
+                        "and the job waits for the last byte (needs cluster.storage_servers)")
+      .def("pause");
   rec_keys.time_ns("restart", &T::restart_ns, "from healthy devices to training again: reload the checkpoint, re-initialise")
       .def("5min")
       .nonneg();
@@ -233,6 +238,9 @@ SLUICE_REGISTER(workload, training_workload) {
             par_keys.fill(par, c);
             moe_keys.fill(p.section("moe"), c);
             rec_keys.fill(p.section("recovery"), c);
+            if (c.checkpoint_to_storage && world.storage_nodes().empty())
+              p.section("recovery").fail("checkpoint_to", "storage, but the cluster has no storage servers",
+                                         "pause, or cluster.storage_servers: N (storage servers on the fabric)");
             c.model = model_from_params(p.section("model"));
             c.hardware = world.hardware();
             check_training_shape(c, p, par);

@@ -1,0 +1,91 @@
+// Checkpoints written to storage over the fabric (issue 25): storage servers in the topology,
+// each device's share of the checkpoint a flow to one of them, the write as long as its last
+// byte takes. By hand on a star whose storage link is the bottleneck; with the fast-forward on
+// and off; refused without storage servers.
+#include <doctest/doctest.h>
+
+#include "test_support.h"
+
+#include "config/error.h"
+#include "engine/run_control.h"
+#include "run/runner.h"
+
+using namespace sluice;
+using sluice::testing::run_text;
+
+namespace {
+
+// Four devices on one switch (100 GB/s each, no latency), `servers` storage servers on that
+// switch at `bw`; a 4-way data-parallel job of a flat model, a checkpoint after every
+// iteration, and a fault process that never fires within the run (checkpoints are taken only
+// in a world with faults).
+std::string star(int servers, const std::string& bw, const std::string& to = "storage", int iterations = 6,
+                 const std::string& interval = "1ns") {
+  return std::string(sluice::testing::kFourDeviceStar) + "  storage_servers: " + std::to_string(servers) + "\n  storage_bandwidth: " + bw +
+         R"(
+workloads:
+  - {name: j, kind: training, sequence: 512, cost_tables: none, iterations: )" +
+         std::to_string(iterations) + R"(,
+     model: {name: flat, layers: 4, hidden: 4096, heads: 32, kv_heads: 32, ffn: 16384, vocab: 8, max_context: 512},
+     parallel: {tp: 1, pp: 1, dp: 4, micro_batches: 2},
+     recovery: {checkpoint_interval: )" +
+         interval + R"(, checkpoint_to: )" +
+         to + R"(, checkpoint_write: 7s}}
+faults:
+  - {name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 100000d}, repair: {dist: fixed, mean: 1s}}
+)";
+}
+
+// flat: 4 layers of 4·h² (attention) + 3·h·ffn (gated MLP) parameters, plus 2·8·h.
+constexpr double kH = 4096;
+constexpr double kParams = 4 * (4 * kH * kH + 3 * kH * 16384) + 2 * 8 * kH;
+
+}  // namespace
+
+TEST_CASE("checkpoint to storage: bf16 weights and fp32 Adam state once, written at the storage link's rate") {
+  const Json m = run_text(star(1, "10GB/s"))["training"];
+  const Json& f = m["faults"];
+  // 14 bytes a parameter (2 of bf16 weights, 12 of master, m and v), the model once: each of
+  // the 4 replicas writes a quarter.
+  CHECK(f["checkpoint_bytes"].get<double>() == doctest::Approx(14 * kParams).epsilon(0.01));
+  // Four flows share the one 10 GB/s storage link (the devices' own links carry 100 GB/s):
+  // they end together after the bytes over 10 GB/s, plus the storage link's 500 ns.
+  const double expect = f["checkpoint_bytes"].get<double>() / 10e9 + 500e-9;
+  CHECK(f["checkpoint_write_s_mean"].get<double>() == doctest::Approx(expect).epsilon(1e-6));
+  // A checkpoint after every iteration but the last (the job ends there): 5 writes.
+  CHECK(f["checkpoints"] == 5);
+  CHECK(f["checkpoint_s"].get<double>() == doctest::Approx(5 * expect).epsilon(1e-6));
+  // Twice the storage servers (each on the switch): half the time per write.
+  const Json two = run_text(star(2, "10GB/s"))["training"]["faults"];
+  CHECK(two["checkpoint_write_s_mean"].get<double>() == doctest::Approx(f["checkpoint_bytes"].get<double>() / 20e9 + 500e-9).epsilon(1e-6));
+  // A pause instead: the fixed 7 s each, and no storage figures.
+  const Json pause = run_text(star(1, "10GB/s", "pause"))["training"]["faults"];
+  CHECK(pause["checkpoint_s"].get<double>() == doctest::Approx(5 * 7.0));
+  CHECK_FALSE(pause.contains("checkpoint_bytes"));
+}
+
+TEST_CASE("checkpoint to storage: the same bytes with the fast-forward on and off") {
+  // Iterations of about 51 ms, a checkpoint every second: two writes, the iterations between
+  // them counted by the fast-forward (57 of 60) when it is on.
+  std::string on, off;
+  {
+    const RunControl::FastForward ff(true);
+    on = run_text(star(1, "10GB/s", "storage", 60, "1s")).dump(1);
+  }
+  {
+    const RunControl::FastForward ff(false);
+    off = run_text(star(1, "10GB/s", "storage", 60, "1s")).dump(1);
+  }
+  CHECK(on == off);
+  CHECK(Json::parse(on)["training"]["faults"]["checkpoints"] == 2);
+}
+
+TEST_CASE("checkpoint to storage: refused without storage servers, and storage refused on a fabric without switches") {
+  CHECK_THROWS_WITH_AS(run_text(star(0, "10GB/s")), doctest::Contains("checkpoint_to"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(R"(name: t
+cluster: {topology: torus-2d, storage_servers: 2}
+workloads:
+  - {name: j, kind: training, model: tinyllama-1.1b, cost_tables: none, parallel: {tp: 1, pp: 1, dp: 4}, place: {devices: [0-3]}}
+)"),
+                       doctest::Contains("storage_servers"), ConfigError);
+}
