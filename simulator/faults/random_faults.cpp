@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "faults/distribution.h"
+#include "faults/targets.h"
 #include "registry/registry.h"
 #include "world/world.h"
 
@@ -71,24 +72,7 @@ SLUICE_REGISTER(component, random_faults) {
   reg.add("fault", "random", "components of one class fail and are repaired at random: exponential/Weibull lifetimes, fixed/exponential/lognormal repairs",
           std::move(s), FaultProcessFactory([](const Params& p, World& w, const std::string& name) -> std::unique_ptr<FaultProcess> {
             const FaultClass cls = *parse_fault_class(p.str("component"));
-            const auto& comps = w.components(cls);
-            if (comps.empty())
-              p.fail("component", fmt::format("the cluster '{}' has no {}", w.topology().name(), p.str("component")), "a class the cluster has");
-            std::vector<int> targets;
-            if (p.has("only")) {
-              const Node& n = p.node("only");
-              if (!n.is_seq() || n.seq.empty()) p.fail("only", "expected a list of component names", "e.g. [node0, node3]");
-              for (size_t i = 0; i < n.seq.size(); ++i) {
-                const int k = w.find_component(cls, n.seq[i].scalar);
-                if (k < 0)
-                  throw ConfigError(n.seq[i].origin, fmt::format("{}.only[{}]", p.path(), i), n.seq[i].brief(),
-                                    fmt::format("no {} of that name", p.str("component")),
-                                    fmt::format("a name such as {}{}", comps.front().name, comps.size() > 1 ? ", " + comps.back().name : ""));
-                targets.push_back(k);
-              }
-            } else {
-              for (size_t i = 0; i < comps.size(); ++i) targets.push_back(static_cast<int>(i));
-            }
+            std::vector<int> targets = fault_targets(p, w, cls);
             const std::string pname = p.given("name") ? p.str("name") : name;
             return std::make_unique<RandomFaults>(pname, cls, distribution_from_params(p.section("ttf")), distribution_from_params(p.section("repair")),
                                                   std::move(targets), p.time("start").count_ns());

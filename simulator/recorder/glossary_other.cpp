@@ -96,6 +96,8 @@ std::span<const MetricDef> other_metric_defs() {
       {"", "world.faults.repairs", "count", "Component repairs (a component coming back up)."},
       {"", "world.faults.flows_rerouted", "count", "Flows moved off failed links onto other paths."},
       {"", "world.faults.flows_stalled", "count", "Flows left with no path around failed links: they stall at rate 0 until a link returns."},
+      {"", "world.faults.slowdowns", "count", "Slow spells that began (straggler processes): a device turning slow counts once a spell."},
+      {"", "world.faults.slow_device_s", "s", "Device-seconds spent slow (straggler processes), spells still going counted to the run's end."},
       {"", "world.faults.classes.*.components", "count",
        "Components of this class that can fail (classes: chip, host, node, rack, link, switch, ocs)."},
       {"", "world.faults.classes.*.failures", "count", "Failures of this class's components."},

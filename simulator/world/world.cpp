@@ -153,6 +153,15 @@ void World::report(Recorder& rec) const {
     }
     rec.summary(fmt::format("faults: {} failures, {} repairs; {} flows re-routed, {} stalled", fstats_.failures, fstats_.repairs,
                             fstats_.flows_rerouted, fstats_.flows_stalled));
+    if (slowdowns_ > 0) {
+      // Spells still going at the end count up to it.
+      double slow_s = slow_device_s_;
+      for (size_t d = 0; d < dev_slow_.size(); ++d)
+        if (dev_slow_[d] != 1.0) slow_s += static_cast<double>(T - dev_slow_since_[d]) / 1e9;
+      f["slowdowns"] = slowdowns_;
+      f["slow_device_s"] = slow_s;
+      rec.summary(fmt::format("stragglers: {} slowdowns, {:.1f} device-hours slow", slowdowns_, slow_s / 3600));
+    }
   }
 }
 

@@ -140,6 +140,13 @@ class World {
   // name: a cause, when processes are named by cause), else "".
   const std::string& fault_cause() const { return fault_cause_; }
   bool device_up(int device) const { return dev_down_.empty() || dev_down_[static_cast<size_t>(device)] == 0; }
+  // Stragglers: a device computing `factor` times slower than its peers (thermal throttling, a
+  // degraded HBM stack, a noisy neighbour), 1 at full speed. A straggler process sets it; a
+  // workload reads it when it starts a computation (training: a stage's forward, backward and
+  // optimizer step take the slowest of its devices' factors, and the data-parallel
+  // collectives make every replica wait for the slow one). The last setting wins.
+  double device_slowdown(int device) const { return dev_slow_.empty() ? 1.0 : dev_slow_[static_cast<size_t>(device)]; }
+  void set_slowdown(const std::vector<int>& devices, double factor);
   bool link_failed(int link) const { return !link_down_.empty() && link_down_[static_cast<size_t>(link)] > 0; }
   void add_fault(std::unique_ptr<FaultProcess> f) { faults_.push_back(std::move(f)); }
   const std::vector<std::unique_ptr<FaultProcess>>& faults() const { return faults_; }
@@ -193,6 +200,10 @@ class World {
   std::array<std::vector<FaultComponent>, kFaultClasses> comps_;
   std::array<bool, kFaultClasses> built_{};
   std::vector<int> dev_down_, link_down_;
+  std::vector<double> dev_slow_;       // per device, empty until a straggler process sets one
+  std::vector<int64_t> dev_slow_since_;  // when a slow device became slow
+  double slow_device_s_ = 0;             // device-seconds spent slow (ended spells)
+  long slowdowns_ = 0;
   std::vector<char> link_was_up_;
   std::vector<std::unique_ptr<FaultProcess>> faults_;
   FaultStats fstats_;

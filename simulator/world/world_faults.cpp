@@ -116,6 +116,24 @@ void World::build_components(FaultClass c) {
   }
 }
 
+void World::set_slowdown(const std::vector<int>& devices, double factor) {
+  if (dev_slow_.empty()) {
+    dev_slow_.assign(static_cast<size_t>(device_count()), 1.0);
+    dev_slow_since_.assign(static_cast<size_t>(device_count()), 0);
+  }
+  const int64_t now = engine_.now().count_ns();
+  for (int d : devices) {
+    double& f = dev_slow_[static_cast<size_t>(d)];
+    if (f == 1.0 && factor != 1.0) {
+      ++slowdowns_;
+      dev_slow_since_[static_cast<size_t>(d)] = now;
+    } else if (f != 1.0 && factor == 1.0) {
+      slow_device_s_ += static_cast<double>(now - dev_slow_since_[static_cast<size_t>(d)]) / 1e9;
+    }
+    f = factor;
+  }
+}
+
 void World::release(const std::vector<int>& devices) {
   for (int d : devices) owner_[static_cast<size_t>(d)].clear();
 }

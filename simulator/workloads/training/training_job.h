@@ -231,6 +231,8 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   World& world_;
   CostModel cost_;
   std::vector<std::vector<int>> nodes_;  // per (replica, stage): topology nodes of its tp ranks
+  std::vector<std::vector<int>> slot_devices_;  // the same as device indices (for their speed)
+  int64_t slowed(int64_t ns, const std::vector<int>& devs) const;
   std::vector<Stage> stages_;
   std::vector<int> pending_;             // flows left per (stage slot, micro-batch, direction)
   std::vector<int64_t> fwd_ns_;           // per (stage, slice): stage x slices + slice
