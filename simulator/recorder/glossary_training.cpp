@@ -98,6 +98,8 @@ std::span<const MetricDef> training_metric_defs() {
       {"training", "faults.useful_s", "s", "Time of work kept: iterations computed and not lost."},
       {"training", "faults.lost_s", "s", "Work lost to failures: the time since the last checkpoint at each failure."},
       {"training", "faults.checkpoint_s", "s", "Time spent writing checkpoints."},
+      {"training", "faults.spare_servers", "count", "Hot spare servers the job holds idle (recovery.spare_servers)."},
+      {"training", "faults.spare_swaps", "count", "Failed servers swapped for a healthy spare, so the job restarted without waiting for a repair."},
       {"training", "faults.checkpoint_bytes", "B",
        "One checkpoint's bytes, every device's share together: the weights and fp32 Adam state once (checkpoint_to: storage)."},
       {"training", "faults.checkpoint_write_s_mean", "s",

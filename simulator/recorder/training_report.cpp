@@ -104,6 +104,11 @@ void report_training(const training::TrainingResults& r, const training::Trainin
       by[cause] = Json{{"interruptions", cc.interruptions}, {"lost_s", cc.lost_s}, {"recovering_s", cc.recovering_s},
                        {"cost_s", cc.lost_s + cc.recovering_s}};
     m["faults"]["by_cause"] = by;
+    if (r.spare_servers > 0) {
+      m["faults"]["spare_servers"] = r.spare_servers;
+      m["faults"]["spare_swaps"] = r.spare_swaps;
+      summary(fmt::format("hot spares: {} servers held, {} failed servers swapped for one", r.spare_servers, r.spare_swaps));
+    }
     if (r.checkpoint_storage) {
       m["faults"]["checkpoint_bytes"] = r.checkpoint_bytes;
       m["faults"]["checkpoint_write_s_mean"] = r.checkpoints > 0 ? r.checkpoint_write_s / r.checkpoints : 0.0;

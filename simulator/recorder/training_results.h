@@ -57,6 +57,7 @@ struct TrainingResults {
   double useful_s = 0;            // iterations kept (computed and not lost)
   double lost_s = 0;              // work lost: since the last checkpoint, at each failure
   double checkpoint_s = 0;        // writing checkpoints
+  int spare_servers = 0, spare_swaps = 0;  // hot spares held, and failed servers swapped for one
   bool checkpoint_storage = false;  // written to the storage servers as flows (else a fixed pause)
   double checkpoint_bytes = 0;    // one checkpoint's bytes, all devices together (storage only)
   double checkpoint_write_s = 0;  // the completed writes' time together (storage only)

@@ -97,6 +97,8 @@ int64_t TrainingJob::slowed(int64_t ns, const std::vector<int>& devs) const {
 // Megatron's rank order: tensor parallel fastest, then data parallel, then pipeline stages.
 void TrainingJob::map_devices(const std::vector<int>& devices) {
   devices_ = devices;
+  active_.assign(static_cast<size_t>(world_.device_count()), 0);
+  for (int d : devices_) active_[static_cast<size_t>(d)] = 1;
   nodes_.assign(static_cast<size_t>(c_.dp * c_.pp), {});
   slot_devices_.assign(static_cast<size_t>(c_.dp * c_.pp), {});
   for (int s = 0; s < c_.pp; ++s)
@@ -118,6 +120,7 @@ void TrainingJob::start(World& w) {
   faults_ = !w.faults().empty();
   res_.faults = faults_;
   res_.checkpoint_storage = faults_ && c_.checkpoint_to_storage;
+  res_.spare_servers = faults_ ? c_.spare_servers : 0;
   if (res_.checkpoint_storage) res_.checkpoint_bytes = checkpoint_bytes_per_device(c_) * static_cast<double>(c_.tp * c_.pp * c_.dp);
   mark_ns_ = w.engine().now().count_ns();
   start_ns_ = mark_ns_;

@@ -68,6 +68,11 @@ struct TrainingConfig {
   // weights and Adam state, spread over the data-parallel replicas) to the cluster's storage
   // servers as flows on the fabric; the write lasts until the last byte lands.
   bool checkpoint_to_storage = false;
+  // Hot spares: whole servers the job holds idle (their device indices, each server's in
+  // order); a failed server is swapped for a healthy spare at once (one in its own rack when
+  // there is one), and the repaired server joins the spares.
+  int spare_servers = 0;
+  std::vector<std::vector<int>> spares;
   int64_t restart_ns = 0;              // from healthy devices to training again (reload, re-init)
   int64_t collective_timeout_ns = 0;   // a transfer making no progress this long fails the job (its group is cut off)
   std::array<int, 3> slice_cubes{0, 0, 0};  // the TPU slice shape in cubes when placed as a slice (it may re-form there)

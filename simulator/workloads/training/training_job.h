@@ -232,6 +232,10 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   CostModel cost_;
   std::vector<std::vector<int>> nodes_;  // per (replica, stage): topology nodes of its tp ranks
   std::vector<std::vector<int>> slot_devices_;  // the same as device indices (for their speed)
+  std::vector<char> active_;                    // per world device: 1 when the job computes on it (not a spare)
+  // Hot spares: swaps each server of the job that has a failed device for a healthy spare
+  // server (its own rack's first); false when a failed server found no healthy spare.
+  bool swap_spares(World& w);
   int64_t slowed(int64_t ns, const std::vector<int>& devs) const;
   std::vector<Stage> stages_;
   std::vector<int> pending_;             // flows left per (stage slot, micro-batch, direction)

@@ -15,8 +15,11 @@
 namespace sluice::training::detail {
 
 void TrainingJob::on_devices_changed(World& w, const std::vector<int>& devices, bool up) {
-  (void)devices;
   if (done_) return;
+  // A spare failing (or one coming back) does not stop the job: only a device it computes on.
+  bool computing = false;
+  for (int d : devices) computing = computing || active_[static_cast<size_t>(d)];
+  if (!up && !computing) return;
   if (!up && state_ != State::Recovering) fail_stop(w);
   if (state_ != State::Recovering || restart_pending_ || decide_pending_) return;
   // Decided at the end of the instant, once every failure and repair at this time is known
@@ -107,9 +110,52 @@ bool TrainingJob::all_up() const {
 void TrainingJob::recover(World& w) {
   if (done_ || restart_pending_) return;
   if (!all_up() && c_.slice_cubes[0] > 0 && w.slices().is_pod()) reform(w);
+  if (!all_up() && !c_.spares.empty()) swap_spares(w);
   if (!all_up()) return;  // waits for the repair (on_devices_changed)
   restart_pending_ = true;
   schedule(kRestart, c_.restart_ns);
+}
+
+bool TrainingJob::swap_spares(World& w) {
+  auto healthy = [&](const std::vector<int>& devs) {
+    for (int d : devs)
+      if (!w.device_up(d)) return false;
+    return true;
+  };
+  std::vector<int> devs = devices_;
+  bool all = true;
+  for (size_t i = 0; i < devs.size(); ++i) {
+    if (w.device_up(devs[i])) continue;
+    const int g = w.group_of(devs[i]);
+    // The failed server's devices in order (a spare is the same size: claimed so).
+    std::vector<int> failed;
+    for (int d = 0; d < w.device_count(); ++d)
+      if (w.group_of(d) == g) failed.push_back(d);
+    const int rack = g / w.rack_nodes();
+    size_t pick = c_.spares.size();
+    for (size_t k = 0; k < c_.spares.size(); ++k) {
+      if (!healthy(c_.spares[k])) continue;
+      if (pick == c_.spares.size()) pick = k;
+      if (w.group_of(c_.spares[k].front()) / w.rack_nodes() == rack) {
+        pick = k;
+        break;
+      }
+    }
+    if (pick == c_.spares.size()) {
+      all = false;  // no healthy spare: this server waits for its repair
+      continue;
+    }
+    const std::vector<int> spare = c_.spares[pick];
+    for (int& d : devs) {
+      if (w.group_of(d) != g) continue;
+      const auto at = std::find(failed.begin(), failed.end(), d) - failed.begin();
+      d = spare[static_cast<size_t>(at)];
+    }
+    c_.spares[pick] = failed;  // the failed server is a spare once repaired
+    ++res_.spare_swaps;
+  }
+  map_devices(devs);
+  return all;
 }
 
 void TrainingJob::reform(World& w) {

@@ -19,6 +19,36 @@
 
 namespace sluice::training {
 
+namespace {
+
+// Hot spares: the first `n` servers (device groups) none of whose devices anyone holds, each
+// claimed whole for the job; refused at spare_servers when fewer are free or the job is a
+// TPU slice (it re-forms from free cubes instead).
+std::vector<std::vector<int>> claim_spares(World& world, const Params& rec, const std::vector<int>& mine, int n, const std::string& who,
+                                           bool slice) {
+  if (slice) rec.fail("spare_servers", "a TPU slice re-forms from free cubes after a failure; it keeps no spare servers", "0");
+  std::map<int, std::vector<int>> groups;
+  for (int d = 0; d < world.device_count(); ++d) groups[world.group_of(d)].push_back(d);
+  // Servers as large as the job's first one: a spare takes a failed server's place rank for rank.
+  const size_t size = groups[world.group_of(mine.front())].size();
+  std::vector<std::vector<int>> out;
+  for (const auto& [g, devs] : groups) {
+    if (g < 0 || devs.size() != size) continue;
+    bool free = true;
+    for (int d : devs) free = free && world.holder(d).empty();
+    if (!free) continue;
+    out.push_back(devs);
+    if (static_cast<int>(out.size()) == n) break;
+  }
+  if (static_cast<int>(out.size()) < n)
+    rec.fail("spare_servers", fmt::format("{} spare servers asked, but {} free servers of {} devices are left beside the job", n, out.size(), size),
+             fmt::format("at most {}, or a larger cluster", out.size()));
+  for (const auto& devs : out) world.claim(devs, who);
+  return out;
+}
+
+}  // namespace
+
 TrainingSetup training_setup(const TrainingConfig& c) {
   TrainingSetup s;
   s.model = c.model.name;
@@ -222,6 +252,11 @@ SLUICE_REGISTER(workload, training_workload) {
                         "and Adam state over the data-parallel replicas) to the cluster's storage servers as flows on the fabric, "
                         "and the job waits for the last byte (needs cluster.storage_servers)")
       .def("pause");
+  rec_keys.integer("spare_servers", &T::spare_servers,
+                   "hot spares: free servers the job holds idle; a failed server is swapped for a healthy spare (one in its rack "
+                   "first) and the job restarts without waiting for the repair (0: it waits)")
+      .def("0")
+      .range(0, 4096);
   rec_keys.time_ns("restart", &T::restart_ns, "from healthy devices to training again: reload the checkpoint, re-initialise")
       .def("5min")
       .nonneg();
@@ -277,6 +312,7 @@ SLUICE_REGISTER(workload, training_workload) {
                   p.fail("place", fmt::format("a tensor-parallel group spans servers (devices {} and {})", devices[static_cast<size_t>(g)],
                                               devices[static_cast<size_t>(g + k)]),
                          "a placement whose consecutive groups of tp devices share a server");
+            if (c.spare_servers > 0) c.spares = claim_spares(world, p.section("recovery"), devices, c.spare_servers, ctx.name, c.slice_cubes[0] > 0);
             if (p.flag("trace")) world.trace().enable(true);
             return make_training_job(ctx.name, std::move(c), world, devices);
           }));
