@@ -27,6 +27,7 @@ class Stragglers final : public FaultProcess, public EventHandler {
     for (int t : targets_) rng_.emplace_back(w.engine().seed(), fmt::format("straggler/{}/{}", name_, comps[static_cast<size_t>(t)].name));
     for (size_t i = 0; i < targets_.size(); ++i) schedule(i, start_ns_, onset_);
   }
+  bool can_fail() const override { return false; }
   std::string describe() const override {
     return fmt::format("{}: {} {}s {}x slower ({}), for {}", name_, targets_.size(), fault_class_name(cls_), factor_, onset_.describe(),
                        spell_.describe());

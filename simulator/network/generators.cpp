@@ -83,6 +83,8 @@ void add_upper_tiers(Topology& t, const ClosSpec& c, const std::vector<int>& lea
   if (c.tiers != 3) throw TopologyError(fmt::format("tiers must be 2 or 3, got {}", c.tiers));
   const int leaves_per_pod = std::max(1, radix / 2);
   const int pods = (leaves + leaves_per_pod - 1) / leaves_per_pod;
+  if (pods > radix)  // a core switch has a port for each pod at most: more would split the fabric
+    throw TopologyError(fmt::format("{} pods of {} leaves, but a 3-tier Clos of radix {} joins at most {} pods", pods, leaves_per_pod, radix, radix));
   const int agg_up = radix / 2;
   const int cores_per_group = std::max(1, (pods * agg_up + radix - 1) / radix);
   std::vector<std::vector<int>> core_groups(static_cast<size_t>(up));
@@ -195,12 +197,26 @@ std::vector<int> add_storage(Topology& t, int count, double Bps, int64_t latency
     if (top > 0 && t.node(v).kind == NodeKind::Switch && t.node(v).group < 0 && hops[static_cast<size_t>(v)] == top) tops.push_back(v);
   if (tops.empty())
     throw TopologyError(fmt::format("'{}' has no fabric switch to attach storage to (storage servers need a switched scale-out fabric)", t.name()));
+  // Server i goes to the first top switch with a free port from position i·n/count on, so
+  // they spread over the tier (its planes, a dragonfly's groups) instead of filling its start.
+  const size_t n = tops.size();
   std::vector<int> out;
   for (int i = 0; i < count; ++i) {
+    const size_t from = static_cast<size_t>(i) * n / static_cast<size_t>(count);
+    int sw = -1;
+    for (size_t k = 0; k < n && sw < 0; ++k) {
+      const int v = tops[(from + k) % n];
+      if (t.node(v).radix == 0 || t.ports_used(v) < t.node(v).radix) sw = v;
+    }
+    if (sw < 0)
+      throw TopologyError(fmt::format("every port of '{}''s top-tier switches is in use: no room for storage server {} (a larger "
+                                      "switch_radix, an oversubscribed or larger fabric, or fewer storage servers)",
+                                      t.name(), i));
     const int v = t.add_node(NodeInfo{fmt::format("storage{}", i), NodeKind::Host, 0, usd, {-1, -1, -1}, -1});
-    t.add_link(v, tops[static_cast<size_t>(i) % tops.size()], Bps, latency_ns, "storage");
+    t.add_link(v, sw, Bps, latency_ns, "storage");
     out.push_back(v);
   }
+  t.check();
   return out;
 }
 

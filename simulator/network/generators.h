@@ -87,9 +87,10 @@ using TopologyFactory = std::function<Topology(const Params& p, const std::strin
 
 // Storage servers on the fabric (where checkpoints are written): `count` nodes, each joined by
 // one link of `Bps` per direction to a switch of the fabric's top tier (the switches farthest
-// from every device, dealt in turn), so writes cross the fabric as any flow does. Returns
-// their node ids; throws TopologyError when the topology has no switch beyond the servers'
-// own (a torus, one server).
+// from every device, spread over it, each within its radix), so writes cross the fabric as any
+// flow does. Returns their node ids; throws TopologyError when the topology has no switch
+// beyond the servers' own (a torus, one server) or no free port on its top tier (a full
+// non-blocking Clos: every spine port carries a leaf).
 std::vector<int> add_storage(Topology& t, int count, double Bps, int64_t latency_ns, double usd);
 
 // The generators: one file each in network/topologies/, registered in category "topology".

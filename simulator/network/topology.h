@@ -40,7 +40,7 @@ struct LinkInfo {
   double price_usd = 0;      // capex of the physical link (cable/optics), on the forward direction only
   std::string label;         // nvlink, pcie, nic, ici, uplink, ...
   bool up = true;            // false: torn down (an OCS circuit removed); routes avoid it
-  int route_penalty = 0;     // added to the link's routing weight (a dragonfly's global hop: fewest global hops first)
+  int route_penalty = 0;     // added to the link's routing weight (a dragonfly's global hop: one global hop, not two shorter ones)
 };
 
 // Raised by topology construction and checks; the message names the offending element.

@@ -98,6 +98,9 @@ class FaultProcess {
   virtual ~FaultProcess() = default;
   virtual void start(World& world) = 0;
   virtual std::string describe() const = 0;
+  // False for a process that never takes a component down (stragglers only slow devices):
+  // a world with no process that can fail needs no checkpoints, restarts or watchdogs.
+  virtual bool can_fail() const { return true; }
 };
 using FaultProcessFactory = std::function<std::unique_ptr<FaultProcess>(const Params& p, World& world, const std::string& name)>;
 
@@ -150,6 +153,12 @@ class World {
   bool link_failed(int link) const { return !link_down_.empty() && link_down_[static_cast<size_t>(link)] > 0; }
   void add_fault(std::unique_ptr<FaultProcess> f) { faults_.push_back(std::move(f)); }
   const std::vector<std::unique_ptr<FaultProcess>>& faults() const { return faults_; }
+  // Whether some fault process can take a component down (not only slow one).
+  bool can_fail() const {
+    for (const auto& f : faults_)
+      if (f->can_fail()) return true;
+    return false;
+  }
   // Called after every fault event, for the run-time invariants (set by the monkey and tests).
   std::function<void(World&)> after_fault;
   // Releases devices a workload held (to move elsewhere after a failure).

@@ -136,7 +136,7 @@ SLUICE_REGISTER(study, world_study) {
             try {
               cl.storage_nodes = net::add_storage(*cl.topology, cl.storage_servers, cl.storage_Bps, 500, cl.storage_usd);
             } catch (const net::TopologyError& e) {
-              c.fail("storage_servers", e.what(), "0 on this topology, or a fat-tree, rail-optimized, multi-plane or dragonfly fabric");
+              c.fail("storage_servers", e.what(), "0, or a switched fabric with free ports on its top tier (oversubscribed, a larger switch_radix, a 3-tier Clos with room)");
             }
             cl.hardware = hardware_from_ref(c, "hardware");
             auto world = std::make_unique<World>(ctx.seed, std::move(cl));

@@ -6,6 +6,7 @@
 
 #include "test_support.h"
 
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <string>
@@ -19,6 +20,7 @@
 #include "network/flow.h"
 #include "network/generators.h"
 #include "network/routing.h"
+#include "network/topologies/keys.h"
 
 using namespace sluice;
 using namespace sluice::net;
@@ -106,6 +108,18 @@ TEST_CASE("dragonfly: shapes whose ports do not add up are refused at their key"
   // 4 routers x 1 global link join at most 5 groups: 2048 servers need 512.
   CHECK_THROWS_WITH_AS(load("{catalog: dragonfly, servers: 2048, routers_per_group: 4, global_links_per_router: 1}"),
                        doctest::Contains("servers"), ConfigError);
+  // Routers that do not each reach every group (4 routers, 2 global links each, 10 groups):
+  // the route to another group still crosses one global link, never two through a third group.
+  const Topology sparse = load("{catalog: dragonfly, servers: 36, nics_per_router: 8, routers_per_group: 4, global_links_per_router: 2, switch_radix: 16}");
+  Router rs(sparse);
+  int pairs = 0;
+  for (size_t a = 0; a < sparse.devices().size(); a += 8)
+    for (size_t b = 0; b < sparse.devices().size(); b += 8) {
+      if (a == b) continue;
+      CHECK(count_label(sparse, rs.route(sparse.devices()[a], sparse.devices()[b], a * 977 + b), "global") <= 1);
+      ++pairs;
+    }
+  CHECK(pairs == 36 * 35);
   // One group: local links only, no global ones.
   const Topology one = load("{catalog: dragonfly, servers: 8}");
   int global = 0;
@@ -150,7 +164,7 @@ TEST_CASE("multi-plane: each plane is its own Clos, rail r on plane r mod planes
 }
 
 TEST_CASE("multi-plane: three tiers a plane, and planes that do not divide a server's GPUs are refused") {
-  // 64-port switches, 3 tiers: every plane gets its own aggregation and core switches.
+  // 32-port switches, 3 tiers: every plane gets its own aggregation and core switches.
   const Topology t = load("{catalog: multi-plane, servers: 4096, switch_radix: 32, tiers: 3}");
   t.check();
   CHECK(t.devices().size() == 32768);
@@ -167,6 +181,8 @@ TEST_CASE("clos: a 3-tier core group that does not divide an aggregation switch'
   // Radix 16: 8 leaves a pod, 8 uplinks an aggregation switch; 48 servers make 6 pods and core
   // groups of 3, which do not divide 8. Dealt per pod from 0, core 0 of a group took 3 links a
   // pod (18 > 16 ports); dealt on from where the last pod stopped, each core takes 16.
+  // More pods than a core has ports would split the fabric: refused at the key and by the builder.
+  CHECK_THROWS_WITH_AS(load("{catalog: fat-tree, servers: 16384, tiers: 3}"), doctest::Contains("pods"), ConfigError);
   ClosSpec c;
   c.servers = 48;
   c.server.host_cpus = 0;
@@ -176,4 +192,32 @@ TEST_CASE("clos: a 3-tier core group that does not divide an aggregation switch'
   t.check();
   for (int v = 0; v < t.node_count(); ++v)
     if (t.node(v).name.rfind("core", 0) == 0) CHECK(t.ports_used(v) == 16);
+}
+
+TEST_CASE("fabrics: a cluster whose estimated memory exceeds the machine's is refused at its size, before it is built") {
+  // 4,096 servers (32,768 GPUs): 1,024 leaves' distance vectors over ~41k nodes, about 266 MB.
+  ::setenv("SLUICE_MEMORY_LIMIT", "100MiB", 1);
+  CHECK_THROWS_WITH_AS(load("{catalog: fat-tree, servers: 4096, tiers: 3}"), doctest::Contains("would need about"), ConfigError);
+  CHECK_THROWS_WITH_AS(load("{catalog: dragonfly, servers: 4096, routers_per_group: 32, nics_per_router: 16}"),
+                       doctest::Contains("servers"), ConfigError);
+  CHECK_THROWS_WITH_AS(load("{catalog: gb200-nvl72, racks: 512}"), doctest::Contains("racks"), ConfigError);
+  CHECK_NOTHROW(load("{catalog: fat-tree, servers: 32}"));
+  ::setenv("SLUICE_MEMORY_LIMIT", "1GiB", 1);
+  CHECK_NOTHROW(load("{catalog: fat-tree, servers: 4096, tiers: 3}"));
+  ::unsetenv("SLUICE_MEMORY_LIMIT");
+  CHECK(machine_memory_bytes() > 1e9);
+}
+
+TEST_CASE("storage servers: on a multi-plane fabric they spread over the planes' top switches, each within its radix") {
+  Topology t = load("{catalog: multi-plane, servers: 128, oversubscription: 3}");
+  const auto st = add_storage(t, 8, 50e9, 500, 0);
+  REQUIRE(st.size() == 8);
+  std::set<int> planes;
+  for (int v : st) {
+    REQUIRE(t.out_links(v).size() == 1);
+    const int sw = t.link(t.out_links(v)[0]).dst;
+    planes.insert(plane_of(t, sw));
+    CHECK(t.ports_used(sw) <= t.node(sw).radix);
+  }
+  CHECK(planes.size() == 8);
 }

@@ -72,7 +72,7 @@ TEST_CASE("stragglers: spells end, and the fast-forward gives the same bytes acr
   CHECK(m["world"]["faults"]["slowdowns"].get<int>() >= 4 * 4);  // four chips, several spells each
 }
 
-TEST_CASE("stragglers: a slowdown of at most 1 and a class without devices are refused at their keys") {
+TEST_CASE("stragglers: a slowdown of at most 1, a class that holds no devices and an unknown chip are refused at their keys") {
   CHECK_THROWS_WITH_AS(run_text(star(R"(faults:
   - {kind: straggler, component: chip, slowdown: 1, onset: {dist: fixed, mean: 1s}, duration: {dist: fixed, mean: 1s}}
 )")),

@@ -7,6 +7,8 @@
 #include "test_support.h"
 
 #include "config/error.h"
+#include "hardware/spec.h"
+#include "workloads/training/training.h"
 #include "engine/run_control.h"
 #include "run/runner.h"
 
@@ -88,4 +90,29 @@ workloads:
   - {name: j, kind: training, model: tinyllama-1.1b, cost_tables: none, parallel: {tp: 1, pp: 1, dp: 4}, place: {devices: [0-3]}}
 )"),
                        doctest::Contains("storage_servers"), ConfigError);
+}
+
+TEST_CASE("checkpoint to storage: an expert-parallel job writes every expert once") {
+  // Mixtral-8x7B at TP2 x DP32 with EP8: each device holds 1/8 of the routed experts, and the
+  // 32 replicas are 4 copies of 8 different expert sets; the checkpoint is the whole model once.
+  training::TrainingConfig c;
+  c.model = load_model("mixtral-8x7b");
+  c.tp = 2, c.pp = 1, c.dp = 32, c.ep = 8;
+  const double all = training::checkpoint_bytes_per_device(c) * c.tp * c.pp * c.dp;
+  CHECK(all == doctest::Approx(c.model.parameters() * (c.model.dtype_bytes + 12)));
+  CHECK(c.model.parameters() > 4e10);  // 46.7B: the experts are most of it
+}
+
+TEST_CASE("storage servers: spread over the top tier within each switch's radix, refused where no port is free") {
+  const auto world = [](const std::string& topo, int servers) {
+    return run_text("name: t\ncluster: {topology: " + topo + ", storage_servers: " + std::to_string(servers) + R"(}
+workloads:
+  - {name: j, kind: training, model: tinyllama-1.1b, cost_tables: none, parallel: {tp: 8, pp: 1, dp: 1}, place: {servers: [0]}}
+)");
+  };
+  // A non-blocking fat-tree's spines have every port on a leaf: no room.
+  CHECK_THROWS_WITH_AS(world("fat-tree", 2), doctest::Contains("storage_servers"), ConfigError);
+  // Oversubscribed 3:1, the spines have free ports; on the multi-plane, 8 servers spread over its planes.
+  CHECK_NOTHROW(world("{catalog: fat-tree, oversubscription: 3}", 2));
+  CHECK_NOTHROW(world("{catalog: multi-plane, servers: 128, oversubscription: 3}", 8));
 }

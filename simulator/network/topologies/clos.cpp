@@ -1,5 +1,7 @@
 // `fat-tree` and `rail-optimized`: two- or three-tier Clos fabrics of NVSwitch servers, with
 // oversubscription; a rail puts local rank r of every server on rail leaf r.
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "network/topologies/keys.h"
@@ -47,6 +49,19 @@ void register_clos(Registry& reg, bool rail) {
             ClosSpec c = keys.make(p);
             c.rail_optimized = rail;
             check_server(p, c.server);
+            {  // leaves: the switches the NICs attach to (rails split into groups of `down` servers)
+              const int down = static_cast<int>(std::floor(c.switch_radix * c.oversubscription / (c.oversubscription + 1.0)));
+              const double nics = static_cast<double>(c.servers) * (c.nic_per_server ? 1 : c.server.gpus);
+              const double leaves = rail ? std::ceil(static_cast<double>(c.servers) / std::max(1, down)) * c.server.gpus
+                                         : std::ceil(nics / std::max(1, down));
+              check_fabric_memory(p, "servers", static_cast<double>(c.servers) * c.server.gpus, leaves);
+              // Three tiers join at most `radix` pods of radix/2 leaves (a plane's leaves each).
+              const double pods = std::ceil(leaves / std::max(1, c.planes) / std::max(1, c.switch_radix / 2));
+              if (c.tiers == 3 && pods > c.switch_radix)
+                p.fail("servers", fmt::format("{} servers make {:.0f} pods of leaves, but a 3-tier Clos of radix {} joins at most {}", c.servers, pods,
+                                              c.switch_radix, c.switch_radix),
+                       "fewer servers, a larger switch_radix, oversubscription, or (rail-optimized) more planes");
+            }
             if (c.server.gpus % c.planes != 0)
               p.fail("planes", fmt::format("{} planes do not divide the {} GPUs of a server", c.planes, c.server.gpus),
                      "a divisor of gpus_per_server (each plane takes the same number of rails)");

@@ -73,10 +73,10 @@ Topology build_dragonfly(const DragonflySpec& d, const std::string& name) {
         const int rj = gj * a + next[static_cast<size_t>(gj)]++ % a;
         const int e = t.add_link(router_ids[static_cast<size_t>(ri)], router_ids[static_cast<size_t>(rj)], d.global_Bps,
                                  d.global_latency_ns, "global", d.optical_usd, true);
-        // Minimal routing: among routes of equal length the one with the fewest global hops
-        // (a route through a third group is as many links long when routers hold links to
-        // every group). Less than one hop's weight, so never a longer route.
-        t.mutable_link(e).route_penalty = t.mutable_link(t.link(e).reverse).route_penalty = 256;
+        // Minimal routing crosses one global link: the penalty is more than a hop's weight
+        // (1024 + at most 512), so local, global, local beats global, global through a third
+        // group (two router hops, but two global ones).
+        t.mutable_link(e).route_penalty = t.mutable_link(t.link(e).reverse).route_penalty = 2048;
       }
   return t;
 }
@@ -133,6 +133,7 @@ SLUICE_REGISTER(component, topology_dragonfly) {
                                  d.routers_per_group, h),
                      fmt::format("at most {} servers here (or more routers_per_group, global_links_per_router or switch_radix)",
                                  (static_cast<long>(d.routers_per_group) * h + 1) * d.routers_per_group * d.nics_per_router / d.server.gpus));
+            check_fabric_memory(p, "servers", static_cast<double>(nics), static_cast<double>(routers));
             return build_dragonfly(d, name);
           }));
 }

@@ -1,6 +1,12 @@
 #include "network/topologies/keys.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include <fmt/format.h>
+
+#include "config/units.h"
 
 namespace sluice::net {
 
@@ -80,6 +86,25 @@ Topology build_scaled_out(const ServerSpec& server, int servers, const ScaleOut&
   Topology t = build_clos(c, name);
   t.family = family;
   return t;
+}
+
+double machine_memory_bytes() {
+  if (const char* s = std::getenv("SLUICE_MEMORY_LIMIT"); s && *s)
+    if (const auto v = parse_quantity(s, UnitKind::Bytes)) return *v;
+  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+}
+
+void check_fabric_memory(const Params& p, const std::string& key, double devices, double attach_switches) {
+  const double nodes = 1.25 * devices;
+  const double vectors = attach_switches * nodes * 4;
+  const double need = 3e3 * devices + vectors;
+  const double have = machine_memory_bytes();
+  if (need > have)
+    p.fail(key,
+           fmt::format("a fabric of {:.0f} devices would need about {} to build and route ({:.0f} distance vectors of {:.0f} nodes: {}), "
+                       "more than this machine's {}",
+                       devices, format_bytes(need), attach_switches, nodes, format_bytes(vectors), format_bytes(have)),
+           "a smaller cluster, or a machine with more memory");
 }
 
 void check_server(const Params& p, const ServerSpec& s) {

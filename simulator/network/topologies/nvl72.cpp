@@ -4,6 +4,8 @@
 // tier), and one scale-out NIC per GPU into a rail-optimized (or fat-tree) Clos joining the
 // racks (one rack alone has no scale-out). Traffic inside a rack never leaves its NVLink
 // domain; traffic between racks crosses the NICs and the Clos.
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "network/topologies/keys.h"
@@ -78,6 +80,8 @@ SLUICE_REGISTER(component, topology_nvl72) {
             rack.nvswitch_usd = n.nvswitch_usd;
             rack.nvswitch_chips = n.nvswitch_chips;
             rack.server_other_usd = n.rack_other_usd;
+            check_fabric_memory(p, "racks", static_cast<double>(n.racks) * n.gpus,
+                                n.racks * std::ceil(static_cast<double>(n.gpus) / (n.scale_out.switch_radix / 2.0)));
             return build_scaled_out(rack, n.racks, n.scale_out, name, "nvl72");
           }));
 }

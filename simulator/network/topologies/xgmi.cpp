@@ -61,6 +61,8 @@ SLUICE_REGISTER(component, topology_xgmi) {
             server.host_usd = x.host_usd;
             server.server_other_usd = x.server_other_usd;
             check_server(p, server);
+            check_fabric_memory(p, "servers", static_cast<double>(x.servers) * server.gpus,
+                                x.servers * std::ceil(static_cast<double>(server.gpus) / (x.scale_out.switch_radix / 2.0)));
             return build_scaled_out(server, x.servers, x.scale_out, name, "xgmi-mesh");
           }));
 }

@@ -108,7 +108,7 @@ class ServingWorkload final : public Workload {
     }
     sim_->set_sink(records_.get());
     done_ = sim_->config().workload->total_requests() == 0;
-    if (!w.faults().empty()) sim_->enable_faults();
+    if (w.can_fail()) sim_->enable_faults();
     sim_->start(w.progress, [this, &w] {
       done_ = true;
       w.workload_done();

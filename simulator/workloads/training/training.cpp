@@ -117,7 +117,7 @@ void TrainingJob::start(World& w) {
     world_.trace().name_process(pid_, fmt::format("training {}", name()));
     for (int s = 0; s < c_.pp && s < 64; ++s) world_.trace().name_thread(pid_, s, fmt::format("stage {}", s));
   }
-  faults_ = !w.faults().empty();
+  faults_ = w.can_fail();
   res_.faults = faults_;
   res_.checkpoint_storage = faults_ && c_.checkpoint_to_storage;
   res_.spare_servers = faults_ ? c_.spare_servers : 0;
@@ -187,6 +187,7 @@ void TrainingJob::on_event(Engine& e, uint32_t kind, uint32_t arg) {
 void TrainingJob::on_flow_done(Engine&, uint64_t tag) {
   if ((tag >> 56) != (gen_ & 0xFF)) return;  // a transfer of an iteration a failure cut short
   if (((tag >> 32) & 0xFFFFFF) == kCheckpointTarget) {
+    progress_ns_ = world_.engine().now().count_ns();
     if (--ckpt_left_ == 0) checkpoint_done(world_.engine());
     return;
   }

@@ -82,9 +82,9 @@ struct TrainingConfig {
 
 // Parameters one device holds: its tp x pp share of the model, with 1/ep of the routed experts.
 double params_per_device(const TrainingConfig& c);
-// What one device writes of a checkpoint: its shard's weights and fp32 Adam state (master,
-// m, v: 12 bytes a parameter) once per model-parallel shard, spread evenly over the
-// data-parallel replicas (Megatron's distributed checkpoint, PyTorch DCP).
+// What one device writes of a checkpoint: the model's weights and fp32 Adam state (master,
+// m, v: 12 bytes a parameter) once, every expert included, spread evenly over all the job's
+// devices (Megatron's distributed checkpoint, PyTorch DCP).
 double checkpoint_bytes_per_device(const TrainingConfig& c);
 // The heaviest stage's memory per device; activations for the micro-batches a stage holds at
 // once (GPipe: all m; 1F1B: at most pp on the first stage), after Korthikanti et al. (2022):

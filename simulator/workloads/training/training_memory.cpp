@@ -11,7 +11,10 @@ double params_per_device(const TrainingConfig& c) {
   return (c.model.parameters() - c.model.routed_expert_parameters() * (1 - 1.0 / c.ep)) / (c.tp * c.pp);
 }
 
-double checkpoint_bytes_per_device(const TrainingConfig& c) { return params_per_device(c) * (c.model.dtype_bytes + 12) / c.dp; }
+double checkpoint_bytes_per_device(const TrainingConfig& c) {
+  // The whole model once (every expert: expert-parallel replicas hold different ones).
+  return c.model.parameters() * (c.model.dtype_bytes + 12) / (static_cast<double>(c.tp) * c.pp * c.dp);
+}
 
 TrainingMemory training_memory(const TrainingConfig& c) {
   const ModelSpec& m = c.model;

@@ -41,6 +41,7 @@ void TrainingJob::write_checkpoint() {
   const double bytes = checkpoint_bytes_per_device(c_);
   const uint64_t tag = (static_cast<uint64_t>(gen_ & 0xFF) << 56) | (kCheckpointTarget << 32);
   ckpt_left_ = 0;
+  progress_ns_ = world_.engine().now().count_ns();
   size_t k = 0;
   for (const auto& slot : nodes_)
     for (int node : slot) {
@@ -233,10 +234,14 @@ void TrainingJob::watchdog(Engine& e) {
   const int64_t now = e.now().count_ns();
   // During a skip the job progresses at least once an iteration, and an iteration is shorter
   // than the timeout (try_skip): the check would pass.
-  if (state_ == State::Running && skipping_ == 0 && now - progress_ns_ >= c_.collective_timeout_ns) {
+  // A checkpoint write to storage is watched too (its flows may stall on a failed link).
+  const bool writing = state_ == State::Checkpointing && c_.checkpoint_to_storage;
+  if ((state_ == State::Running || writing) && skipping_ == 0 && now - progress_ns_ >= c_.collective_timeout_ns) {
     ++gen_;
     res_.failed = true;
-    res_.failure_reason = fmt::format("no progress for {:.3g} s: a transfer's group is cut off from the fabric", c_.collective_timeout_ns / 1e9);
+    res_.failure_reason = writing ? fmt::format("no progress for {:.3g} s: a checkpoint write is cut off from the storage servers",
+                                                c_.collective_timeout_ns / 1e9)
+                                  : fmt::format("no progress for {:.3g} s: a transfer's group is cut off from the fabric", c_.collective_timeout_ns / 1e9);
     res_.lost_s += static_cast<double>(now - mark_ns_) / 1e9;
     auto& by = res_.by_cause["collective_timeout"];
     ++by.interruptions;
