@@ -43,6 +43,17 @@ inline Json run_text(const std::string& yaml, const std::vector<std::string>& se
   return rec.metrics();
 }
 
+// Whether a run's summary says the training fast-forward counted iterations without
+// simulating them (so an on/off equality test compared something).
+inline bool fast_forwarded(const std::string& yaml) {
+  Scenario sc = load_scenario_text(yaml, "t.yaml", {}, registry());
+  Recorder rec;
+  run_into(sc, rec, {});
+  for (const auto& l : rec.summary_lines())
+    if (l.find("were counted without being simulated") != std::string::npos) return true;
+  return false;
+}
+
 // Four devices (four servers, groups 0-3) on one switch, each link 100 GB/s with no latency, on
 // H200s: the cluster section of hand-checked training tests (a scenario's text up to `workloads:`).
 inline constexpr const char* kFourDeviceStar = R"(name: t
