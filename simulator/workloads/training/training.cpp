@@ -222,6 +222,7 @@ void TrainingJob::start_iteration() {
       st.sending = false;
     }
   observe_start();
+  if (zero3()) z3_begin_iteration();
   for (int i = 0; i < c_.dp * c_.pp; ++i) try_run(i);
 }
 
@@ -230,7 +231,9 @@ void TrainingJob::try_run(int sl) {
   if (st.busy || st.next >= st.order.size()) return;
   const Op op = st.order[st.next];
   if (!(op.forward ? st.f_in : st.b_in)[static_cast<size_t>(op.mb)]) return;
+  if (zero3() && !z3_ready(sl, st.next)) return;  // its parameters are still being gathered
   st.busy = true;
+  if (zero3()) z3_op_started(sl, st.next);
   ++st.next;
   const int s = virtual_stage(sl, op.mb);
   const int64_t now = world_.engine().now().count_ns();
@@ -360,6 +363,7 @@ void TrainingJob::op_done(int sl) {
   } else if (j > 0) {
     send(sl, slot(d, (j - 1) % c_.pp), (j - 1) / c_.pp * units_ + unit, true);
   }
+  if (!op.forward && zero3()) z3_backward_done(sl, st.next - 1);  // before the stage's end below: its reduce-scatter counts
   if (!op.forward && st.next == st.order.size()) stage_backward_done(s);
   try_run(sl);
 }
@@ -370,6 +374,10 @@ void TrainingJob::op_done(int sl) {
 void TrainingJob::stage_backward_done(int s) {
   last_backward_ns_ = std::max(last_backward_ns_, world_.engine().now().count_ns());
   if (++stage_bwd_done_[static_cast<size_t>(s)] < c_.dp) return;
+  if (zero3()) {  // every backward op's gradients were reduce-scattered as it ended
+    if (z3_rs_left_[static_cast<size_t>(s)] == 0) stage_reduced();
+    return;
+  }
   if (c_.dp == 1) {
     stage_reduced();
     return;
@@ -412,7 +420,8 @@ void TrainingJob::stage_reduced() {
   const int64_t now = world_.engine().now().count_ns();
   dp_ns_total_ += now - last_backward_ns_;
   for (auto& c : dp_live_) flows_ += c->flows_started();
-  schedule(c_.zero >= 1 && c_.dp > 1 ? kOptimizerDone : kIterationEnd, slowed(optimizer_ns_, devices_));
+  // ZeRO 1-2 all-gather the updated parameters after the step; ZeRO-3 gathers them per op.
+  schedule(c_.zero >= 1 && c_.zero < 3 && c_.dp > 1 ? kOptimizerDone : kIterationEnd, slowed(optimizer_ns_, devices_));
 }
 
 // ZeRO: every replica updated its shard of the parameters; each stage's tensor-parallel rank

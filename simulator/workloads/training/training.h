@@ -39,7 +39,7 @@ struct TrainingConfig {
   // ZeRO stage over the data-parallel replicas: 0 none; 1 the optimizer state sharded
   // (Megatron's distributed optimizer: gradients reduce-scattered, each replica updates its
   // shard, the parameters all-gathered); 2 the gradients sharded too (memory only: the same
-  // traffic as 1).
+  // traffic as 1); 3 the parameters sharded too (training_zero3.cpp).
   int zero = 0;
   // Expert parallelism of a mixture-of-experts model (Megatron-Core's EP): the experts spread
   // over groups of this many consecutive data-parallel replicas (1: every replica holds every

@@ -260,6 +260,17 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   int64_t a2a_ns_total_ = 0;
   int64_t optimizer_ns_ = 0, iter_start_ns_ = 0, last_backward_ns_ = 0, dp_ns_total_ = 0;
   int gather_left_ = 0;  // ZeRO: parameter all-gathers still running
+  // ZeRO-3 (training_zero3.cpp): per stage, the ops whose parameters are gathered and the
+  // gather's collectives still running; per (stage, op), the replicas that started it and that
+  // finished its backward; per stage, its gradient reduce-scatters still running.
+  std::vector<int> z3_gathered_, z3_gather_left_, z3_started_, z3_bwd_done_, z3_rs_left_;
+  bool zero3() const;
+  void z3_begin_iteration();
+  void z3_collective(net::CollectiveKind kind, int s, uint64_t salt, std::function<void()> done);
+  void z3_gather(int s, size_t op);
+  bool z3_ready(int sl, size_t op) const;
+  void z3_op_started(int sl, size_t op);
+  void z3_backward_done(int sl, size_t op);
   int stages_reduced_ = 0, iterations_done_ = 0, pid_ = 0;
   double bubble_sum_ = 0;
   bool done_ = false;

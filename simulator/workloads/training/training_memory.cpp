@@ -21,6 +21,9 @@ TrainingMemory training_memory(const TrainingConfig& c) {
   TrainingMemory mem;
   const double params = params_per_device(c);
   mem.weights = params * m.dtype_bytes;
+  // ZeRO-3: the shard, plus FSDP's buffer of two layers gathered whole (the one computing and
+  // the one prefetched).
+  if (c.zero >= 3) mem.weights = params * m.dtype_bytes / c.dp + 2 * params / std::ceil(static_cast<double>(m.layers) / c.pp) * m.dtype_bytes;
   // ZeRO shards the optimizer state (stage 1) and the gradients (stage 2) over the replicas.
   mem.gradients = params * m.dtype_bytes / (c.zero >= 2 ? c.dp : 1);
   mem.optimizer = params * 12 / (c.zero >= 1 ? c.dp : 1);  // fp32 master weights, Adam's m and v

@@ -103,6 +103,9 @@ SlicingConfig slicing_from_params(const Params& p, const Binding<SlicingConfig>&
     par.fail("expert_parallel",
              "token slicing plans slices on a schedule without the expert all-to-alls each slice would pay (not modelled yet)",
              "1, or slicing.policy: none");
+  if (c.zero >= 3)
+    par.fail("zero", "ZeRO-3 gathers parameters per micro-batch op, and token slicing's per-slice ops would each gather (not modelled yet)",
+             "0, 1 or 2, or slicing.policy: none");
   if (c.schedule != Schedule::GPipe)
     par.fail("schedule", "token slicing runs slices through the pipeline GPipe-style (a slice's backward needs the later slices')",
              "gpipe (or slicing.policy: none)");
@@ -136,6 +139,9 @@ void check_training_shape(const TrainingConfig& c, const Params& job, const Para
       parallel.fail("zero", "ZeRO with expert parallelism (sharding over the expert-data-parallel groups) is not modelled yet",
                     "0 with expert_parallel > 1");
   }
+  if (c.zero >= 3 && c.virtual_stages > 1)
+    parallel.fail("zero", "ZeRO-3 gathers a stage's parameters per op, and interleaved chunks would gather one chunk's (not modelled yet)",
+                  "0, 1 or 2 with virtual_stages > 1");
   if (c.model.moe() && c.ep == 1 && c.routing != MoeOptions::Routing::Uniform)
     job.section("moe").fail("routing", "skewed routing slows the replicas holding hot experts, and without expert parallelism every replica holds them all",
                             "uniform, or parallel.expert_parallel > 1");
@@ -192,9 +198,11 @@ SLUICE_REGISTER(workload, training_workload) {
   par_keys.integer("zero", &T::zero,
                    "ZeRO stage over the data-parallel replicas: 0 none; 1 optimizer state sharded (gradients reduce-scattered, "
                    "each replica updates its shard, parameters all-gathered: Megatron's distributed optimizer); 2 gradients "
-                   "sharded too (memory; the same traffic). Stage 3 (parameters gathered per layer) is not modelled yet")
+                   "sharded too (memory; the same traffic); 3 parameters sharded too (FSDP): every forward and backward op "
+                   "all-gathers its stage's parameters (prefetched one op ahead), every backward op reduce-scatters its "
+                   "gradients, and nothing is gathered after Adam's step")
       .def("0")
-      .range(0, 2);
+      .range(0, 3);
   par_keys.integer("expert_parallel", &T::ep,
                    "a mixture-of-experts model's expert parallelism (Megatron-Core's EP): its routed experts spread over "
                    "groups of this many consecutive data-parallel replicas (dividing dp and the experts); every MoE layer's "

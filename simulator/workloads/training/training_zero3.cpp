@@ -1,0 +1,71 @@
+// ZeRO stage 3 (FSDP's full sharding): each replica holds 1/dp of its stage's parameters, so
+// every forward and backward op first all-gathers them over the data-parallel replicas, and
+// every backward op's gradients are reduce-scattered at once (each replica keeps the sum of its
+// shard); Adam's step runs on the shard and no all-gather follows it. The gathers of a stage
+// run in op order, one ahead: op j + 1's gather starts once every replica has started op j
+// (FSDP's prefetch; two ops' parameters held at most), so a gather hides under the op before
+// it when the compute is longer. Timed per stage op (every layer's gather as one collective);
+// memory counts FSDP's buffer of two layers (training_memory.cpp).
+#include "workloads/training/training_job.h"
+
+namespace sluice::training::detail {
+
+bool TrainingJob::zero3() const { return c_.zero >= 3 && c_.dp > 1; }
+
+void TrainingJob::z3_begin_iteration() {
+  const size_t ops = stages_[0].order.size();
+  z3_gathered_.assign(static_cast<size_t>(c_.pp), 0);
+  z3_gather_left_.assign(static_cast<size_t>(c_.pp), 0);
+  z3_started_.assign(static_cast<size_t>(c_.pp) * ops, 0);
+  z3_bwd_done_.assign(static_cast<size_t>(c_.pp) * ops, 0);
+  z3_rs_left_.assign(static_cast<size_t>(c_.pp), 0);
+  for (int s = 0; s < c_.pp; ++s) z3_gather(s, 0);
+}
+
+// One collective per tensor-parallel rank over the stage's data-parallel replicas.
+void TrainingJob::z3_collective(net::CollectiveKind kind, int s, uint64_t salt, std::function<void()> done) {
+  for (int k = 0; k < c_.tp; ++k) {
+    std::vector<int> group;
+    for (int d = 0; d < c_.dp; ++d) group.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(k)]);
+    net::CollectiveOptions o;
+    o.salt = salt * 131 + static_cast<uint64_t>(k);
+    o.fused_ring_steps = true;
+    auto coll = std::make_unique<net::Collective>(world_.fabric(), kind, std::move(group), dp_bytes_, o);
+    net::Collective* raw = coll.get();
+    dp_live_.push_back(std::move(coll));
+    raw->start([this, done, g = gen_](Engine& e) {
+      if (g != gen_) return;
+      progress_ns_ = e.now().count_ns();
+      done();
+    });
+  }
+}
+
+void TrainingJob::z3_gather(int s, size_t op) {
+  z3_gather_left_[static_cast<size_t>(s)] = c_.tp;
+  z3_collective(net::CollectiveKind::AllGather, s, (static_cast<uint64_t>(s) * 65537 + op) * 2, [this, s, op] {
+    if (--z3_gather_left_[static_cast<size_t>(s)] > 0) return;
+    z3_gathered_[static_cast<size_t>(s)] = static_cast<int>(op) + 1;
+    for (int d = 0; d < c_.dp; ++d) try_run(slot(d, s));
+  });
+}
+
+bool TrainingJob::z3_ready(int sl, size_t op) const { return static_cast<int>(op) < z3_gathered_[static_cast<size_t>(sl % c_.pp)]; }
+
+void TrainingJob::z3_op_started(int sl, size_t op) {
+  const int s = sl % c_.pp;
+  const size_t ops = stages_[0].order.size();
+  if (++z3_started_[static_cast<size_t>(s) * ops + op] == c_.dp && op + 1 < ops) z3_gather(s, op + 1);
+}
+
+void TrainingJob::z3_backward_done(int sl, size_t op) {
+  const int s = sl % c_.pp;
+  const size_t ops = stages_[0].order.size();
+  if (++z3_bwd_done_[static_cast<size_t>(s) * ops + op] < c_.dp) return;
+  z3_rs_left_[static_cast<size_t>(s)] += c_.tp;
+  z3_collective(net::CollectiveKind::ReduceScatter, s, (static_cast<uint64_t>(s) * 65537 + op) * 2 + 1, [this, s] {
+    if (--z3_rs_left_[static_cast<size_t>(s)] == 0 && stage_bwd_done_[static_cast<size_t>(s)] == c_.dp) stage_reduced();
+  });
+}
+
+}  // namespace sluice::training::detail

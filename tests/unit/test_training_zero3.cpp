@@ -1,0 +1,87 @@
+// ZeRO-3 (FSDP): parameters sharded over the data-parallel replicas, gathered before every
+// forward and backward op (one op ahead), gradients reduce-scattered after every backward op.
+// By hand on the four-device star: memory per device, the comm-bound iteration (every gather
+// exposed), the compute-bound one (all but the first gather hidden: as long as ZeRO-2's), the
+// fast-forward on and off, and the refusals.
+#include <doctest/doctest.h>
+
+#include "test_support.h"
+
+#include "config/error.h"
+#include "engine/run_control.h"
+#include "run/runner.h"
+
+using namespace sluice;
+using sluice::testing::run_text;
+
+namespace {
+
+// A 4-way data-parallel job of a flat model (4 layers) on the star: `sequence` tokens a
+// micro-batch, `m` micro-batches, ZeRO stage `zero`.
+std::string star(int zero, int sequence, int m, int iterations = 2, const std::string& extra = "") {
+  const std::string s = std::to_string(sequence);
+  return std::string(sluice::testing::kFourDeviceStar) + "workloads:\n  - {name: j, kind: training, sequence: " + s +
+         ", cost_tables: none, iterations: " + std::to_string(iterations) +
+         ",\n     model: {name: flat, layers: 4, hidden: 4096, heads: 32, kv_heads: 32, ffn: 16384, vocab: 8, max_context: " + s +
+         "},\n     parallel: {tp: 1, pp: 1, dp: 4, micro_batches: " + std::to_string(m) + ", zero: " + std::to_string(zero) + extra + "}}\n";
+}
+
+const Json& training(const Json& m) { return m["training"]; }
+double iteration(const Json& m) { return training(m)["iteration_s"].back().get<double>(); }
+
+constexpr double kH = 4096;
+constexpr double kParams = 4 * (4 * kH * kH + 3 * kH * 16384) + 2 * 8 * kH;
+
+}  // namespace
+
+TEST_CASE("ZeRO-3: each device holds a quarter of the weights plus two layers gathered whole") {
+  const Json mem = training(run_text(star(3, 512, 1)))["memory_per_device"];
+  const double w = mem["weights_bytes"].get<double>(), g = mem["gradients_bytes"].get<double>(), o = mem["optimizer_bytes"].get<double>();
+  CHECK(g == doctest::Approx(2 * kParams / 4).epsilon(1e-3));  // bf16 gradients, a quarter (P: the layers' GEMMs and embeddings)
+  // The weights' shard is as large as the gradients'; two of the 4 layers gathered whole are 2 x P/4 x 2 bytes: twice that.
+  CHECK(w == doctest::Approx(3 * g));
+  CHECK(o == doctest::Approx(6 * g));  // 12 bytes a parameter over 4
+}
+
+TEST_CASE("ZeRO-3: the backward waits for its gather when comm-bound and the gathers hide when compute-bound (as long as ZeRO-2)") {
+  // One micro-batch of 512 tokens: the forward (Cf) is shorter than a gather (G). ZeRO-2:
+  // Cf + Cb + R + Adam + G (the gather after the step). ZeRO-3: the forward's gather G, the
+  // backward's gather G (started with the forward, longer than it), Cb, R, Adam. On the
+  // symmetric star a ring all-gather takes what the reduce-scatter does (G = R), and the
+  // backward is twice the forward.
+  const Json z2 = run_text(star(2, 512, 1)), z3 = run_text(star(3, 512, 1));
+  const double t2 = iteration(z2), R = training(z2)["dp_allreduce_ms"].get<double>() / 1e3, adam = training(z2)["optimizer_ms"].get<double>() / 1e3;
+  const double cf = (t2 - 2 * R - adam) / 3;
+  REQUIRE(cf < R);
+  CHECK(iteration(z3) == doctest::Approx(t2 + R - cf).epsilon(1e-8));
+  // 8192 tokens, two micro-batches: every op outlasts a gather and a reduce-scatter, so only the
+  // first gather shows, where ZeRO-2's gather after the step stood: the same iteration.
+  CHECK(iteration(run_text(star(3, 8192, 2))) == doctest::Approx(iteration(run_text(star(2, 8192, 2)))).epsilon(1e-12));
+}
+
+TEST_CASE("ZeRO-3: the same bytes with the fast-forward on and off") {
+  const std::string yaml = std::string(star(3, 512, 2, 40)) + R"(faults:
+  - {name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 2s}, repair: {dist: fixed, mean: 100ms}}
+)";
+  std::string on, off;
+  {
+    const RunControl::FastForward ff(true);
+    on = run_text(yaml).dump(1);
+  }
+  {
+    const RunControl::FastForward ff(false);
+    off = run_text(yaml).dump(1);
+  }
+  CHECK(on == off);
+  {
+    const RunControl::FastForward ff(true);
+    CHECK(testing::fast_forwarded(yaml));
+  }
+}
+
+TEST_CASE("ZeRO-3: refused with interleaved virtual stages and with token slicing") {
+  CHECK_THROWS_WITH_AS(run_text(star(3, 512, 4, 2, ", virtual_stages: 2")), doctest::Contains("zero"), ConfigError);
+  std::string sliced = star(3, 512, 4);
+  sliced.replace(sliced.find("parallel: {"), 11, "slicing: {policy: uniform, slices: 2}, parallel: {schedule: gpipe, ");
+  CHECK_THROWS_WITH_AS(run_text(sliced), doctest::Contains("zero"), ConfigError);
+}
