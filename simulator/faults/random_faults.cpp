@@ -5,6 +5,7 @@
 // changes the draws of another.
 #include <fmt/format.h>
 
+#include "faults/alternating.h"
 #include "faults/distribution.h"
 #include "faults/targets.h"
 #include "registry/registry.h"
@@ -14,43 +15,16 @@ namespace sluice::faults {
 
 namespace {
 
-class RandomFaults final : public FaultProcess, public EventHandler {
+class RandomFaults final : public Alternating {
  public:
   RandomFaults(std::string name, FaultClass cls, Distribution ttf, Distribution repair, std::vector<int> targets, int64_t start_ns)
-      : name_(std::move(name)), cls_(cls), ttf_(ttf), repair_(repair), targets_(std::move(targets)), start_ns_(start_ns) {}
-
-  void start(World& w) override {
-    world_ = &w;
-    const auto& comps = w.components(cls_);
-    rng_.reserve(targets_.size());
-    for (int t : targets_) rng_.emplace_back(w.engine().seed(), fmt::format("fault/{}/{}", name_, comps[static_cast<size_t>(t)].name));
-    for (size_t i = 0; i < targets_.size(); ++i) schedule(i, start_ns_, ttf_);
-  }
+      : Alternating("fault", std::move(name), cls, ttf, repair, std::move(targets), start_ns) {}
   std::string describe() const override {
-    return fmt::format("{}: {} {}s fail ({}), repair {}", name_, targets_.size(), fault_class_name(cls_), ttf_.describe(), repair_.describe());
-  }
-  void on_event(Engine&, uint32_t kind, uint32_t arg) override {
-    const bool fail = kind == kFail;
-    world_->set_component(cls_, targets_[arg], fail, name_);
-    schedule(arg, world_->engine().now().count_ns(), fail ? repair_ : ttf_);
+    return fmt::format("{}: {} {}s fail ({}), repair {}", name_, targets_.size(), fault_class_name(cls_), until_on_.describe(), until_off_.describe());
   }
 
  private:
-  enum : uint32_t { kFail = 1, kRepair = 2 };
-  void schedule(size_t i, int64_t from_ns, const Distribution& d) {
-    const double s = d.draw(rng_[i]);
-    // Draws beyond ~290 years never happen within a run: not scheduled at all.
-    if (!(s < 9e9)) return;
-    const int64_t at = from_ns + std::max<int64_t>(1, static_cast<int64_t>(s * 1e9));
-    world_->engine().schedule_at(SimTime::ns(at), Priority::Fault, this, &d == &ttf_ ? kFail : kRepair, static_cast<uint32_t>(i));
-  }
-  std::string name_;
-  FaultClass cls_;
-  Distribution ttf_, repair_;
-  std::vector<int> targets_;
-  int64_t start_ns_;
-  World* world_ = nullptr;
-  std::vector<RngStream> rng_;
+  void apply(int target, bool on) override { world_->set_component(cls_, target, on, name_); }
 };
 
 std::vector<std::string> class_names() {

@@ -6,6 +6,7 @@
 // component draws from its own stream, named by the process and the component.
 #include <fmt/format.h>
 
+#include "faults/alternating.h"
 #include "faults/distribution.h"
 #include "faults/targets.h"
 #include "registry/registry.h"
@@ -15,45 +16,21 @@ namespace sluice::faults {
 
 namespace {
 
-class Stragglers final : public FaultProcess, public EventHandler {
+class Stragglers final : public Alternating {
  public:
   Stragglers(std::string name, FaultClass cls, double factor, Distribution onset, Distribution spell, std::vector<int> targets, int64_t start_ns)
-      : name_(std::move(name)), cls_(cls), factor_(factor), onset_(onset), spell_(spell), targets_(std::move(targets)), start_ns_(start_ns) {}
-
-  void start(World& w) override {
-    world_ = &w;
-    const auto& comps = w.components(cls_);
-    rng_.reserve(targets_.size());
-    for (int t : targets_) rng_.emplace_back(w.engine().seed(), fmt::format("straggler/{}/{}", name_, comps[static_cast<size_t>(t)].name));
-    for (size_t i = 0; i < targets_.size(); ++i) schedule(i, start_ns_, onset_);
-  }
+      : Alternating("straggler", std::move(name), cls, onset, spell, std::move(targets), start_ns), factor_(factor) {}
   bool can_fail() const override { return false; }
   std::string describe() const override {
-    return fmt::format("{}: {} {}s {}x slower ({}), for {}", name_, targets_.size(), fault_class_name(cls_), factor_, onset_.describe(),
-                       spell_.describe());
-  }
-  void on_event(Engine&, uint32_t kind, uint32_t arg) override {
-    const bool slow = kind == kSlow;
-    world_->set_slowdown(world_->components(cls_)[static_cast<size_t>(targets_[arg])].devices, slow ? factor_ : 1.0);
-    schedule(arg, world_->engine().now().count_ns(), slow ? spell_ : onset_);
+    return fmt::format("{}: {} {}s {}x slower ({}), for {}", name_, targets_.size(), fault_class_name(cls_), factor_, until_on_.describe(),
+                       until_off_.describe());
   }
 
  private:
-  enum : uint32_t { kSlow = 1, kRecover = 2 };
-  void schedule(size_t i, int64_t from_ns, const Distribution& d) {
-    const double s = d.draw(rng_[i]);
-    if (!(s < 9e9)) return;  // beyond ~290 years: never within a run (a permanent straggler)
-    const int64_t at = from_ns + std::max<int64_t>(1, static_cast<int64_t>(s * 1e9));
-    world_->engine().schedule_at(SimTime::ns(at), Priority::Fault, this, &d == &onset_ ? kSlow : kRecover, static_cast<uint32_t>(i));
+  void apply(int target, bool on) override {
+    world_->set_slowdown(world_->components(cls_)[static_cast<size_t>(target)].devices, on ? factor_ : 1.0);
   }
-  std::string name_;
-  FaultClass cls_;
   double factor_;
-  Distribution onset_, spell_;
-  std::vector<int> targets_;
-  int64_t start_ns_;
-  World* world_ = nullptr;
-  std::vector<RngStream> rng_;
 };
 
 }  // namespace

@@ -53,21 +53,7 @@ TEST_CASE("stragglers: spells end, and the fast-forward gives the same bytes acr
   - {kind: straggler, component: chip, slowdown: 1.5, onset: {dist: fixed, mean: 300ms}, duration: {dist: fixed, mean: 200ms}}
 )",
                                 60);
-  std::string on, off;
-  {
-    const RunControl::FastForward ff(true);
-    on = run_text(yaml).dump(1);
-  }
-  {
-    const RunControl::FastForward ff(false);
-    off = run_text(yaml).dump(1);
-  }
-  CHECK(on == off);
-  {
-    const RunControl::FastForward ff(true);
-    CHECK(testing::fast_forwarded(yaml));  // the fast-forward did skip: the comparison compared something
-  }
-  const Json m = Json::parse(on);
+  const Json m = testing::same_with_and_without_fast_forward(yaml);
   const auto it = iterations(m);
   const double lo = *std::min_element(it.begin(), it.end()), hi = *std::max_element(it.begin(), it.end());
   // Full-speed iterations and, while every chip is slow, iterations of 1.5 (compute + step) + all-reduce.

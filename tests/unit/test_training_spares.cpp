@@ -66,21 +66,8 @@ TEST_CASE("hot spares: the failed server's own rack first, the repaired server a
 
 TEST_CASE("hot spares: the same bytes with the fast-forward on and off") {
   const std::string yaml = job(4, "[0-1]", 1, R"(["1s chip:gpu0.3 down", "30s chip:gpu0.3 up", "40s chip:gpu2.1 down"])", 3000);
-  std::string on, off;
-  {
-    const RunControl::FastForward ff(true);
-    on = run_text(yaml).dump(1);
-  }
-  {
-    const RunControl::FastForward ff(false);
-    off = run_text(yaml).dump(1);
-  }
-  CHECK(on == off);
-  {
-    const RunControl::FastForward ff(true);
-    CHECK(testing::fast_forwarded(yaml));  // the fast-forward did skip: the comparison compared something
-  }
-  CHECK(faults(Json::parse(on))["spare_swaps"] == 2);  // server 0 for 2, then (repaired) 0 for 2
+  const Json m = testing::same_with_and_without_fast_forward(yaml);
+  CHECK(faults(m)["spare_swaps"] == 2);  // server 0 for 2, then (repaired) 0 for 2
 }
 
 TEST_CASE("hot spares: more spares than free servers are refused at the key") {

@@ -63,20 +63,7 @@ TEST_CASE("ZeRO-3: the same bytes with the fast-forward on and off") {
   const std::string yaml = std::string(star(3, 512, 2, 40)) + R"(faults:
   - {name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 2s}, repair: {dist: fixed, mean: 100ms}}
 )";
-  std::string on, off;
-  {
-    const RunControl::FastForward ff(true);
-    on = run_text(yaml).dump(1);
-  }
-  {
-    const RunControl::FastForward ff(false);
-    off = run_text(yaml).dump(1);
-  }
-  CHECK(on == off);
-  {
-    const RunControl::FastForward ff(true);
-    CHECK(testing::fast_forwarded(yaml));
-  }
+  testing::same_with_and_without_fast_forward(yaml);
 }
 
 TEST_CASE("ZeRO-3: refused with interleaved virtual stages and with token slicing") {
