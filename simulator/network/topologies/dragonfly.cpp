@@ -27,6 +27,11 @@ struct DragonflySpec {
   double switch_usd = 0, nic_usd = 0, cable_usd = 0, optical_usd = 0;
 };
 
+// Global links per router: as given, else every port the NICs and local links leave.
+int global_ports(const DragonflySpec& d) {
+  return d.global_per_router > 0 ? d.global_per_router : d.switch_radix - d.nics_per_router - (d.routers_per_group - 1);
+}
+
 // Builds the dragonfly; throws TopologyError when its ports do not add up (the keys' checks
 // say so first, located).
 Topology build_dragonfly(const DragonflySpec& d, const std::string& name) {
@@ -34,7 +39,7 @@ Topology build_dragonfly(const DragonflySpec& d, const std::string& name) {
   t.family = "dragonfly";
   const int p = d.nics_per_router, a = d.routers_per_group;
   const int local = a - 1;
-  const int h = d.global_per_router > 0 ? d.global_per_router : d.switch_radix - p - local;
+  const int h = global_ports(d);
   if (p + local + h > d.switch_radix || h < 1)
     throw TopologyError(fmt::format("a dragonfly router needs {} NIC + {} local + {} global ports but its radix is {}", p, local,
                                     std::max(h, 1), d.switch_radix));
@@ -119,7 +124,7 @@ SLUICE_REGISTER(component, topology_dragonfly) {
             const DragonflySpec d = keys.make(p);
             check_server(p, d.server);
             const int local = d.routers_per_group - 1;
-            const int h = d.global_per_router > 0 ? d.global_per_router : d.switch_radix - d.nics_per_router - local;
+            const int h = global_ports(d);
             if (d.nics_per_router + local + std::max(h, 1) > d.switch_radix)
               p.fail("switch_radix",
                      fmt::format("a router needs {} NIC + {} local + {} global ports", d.nics_per_router, local, std::max(h, 1)),

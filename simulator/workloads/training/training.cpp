@@ -88,9 +88,9 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
 }
 
 // A computation on `devs` takes the slowest one's factor (a straggler holds up its group).
-int64_t TrainingJob::slowed(int64_t ns, const std::vector<int>& devs) const {
+int64_t TrainingJob::slowed(int64_t ns, size_t first, size_t n) const {
   double f = 1.0;
-  for (int d : devs) f = std::max(f, world_.device_slowdown(d));
+  for (size_t i = first; i < first + n; ++i) f = std::max(f, world_.device_slowdown(devices_[i]));
   return f == 1.0 ? ns : static_cast<int64_t>(std::llround(static_cast<double>(ns) * f));
 }
 
@@ -100,14 +100,10 @@ void TrainingJob::map_devices(const std::vector<int>& devices) {
   active_.assign(static_cast<size_t>(world_.device_count()), 0);
   for (int d : devices_) active_[static_cast<size_t>(d)] = 1;
   nodes_.assign(static_cast<size_t>(c_.dp * c_.pp), {});
-  slot_devices_.assign(static_cast<size_t>(c_.dp * c_.pp), {});
   for (int s = 0; s < c_.pp; ++s)
     for (int d = 0; d < c_.dp; ++d)
-      for (int k = 0; k < c_.tp; ++k) {
-        const int dev = devices[static_cast<size_t>((s * c_.dp + d) * c_.tp + k)];
-        nodes_[static_cast<size_t>(slot(d, s))].push_back(world_.device_node(dev));
-        slot_devices_[static_cast<size_t>(slot(d, s))].push_back(dev);
-      }
+      for (int k = 0; k < c_.tp; ++k)
+        nodes_[static_cast<size_t>(slot(d, s))].push_back(world_.device_node(devices[static_cast<size_t>((s * c_.dp + d) * c_.tp + k)]));
   if (c_.tp > 1 && c_.tp_algorithm == net::CollectiveKind::AllReduceNvls)
     for (const auto& group : nodes_) net::require_nvls(world_.topology(), group, "tp_algorithm");
 }
@@ -240,7 +236,7 @@ void TrainingJob::try_run(int sl) {
   st.op_start_ns = now;
   const int slice = op.mb % n_slices_;
   const int64_t dur = op.forward ? fwd_ns(s, slice) : bwd_ns(s, slice);
-  schedule(kCompute, slowed(dur, slot_devices_[static_cast<size_t>(sl)]), static_cast<uint32_t>(sl));
+  schedule(kCompute, slowed(dur, slot_first_device(sl), static_cast<size_t>(c_.tp)), static_cast<uint32_t>(sl));
 }
 
 void TrainingJob::compute_done(int sl) {
@@ -421,7 +417,7 @@ void TrainingJob::stage_reduced() {
   dp_ns_total_ += now - last_backward_ns_;
   for (auto& c : dp_live_) flows_ += c->flows_started();
   // ZeRO 1-2 all-gather the updated parameters after the step; ZeRO-3 gathers them per op.
-  schedule(c_.zero >= 1 && c_.zero < 3 && c_.dp > 1 ? kOptimizerDone : kIterationEnd, slowed(optimizer_ns_, devices_));
+  schedule(c_.zero >= 1 && c_.zero < 3 && c_.dp > 1 ? kOptimizerDone : kIterationEnd, slowed(optimizer_ns_, 0, devices_.size()));
 }
 
 // ZeRO: every replica updated its shard of the parameters; each stage's tensor-parallel rank

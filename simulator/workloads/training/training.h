@@ -64,8 +64,8 @@ struct TrainingConfig {
   // Failures: a failure stops the job; it restarts from its last checkpoint.
   int64_t checkpoint_interval_ns = 0;  // 0: no checkpoints (a failure loses everything since the start)
   int64_t checkpoint_write_ns = 0;     // the job pauses this long to write one (checkpoint_to: pause)
-  // checkpoint_to: storage: every device writes its share of the checkpoint (its shard's
-  // weights and Adam state, spread over the data-parallel replicas) to the cluster's storage
+  // checkpoint_to: storage: every device writes its share of the checkpoint (the model's
+  // weights and Adam state once, spread over all the job's devices) to the cluster's storage
   // servers as flows on the fabric; the write lasts until the last byte lands.
   bool checkpoint_to_storage = false;
   // Hot spares: whole servers the job holds idle (their device indices, each server's in

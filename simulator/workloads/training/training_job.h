@@ -231,12 +231,14 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   World& world_;
   CostModel cost_;
   std::vector<std::vector<int>> nodes_;  // per (replica, stage): topology nodes of its tp ranks
-  std::vector<std::vector<int>> slot_devices_;  // the same as device indices (for their speed)
   std::vector<char> active_;                    // per world device: 1 when the job computes on it (not a spare)
   // Hot spares: swaps each server of the job that has a failed device for a healthy spare
-  // server (its own rack's first); false when a failed server found no healthy spare.
-  bool swap_spares(World& w);
-  int64_t slowed(int64_t ns, const std::vector<int>& devs) const;
+  // server (its own rack's first); one that finds none waits for its repair.
+  void swap_spares(World& w);
+  // `ns` of compute on devices_[first, first + n) (a slot's tp ranks: slot_first_device), at the
+  // slowest one's speed.
+  int64_t slowed(int64_t ns, size_t first, size_t n) const;
+  size_t slot_first_device(int sl) const { return static_cast<size_t>(((sl % c_.pp) * c_.dp + sl / c_.pp) * c_.tp); }
   std::vector<Stage> stages_;
   std::vector<int> pending_;             // flows left per (stage slot, micro-batch, direction)
   std::vector<int64_t> fwd_ns_;           // per (stage, slice): stage x slices + slice

@@ -117,14 +117,13 @@ void TrainingJob::recover(World& w) {
   schedule(kRestart, c_.restart_ns);
 }
 
-bool TrainingJob::swap_spares(World& w) {
+void TrainingJob::swap_spares(World& w) {
   auto healthy = [&](const std::vector<int>& devs) {
     for (int d : devs)
       if (!w.device_up(d)) return false;
     return true;
   };
   std::vector<int> devs = devices_;
-  bool all = true;
   for (size_t i = 0; i < devs.size(); ++i) {
     if (w.device_up(devs[i])) continue;
     const int g = w.group_of(devs[i]);
@@ -142,10 +141,7 @@ bool TrainingJob::swap_spares(World& w) {
         break;
       }
     }
-    if (pick == c_.spares.size()) {
-      all = false;  // no healthy spare: this server waits for its repair
-      continue;
-    }
+    if (pick == c_.spares.size()) continue;  // no healthy spare: this server waits for its repair
     const std::vector<int> spare = c_.spares[pick];
     for (int& d : devs) {
       if (w.group_of(d) != g) continue;
@@ -156,7 +152,6 @@ bool TrainingJob::swap_spares(World& w) {
     ++res_.spare_swaps;
   }
   map_devices(devs);
-  return all;
 }
 
 void TrainingJob::reform(World& w) {

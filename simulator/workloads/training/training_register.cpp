@@ -256,8 +256,8 @@ SLUICE_REGISTER(workload, training_workload) {
       .nonneg();
   rec_keys.time_ns("checkpoint_write", &T::checkpoint_write_ns, "the pause to write a checkpoint (checkpoint_to: pause)").def("30s").nonneg();
   rec_keys.choice<bool>("checkpoint_to", {{"pause", false}, {"storage", true}}, &T::checkpoint_to_storage,
-                        "pause: the job stops for checkpoint_write; storage: every device writes its share (its shard's weights "
-                        "and Adam state over the data-parallel replicas) to the cluster's storage servers as flows on the fabric, "
+                        "pause: the job stops for checkpoint_write; storage: every device writes its share (the model's weights and "
+                        "Adam state once, 14 bytes a parameter, spread over the job's devices) to the cluster's storage servers as flows on the fabric, "
                         "and the job waits for the last byte (needs cluster.storage_servers)")
       .def("pause");
   rec_keys.integer("spare_servers", &T::spare_servers,
