@@ -62,6 +62,15 @@ std::span<const MetricDef> training_metric_defs() {
       {"training", "memory_per_device.capacity_bytes", "bytes", "The device's HBM capacity."},
 
       // Mixture of experts.
+      {"training", "context_parallel.cp", "count", "Context-parallel ranks per (replica, stage): each sequence split over them, ring attention between them."},
+      {"training", "context_parallel.tokens_per_rank", "tokens", "Tokens of each sequence one context-parallel rank holds (its two chunks): sequence / cp."},
+      {"training", "context_parallel.attention_ms_per_micro_batch", "ms",
+       "Of per_micro_batch_ms.forward, the attention (the slowest stage's, the slowest CP rank's): what a forward's key/value ring hides under."},
+      {"training", "context_parallel.ring_bytes_per_device", "bytes",
+       "Keys and values one device sends around its context-parallel rings per iteration ((cp-1)/cp of the sequence's per forward, twice per backward, three times recomputing)."},
+      {"training", "context_parallel.ring_exposed_ms", "ms",
+       "Mean per iteration: the time key/value rings ran past their ops' compute, summed over replica 0's busiest pipeline rank's ops."},
+      {"training", "context_parallel.ring_exposed_share", "fraction", "ring_exposed_ms over the mean iteration time."},
       {"training", "moe.expert_parallel", "count", "Expert-parallel degree: data-parallel replicas the experts are spread over (1: every replica holds all)."},
       {"training", "moe.routing", "text", "The model of how tokens pick experts: uniform or zipf."},
       {"training", "moe.active_parameters", "parameters", "Parameters one token passes through (its experts and the dense part); MFU counts these."},

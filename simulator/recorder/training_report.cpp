@@ -76,6 +76,15 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                     {"alltoall_bytes_per_device", r.alltoall_bytes_per_device},
                     {"expert_dp_bytes_per_device", r.expert_dp_bytes_per_device}};
   }
+  if (c.cp > 1) {
+    // Context parallelism: the ring attention's traffic and the time it ran past the compute.
+    m["context_parallel"] = Json{{"cp", c.cp},
+                                 {"tokens_per_rank", c.sequence / c.cp},
+                                 {"attention_ms_per_micro_batch", r.cp_attention_ms},
+                                 {"ring_bytes_per_device", r.cp_ring_bytes_per_device},
+                                 {"ring_exposed_ms", r.cp_exposed_ms},
+                                 {"ring_exposed_share", mean > 0 ? r.cp_exposed_ms / 1e3 / mean : 0.0}};
+  }
   if (r.faults) {
     // Goodput: the work kept over the wall time; lost work, checkpoints and recovery are what it is not.
     double rec_mean = 0;
@@ -150,14 +159,20 @@ void report_training(const training::TrainingResults& r, const training::Trainin
   }
   if (scope.empty()) rec.metrics()["training"] = m;
   else rec.metrics()["workloads"][scope] = m;
-  summary(fmt::format("{} training on {} × {} (tp {} × pp {} × dp {}, {} over {} micro-batches of {} × {} tokens)", c.model,
-                      r.devices, c.hardware, c.tp, c.pp, c.dp,
+  summary(fmt::format("{} training on {} × {} (tp {}{} × pp {} × dp {}, {} over {} micro-batches of {} × {} tokens)", c.model,
+                      r.devices, c.hardware, c.tp, c.cp > 1 ? fmt::format(" × cp {}", c.cp) : std::string(), c.pp, c.dp,
                       c.schedule == "gpipe" ? std::string("GPipe")
                       : c.virtual_stages > 1                  ? fmt::format("interleaved 1F1B ({} chunks a rank)", c.virtual_stages)
                                                               : std::string("1F1B"),
                       c.micro_batches, c.micro_batch_size, c.sequence));
-  if (c.zero > 0) summary(fmt::format("ZeRO-{}: the optimizer state{} sharded over the {} data-parallel replicas", c.zero,
-                                      c.zero >= 2 ? " and the gradients" : "", c.dp));
+  if (c.cp > 1)
+    summary(fmt::format("context parallelism over {} ranks ({} tokens each): key/value rings ran {:.1f} ms past compute an iteration ({:.1f}% of "
+                        "it); {} a device sends around its rings",
+                        c.cp, c.sequence / c.cp, r.cp_exposed_ms, mean > 0 ? 100 * r.cp_exposed_ms / 1e3 / mean : 0.0,
+                        format_bytes(r.cp_ring_bytes_per_device)));
+  if (c.zero > 0) summary(fmt::format("ZeRO-{}: the optimizer state{} sharded over the {}", c.zero, c.zero >= 2 ? " and the gradients" : "",
+                                      c.cp > 1 ? fmt::format("{} data-parallel x context-parallel ranks", c.dp * c.cp)
+                                               : fmt::format("{} data-parallel replicas", c.dp)));
   summary(fmt::format("iteration {:.3f} s mean over {}; {:.0f} tokens/s; MFU {:.1f}%; bubble {:.1f}% (textbook {:.1f}%); DP all-reduce {:.1f} ms",
                       mean, r.iteration_s.size(), tokens_s, 100 * mfu, 100 * r.bubble_fraction, 100 * r.textbook_bubble, r.dp_allreduce_ms));
   if (c.ep > 1)

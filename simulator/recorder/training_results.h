@@ -46,6 +46,11 @@ struct TrainingResults {
   // recomputed forward; the share bound for its own experts, which stays on it, included).
   double alltoall_ms = 0, alltoall_bytes_per_device = 0;
   double expert_dp_bytes_per_device = 0;    // of dp_bytes_per_device, the expert gradients (over dp / ep replicas)
+  // Context parallelism: the time the key/value rings ran past their ops' compute, summed over
+  // an iteration's ops on replica 0's busiest pipeline rank (mean per iteration), and the bytes
+  // one device sends around its rings per iteration.
+  double cp_exposed_ms = 0, cp_ring_bytes_per_device = 0;
+  double cp_attention_ms = 0;  // of forward_ms, the attention (a backward's: twice it, three times recomputing)
   double optimizer_ms = 0;
   TrainingMemory memory;
   double dp_bytes_per_device = 0;
@@ -79,7 +84,7 @@ struct TrainingResults {
 struct TrainingSetup {
   std::string model, hardware, cost_source;
   double hbm_bytes = 0;
-  int tp = 1, pp = 1, dp = 1, ep = 1, virtual_stages = 1, zero = 0;
+  int tp = 1, pp = 1, dp = 1, ep = 1, cp = 1, virtual_stages = 1, zero = 0;
   std::string schedule;  // "gpipe" or "1f1b"
   int micro_batches = 1, micro_batch_size = 1, sequence = 0;
   bool recompute = false;

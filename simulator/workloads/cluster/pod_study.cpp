@@ -364,7 +364,7 @@ class PodStudy final : public Study {
     c.tables_dir = default_tables_dir(c.hardware);
     jc.name = cp.given("name") ? cp.str("name") : fmt::format("{} {}", c.model.name, shape_text(chips));
     const int n = chips[0] * chips[1] * chips[2];
-    if (c.tp * c.pp * c.dp != n)
+    if (job_devices(c) != n)
       cp.fail("parallel", fmt::format("{}: tp {} x pp {} x dp {} = {} chips, but the slice {} has {}", jc.name, c.tp, c.pp, c.dp,
                                       c.tp * c.pp * c.dp, shape_text(chips), n),
               fmt::format("degrees whose product is {}", n));

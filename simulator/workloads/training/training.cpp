@@ -40,7 +40,8 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
   tokens_ = static_cast<double>(c_.micro_batch_size) * c_.sequence;
   measure_handoffs();
   measure_tp_ring();
-  plan_slices();
+  if (cp()) plan_cp();
+  else plan_slices();
   units_ = m * n_slices_;
   stages_.resize(static_cast<size_t>(slots));
   for (int d = 0; d < c_.dp; ++d)
@@ -54,10 +55,10 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
   if (c_.ep > 1) expert_dp_bytes_ = routed / c_.ep / (c_.tp * c_.pp) * c_.model.dtype_bytes;
   a2a_.resize(static_cast<size_t>(c_.dp / c_.ep * c_.pp));
   // Adam's step streams the optimizer state of the parameters a device updates (its shard under ZeRO).
-  optimizer_ns_ = std::max<int64_t>(1, std::llround(params_per_device_ / (c_.zero >= 1 ? c_.dp : 1) * c_.optimizer_bytes_per_param /
+  optimizer_ns_ = std::max<int64_t>(1, std::llround(params_per_device_ / (c_.zero >= 1 ? c_.dp * c_.cp : 1) * c_.optimizer_bytes_per_param /
                                                     c_.hardware.effective_bandwidth_Bps() * 1e9));
   pid_ = world.trace_pid();
-  res_.devices = c_.tp * c_.pp * c_.dp;
+  res_.devices = job_devices(c_);
   res_.peak_flops_per_device = c_.hardware.peak_bf16_flops;
   res_.tokens_per_iteration = tokens_ * m * c_.dp;
   // A mixture of experts counts the parameters a token passes through (its k experts).
@@ -71,11 +72,14 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
     for (int c = 0; c < v; ++c)
       for (int i = 0; i < n_slices_; ++i) f += fwd_ns(c * K + s, i), b += bwd_ns(c * K + s, i);
     res_.forward_ms = std::max(res_.forward_ms, f / 1e6);
+    int64_t a = 0;  // context parallelism: the attention in it, what the rings hide under
+    for (int c = 0; c < v && cp(); ++c) a += cp_attn_ns_[static_cast<size_t>(c * K + s)];
+    res_.cp_attention_ms = std::max(res_.cp_attention_ms, a / 1e6);
     res_.backward_ms = std::max(res_.backward_ms, b / 1e6);
   }
   res_.optimizer_ms = optimizer_ns_ / 1e6;
   res_.memory = training_memory(c_);
-  res_.dp_bytes_per_device = c_.dp > 1 ? dp_bytes_ : 0;
+  res_.dp_bytes_per_device = c_.dp * c_.cp > 1 ? dp_bytes_ : 0;
   res_.expert_dp_bytes_per_device = c_.dp / c_.ep > 1 ? expert_dp_bytes_ : 0;
   // The all-to-alls' bytes per device and iteration: each unit's forward and backward on every
   // chunk of the busiest pipeline rank.
@@ -84,6 +88,14 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
     for (int c = 0; c < v; ++c)
       for (int u = 0; u < units_; ++u) bytes += exchanges_per_unit() * cost_.moe_alltoall_bytes(unit_tokens(u), c * K + s);
     res_.alltoall_bytes_per_device = std::max(res_.alltoall_bytes_per_device, bytes);
+  }
+  // Context parallelism: the keys and values one device sends around the ring per iteration on
+  // the busiest pipeline rank: (cp - 1) / cp of each op's gathered bytes, a backward's twice (three
+  // times recomputing).
+  for (int s = 0; s < K && cp(); ++s) {
+    double bytes = 0;
+    for (int c = 0; c < v; ++c) bytes += units_ * (1 + exchanges_per_unit()) * cp_kv_bytes(c * K + s) * (c_.cp - 1) / c_.cp;
+    res_.cp_ring_bytes_per_device = std::max(res_.cp_ring_bytes_per_device, bytes);
   }
 }
 
@@ -100,12 +112,21 @@ void TrainingJob::map_devices(const std::vector<int>& devices) {
   active_.assign(static_cast<size_t>(world_.device_count()), 0);
   for (int d : devices_) active_[static_cast<size_t>(d)] = 1;
   nodes_.assign(static_cast<size_t>(c_.dp * c_.pp), {});
+  // A slot's nodes: its context-parallel ranks in order, each's tensor-parallel ranks in order.
+  const int n = slot_devices();
   for (int s = 0; s < c_.pp; ++s)
     for (int d = 0; d < c_.dp; ++d)
-      for (int k = 0; k < c_.tp; ++k)
-        nodes_[static_cast<size_t>(slot(d, s))].push_back(world_.device_node(devices[static_cast<size_t>((s * c_.dp + d) * c_.tp + k)]));
+      for (int k = 0; k < n; ++k)
+        nodes_[static_cast<size_t>(slot(d, s))].push_back(world_.device_node(devices[static_cast<size_t>((s * c_.dp + d) * n + k)]));
   if (c_.tp > 1 && c_.tp_algorithm == net::CollectiveKind::AllReduceNvls)
     for (const auto& group : nodes_) net::require_nvls(world_.topology(), group, "tp_algorithm");
+}
+
+std::vector<int> TrainingJob::dp_group(int s, int k) const {
+  std::vector<int> group;
+  for (int d = 0; d < c_.dp; ++d)
+    for (int c = 0; c < c_.cp; ++c) group.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(c * c_.tp + k)]);
+  return group;
 }
 
 void TrainingJob::start(World& w) {
@@ -117,7 +138,7 @@ void TrainingJob::start(World& w) {
   res_.faults = faults_;
   res_.checkpoint_storage = faults_ && c_.checkpoint_to_storage;
   res_.spare_servers = faults_ ? c_.spare_servers : 0;
-  if (res_.checkpoint_storage) res_.checkpoint_bytes = checkpoint_bytes_per_device(c_) * static_cast<double>(c_.tp * c_.pp * c_.dp);
+  if (res_.checkpoint_storage) res_.checkpoint_bytes = checkpoint_bytes_per_device(c_) * job_devices(c_);
   mark_ns_ = w.engine().now().count_ns();
   start_ns_ = mark_ns_;
   start_iteration();
@@ -164,6 +185,7 @@ void TrainingJob::on_event(Engine& e, uint32_t kind, uint32_t arg) {
   }
   switch (kind) {
     case kCompute: compute_done(static_cast<int>(arg)); break;
+    case kCpRing: cp_start(static_cast<int>(arg)); break;
     case kIterationEnd: iteration_end(e); break;
     case kOptimizerDone: optimizer_done(); break;
     case kSkipDone: skip_done(e); break;
@@ -216,6 +238,7 @@ void TrainingJob::start_iteration() {
       st.b_in.assign(static_cast<size_t>(rank_units()), 0);
       st.outbox.clear();
       st.sending = false;
+      st.cp_exposed_ns = 0;
     }
   observe_start();
   if (zero3()) z3_begin_iteration();
@@ -236,25 +259,43 @@ void TrainingJob::try_run(int sl) {
   st.op_start_ns = now;
   const int slice = op.mb % n_slices_;
   const int64_t dur = op.forward ? fwd_ns(s, slice) : bwd_ns(s, slice);
+  if (cp()) {
+    const int64_t attention = cp_attn_ns_[static_cast<size_t>(s)];
+    cp_begin(sl, dur, op.forward ? attention : backward_of(attention));
+    return;
+  }
   schedule(kCompute, slowed(dur, slot_first_device(sl), static_cast<size_t>(c_.tp)), static_cast<uint32_t>(sl));
 }
 
 void TrainingJob::compute_done(int sl) {
+  if (cp()) cp_part_done(sl, false);
+  else tp_allreduces(sl);
+}
+
+void TrainingJob::tp_allreduces(int sl) {
   Stage& st = stages_[static_cast<size_t>(sl)];
   if (c_.tp > 1) {
-    // The op's tensor-parallel all-reduces (two per layer, forward or backward) as one fused ring.
-    net::CollectiveOptions o;
-    o.fused_ring_steps = true;
+    // The op's tensor-parallel all-reduces (two per layer, forward or backward) as one fused ring
+    // per context-parallel rank, over its share of the tokens.
     const int s = virtual_stage(sl, st.order[st.next - 1].mb);
-    o.fused_count = 2 * cost_.stage_range(s).count;
-    o.salt = static_cast<uint64_t>(sl);
-    const double tokens = unit_tokens(st.order[st.next - 1].mb);
-    st.tp_collective = std::make_unique<net::Collective>(world_.fabric(), c_.tp_algorithm, nodes_[static_cast<size_t>(sl)],
-                                                         cost_.tp_allreduce_bytes(tokens, s), o);
-    flows_ += static_cast<uint64_t>(c_.tp);
-    st.tp_collective->start([this, sl, g = gen_](Engine&) {
-      if (g == gen_) comm_done(sl);
-    });
+    const double tokens = unit_tokens(st.order[st.next - 1].mb) / c_.cp;
+    const auto& nodes = nodes_[static_cast<size_t>(sl)];
+    st.tp_collectives.clear();
+    st.tp_left = c_.cp;
+    for (int c = 0; c < c_.cp; ++c) {
+      net::CollectiveOptions o;
+      o.fused_ring_steps = true;
+      o.fused_count = 2 * cost_.stage_range(s).count;
+      o.salt = static_cast<uint64_t>(sl) + static_cast<uint64_t>(c) * 0x9E3779B1u;
+      std::vector<int> group(nodes.begin() + c * c_.tp, nodes.begin() + (c + 1) * c_.tp);
+      st.tp_collectives.push_back(
+          std::make_unique<net::Collective>(world_.fabric(), c_.tp_algorithm, std::move(group), cost_.tp_allreduce_bytes(tokens, s), o));
+      flows_ += static_cast<uint64_t>(c_.tp);
+    }
+    for (auto& coll : st.tp_collectives)
+      coll->start([this, sl, g = gen_](Engine&) {
+        if (g == gen_ && --stages_[static_cast<size_t>(sl)].tp_left == 0) comm_done(sl);
+      });
     return;
   }
   comm_done(sl);
@@ -374,7 +415,7 @@ void TrainingJob::stage_backward_done(int s) {
     if (z3_rs_left_[static_cast<size_t>(s)] == 0) stage_reduced();
     return;
   }
-  if (c_.dp == 1) {
+  if (c_.dp * c_.cp == 1) {
     stage_reduced();
     return;
   }
@@ -399,8 +440,7 @@ void TrainingJob::stage_backward_done(int s) {
     });
   };
   for (int k = 0; k < c_.tp; ++k) {
-    std::vector<int> group;
-    for (int d = 0; d < c_.dp; ++d) group.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(k)]);
+    std::vector<int> group = dp_group(s, k);
     // Without expert groups (ep = dp) the experts' gradients need no reduction: each is on one replica.
     reduce(std::move(group), dp_bytes_ - (c_.ep > 1 ? expert_dp_bytes_ : 0), static_cast<uint64_t>(s * 1009 + k));
     for (int j = 0; expert_groups && j < c_.ep; ++j) {
@@ -417,7 +457,7 @@ void TrainingJob::stage_reduced() {
   dp_ns_total_ += now - last_backward_ns_;
   for (auto& c : dp_live_) flows_ += c->flows_started();
   // ZeRO 1-2 all-gather the updated parameters after the step; ZeRO-3 gathers them per op.
-  schedule(c_.zero >= 1 && c_.zero < 3 && c_.dp > 1 ? kOptimizerDone : kIterationEnd, slowed(optimizer_ns_, 0, devices_.size()));
+  schedule(c_.zero >= 1 && c_.zero < 3 && c_.dp * c_.cp > 1 ? kOptimizerDone : kIterationEnd, slowed(optimizer_ns_, 0, devices_.size()));
 }
 
 // ZeRO: every replica updated its shard of the parameters; each stage's tensor-parallel rank
@@ -427,8 +467,7 @@ void TrainingJob::optimizer_done() {
   gather_left_ = c_.pp * c_.tp;
   for (int s = 0; s < c_.pp; ++s)
     for (int k = 0; k < c_.tp; ++k) {
-      std::vector<int> group;
-      for (int d = 0; d < c_.dp; ++d) group.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(k)]);
+      std::vector<int> group = dp_group(s, k);
       net::CollectiveOptions o;
       o.salt = static_cast<uint64_t>(s * 1009 + k) + 7;
       o.fused_ring_steps = true;
@@ -462,14 +501,17 @@ void TrainingJob::iteration_end(Engine& e) {
     res_.stage_busy_fraction[static_cast<size_t>(s)] = static_cast<double>(st.busy_ns) / static_cast<double>(now - iter_start_ns_);
   }
   bubble_sum_ += bubble / c_.pp;
-  int64_t a2a = 0;  // replica 0's busiest pipeline rank
+  int64_t a2a = 0, ring = 0;  // replica 0's busiest pipeline rank
   for (int s = 0; s < c_.pp && c_.ep > 1; ++s) a2a = std::max(a2a, a2a_[static_cast<size_t>(s)].iteration_ns);
+  for (int s = 0; s < c_.pp && cp(); ++s) ring = std::max(ring, stages_[static_cast<size_t>(slot(0, s))].cp_exposed_ns);
   a2a_ns_total_ += a2a;
+  cp_ns_total_ += ring;
   ++iterations_done_;
   ++measured_;
   res_.bubble_fraction = bubble_sum_ / measured_;
   res_.dp_allreduce_ms = static_cast<double>(dp_ns_total_) / measured_ / 1e6;
   res_.alltoall_ms = static_cast<double>(a2a_ns_total_) / measured_ / 1e6;
+  res_.cp_exposed_ms = static_cast<double>(cp_ns_total_) / measured_ / 1e6;
   progress_ns_ = now;
   observe_end(now, bubble / c_.pp);
   after_iteration(now);

@@ -33,6 +33,12 @@ struct TrainingConfig {
   ModelSpec model;
   HardwareSpec hardware;
   int tp = 1, pp = 1, dp = 1;
+  // Context parallelism (Megatron's CP, ring attention): each sequence split over this many
+  // ranks per (replica, stage), each holding 2 of its 2 cp chunks (i and 2cp - 1 - i: causal
+  // attention's work balanced); every layer's keys and values go around the CP ring as flows
+  // while its attention runs; gradients are reduced over dp x cp. Devices: tp x cp x pp x dp,
+  // tensor parallel fastest, then context parallel, then data parallel, then pipeline stages.
+  int cp = 1;
   Schedule schedule = Schedule::OneFOneB;
   int micro_batches = 1;       // m per pipeline replica per iteration
   int micro_batch_size = 1;    // sequences per micro-batch
@@ -80,6 +86,8 @@ struct TrainingConfig {
   SlicingConfig slicing;
 };
 
+// Devices a job runs on: tp x cp x pp x dp.
+inline int job_devices(const TrainingConfig& c) { return c.tp * c.cp * c.pp * c.dp; }
 // Parameters one device holds: its tp x pp share of the model, with 1/ep of the routed experts.
 double params_per_device(const TrainingConfig& c);
 // What one device writes of a checkpoint: the model's weights and fp32 Adam state (master,

@@ -39,7 +39,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   void on_flow_done(Engine&, uint64_t tag) override;
 
  private:
-  enum : uint32_t { kCompute = 1, kIterationEnd = 2, kCheckpointDone = 3, kRestart = 4, kWatchdog = 5, kRecover = 6, kSkipDone = 7, kOptimizerDone = 8 };
+  enum : uint32_t { kCompute = 1, kIterationEnd = 2, kCheckpointDone = 3, kRestart = 4, kWatchdog = 5, kRecover = 6, kSkipDone = 7, kOptimizerDone = 8, kCpRing = 9 };
   enum class State { Running, Checkpointing, Recovering };
   // Schedules an event of this generation `delay_ns` from now (a failure voids it).
   void schedule(uint32_t kind, int64_t delay_ns, uint32_t arg = 0) {
@@ -52,6 +52,11 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     int mb;  // the unit
   };
   struct Stage {
+    Stage() = default;
+    Stage(Stage&&) = default;  // moved only (it owns collectives in flight)
+    Stage& operator=(Stage&&) = default;
+    Stage(const Stage&) = delete;
+    Stage& operator=(const Stage&) = delete;
     std::vector<Op> order;
     size_t next = 0;
     bool busy = false;
@@ -64,7 +69,15 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     std::deque<Send> outbox;
     bool sending = false;
     int64_t busy_ns = 0, op_start_ns = 0, last_end_ns = 0;
-    std::unique_ptr<net::Collective> tp_collective;
+    // The op's tensor-parallel all-reduces: one fused ring per context-parallel rank.
+    std::vector<std::unique_ptr<net::Collective>> tp_collectives;
+    int tp_left = 0;
+    // Context parallelism (training_cp.cpp): the op's ring of keys and values (one all-gather
+    // ring per tensor-parallel rank over the CP ranks), what the op still waits for (its
+    // compute, its ring), when each ended, and the ring's time past the compute this iteration.
+    std::vector<std::unique_ptr<net::Collective>> cp_ring;
+    int cp_wait = 0, cp_ring_left = 0;
+    int64_t cp_compute_end_ns = 0, cp_ring_end_ns = 0, cp_exposed_ns = 0;
   };
 
   int slot(int d, int s) const { return d * c_.pp + s; }
@@ -132,6 +145,9 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   void try_run(int sl);
 
   void compute_done(int sl);
+  // The op's compute (and under context parallelism its ring) is done: its tensor-parallel
+  // all-reduces, one fused ring per context-parallel rank.
+  void tp_allreduces(int sl);
   // The op's compute and tensor-parallel all-reduces are done: with expert parallelism and MoE
   // layers on its stage, it joins its EP group's all-to-alls (alltoall_arrive), else it is done.
   void comm_done(int sl);
@@ -183,13 +199,13 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // --no-fast-forward simulates every one and gives the same outputs (tests/test_training_ff.cpp).
   struct Counts {
     uint64_t events = 0, side = 0, flows = 0;
-    int64_t dp_ns = 0, a2a_ns = 0;
+    int64_t dp_ns = 0, a2a_ns = 0, cp_ns = 0;
     net::FlowLedger fabric;
   };
   struct Steady {
     int64_t ns = 0;
     uint64_t events = 0, flows = 0;
-    int64_t dp_ns = 0, a2a_ns = 0;
+    int64_t dp_ns = 0, a2a_ns = 0, cp_ns = 0;
     double bubble = 0;  // this iteration's term of bubble_sum_
     std::vector<double> busy;
     net::FlowLedger fabric;
@@ -203,6 +219,30 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // the next one.
   bool try_skip();
   void skip_done(Engine& e);
+
+  // --- Context parallelism (training_cp.cpp) ---------------------------------------------------
+  // Each sequence cut into 2 cp chunks, CP rank i holding chunks i and 2cp - 1 - i (Megatron's
+  // load balancing of causal attention); ring attention passes every rank's keys and values
+  // around the CP ring while each layer's attention runs, so an op is its GEMMs and then the
+  // slower of its attention and its ring (see cp_start).
+  bool cp() const { return c_.cp > 1; }
+  // Per virtual stage: the forward of a CP rank's two chunks (the slowest rank's), into
+  // fwd_ns_, and the attention within it, into cp_attn_ns_.
+  void plan_cp();
+  // The op just started on slot sl: its compute runs `dur` ns of which `attention` are attention;
+  // the ring starts after the rest (the layer's GEMMs before its attention).
+  void cp_begin(int sl, int64_t dur, int64_t attention);
+  // kCpRing: the ring of the op in progress starts (one all-gather ring of the stage's keys and
+  // values per tensor-parallel rank, a route latency per layer; a backward twice it, the keys
+  // and values again and their gradients, three times recomputing).
+  void cp_start(int sl);
+  // The op's compute or its ring ended: once both have, its all-reduces.
+  void cp_part_done(int sl, bool ring);
+  // Bytes of keys and values one device gathers over a forward of the whole sequence on
+  // virtual stage vs (its tensor-parallel share of the KV heads, every layer of the stage).
+  double cp_kv_bytes(int vs) const;
+  std::vector<int64_t> cp_attn_ns_;  // per virtual stage
+  int64_t cp_ns_total_ = 0;          // the ring's time past compute, replica 0's busiest rank, summed over iterations
 
   // --- Failures -----------------------------------------------------------------------------
   // The work since the last checkpoint (or restart) is kept: it counts as useful.
@@ -238,7 +278,12 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // `ns` of compute on devices_[first, first + n) (a slot's tp ranks: slot_first_device), at the
   // slowest one's speed.
   int64_t slowed(int64_t ns, size_t first, size_t n) const;
-  size_t slot_first_device(int sl) const { return static_cast<size_t>(((sl % c_.pp) * c_.dp + sl / c_.pp) * c_.tp); }
+  size_t slot_first_device(int sl) const { return static_cast<size_t>(((sl % c_.pp) * c_.dp + sl / c_.pp) * c_.cp * c_.tp); }
+  // Devices a slot (a replica's pipeline rank) runs on: its tp x cp ranks.
+  int slot_devices() const { return c_.tp * c_.cp; }
+  // The nodes that reduce stage s's gradients of tensor-parallel rank k: every replica's context-
+  // parallel ranks (Megatron's data-parallel group with context parallelism), in rank order.
+  std::vector<int> dp_group(int s, int k) const;
   std::vector<Stage> stages_;
   std::vector<int> pending_;             // flows left per (stage slot, micro-batch, direction)
   std::vector<int64_t> fwd_ns_;           // per (stage, slice): stage x slices + slice

@@ -13,7 +13,7 @@ double params_per_device(const TrainingConfig& c) {
 
 double checkpoint_bytes_per_device(const TrainingConfig& c) {
   // The whole model once (every expert: expert-parallel replicas hold different ones).
-  return c.model.parameters() * (c.model.dtype_bytes + 12) / (static_cast<double>(c.tp) * c.pp * c.dp);
+  return c.model.parameters() * (c.model.dtype_bytes + 12) / job_devices(c);
 }
 
 TrainingMemory training_memory(const TrainingConfig& c) {
@@ -25,11 +25,14 @@ TrainingMemory training_memory(const TrainingConfig& c) {
   // the one prefetched).
   if (c.zero >= 3) mem.weights = params * m.dtype_bytes / c.dp + 2 * params / std::ceil(static_cast<double>(m.layers) / c.pp) * m.dtype_bytes;
   // ZeRO shards the optimizer state (stage 1) and the gradients (stage 2) over the replicas.
-  mem.gradients = params * m.dtype_bytes / (c.zero >= 2 ? c.dp : 1);
-  mem.optimizer = params * 12 / (c.zero >= 1 ? c.dp : 1);  // fp32 master weights, Adam's m and v
+  // With context parallelism the sharding spans dp x cp ranks (they hold the same parameters).
+  const double shards = static_cast<double>(c.dp) * c.cp;
+  mem.gradients = params * m.dtype_bytes / (c.zero >= 2 ? shards : 1);
+  mem.optimizer = params * 12 / (c.zero >= 1 ? shards : 1);  // fp32 master weights, Adam's m and v
   const double s = c.sequence, b = c.micro_batch_size, h = m.hidden, a = m.heads;
   const double layers = std::ceil(static_cast<double>(m.layers) / c.pp);
-  const double per_layer = c.recompute ? 2 * s * b * h : s * b * h * (34 + 5 * a * s / h) / c.tp;
+  // Context parallelism: each rank keeps its s / cp tokens' activations.
+  const double per_layer = (c.recompute ? 2 * s * b * h : s * b * h * (34 + 5 * a * s / h) / c.tp) / c.cp;
   // 1F1B: the first stage holds pp micro-batches' activations at most; GPipe holds all m.
   // Interleaved over v chunks: the first rank holds Kv + K - 1 chunks' worth (its warm-up and
   // one more), each of layers / (Kv) layers: K (1 + (K-1)/(Kv)) micro-batches of its layers.

@@ -39,7 +39,7 @@ void TrainingJob::measure_handoffs() {
 // same shape): the ring's slowest edge, and a step's route latency.
 void TrainingJob::measure_tp_ring() {
   const auto& a = nodes_[static_cast<size_t>(slot(0, 0))];
-  const size_t n = a.size();
+  const size_t n = static_cast<size_t>(c_.tp);  // context-parallel rank 0's ring (every rank's has the same shape)
   if (n < 2) return;
   for (size_t k = 0; k < n; ++k) {
     const auto r = world_.fabric().router().route(a[k], a[(k + 1) % n], k);
@@ -60,7 +60,7 @@ double TrainingJob::tp_ns(double tokens, int s) const {
 // One direction of the slowest boundary for `tokens` tokens: each rank's share of the activations.
 double TrainingJob::handoff_ns(double tokens) const {
   if (c_.pp == 1) return 0;
-  return cost_.activation_bytes(tokens) / c_.tp * handoff_ns_per_byte_ + handoff_latency_ns_;
+  return cost_.activation_bytes(tokens) / slot_devices() * handoff_ns_per_byte_ + handoff_latency_ns_;
 }
 
 // The forward/backward phase of one iteration with these slices, as the schedule runs it on

@@ -83,8 +83,12 @@ void TrainingJob::fail_stop(World& w) {
   if (state_ == State::Checkpointing) res_.checkpoint_s += static_cast<double>(now - ckpt_start_ns_) / 1e9;
   iterations_done_ = kept_iterations_;
   res_.iteration_s.resize(std::min(res_.iteration_s.size(), static_cast<size_t>(kept_iterations_)));
-  for (auto& st : stages_)
-    if (st.tp_collective) graveyard_.push_back(std::move(st.tp_collective));
+  for (auto& st : stages_) {
+    for (auto& c : st.tp_collectives) graveyard_.push_back(std::move(c));
+    for (auto& c : st.cp_ring) graveyard_.push_back(std::move(c));
+    st.tp_collectives.clear();
+    st.cp_ring.clear();
+  }
   for (auto& c : dp_live_) graveyard_.push_back(std::move(c));
   dp_live_.clear();
   for (auto& x : a2a_)

@@ -55,7 +55,7 @@ TrainingSetup training_setup(const TrainingConfig& c) {
   s.hardware = c.hardware.name;
   s.cost_source = c.cost_source;
   s.hbm_bytes = c.hardware.hbm_bytes;
-  s.tp = c.tp, s.pp = c.pp, s.dp = c.dp, s.ep = c.ep;
+  s.tp = c.tp, s.pp = c.pp, s.dp = c.dp, s.ep = c.ep, s.cp = c.cp;
   s.virtual_stages = c.virtual_stages;
   s.zero = c.zero;
   s.schedule = c.schedule == Schedule::GPipe ? "gpipe" : "1f1b";
@@ -99,6 +99,9 @@ SlicingConfig slicing_from_params(const Params& p, const Binding<SlicingConfig>&
   if (sc.policy != SlicingPolicy::Uniform && p.given("slices") && sc.slices != 1)
     p.fail("slices", fmt::format("policy {} chooses its own slices", pol), "policy: uniform, or no `slices`");
   if (sc.policy == SlicingPolicy::None) return sc;
+  if (c.cp > 1)
+    p.fail("policy", "token slicing and context parallelism both cut the sequence (combining them is not modelled)",
+           "none with parallel.cp > 1");
   if (c.ep > 1)
     par.fail("expert_parallel",
              "token slicing plans slices on a schedule without the expert all-to-alls each slice would pay (not modelled yet)",
@@ -138,6 +141,16 @@ void check_training_shape(const TrainingConfig& c, const Params& job, const Para
     if (c.zero > 0)
       parallel.fail("zero", "ZeRO with expert parallelism (sharding over the expert-data-parallel groups) is not modelled yet",
                     "0 with expert_parallel > 1");
+  }
+  if (c.cp > 1) {
+    if (c.sequence % (2 * c.cp) != 0)
+      parallel.fail("cp", fmt::format("context parallelism cuts each sequence into 2 x {} = {} equal chunks, and {} tokens do not divide",
+                                      c.cp, 2 * c.cp, c.sequence),
+                    fmt::format("a cp whose double divides the sequence ({} tokens)", c.sequence));
+    if (c.ep > 1)
+      parallel.fail("cp", "context parallelism with expert parallelism is not modelled yet", "1 with expert_parallel > 1");
+    if (c.zero >= 3)
+      parallel.fail("cp", "context parallelism with ZeRO-3 (parameters gathered over dp x cp per op) is not modelled yet", "1 with zero: 3");
   }
   if (c.zero >= 3 && c.virtual_stages > 1)
     parallel.fail("zero", "ZeRO-3 gathers a stage's parameters per op, and interleaved chunks would gather one chunk's (not modelled yet)",
@@ -186,6 +199,13 @@ SLUICE_REGISTER(workload, training_workload) {
   par_keys.integer("tp", &T::tp, "tensor parallel ranks per stage (inside one server)").def("1").range(1, 64);
   par_keys.integer("pp", &T::pp, "pipeline stages").def("1").range(1, 512);
   par_keys.integer("dp", &T::dp, "data-parallel replicas of the pipeline").def("1").range(1, 65536);
+  par_keys.integer("cp", &T::cp,
+                   "context parallel ranks per stage (Megatron's CP, ring attention): each sequence cut into 2 cp chunks, rank i "
+                   "holding chunks i and 2cp-1-i (causal attention balanced); every layer's keys and values go around the CP ring "
+                   "as flows while its attention runs (a backward: twice the bytes), activations / cp, gradients reduced over "
+                   "dp x cp. Devices: tp x cp x pp x dp, tensor parallel fastest, then context parallel. 1: off")
+      .def("1")
+      .range(1, 1024);
   par_keys.choice<Schedule>("schedule", {{"1f1b", Schedule::OneFOneB}, {"gpipe", Schedule::GPipe}}, &T::schedule, "pipeline schedule")
       .def("1f1b");
   par_keys.integer("micro_batches", &T::micro_batches, "micro-batches per replica per iteration").def("8").range(1, 65536);
@@ -247,7 +267,8 @@ SLUICE_REGISTER(workload, training_workload) {
         "write trace.json (Perfetto): replica 0's forward and backward passes (per slice with token slicing) of the first two "
         "iterations, a track per stage")
       .def("false");
-  s.section("place", placement_schema(reg), "the devices it runs on: tp x pp x dp of them (tensor parallel fastest, then data parallel)");
+  s.section("place", placement_schema(reg),
+            "the devices it runs on: tp x cp x pp x dp of them (tensor parallel fastest, then context parallel, then data parallel)");
   auto rec = std::make_shared<Schema>();
   Binding<T> rec_keys(*rec);
   rec_keys.time_ns("checkpoint_interval", &T::checkpoint_interval_ns,
@@ -304,8 +325,9 @@ SLUICE_REGISTER(workload, training_workload) {
                                              c.model.name, format_bytes(mem.total()), format_bytes(mem.weights), format_bytes(mem.gradients),
                                              format_bytes(mem.optimizer), format_bytes(mem.activations), c.hardware.name,
                                              format_bytes(c.hardware.hbm_bytes)),
-                     "more tensor or pipeline parallelism, fewer micro-batches in flight (1f1b), recompute: true, or smaller micro-batches");
-            const int need = c.tp * c.pp * c.dp;
+                     "more tensor, pipeline or context parallelism, fewer micro-batches in flight (1f1b), recompute: true, or smaller "
+                     "micro-batches");
+            const int need = job_devices(c);
             const auto devices = place_devices(world, p.section("place"), need, ctx.name, reg);
             // The slice's extents, read once place_devices has checked them (it names the bad one).
             if (p.section("place").given("slice") && world.slices().is_pod()) {

@@ -9,7 +9,7 @@
 namespace sluice::training::detail {
 
 auto TrainingJob::counts() const -> Counts {
-  return Counts{world_.engine().events_processed(), side_events_, flows_, dp_ns_total_, a2a_ns_total_, world_.fabric().ledger()};
+  return Counts{world_.engine().events_processed(), side_events_, flows_, dp_ns_total_, a2a_ns_total_, cp_ns_total_, world_.fabric().ledger()};
 }
 
 void TrainingJob::observe_start() {
@@ -37,6 +37,7 @@ void TrainingJob::observe_end(int64_t now, double bubble_term) {
   r.flows = c.flows - start_counts_.flows;
   r.dp_ns = c.dp_ns - start_counts_.dp_ns;
   r.a2a_ns = c.a2a_ns - start_counts_.a2a_ns;
+  r.cp_ns = c.cp_ns - start_counts_.cp_ns;
   r.bubble = bubble_term;
   r.busy = res_.stage_busy_fraction;
   r.fabric = net::FlowLedger::between(start_counts_.fabric, c.fabric);
@@ -99,6 +100,7 @@ void TrainingJob::skip_done(Engine& e) {
     bubble_sum_ += r.bubble;
     dp_ns_total_ += r.dp_ns;
     a2a_ns_total_ += r.a2a_ns;
+    cp_ns_total_ += r.cp_ns;
     ++iterations_done_;
     ++measured_;
   }
@@ -107,6 +109,7 @@ void TrainingJob::skip_done(Engine& e) {
   res_.bubble_fraction = bubble_sum_ / measured_;
   res_.dp_allreduce_ms = static_cast<double>(dp_ns_total_) / measured_ / 1e6;
   res_.alltoall_ms = static_cast<double>(a2a_ns_total_) / measured_ / 1e6;
+  res_.cp_exposed_ms = static_cast<double>(cp_ns_total_) / measured_ / 1e6;
   const int64_t now = e.now().count_ns();
   iter_start_ns_ = now - r.ns;
   progress_ns_ = now;

@@ -1,0 +1,121 @@
+// Context parallelism (ring attention): each sequence cut into 2 cp chunks over cp ranks, every
+// layer's keys and values around the CP ring as flows while its attention runs. By hand on the
+// four-device star: memory per device, the ring's bytes, the op's time G + max(A, R) in a
+// comm-bound and a compute-bound case, the gradient reduction over the CP ranks, the fast-forward
+// on and off under failures, and the refusals.
+#include <doctest/doctest.h>
+
+#include "test_support.h"
+
+#include "config/error.h"
+#include "run/runner.h"
+
+using namespace sluice;
+using sluice::testing::run_text;
+
+namespace {
+
+// A job of a flat model (4 layers, 32 heads of 128) on the star with links of `link`:
+// `sequence` tokens a micro-batch, `m` micro-batches, context parallelism `cp`, `dp` replicas
+// (more parallel keys in `extra`, job keys in `job`).
+struct Job {
+  int cp = 2, sequence = 8192, m = 1, dp = 1, iterations = 1;
+  std::string link = "100GB/s", extra, job;
+};
+std::string star(const Job& j) {
+  std::string topo = sluice::testing::kFourDeviceStar;
+  for (size_t at = 0; (at = topo.find("100GB/s", at)) != std::string::npos; at += j.link.size()) topo.replace(at, 7, j.link);
+  const std::string s = std::to_string(j.sequence);
+  return topo + "workloads:\n  - {name: j, kind: training, sequence: " + s + ", cost_tables: none, iterations: " + std::to_string(j.iterations) +
+         j.job + ",\n     model: {name: flat, layers: 4, hidden: 4096, heads: 32, kv_heads: 32, ffn: 16384, vocab: 8, max_context: " + s +
+         "},\n     parallel: {tp: 1, pp: 1, dp: " + std::to_string(j.dp) + ", cp: " + std::to_string(j.cp) +
+         ", micro_batches: " + std::to_string(j.m) + j.extra + "}}\n";
+}
+
+const Json& training(const Json& m) { return m["training"]; }
+double ms(const Json& m, const char* key) { return training(m)[key].get<double>() / 1e3; }
+double iteration(const Json& m) { return training(m)["iteration_s"].back().get<double>(); }
+
+// One forward's keys and values for the whole sequence on one device: tokens x 2 x 32 heads x
+// 128 x 2 bytes x 4 layers.
+double kv_bytes(int sequence) { return sequence * 2.0 * 32 * 128 * 2 * 4; }
+
+}  // namespace
+
+TEST_CASE("context parallelism: each rank keeps 1/cp of the activations, ZeRO shards over dp x cp, and the job holds tp x cp x pp x dp devices") {
+  const Json one = run_text(star({.cp = 1})), four = run_text(star({.cp = 4}));
+  const Json& m1 = training(one)["memory_per_device"];
+  const Json& m4 = training(four)["memory_per_device"];
+  CHECK(m4["activations_bytes"].get<double>() == doctest::Approx(m1["activations_bytes"].get<double>() / 4).epsilon(1e-12));
+  CHECK(m4["weights_bytes"].get<double>() == m1["weights_bytes"].get<double>());  // every CP rank holds the stage's parameters
+  CHECK(training(four)["job"]["devices"].get<int>() == 4);
+  const Json z = run_text(star({.cp = 4, .extra = ", zero: 1"}));
+  CHECK(training(z)["memory_per_device"]["optimizer_bytes"].get<double>() ==
+        doctest::Approx(m1["optimizer_bytes"].get<double>() / 4).epsilon(1e-12));
+  CHECK(training(four)["context_parallel"]["tokens_per_rank"].get<int>() == 2048);
+  CHECK(training(one).find("context_parallel") == training(one).end());  // only with cp > 1
+}
+
+TEST_CASE("context parallelism: a device sends (cp-1)/cp of the sequence's keys and values per forward and twice that per backward") {
+  const Json two = run_text(star({.m = 3})), four = run_text(star({.cp = 4, .m = 3}));
+  CHECK(training(two)["context_parallel"]["ring_bytes_per_device"].get<double>() == doctest::Approx(3 * 3 * kv_bytes(8192) / 2));
+  CHECK(training(four)["context_parallel"]["ring_bytes_per_device"].get<double>() == doctest::Approx(3 * 3 * kv_bytes(8192) * 3 / 4));
+  // Full recomputation passes them once more in the backward.
+  const Json rec = run_text(star({.m = 3, .job = ", recompute: true"}));
+  CHECK(training(rec)["context_parallel"]["ring_bytes_per_device"].get<double>() == doctest::Approx(3 * 4 * kv_bytes(8192) / 2));
+}
+
+TEST_CASE("context parallelism: an op takes its GEMMs, then the slower of its attention and its ring") {
+  // cp 2 over two devices on the star (no latency): a forward's ring is an all-gather of
+  // kv_bytes, each device sending half of it: R = kv / 2 / bandwidth; the backward's is twice
+  // that, and its attention twice the forward's A. One micro-batch: the iteration is the forward,
+  // the backward, the gradients' all-reduce over the two CP ranks and Adam's step.
+  SUBCASE("comm-bound: the ring shows past the attention, 3 (R - A) an iteration") {
+    const Json r = run_text(star({.link = "10GB/s"}));
+    const double R = kv_bytes(8192) / 2 / 10e9, A = training(r)["context_parallel"]["attention_ms_per_micro_batch"].get<double>() / 1e3;
+    REQUIRE(R > A);
+    const double exposed = training(r)["context_parallel"]["ring_exposed_ms"].get<double>() / 1e3;
+    CHECK(exposed == doctest::Approx(3 * (R - A)).epsilon(1e-6));
+    const Json& per = training(r)["per_micro_batch_ms"];
+    const double f = per["forward"].get<double>() / 1e3, b = per["backward"].get<double>() / 1e3;
+    CHECK(b == doctest::Approx(2 * f).epsilon(1e-6));
+    REQUIRE(ms(r, "dp_allreduce_ms") > 0);  // the CP ranks hold the same parameters: their gradients are reduced
+    CHECK(iteration(r) == doctest::Approx(f + b + exposed + ms(r, "dp_allreduce_ms") + ms(r, "optimizer_ms")).epsilon(1e-6));
+  }
+  SUBCASE("compute-bound: the ring hides under the attention") {
+    const Json r = run_text(star({.link = "2000GB/s"}));
+    const double R = kv_bytes(8192) / 2 / 2000e9, A = training(r)["context_parallel"]["attention_ms_per_micro_batch"].get<double>() / 1e3;
+    REQUIRE(R < A);
+    CHECK(training(r)["context_parallel"]["ring_exposed_ms"].get<double>() == 0);
+    const Json& per = training(r)["per_micro_batch_ms"];
+    CHECK(iteration(r) == doctest::Approx(per["forward"].get<double>() / 1e3 + per["backward"].get<double>() / 1e3 + ms(r, "dp_allreduce_ms") +
+                                          ms(r, "optimizer_ms"))
+                              .epsilon(1e-6));
+  }
+}
+
+TEST_CASE("context parallelism: each rank computes about 1/cp of the sequence's work") {
+  const double f1 = training(run_text(star({.cp = 1})))["per_micro_batch_ms"]["forward"].get<double>();
+  const double f4 = training(run_text(star({.cp = 4})))["per_micro_batch_ms"]["forward"].get<double>();
+  // The two chunks of a rank attend over as many keys as any other rank's: a quarter of the
+  // causal attention and of the GEMMs' rows, plus the kernels' fixed costs paid twice.
+  CHECK(f4 < f1 / 3);
+  CHECK(f4 > f1 / 4 * 0.9);
+}
+
+TEST_CASE("context parallelism: the same bytes with the fast-forward on and off under failures") {
+  const std::string yaml = star({.sequence = 4096, .m = 2, .iterations = 40}) + R"(faults:
+  - {name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 2s}, repair: {dist: fixed, mean: 100ms}}
+)";
+  testing::same_with_and_without_fast_forward(yaml);
+}
+
+TEST_CASE("context parallelism: refused where the sequence does not cut into 2 cp chunks, and with token slicing, EP or ZeRO-3") {
+  CHECK_THROWS_WITH_AS(run_text(star({.cp = 3})), doctest::Contains("parallel.cp"), ConfigError);  // 8192 / 6
+  CHECK_THROWS_WITH_AS(run_text(star({.extra = ", zero: 3"})), doctest::Contains("parallel.cp"), ConfigError);
+  std::string sliced = star({});
+  sliced.replace(sliced.find("parallel: {"), 11, "slicing: {policy: uniform, slices: 2}, parallel: {schedule: gpipe, ");
+  CHECK_THROWS_WITH_AS(run_text(sliced), doctest::Contains("slicing.policy"), ConfigError);
+  // More devices than the cluster has: 2 x 4 x 1 x 1 = 8 on four.
+  CHECK_THROWS_AS(run_text(star({.cp = 4, .dp = 2})), ConfigError);
+}
