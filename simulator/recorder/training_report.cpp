@@ -22,6 +22,7 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                   {"tp", c.tp},
                   {"pp", c.pp},
                   {"dp", c.dp},
+                  {"cp", c.cp},
                   {"schedule", c.schedule},
                   {"micro_batches", c.micro_batches},
                   {"micro_batch_size", c.micro_batch_size},
@@ -79,6 +80,7 @@ void report_training(const training::TrainingResults& r, const training::Trainin
   if (c.cp > 1) {
     // Context parallelism: the ring attention's traffic and the time it ran past the compute.
     m["context_parallel"] = Json{{"cp", c.cp},
+                                 {"comm", c.cp_comm},
                                  {"tokens_per_rank", c.sequence / c.cp},
                                  {"attention_ms_per_micro_batch", r.cp_attention_ms},
                                  {"ring_bytes_per_device", r.cp_ring_bytes_per_device},
@@ -140,7 +142,7 @@ void report_training(const training::TrainingResults& r, const training::Trainin
       summary("interruptions by cause (time lost and recovering): " + line);
     }
   }
-  {
+  if (c.cp == 1) {  // (context parallelism and token slicing are exclusive)
     Json tokens = Json::array();
     for (int l : r.slice_tokens) tokens.push_back(l);
     m["slicing"] = Json{{"policy", c.slicing_policy},
@@ -166,15 +168,16 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                                                               : std::string("1F1B"),
                       c.micro_batches, c.micro_batch_size, c.sequence));
   if (c.cp > 1)
-    summary(fmt::format("context parallelism over {} ranks ({} tokens each): key/value rings ran {:.1f} ms past compute an iteration ({:.1f}% of "
-                        "it); {} a device sends around its rings",
-                        c.cp, c.sequence / c.cp, r.cp_exposed_ms, mean > 0 ? 100 * r.cp_exposed_ms / 1e3 / mean : 0.0,
+    summary(fmt::format("context parallelism ({}) over {} ranks ({} tokens each): key/value exchanges ran {:.1f} ms past compute an iteration "
+                        "({:.1f}% of it); {} a device sends around its rings",
+                        c.cp_comm, c.cp, c.sequence / c.cp, r.cp_exposed_ms, mean > 0 ? 100 * r.cp_exposed_ms / 1e3 / mean : 0.0,
                         format_bytes(r.cp_ring_bytes_per_device)));
   if (c.zero > 0) summary(fmt::format("ZeRO-{}: the optimizer state{} sharded over the {}", c.zero, c.zero >= 2 ? " and the gradients" : "",
                                       c.cp > 1 ? fmt::format("{} data-parallel x context-parallel ranks", c.dp * c.cp)
                                                : fmt::format("{} data-parallel replicas", c.dp)));
-  summary(fmt::format("iteration {:.3f} s mean over {}; {:.0f} tokens/s; MFU {:.1f}%; bubble {:.1f}% (textbook {:.1f}%); DP all-reduce {:.1f} ms",
-                      mean, r.iteration_s.size(), tokens_s, 100 * mfu, 100 * r.bubble_fraction, 100 * r.textbook_bubble, r.dp_allreduce_ms));
+  summary(fmt::format("iteration {:.3f} s mean over {}; {:.0f} tokens/s; MFU {:.1f}%; bubble {:.1f}% (textbook {:.1f}%); {} all-reduce {:.1f} ms",
+                      mean, r.iteration_s.size(), tokens_s, 100 * mfu, 100 * r.bubble_fraction, 100 * r.textbook_bubble,
+                      c.cp > 1 ? "DP x CP" : "DP", r.dp_allreduce_ms));
   if (c.ep > 1)
     summary(fmt::format("expert parallelism over {} replicas: all-to-alls {:.1f} ms an iteration ({:.1f}% of it), {} a device dispatches and combines (its own experts' share included)",
                         c.ep, r.alltoall_ms, mean > 0 ? 100 * r.alltoall_ms / 1e3 / mean : 0.0, format_bytes(r.alltoall_bytes_per_device)));

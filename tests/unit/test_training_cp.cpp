@@ -8,6 +8,8 @@
 #include "test_support.h"
 
 #include "config/error.h"
+#include "config/schema.h"
+#include "hardware/cost_model.h"
 #include "run/runner.h"
 
 using namespace sluice;
@@ -65,22 +67,33 @@ TEST_CASE("context parallelism: a device sends (cp-1)/cp of the sequence's keys 
   CHECK(training(rec)["context_parallel"]["ring_bytes_per_device"].get<double>() == doctest::Approx(3 * 4 * kv_bytes(8192) / 2));
 }
 
-TEST_CASE("context parallelism: an op takes its GEMMs, then the slower of its attention and its ring") {
+TEST_CASE("context parallelism: an op takes its GEMMs, then the slower of its attention and its ring, and the last block's attention") {
   // cp 2 over two devices on the star (no latency): a forward's ring is an all-gather of
   // kv_bytes, each device sending half of it: R = kv / 2 / bandwidth; the backward's is twice
   // that, and its attention twice the forward's A. One micro-batch: the iteration is the forward,
   // the backward, the gradients' all-reduce over the two CP ranks and Adam's step.
-  SUBCASE("comm-bound: the ring shows past the attention, 3 (R - A) an iteration") {
+  SUBCASE("comm-bound: past the attention, the ring and then the last of cp blocks' attention, 3 (R - A/2) an iteration") {
     const Json r = run_text(star({.link = "10GB/s"}));
     const double R = kv_bytes(8192) / 2 / 10e9, A = training(r)["context_parallel"]["attention_ms_per_micro_batch"].get<double>() / 1e3;
     REQUIRE(R > A);
     const double exposed = training(r)["context_parallel"]["ring_exposed_ms"].get<double>() / 1e3;
-    CHECK(exposed == doctest::Approx(3 * (R - A)).epsilon(1e-6));
+    CHECK(exposed == doctest::Approx(3 * (R - A / 2)).epsilon(1e-6));
     const Json& per = training(r)["per_micro_batch_ms"];
     const double f = per["forward"].get<double>() / 1e3, b = per["backward"].get<double>() / 1e3;
     CHECK(b == doctest::Approx(2 * f).epsilon(1e-6));
     REQUIRE(ms(r, "dp_allreduce_ms") > 0);  // the CP ranks hold the same parameters: their gradients are reduced
     CHECK(iteration(r) == doctest::Approx(f + b + exposed + ms(r, "dp_allreduce_ms") + ms(r, "optimizer_ms")).epsilon(1e-6));
+  }
+  SUBCASE("allgather (Llama 3's): the keys and values first, then the attention: the ring all exposed, 3R an iteration") {
+    const Json r = run_text(star({.link = "100GB/s", .extra = ", cp_comm: allgather"}));
+    const double R = kv_bytes(8192) / 2 / 100e9;
+    const double exposed = training(r)["context_parallel"]["ring_exposed_ms"].get<double>() / 1e3;
+    CHECK(exposed == doctest::Approx(3 * R).epsilon(1e-6));
+    const Json& per = training(r)["per_micro_batch_ms"];
+    CHECK(iteration(r) == doctest::Approx(per["forward"].get<double>() / 1e3 + per["backward"].get<double>() / 1e3 + exposed +
+                                          ms(r, "dp_allreduce_ms") + ms(r, "optimizer_ms"))
+                              .epsilon(1e-6));
+    CHECK(training(r)["context_parallel"]["comm"] == "allgather");
   }
   SUBCASE("compute-bound: the ring hides under the attention") {
     const Json r = run_text(star({.link = "2000GB/s"}));
@@ -92,6 +105,65 @@ TEST_CASE("context parallelism: an op takes its GEMMs, then the slower of its at
                                           ms(r, "optimizer_ms"))
                               .epsilon(1e-6));
   }
+}
+
+TEST_CASE("context parallelism: a rank's GEMMs run once over its s/cp tokens, its attention per chunk at the chunk's prefix") {
+  // Llama-3-8B at 8192 tokens, cp 2 on the star: chunks of 2048, rank 0 holding chunks 0 and 3,
+  // rank 1 chunks 1 and 2. The cost model's own parts, read here, give what the forward must be.
+  std::string yaml = star({.sequence = 8192, .job = ", recompute: true"});  // (recomputing: it fits one H200)
+  yaml.replace(yaml.find("model: {"), yaml.find("},\n     parallel") + 1 - yaml.find("model: {"), "model: llama3-8b");
+  const Json r = run_text(yaml);
+  const CostModel cm(load_hardware("h200"), load_model("llama3-8b"), CostOptions{1, 1, ""});
+  auto attention = [&](long tokens, long prefix) {
+    double ns = 0;
+    for (const OpCost& o : cm.slice(1, tokens, prefix, cm.stage_range(0)).ops)
+      if (o.op.rfind("attention", 0) == 0) ns += o.ns;
+    return ns;
+  };
+  std::vector<double> whole(1);
+  cm.slice_stage_ns(1, 4096, 0, true, whole);
+  const double rest = whole[0] - attention(4096, 0);
+  const double a = std::max(attention(2048, 0) + attention(2048, 6144), attention(2048, 2048) + attention(2048, 4096));
+  CHECK(training(r)["context_parallel"]["attention_ms_per_micro_batch"].get<double>() == doctest::Approx(a / 1e6).epsilon(1e-6));
+  CHECK(training(r)["per_micro_batch_ms"]["forward"].get<double>() == doctest::Approx((rest + a) / 1e6).epsilon(1e-6));
+}
+
+TEST_CASE("context parallelism with tensor parallelism: each CP rank's TP group in its own server, the ring between servers") {
+  // Two servers of two devices (NVLink inside, one switch between): tp 2 x cp 2 of a GQA model
+  // (32 heads, 8 KV heads: 4 a TP rank). Each TP rank's ring carries its KV heads' share.
+  const std::string yaml = R"(name: t
+cluster:
+  topology:
+    kind: explicit
+    nodes:
+      - {name: s, kind: switch}
+      - {name: d0, kind: device, group: 0}
+      - {name: d1, kind: device, group: 0}
+      - {name: d2, kind: device, group: 1}
+      - {name: d3, kind: device, group: 1}
+    links:
+      - {a: d0, b: d1, bandwidth: 400GB/s, latency: 0ns}
+      - {a: d2, b: d3, bandwidth: 400GB/s, latency: 0ns}
+      - {a: d0, b: s, bandwidth: 50GB/s, latency: 0ns}
+      - {a: d1, b: s, bandwidth: 50GB/s, latency: 0ns}
+      - {a: d2, b: s, bandwidth: 50GB/s, latency: 0ns}
+      - {a: d3, b: s, bandwidth: 50GB/s, latency: 0ns}
+  hardware: h200
+workloads:
+  - {name: j, kind: training, sequence: 8192, cost_tables: none, iterations: 1,
+     model: {name: gqa, layers: 4, hidden: 4096, heads: 32, kv_heads: 8, ffn: 16384, vocab: 8, max_context: 8192},
+     parallel: {tp: 2, cp: 2, micro_batches: 1}}
+)";
+  const Json r = run_text(yaml);
+  // 8192 tokens x K and V x 4 KV heads x 128 x 2 bytes x 4 layers, half of it sent, forward and backward (x3).
+  const double kv = 8192.0 * 2 * 4 * 128 * 2 * 4;
+  CHECK(training(r)["context_parallel"]["ring_bytes_per_device"].get<double>() == doctest::Approx(3 * kv / 2));
+  CHECK(training(r)["job"]["devices"].get<int>() == 4);
+  CHECK(training(r)["job"]["cp"].get<int>() == 2);
+  // Flows an iteration: each op, a fused 2-device ring per TP rank (the KV ring, 2 flows) and per
+  // CP rank (the TP all-reduce, 2 flows): 8; forward and backward: 16; the gradients' all-reduce
+  // over the two CP ranks, per TP rank: 4. 20.
+  CHECK(r["world"]["flows"]["started"].get<double>() == 20);
 }
 
 TEST_CASE("context parallelism: each rank computes about 1/cp of the sequence's work") {

@@ -366,7 +366,7 @@ class PodStudy final : public Study {
     const int n = chips[0] * chips[1] * chips[2];
     if (job_devices(c) != n)
       cp.fail("parallel", fmt::format("{}: tp {} x pp {} x dp {} = {} chips, but the slice {} has {}", jc.name, c.tp, c.pp, c.dp,
-                                      c.tp * c.pp * c.dp, shape_text(chips), n),
+                                      job_devices(c), shape_text(chips), n),
               fmt::format("degrees whose product is {}", n));
     if (edge_ % c.tp != 0)
       par.fail("tp", fmt::format("{}: a tensor-parallel group of {} would span cubes (edge {})", jc.name, c.tp, edge_),

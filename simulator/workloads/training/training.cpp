@@ -119,7 +119,10 @@ void TrainingJob::map_devices(const std::vector<int>& devices) {
       for (int k = 0; k < n; ++k)
         nodes_[static_cast<size_t>(slot(d, s))].push_back(world_.device_node(devices[static_cast<size_t>((s * c_.dp + d) * n + k)]));
   if (c_.tp > 1 && c_.tp_algorithm == net::CollectiveKind::AllReduceNvls)
-    for (const auto& group : nodes_) net::require_nvls(world_.topology(), group, "tp_algorithm");
+    for (const auto& slot_nodes : nodes_)
+      for (int c = 0; c < c_.cp; ++c)  // each context-parallel rank's tensor-parallel group
+        net::require_nvls(world_.topology(), std::vector<int>(slot_nodes.begin() + c * c_.tp, slot_nodes.begin() + (c + 1) * c_.tp),
+                          "tp_algorithm");
 }
 
 std::vector<int> TrainingJob::dp_group(int s, int k) const {
@@ -186,6 +189,7 @@ void TrainingJob::on_event(Engine& e, uint32_t kind, uint32_t arg) {
   switch (kind) {
     case kCompute: compute_done(static_cast<int>(arg)); break;
     case kCpRing: cp_start(static_cast<int>(arg)); break;
+    case kCpTail: cp_part_done(static_cast<int>(arg), true); break;
     case kIterationEnd: iteration_end(e); break;
     case kOptimizerDone: optimizer_done(); break;
     case kSkipDone: skip_done(e); break;

@@ -39,6 +39,13 @@ struct TrainingConfig {
   // while its attention runs; gradients are reduced over dp x cp. Devices: tp x cp x pp x dp,
   // tensor parallel fastest, then context parallel, then data parallel, then pipeline stages.
   int cp = 1;
+  // How the keys and values move (Megatron's --cp-comm-type): p2p, ring attention, each step's
+  // block arriving while the previous block's attention runs (the last block's attention after
+  // the ring); allgather, Llama 3's choice, every rank's keys and values gathered first and
+  // then all of the attention (the gather exposed; the backward reduce-scatters their gradients
+  // after its attention, timed as one exposed exchange of the same bytes before it).
+  enum class CpComm { P2P, AllGather };
+  CpComm cp_comm = CpComm::P2P;
   Schedule schedule = Schedule::OneFOneB;
   int micro_batches = 1;       // m per pipeline replica per iteration
   int micro_batch_size = 1;    // sequences per micro-batch

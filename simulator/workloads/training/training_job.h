@@ -39,7 +39,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   void on_flow_done(Engine&, uint64_t tag) override;
 
  private:
-  enum : uint32_t { kCompute = 1, kIterationEnd = 2, kCheckpointDone = 3, kRestart = 4, kWatchdog = 5, kRecover = 6, kSkipDone = 7, kOptimizerDone = 8, kCpRing = 9 };
+  enum : uint32_t { kCompute = 1, kIterationEnd = 2, kCheckpointDone = 3, kRestart = 4, kWatchdog = 5, kRecover = 6, kSkipDone = 7, kOptimizerDone = 8, kCpRing = 9, kCpTail = 10 };
   enum class State { Running, Checkpointing, Recovering };
   // Schedules an event of this generation `delay_ns` from now (a failure voids it).
   void schedule(uint32_t kind, int64_t delay_ns, uint32_t arg = 0) {
@@ -77,7 +77,8 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     // compute, its ring), when each ended, and the ring's time past the compute this iteration.
     std::vector<std::unique_ptr<net::Collective>> cp_ring;
     int cp_wait = 0, cp_ring_left = 0;
-    int64_t cp_compute_end_ns = 0, cp_ring_end_ns = 0, cp_exposed_ns = 0;
+    int64_t cp_attention_ns = 0;  // the op's attention (before a straggler's factor)
+    int64_t cp_ring_start_ns = 0, cp_compute_end_ns = 0, cp_ring_end_ns = 0, cp_exposed_ns = 0;
   };
 
   int slot(int d, int s) const { return d * c_.pp + s; }
@@ -224,7 +225,8 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // Each sequence cut into 2 cp chunks, CP rank i holding chunks i and 2cp - 1 - i (Megatron's
   // load balancing of causal attention); ring attention passes every rank's keys and values
   // around the CP ring while each layer's attention runs, so an op is its GEMMs and then the
-  // slower of its attention and its ring (see cp_start).
+  // slower of its attention and its ring, or (cp_comm: allgather) the ring and then the attention
+  // (see training_cp.cpp).
   bool cp() const { return c_.cp > 1; }
   // Per virtual stage: the forward of a CP rank's two chunks (the slowest rank's), into
   // fwd_ns_, and the attention within it, into cp_attn_ns_.
@@ -236,7 +238,10 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // values per tensor-parallel rank, a route latency per layer; a backward twice it, the keys
   // and values again and their gradients, three times recomputing).
   void cp_start(int sl);
-  // The op's compute or its ring ended: once both have, its all-reduces.
+  // The op's rings are all done: p2p, the last block's attention (kCpTail); allgather, all of
+  // the attention (kCompute).
+  void cp_ring_done(int sl);
+  // The op's compute or its ring's tail ended: once both have, its all-reduces.
   void cp_part_done(int sl, bool ring);
   // Bytes of keys and values one device gathers over a forward of the whole sequence on
   // virtual stage vs (its tensor-parallel share of the KV heads, every layer of the stage).

@@ -56,6 +56,7 @@ TrainingSetup training_setup(const TrainingConfig& c) {
   s.cost_source = c.cost_source;
   s.hbm_bytes = c.hardware.hbm_bytes;
   s.tp = c.tp, s.pp = c.pp, s.dp = c.dp, s.ep = c.ep, s.cp = c.cp;
+  s.cp_comm = c.cp_comm == TrainingConfig::CpComm::AllGather ? "allgather" : "p2p";
   s.virtual_stages = c.virtual_stages;
   s.zero = c.zero;
   s.schedule = c.schedule == Schedule::GPipe ? "gpipe" : "1f1b";
@@ -206,6 +207,12 @@ SLUICE_REGISTER(workload, training_workload) {
                    "dp x cp. Devices: tp x cp x pp x dp, tensor parallel fastest, then context parallel. 1: off")
       .def("1")
       .range(1, 1024);
+  par_keys.choice<TrainingConfig::CpComm>("cp_comm", {{"p2p", TrainingConfig::CpComm::P2P}, {"allgather", TrainingConfig::CpComm::AllGather}},
+                                          &T::cp_comm,
+                                          "how context parallelism moves keys and values (Megatron's --cp-comm-type): p2p, ring attention "
+                                          "(each block arrives while the previous one's attention runs, the last block's attention after "
+                                          "the ring); allgather, Llama 3's (all gathered first, then the attention: the gather exposed)")
+      .def("p2p");
   par_keys.choice<Schedule>("schedule", {{"1f1b", Schedule::OneFOneB}, {"gpipe", Schedule::GPipe}}, &T::schedule, "pipeline schedule")
       .def("1f1b");
   par_keys.integer("micro_batches", &T::micro_batches, "micro-batches per replica per iteration").def("8").range(1, 65536);
