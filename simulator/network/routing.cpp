@@ -9,6 +9,14 @@
 
 namespace sluice::net {
 
+namespace {
+// Dijkstra's buckets (dist_to): as wide as the lightest link (static_weight's 1024), as many as
+// cover the distances of ordinary routes (4,096 buckets: 4 M, some 4,000 hops).
+constexpr int32_t kBucketWidth = 1024;
+constexpr size_t kBuckets = 4096;
+constexpr int32_t kBucketed = kBucketWidth * static_cast<int32_t>(kBuckets);
+}  // namespace
+
 Router::Router(const Topology& t, RoutePolicy policy) : t_(t) {
   const bool regular_torus = t.torus && !t.torus->twisted;
   if (policy == RoutePolicy::DimensionOrder && !regular_torus)
@@ -58,8 +66,10 @@ void Router::ensure_weights() {
   weights_.resize(static_cast<size_t>(t_.link_count()));
   link_dst_.resize(static_cast<size_t>(t_.link_count()));
   weights_down_ = false;
+  min_weight_ = std::numeric_limits<int32_t>::max();
   for (int e = 0; e < t_.link_count(); ++e) {
     weights_[static_cast<size_t>(e)] = weight(e);
+    min_weight_ = std::min(min_weight_, weights_[static_cast<size_t>(e)]);
     link_dst_[static_cast<size_t>(e)] = t_.link(e).dst;
     weights_down_ |= weights_[static_cast<size_t>(e)] >= (1 << 26);
   }
@@ -90,11 +100,47 @@ const std::vector<int32_t>& Router::dist_to(int dst, bool complete) {
   if (settled_.size() != n) settled_.assign(n, 0), stamp_ = 0;
   if (++stamp_ == std::numeric_limits<int32_t>::max()) std::fill(settled_.begin(), settled_.end(), 0), stamp_ = 1;
   const int32_t stamp = stamp_;
+  // Distances below kBucketed are settled from buckets of kBucketWidth, every link weighing at
+  // least that (static_weight: 1024 and up): a node settled from bucket k relaxes its
+  // neighbours into bucket k + 1 or later, so the nodes of one bucket never shorten each other
+  // and may be settled in any order (Dial's algorithm with buckets as wide as the lightest
+  // link): the same distances as a heap, in O(1) a node. Longer distances (hosts, torn-down
+  // circuits) go to the heap, after every bucket.
   auto& q = heap_;
   q.clear();
   const auto later = std::greater<uint64_t>();
   dist[static_cast<size_t>(dst)] = 0;
-  q.push_back(static_cast<uint64_t>(dst));
+  if (buckets_.size() < kBuckets) buckets_.resize(kBuckets);
+  const bool bucketed = min_weight_ >= kBucketWidth;
+  auto relax = [&](int v, int32_t d) {
+    const Arc* a = arc_.data() + arc_at_[static_cast<size_t>(v)];
+    const Arc* end = arc_.data() + arc_at_[static_cast<size_t>(v) + 1];
+    for (; a != end; ++a) {
+      const int64_t nd = static_cast<int64_t>(d) + a->w;
+      int32_t& dw = dist[static_cast<size_t>(a->to)];
+      if (nd < dw) {
+        dw = static_cast<int32_t>(std::min<int64_t>(nd, kInf - 1));
+        if (dw < kBucketed && bucketed) {
+          buckets_[static_cast<size_t>(dw / kBucketWidth)].push_back(static_cast<uint32_t>(a->to));
+        } else {
+          q.push_back(static_cast<uint64_t>(dw) << 32 | static_cast<uint32_t>(a->to));
+          std::push_heap(q.begin(), q.end(), later);
+        }
+      }
+    }
+  };
+  if (bucketed) buckets_[0].push_back(static_cast<uint32_t>(dst));
+  else q.push_back(static_cast<uint64_t>(dst));
+  for (size_t b = 0; b < kBuckets; ++b) {
+    auto& bucket = buckets_[b];
+    for (size_t i = 0; i < bucket.size(); ++i) {  // (a node relaxed from this bucket lands in a later one)
+      const int v = static_cast<int>(bucket[i]);
+      if (settled_[static_cast<size_t>(v)] == stamp || dist[static_cast<size_t>(v)] / kBucketWidth != static_cast<int32_t>(b)) continue;
+      settled_[static_cast<size_t>(v)] = stamp;
+      relax(v, dist[static_cast<size_t>(v)]);
+    }
+    bucket.clear();
+  }
   bool stopped = false;
   while (!q.empty()) {
     const uint64_t top = q.front();
@@ -106,19 +152,9 @@ const std::vector<int32_t>& Router::dist_to(int dst, bool complete) {
     }
     std::pop_heap(q.begin(), q.end(), later);
     q.pop_back();
-    if (settled_[static_cast<size_t>(v)] == stamp) continue;
+    if (settled_[static_cast<size_t>(v)] == stamp || d != dist[static_cast<size_t>(v)]) continue;
     settled_[static_cast<size_t>(v)] = stamp;
-    const Arc* a = arc_.data() + arc_at_[static_cast<size_t>(v)];
-    const Arc* end = arc_.data() + arc_at_[static_cast<size_t>(v) + 1];
-    for (; a != end; ++a) {
-      const int64_t nd = static_cast<int64_t>(d) + a->w;
-      int32_t& dw = dist[static_cast<size_t>(a->to)];
-      if (nd < dw) {
-        dw = static_cast<int32_t>(std::min<int64_t>(nd, kInf - 1));
-        q.push_back(static_cast<uint64_t>(dw) << 32 | static_cast<uint32_t>(a->to));
-        std::push_heap(q.begin(), q.end(), later);
-      }
-    }
+    relax(v, d);
   }
   if (stopped)
     for (size_t v = 0; v < n; ++v)

@@ -146,7 +146,10 @@ class Router {
   };
   std::vector<Arc> arc_;
   std::vector<int32_t> arc_at_;
-  std::vector<uint64_t> heap_;  // the Dijkstra's queue, (distance << 32 | node), kept for its capacity
+  std::vector<uint64_t> heap_;  // the Dijkstra's queue beyond its buckets, (distance << 32 | node), kept for its capacity
+  // The Dijkstra's buckets of nodes by distance / kBucketWidth (see dist_to), kept for their capacity.
+  std::vector<std::vector<uint32_t>> buckets_;
+  int32_t min_weight_ = 0;  // the lightest link's weight (buckets need it at least their width)
   std::vector<int32_t> settled_;  // the Dijkstra's settled marks: the run's stamp (no clearing between runs)
   int32_t stamp_ = 0;
   std::vector<int> cand_;
