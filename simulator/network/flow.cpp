@@ -1,6 +1,7 @@
 #include "network/flow.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <algorithm>
 #include <functional>
@@ -274,6 +275,33 @@ void FlowSim::replay(const FlowLedger& d, uint64_t n) {
   bytes_started_ += k * d.bytes;
   stats_.bytes_started = from_fixed(bytes_started_);
   for (size_t l = 0; l < d.link_bytes.size(); ++l) link_bytes_[l] += k * d.link_bytes[l];
+}
+
+uint64_t FlowSim::shape_digest() const {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  auto mix = [&h](uint64_t v) {  // splitmix64 over the running value
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    uint64_t z = h;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    h = z ^ (z >> 31);
+  };
+  auto bits = [](double d) {
+    uint64_t b;
+    std::memcpy(&b, &d, sizeof b);
+    return b;
+  };
+  const int n = topo_.link_count();
+  mix(static_cast<uint64_t>(n));
+  for (int e = 0; e < n; ++e) {
+    const auto& l = topo_.link(e);
+    mix((static_cast<uint64_t>(static_cast<uint32_t>(l.src)) << 32) | static_cast<uint32_t>(l.dst));
+    mix(bits(l.bandwidth_Bps));
+    mix(static_cast<uint64_t>(l.latency_ns));
+    mix((static_cast<uint64_t>(l.up) << 32) | static_cast<uint32_t>(l.route_penalty));
+    mix(static_cast<size_t>(e) < cap_.size() ? bits(cap_[static_cast<size_t>(e)]) : ~0ull);
+  }
+  return h;
 }
 
 void FlowSim::set_link_capacity_at(SimTime at, int link, double Bps) {

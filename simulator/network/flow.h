@@ -110,6 +110,13 @@ class FlowSim final : public EventHandler {
   // two of them added at once: only while the fabric is still (nothing in between to settle).
   FlowLedger ledger() const;
   void replay(const FlowLedger& delta, uint64_t n);
+  // A digest of everything about the fabric that routes and rates a flow: every link's ends,
+  // state (up or torn down), bandwidth, capacity, latency and routing penalty. Equal digests
+  // on an empty fabric (no flow held, nothing pending) route and rate the same flows the same
+  // way (the router is a function of the links: tests/test_fabrics_frontier.cpp). O(links).
+  uint64_t shape_digest() const;
+  // Nothing on the fabric at all: no flow held (not even one stalled) and nothing pending.
+  bool empty() const { return active_ == 0 && !recompute_pending_; }
   // The completion rounding quantum (0 or 1: exact); rounding to multiples of an absolute
   // time makes a run depend on when it starts (the training fast-forward never skips under it).
   int64_t quantum_ns() const { return quantum_ns_; }

@@ -123,8 +123,12 @@ void report_training(const training::TrainingResults& r, const training::Trainin
     if (r.checkpoint_storage) {
       m["faults"]["checkpoint_bytes"] = r.checkpoint_bytes;
       m["faults"]["checkpoint_write_s_mean"] = r.checkpoints > 0 ? r.checkpoint_write_s / r.checkpoints : 0.0;
-      summary(fmt::format("checkpoints to storage: {:.1f} GB each, written in {:.2f} s on average over the fabric", r.checkpoint_bytes / 1e9,
-                          r.checkpoints > 0 ? r.checkpoint_write_s / r.checkpoints : 0.0));
+      summary(fmt::format("checkpoints to storage: {:.1f} GB each, written in {:.2f} s on average over the fabric{}", r.checkpoint_bytes / 1e9,
+                          r.checkpoints > 0 ? r.checkpoint_write_s / r.checkpoints : 0.0,
+                          r.checkpoints_replayed > 0 ? fmt::format(" ({} writes repeated the one before from the same state and were "
+                                                                   "counted at once, not simulated)",
+                                                                   r.checkpoints_replayed)
+                                                     : std::string()));
     }
     summary(fmt::format("faults: {} failures, {} restarts ({} re-formed slices), {} checkpoints; goodput {:.1f}% (lost {:.1f} s, "
                         "checkpoints {:.1f} s, recovering {:.1f} s of {:.1f} s){}",
@@ -189,8 +193,10 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                         r.unsliced_model_ms, r.slice_model_ms > 0 ? r.unsliced_model_ms / r.slice_model_ms : 0.0));
   if (r.fast_forwarded > 0)
     summary(fmt::format("{} iterations (those a failure lost and were run again included) repeated the one before exactly and were counted without "
-                        "being simulated (steady-state fast-forward; --no-fast-forward simulates them and gives the same results)",
-                        r.fast_forwarded));
+                        "being simulated (steady-state fast-forward; --no-fast-forward simulates them and gives the same results){}",
+                        r.fast_forwarded,
+                        r.resumed > 0 ? fmt::format("; {} restarts found the world as a proven iteration had and went on counting at once", r.resumed)
+                                      : std::string()));
   summary(fmt::format("costs: {}", c.cost_source));
   summary(fmt::format("memory/device: {} of {} (weights {}, gradients {}, optimizer {}, activations {})", format_bytes(r.memory.total()),
                       format_bytes(c.hbm_bytes), format_bytes(r.memory.weights), format_bytes(r.memory.gradients),

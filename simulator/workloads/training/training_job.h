@@ -220,6 +220,20 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // the next one.
   bool try_skip();
   void skip_done(Engine& e);
+  // A restart (or a checkpoint's end) that finds the world as the last proven steady iteration
+  // found it takes that iteration as its last one, instead of simulating two to prove it again.
+  // The iteration is a function of the world's state at its start (above); its state here is
+  // the fabric's shape (FlowSim::shape_digest: every link's ends, state, bandwidth, capacity),
+  // the job's devices and their slowdowns, on an empty fabric. False: nothing changed, simulate.
+  uint64_t state_key() const;
+  bool resume_steady();
+  // Checkpoint writes to storage, the same way: a write that starts on an empty fabric and ends
+  // before any other handler acts is a function of the world's state at its start. Two alike in
+  // a row from one state prove it; a later write from that state is counted at once (one event
+  // at its end, its ledger replayed) when it would end before any other handler's event, the
+  // run's horizon and the watchdog's next instant. False: write it with flows.
+  bool replay_checkpoint(int64_t now);
+  void observe_checkpoint_end(Engine& e);
 
   // --- Context parallelism (training_cp.cpp) ---------------------------------------------------
   // Each sequence cut into 2 cp chunks, CP rank i holding chunks i and 2cp - 1 - i (Megatron's
@@ -348,6 +362,24 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   std::string cause_;            // the fault process whose failure the job recovers from
   Counts start_counts_;
   Steady last_;
+  bool key_at_start_ok_ = false;  // the iteration in progress started on an empty fabric, in state key_at_start_
+  uint64_t key_at_start_ = 0;
+  struct CkptRun {
+    int64_t ns = 0;
+    uint64_t events = 0, flows = 0;
+    net::FlowLedger fabric;
+    bool operator==(const CkptRun&) const = default;
+  };
+  bool ckpt_obs_ = false;        // the write in progress started on an empty fabric: observed
+  uint64_t ckpt_obs_key_ = 0;    // ... in this state,
+  int64_t ckpt_obs_others_ = 0;  // ... with another handler's first event then here,
+  Counts ckpt_obs_counts_;       // ... and these counts
+  bool ckpt_rec_ok_ = false, ckpt_proven_ = false, ckpt_replaying_ = false;
+  uint64_t ckpt_rec_key_ = 0;  // the last observed write's state, and what it did
+  CkptRun ckpt_rec_;
+  bool proven_ok_ = false;  // proven_ is a steady iteration (two alike in a row) started in state proven_key_
+  uint64_t proven_key_ = 0;
+  Steady proven_;
 };
 
 }  // namespace sluice::training::detail

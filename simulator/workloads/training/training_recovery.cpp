@@ -42,6 +42,7 @@ void TrainingJob::write_checkpoint() {
   const uint64_t tag = (static_cast<uint64_t>(gen_ & 0xFF) << 56) | (kCheckpointTarget << 32);
   ckpt_left_ = 0;
   progress_ns_ = world_.engine().now().count_ns();
+  if (replay_checkpoint(progress_ns_)) return;
   size_t k = 0;
   for (const auto& slot : nodes_)
     for (int node : slot) {
@@ -54,6 +55,7 @@ void TrainingJob::write_checkpoint() {
 
 void TrainingJob::checkpoint_done(Engine& e) {
   const int64_t now = e.now().count_ns();
+  if (c_.checkpoint_to_storage) observe_checkpoint_end(e);
   if (c_.checkpoint_to_storage) res_.checkpoint_write_s += static_cast<double>(now - ckpt_start_ns_) / 1e9;
   // The iterations before the write are safe; the write itself is overhead.
   res_.useful_s += static_cast<double>(ckpt_start_ns_ - mark_ns_) / 1e9;
@@ -73,6 +75,7 @@ void TrainingJob::fail_stop(World& w) {
   ++res_.failures;
   steady_ = last_alone_ = false;
   skipping_ = 0;
+  ckpt_obs_ = ckpt_replaying_ = false;
   cause_ = w.fault_cause().empty() ? std::string("unnamed") : w.fault_cause();
   auto& by = res_.by_cause[cause_];
   ++by.interruptions;
@@ -215,7 +218,7 @@ void TrainingJob::restart_done(Engine& e) {
   state_ = State::Running;
   mark_ns_ = now;
   progress_ns_ = now;
-  start_iteration();
+  if (!resume_steady()) start_iteration();
   if (c_.collective_timeout_ns > 0) arm_watchdog();
 }
 

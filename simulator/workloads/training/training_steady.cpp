@@ -2,6 +2,7 @@
 #include "workloads/training/training_job.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "engine/run_control.h"
@@ -18,9 +19,46 @@ void TrainingJob::observe_start() {
   // not repeat, and a checkpoint moves the phase too, so no skip; nothing to observe.
   if (!RunControl::get().fast_forward() || world_.fabric().quantum_ns() > 1) return;
   start_alone_ = world_.fabric().still();
+  key_at_start_ok_ = false;
   if (!start_alone_) return;
   others_at_start_ = world_.engine().next_event_excluding(this);
   start_counts_ = counts();
+  if (world_.fabric().empty()) {
+    key_at_start_ = state_key();
+    key_at_start_ok_ = true;
+  }
+}
+
+uint64_t TrainingJob::state_key() const {
+  uint64_t h = world_.fabric().shape_digest();
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ull + (h >> 29); };
+  mix(devices_.size());
+  for (int d : devices_) {
+    mix(static_cast<uint64_t>(d));
+    const double f = world_.device_slowdown(d);
+    uint64_t b;
+    std::memcpy(&b, &f, sizeof b);
+    mix(b);
+  }
+  return h;
+}
+
+bool TrainingJob::resume_steady() {
+  if (!proven_ok_ || !RunControl::get().fast_forward() || world_.fabric().quantum_ns() > 1 || !world_.fabric().empty()) return false;
+  Engine& e = world_.engine();
+  const int64_t now = e.now().count_ns();
+  const int64_t others = e.next_event_excluding(this);
+  if (others <= now || state_key() != proven_key_) return false;
+  last_ = proven_;
+  steady_ = last_alone_ = true;
+  clean_until_ = others;
+  if (faults_ && c_.collective_timeout_ns > 0) watchdog_at_ = now + c_.collective_timeout_ns;  // as arm_watchdog sets it next
+  if (try_skip()) {
+    ++res_.resumed;
+    return true;
+  }
+  steady_ = last_alone_ = false;
+  return false;
 }
 
 void TrainingJob::observe_end(int64_t now, double bubble_term) {
@@ -44,6 +82,11 @@ void TrainingJob::observe_end(int64_t now, double bubble_term) {
   steady_ = last_alone_ && r == last_;
   last_ = std::move(r);
   last_alone_ = true;
+  if (steady_ && key_at_start_ok_ && (!proven_ok_ || proven_key_ != key_at_start_)) {
+    proven_ = last_;
+    proven_key_ = key_at_start_;
+    proven_ok_ = true;
+  }
   clean_until_ = others_at_start_;  // nothing else has acted since this iteration started
 }
 
@@ -114,6 +157,61 @@ void TrainingJob::skip_done(Engine& e) {
   iter_start_ns_ = now - r.ns;
   progress_ns_ = now;
   after_iteration(now);
+}
+
+bool TrainingJob::replay_checkpoint(int64_t now) {
+  ckpt_obs_ = ckpt_replaying_ = false;
+  net::FlowSim& fabric = world_.fabric();
+  if (!RunControl::get().fast_forward() || fabric.quantum_ns() > 1 || !fabric.empty() || world_.trace().enabled()) return false;
+  Engine& e = world_.engine();
+  const uint64_t key = state_key();
+  const int64_t others = e.next_event_excluding(this);
+  const int64_t D = ckpt_rec_.ns, end = now + D;
+  bool ok = ckpt_proven_ && key == ckpt_rec_key_ && D > 0 && end < others && end <= e.horizon_ns();
+  // The watchdog: a write shorter than its timeout never trips it (the full write moves its
+  // progress mark at every arrival, this one only at its end), and none of its instants may
+  // fall on the write's end (two events at one instant would run in another order).
+  if (ok && faults_ && c_.collective_timeout_ns > 0)
+    ok = D < c_.collective_timeout_ns && !(end >= watchdog_at_ && (end - watchdog_at_) % c_.collective_timeout_ns == 0);
+  if (ok) {
+    ckpt_replaying_ = true;
+    ++res_.checkpoints_replayed;
+    schedule(kCheckpointDone, D);
+    return true;
+  }
+  ckpt_obs_ = true;
+  ckpt_obs_key_ = key;
+  ckpt_obs_others_ = others;
+  ckpt_obs_counts_ = counts();
+  return false;
+}
+
+void TrainingJob::observe_checkpoint_end(Engine& e) {
+  const int64_t now = e.now().count_ns();
+  if (ckpt_replaying_) {
+    ckpt_replaying_ = false;
+    e.count_inline_events(ckpt_rec_.events - 1);  // this event stands for the write's last arrival
+    world_.fabric().replay(ckpt_rec_.fabric, 1);
+    flows_ += ckpt_rec_.flows;
+    progress_ns_ = now;
+    return;
+  }
+  if (!ckpt_obs_) return;
+  ckpt_obs_ = false;
+  if (ckpt_obs_others_ <= now) {  // another handler may have acted during it
+    ckpt_rec_ok_ = ckpt_proven_ = false;
+    return;
+  }
+  const Counts c = counts();
+  CkptRun r;
+  r.ns = now - ckpt_start_ns_;
+  r.events = (c.events - ckpt_obs_counts_.events) - (c.side - ckpt_obs_counts_.side);
+  r.flows = c.flows - ckpt_obs_counts_.flows;
+  r.fabric = net::FlowLedger::between(ckpt_obs_counts_.fabric, c.fabric);
+  ckpt_proven_ = ckpt_rec_ok_ && ckpt_rec_key_ == ckpt_obs_key_ && r == ckpt_rec_;
+  ckpt_rec_ = std::move(r);
+  ckpt_rec_key_ = ckpt_obs_key_;
+  ckpt_rec_ok_ = true;
 }
 
 }  // namespace sluice::training::detail
