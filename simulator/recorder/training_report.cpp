@@ -195,7 +195,7 @@ void report_training(const training::TrainingResults& r, const training::Trainin
     summary(fmt::format("{} iterations (those a failure lost and were run again included) repeated the one before exactly and were counted without "
                         "being simulated (steady-state fast-forward; --no-fast-forward simulates them and gives the same results){}",
                         r.fast_forwarded,
-                        r.resumed > 0 ? fmt::format("; {} restarts found the world as a proven iteration had and went on counting at once", r.resumed)
+                        r.resumed > 0 ? fmt::format("; {} times a restart or an interruption found the world as the proven iteration had and counting resumed at once", r.resumed)
                                       : std::string()));
   summary(fmt::format("costs: {}", c.cost_source));
   summary(fmt::format("memory/device: {} of {} (weights {}, gradients {}, optimizer {}, activations {})", format_bytes(r.memory.total()),

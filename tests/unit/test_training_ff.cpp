@@ -42,10 +42,11 @@ long skipped(const Ran& r) {
   return 0;
 }
 
-// How many restarts took a proven steady iteration as their last, from the same line.
+// How many times a restart (or an iteration another handler's event cut into) took a proven
+// steady iteration as its last, from the same line.
 long resumed(const Ran& r) {
   for (const auto& l : r.summary) {
-    const auto p = l.find(" restarts found the world as a proven iteration had");
+    const auto p = l.find(" times a restart or an interruption found the world as the proven iteration had");
     if (p == std::string::npos) continue;
     size_t b = l.rfind("; ", p);
     return b == std::string::npos ? -1 : std::stol(l.substr(b + 2));
@@ -146,7 +147,6 @@ TEST_CASE("training fast-forward: the same outputs under chip failures, a spine 
   // Restarts after the spine is back find the fabric and devices as the proven iteration did
   // and count on at once (none during the outage: the spine's links are down, another state).
   CHECK(resumed(ff) >= 1);
-  CHECK(resumed(ff) < f["restarts"].get<int>() + 1);
   CHECK(resumed(full) == 0);
 }
 
@@ -155,13 +155,15 @@ TEST_CASE("training fast-forward: the same outputs with a serving deployment bes
   const Ran ff = run(yaml, true), full = run(yaml, false);
   same(ff, full);
   CHECK(skipped(ff) > 0);
-  // With the deployment serving all run long (a request every 10 ms), a skip fits only where
-  // its replica waits for a repair; the outputs are still the same.
+  // With the deployment serving all run long (a request every 10 ms on average, an iteration
+  // takes 51 ms), a skip fits only where its replica waits for a repair or the arrivals leave
+  // a long gap (a lone iteration's state then proven, skipping resumes at once); the outputs
+  // are still the same.
   const std::vector<std::string> busy_sets{"workloads.1.workload.requests=100000", "workloads.1.workload.arrival.rate=100/s"};
   const Ran busy = run(yaml, true, busy_sets);
   same(busy, run(yaml, false, busy_sets));
   MESSAGE("skipped alone " << skipped(ff) << ", beside a busy deployment " << skipped(busy));
-  CHECK(skipped(busy) * 20 < skipped(ff));
+  CHECK(skipped(busy) * 10 < skipped(ff));
 }
 
 TEST_CASE("training fast-forward: a run's horizon (max_sim_time) cuts a skip where the full simulation stops") {

@@ -91,7 +91,11 @@ void TrainingJob::observe_end(int64_t now, double bubble_term) {
 }
 
 void TrainingJob::next_iteration() {
-  if (!try_skip()) start_iteration();
+  if (try_skip()) return;
+  // After an iteration another handler's event cut into (a failure elsewhere, a repair), the
+  // world may be as the proven iteration found it again: no two iterations to prove it anew.
+  if (!steady_ && resume_steady()) return;
+  start_iteration();
 }
 
 // Counts iterations at once when the last one is known to repeat (see above). False: run
