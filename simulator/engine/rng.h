@@ -14,6 +14,10 @@ constexpr uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// One value folded into a running digest (fabric shapes, states compared for equality; not
+// for streams): order matters, and each step is splitmix64's bijective mix.
+constexpr uint64_t digest_mix(uint64_t h, uint64_t v) { return splitmix64(h ^ splitmix64(v)); }
+
 // FNV-1a of a component id, so streams are named by strings stable across builds.
 constexpr uint64_t fnv1a(std::string_view s) {
   uint64_t h = 0xcbf29ce484222325ull;

@@ -1,13 +1,15 @@
 #include "network/flow.h"
 
+#include <bit>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <algorithm>
 #include <functional>
 #include <stdexcept>
 
 #include <fmt/format.h>
+
+#include "engine/rng.h"
 
 namespace sluice::net {
 
@@ -278,19 +280,9 @@ void FlowSim::replay(const FlowLedger& d, uint64_t n) {
 }
 
 uint64_t FlowSim::shape_digest() const {
-  uint64_t h = 0x9e3779b97f4a7c15ull;
-  auto mix = [&h](uint64_t v) {  // splitmix64 over the running value
-    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    uint64_t z = h;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    h = z ^ (z >> 31);
-  };
-  auto bits = [](double d) {
-    uint64_t b;
-    std::memcpy(&b, &d, sizeof b);
-    return b;
-  };
+  uint64_t h = 0;
+  auto mix = [&h](uint64_t v) { h = digest_mix(h, v); };
+  auto bits = [](double d) { return std::bit_cast<uint64_t>(d); };
   const int n = topo_.link_count();
   mix(static_cast<uint64_t>(n));
   for (int e = 0; e < n; ++e) {

@@ -57,7 +57,7 @@ struct TrainingResults {
   uint64_t flows = 0;
   int64_t fast_forwarded = 0;     // iterations counted by the steady-state fast-forward (not a metric: results do not depend on it)
   int64_t checkpoints_replayed = 0;  // checkpoint writes counted at once (not a metric)
-  int64_t resumed = 0;            // restarts that took a proven steady iteration as their last (not a metric either)
+  int64_t resumed = 0;            // restarts (and iterations after an interruption) that took a proven steady iteration as their last (not a metric either)
   // Under failures (all zero without them).
   bool faults = false;            // the world has fault processes
   int failures = 0, restarts = 0, reformed = 0, checkpoints = 0;

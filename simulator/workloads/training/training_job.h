@@ -203,13 +203,19 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     int64_t dp_ns = 0, a2a_ns = 0, cp_ns = 0;
     net::FlowLedger fabric;
   };
-  struct Steady {
+  // What happened between two counts over ns: events (the watchdog's left out), flows, the
+  // fabric's ledger. A steady iteration's and a checkpoint write's record.
+  struct Span {
     int64_t ns = 0;
     uint64_t events = 0, flows = 0;
+    net::FlowLedger fabric;
+    bool operator==(const Span&) const = default;
+  };
+  static Span span(const Counts& from, const Counts& to, int64_t ns);
+  struct Steady : Span {
     int64_t dp_ns = 0, a2a_ns = 0, cp_ns = 0;
     double bubble = 0;  // this iteration's term of bubble_sum_
     std::vector<double> busy;
-    net::FlowLedger fabric;
     bool operator==(const Steady&) const = default;
   };
   Counts counts() const;
@@ -220,11 +226,12 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // the next one.
   bool try_skip();
   void skip_done(Engine& e);
-  // A restart (or a checkpoint's end) that finds the world as the last proven steady iteration
-  // found it takes that iteration as its last one, instead of simulating two to prove it again.
-  // The iteration is a function of the world's state at its start (above); its state here is
-  // the fabric's shape (FlowSim::shape_digest: every link's ends, state, bandwidth, capacity),
-  // the job's devices and their slowdowns, on an empty fabric. False: nothing changed, simulate.
+  // A restart, or the iteration after one another handler's event cut into, that finds the
+  // world as the last proven steady iteration found it takes that iteration as its last one,
+  // instead of simulating two to prove it again. The iteration is a function of the world's
+  // state at its start (above); its state here is the fabric's shape (FlowSim::shape_digest:
+  // every link's ends, state, bandwidth, capacity), the job's devices and their slowdowns, on
+  // an empty fabric. False (another state, or no skip fits): simulate the iteration.
   uint64_t state_key() const;
   bool resume_steady();
   // Checkpoint writes to storage, the same way: a write that starts on an empty fabric and ends
@@ -364,19 +371,13 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   Steady last_;
   bool key_at_start_ok_ = false;  // the iteration in progress started on an empty fabric, in state key_at_start_
   uint64_t key_at_start_ = 0;
-  struct CkptRun {
-    int64_t ns = 0;
-    uint64_t events = 0, flows = 0;
-    net::FlowLedger fabric;
-    bool operator==(const CkptRun&) const = default;
-  };
   bool ckpt_obs_ = false;        // the write in progress started on an empty fabric: observed
   uint64_t ckpt_obs_key_ = 0;    // ... in this state,
   int64_t ckpt_obs_others_ = 0;  // ... with another handler's first event then here,
   Counts ckpt_obs_counts_;       // ... and these counts
   bool ckpt_rec_ok_ = false, ckpt_proven_ = false, ckpt_replaying_ = false;
   uint64_t ckpt_rec_key_ = 0;  // the last observed write's state, and what it did
-  CkptRun ckpt_rec_;
+  Span ckpt_rec_;
   bool proven_ok_ = false;  // proven_ is a steady iteration (two alike in a row) started in state proven_key_
   uint64_t proven_key_ = 0;
   Steady proven_;

@@ -55,8 +55,10 @@ void TrainingJob::write_checkpoint() {
 
 void TrainingJob::checkpoint_done(Engine& e) {
   const int64_t now = e.now().count_ns();
-  if (c_.checkpoint_to_storage) observe_checkpoint_end(e);
-  if (c_.checkpoint_to_storage) res_.checkpoint_write_s += static_cast<double>(now - ckpt_start_ns_) / 1e9;
+  if (c_.checkpoint_to_storage) {
+    observe_checkpoint_end(e);
+    res_.checkpoint_write_s += static_cast<double>(now - ckpt_start_ns_) / 1e9;
+  }
   // The iterations before the write are safe; the write itself is overhead.
   res_.useful_s += static_cast<double>(ckpt_start_ns_ - mark_ns_) / 1e9;
   res_.checkpoint_s += static_cast<double>(now - ckpt_start_ns_) / 1e9;

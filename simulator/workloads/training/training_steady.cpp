@@ -2,15 +2,25 @@
 #include "workloads/training/training_job.h"
 
 #include <algorithm>
-#include <cstring>
+#include <bit>
 #include <limits>
 
+#include "engine/rng.h"
 #include "engine/run_control.h"
 
 namespace sluice::training::detail {
 
 auto TrainingJob::counts() const -> Counts {
   return Counts{world_.engine().events_processed(), side_events_, flows_, dp_ns_total_, a2a_ns_total_, cp_ns_total_, world_.fabric().ledger()};
+}
+
+auto TrainingJob::span(const Counts& from, const Counts& to, int64_t ns) -> Span {
+  Span s;
+  s.ns = ns;
+  s.events = (to.events - from.events) - (to.side - from.side);  // the watchdog's are no work's
+  s.flows = to.flows - from.flows;
+  s.fabric = net::FlowLedger::between(from.fabric, to.fabric);
+  return s;
 }
 
 void TrainingJob::observe_start() {
@@ -30,16 +40,8 @@ void TrainingJob::observe_start() {
 }
 
 uint64_t TrainingJob::state_key() const {
-  uint64_t h = world_.fabric().shape_digest();
-  auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ull + (h >> 29); };
-  mix(devices_.size());
-  for (int d : devices_) {
-    mix(static_cast<uint64_t>(d));
-    const double f = world_.device_slowdown(d);
-    uint64_t b;
-    std::memcpy(&b, &f, sizeof b);
-    mix(b);
-  }
+  uint64_t h = digest_mix(world_.fabric().shape_digest(), devices_.size());
+  for (int d : devices_) h = digest_mix(digest_mix(h, static_cast<uint64_t>(d)), std::bit_cast<uint64_t>(world_.device_slowdown(d)));
   return h;
 }
 
@@ -70,15 +72,12 @@ void TrainingJob::observe_end(int64_t now, double bubble_term) {
   }
   const Counts c = counts();
   Steady r;
-  r.ns = now - iter_start_ns_;
-  r.events = (c.events - start_counts_.events) - (c.side - start_counts_.side);
-  r.flows = c.flows - start_counts_.flows;
+  r.Span::operator=(span(start_counts_, c, now - iter_start_ns_));
   r.dp_ns = c.dp_ns - start_counts_.dp_ns;
   r.a2a_ns = c.a2a_ns - start_counts_.a2a_ns;
   r.cp_ns = c.cp_ns - start_counts_.cp_ns;
   r.bubble = bubble_term;
   r.busy = res_.stage_busy_fraction;
-  r.fabric = net::FlowLedger::between(start_counts_.fabric, c.fabric);
   steady_ = last_alone_ && r == last_;
   last_ = std::move(r);
   last_alone_ = true;
@@ -206,12 +205,7 @@ void TrainingJob::observe_checkpoint_end(Engine& e) {
     ckpt_rec_ok_ = ckpt_proven_ = false;
     return;
   }
-  const Counts c = counts();
-  CkptRun r;
-  r.ns = now - ckpt_start_ns_;
-  r.events = (c.events - ckpt_obs_counts_.events) - (c.side - ckpt_obs_counts_.side);
-  r.flows = c.flows - ckpt_obs_counts_.flows;
-  r.fabric = net::FlowLedger::between(ckpt_obs_counts_.fabric, c.fabric);
+  Span r = span(ckpt_obs_counts_, counts(), now - ckpt_start_ns_);
   ckpt_proven_ = ckpt_rec_ok_ && ckpt_rec_key_ == ckpt_obs_key_ && r == ckpt_rec_;
   ckpt_rec_ = std::move(r);
   ckpt_rec_key_ = ckpt_obs_key_;
