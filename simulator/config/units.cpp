@@ -30,6 +30,7 @@ const std::vector<UnitDef>& table(UnitKind k) {
                                          {"TFLOPS", 1e12}, {"PFLOPS", 1e15}};
   static const std::vector<UnitDef> rate{{"/s", 1}, {"/min", 1.0 / 60}, {"/h", 1.0 / 3600}, {"/ms", 1e3}};
   static const std::vector<UnitDef> money{{"USD", 1}, {"", 1}};
+  static const std::vector<UnitDef> power{{"W", 1}, {"kW", 1e3}, {"MW", 1e6}};
   switch (k) {
     case UnitKind::Time: return time;
     case UnitKind::Bytes: return bytes;
@@ -37,6 +38,7 @@ const std::vector<UnitDef>& table(UnitKind k) {
     case UnitKind::FlopRate: return flop;
     case UnitKind::Rate: return rate;
     case UnitKind::Money: return money;
+    case UnitKind::Power: return power;
   }
   return time;
 }
@@ -50,6 +52,7 @@ std::pair<double, double> plausible_range(UnitKind k) {
     case UnitKind::FlopRate: return {1, 1e21};           // 1 ZFLOP/s
     case UnitKind::Rate: return {1e-8, 1e9};             // one per three years to one per nanosecond
     case UnitKind::Money: return {0, 1e15};
+    case UnitKind::Power: return {1e-3, 1e10};          // a milliwatt to 10 GW
   }
   return {0, 1e300};
 }
@@ -62,6 +65,7 @@ const char* base_unit(UnitKind k) {
     case UnitKind::FlopRate: return "FLOP/s";
     case UnitKind::Rate: return "/s";
     case UnitKind::Money: return "USD";
+    case UnitKind::Power: return "W";
   }
   return "";
 }
@@ -74,6 +78,7 @@ const char* unit_kind_name(UnitKind k) {
     case UnitKind::FlopRate: return "FLOP rate";
     case UnitKind::Rate: return "rate";
     case UnitKind::Money: return "money";
+    case UnitKind::Power: return "power";
   }
   return "?";
 }
@@ -92,6 +97,7 @@ std::string valid_units(UnitKind k) {
                                         : k == UnitKind::Bytes     ? "80GiB"
                                         : k == UnitKind::Bandwidth ? "400GB/s"
                                         : k == UnitKind::FlopRate  ? "275TFLOP/s"
+                                        : k == UnitKind::Power     ? "700W"
                                                                    : "20/s");
   return s;
 }

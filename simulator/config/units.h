@@ -16,12 +16,13 @@ enum class UnitKind {
   FlopRate,   // "275TFLOP/s"                       -> FLOP per second
   Rate,       // "20/s", "300/min"                  -> events per second
   Money,      // "$25000", "25000USD", bare number  -> US dollars
+  Power,      // "700W", "1.2kW", "20MW"            -> watts
 };
 
 // The units accepted for a kind, for error messages and docs.
 std::string valid_units(UnitKind k);
 const char* unit_kind_name(UnitKind k);
-// The magnitudes accepted for a kind, in base units (ns, B, B/s, FLOP/s, /s, USD); zero is
+// The magnitudes accepted for a kind, in base units (ns, B, B/s, FLOP/s, /s, USD, W); zero is
 // always accepted (ranges of a parameter say whether it may be zero).
 std::pair<double, double> plausible_range(UnitKind k);
 const char* base_unit(UnitKind k);

@@ -160,6 +160,15 @@ const Bound<HardwareSpec>& hardware_binding() {
         .def("0B/s")
         .nonneg();
     h.quantity("price_usd", UnitKind::Money, &H::price_usd, "unit price (an estimate unless the file cites a quote)").def("0").nonneg();
+    h.quantity("tdp", UnitKind::Power, &H::tdp_w,
+               "board power limit (datasheet TDP/TBP): what a compute-bound step draws; 0 = unknown (no energy reported)")
+        .def("0W")
+        .nonneg();
+    h.quantity("idle_power", UnitKind::Power, &H::idle_w, "power drawn idle with a model loaded (no kernel running)").def("0W").nonneg();
+    h.quantity("memory_bound_power", UnitKind::Power, &H::memory_bound_w,
+               "power of a memory-bound step (streaming HBM at its ceiling, tensor cores mostly idle: batched decode)")
+        .def("0W")
+        .nonneg();
     h.text("calibration", &H::calibration, "folder under results/calibration/ with measured cost tables; \"\" = none").def("");
     h.text("derive_tables_from", &H::derive_tables_from,
            "a catalog device with measured tables that `--tables derived` scales to this one by the ratio of their "
@@ -228,6 +237,16 @@ HardwareSpec hardware_from_params(const Params& p) {
   if (h.comm_sms > 0 && h.comm_sms >= h.sms)
     p.fail("comm_sms", fmt::format("{} SMs for communication leave none of the device's {} for compute", h.comm_sms, h.sms),
            "fewer than sms (set sms too), or 0 for free overlap");
+  // Power: idle <= memory-bound <= TDP, each given once TDP is (0 leaves the device's energy unknown).
+  if (h.tdp_w > 0) {
+    if (h.idle_w <= 0 || h.idle_w >= h.tdp_w)
+      p.fail("idle_power", fmt::format("a device with a TDP ({:.0f} W) needs its idle power below it", h.tdp_w), "e.g. 75W for an H200");
+    if (h.memory_bound_w < h.idle_w || h.memory_bound_w > h.tdp_w)
+      p.fail("memory_bound_power", fmt::format("must lie between idle_power ({:.0f} W) and tdp ({:.0f} W)", h.idle_w, h.tdp_w),
+             "e.g. 450W for an H200");
+  } else if (h.idle_w > 0 || h.memory_bound_w > 0) {
+    p.fail("tdp", "idle_power or memory_bound_power is given without the board's TDP", "the datasheet's TDP, e.g. 700W");
+  }
   if (h.calibration.find('/') != std::string::npos || h.calibration.find("..") != std::string::npos)
     p.fail("calibration", "must be a folder name under results/calibration/, not a path", "a name such as h200-torch");
   // A folder that is not there is found here, at the key, not when a workload loads its tables.

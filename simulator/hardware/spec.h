@@ -49,6 +49,10 @@ struct HardwareSpec {
   double pcie_Bps = 0;                // host link per direction
   double ssd_read_Bps = 0;            // the host's local NVMe drives, read, per device (a KV tier below host memory)
   double price_usd = 0;
+  // Power (hardware/power.h): the board's limit (drawn by a compute-bound step at the sustained
+  // clock), what it draws idle with its weights loaded, and what a memory-bound step streaming
+  // HBM draws. 0: unknown (the device's energy is then not reported).
+  double tdp_w = 0, idle_w = 0, memory_bound_w = 0;
   std::string calibration;            // folder under results/calibration/ with measured tables, or ""
   std::string derive_tables_from;     // a catalog device whose tables can be scaled to this one, or ""
   // Clock a long compute-bound step sustains, as a fraction of the clock of the short bursts the

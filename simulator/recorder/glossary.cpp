@@ -58,7 +58,7 @@ int fit(const MetricDef& def, const std::vector<std::string_view>& segs) {
 std::span<const MetricDef> metric_glossary() {
   static const std::vector<MetricDef> all = [] {
     std::vector<MetricDef> v;
-    for (auto part : {other_metric_defs(), serving_metric_defs(), training_metric_defs()})
+    for (auto part : {other_metric_defs(), serving_metric_defs(), training_metric_defs(), energy_metric_defs()})
       v.insert(v.end(), part.begin(), part.end());
     return v;
   }();

@@ -43,5 +43,6 @@ std::string metric_glossary_markdown();
 std::span<const MetricDef> serving_metric_defs();
 std::span<const MetricDef> training_metric_defs();
 std::span<const MetricDef> other_metric_defs();  // run header, world, diffusion, studies, compare
+std::span<const MetricDef> energy_metric_defs();  // a workload's share of energy, cost and carbon
 
 }  // namespace sluice

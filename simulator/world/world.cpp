@@ -38,7 +38,9 @@ World::World(uint64_t seed, Cluster cluster)
       router_(*cluster_.topology, has_ocs(*cluster_.topology) ? net::RoutePolicy::ShortestPath : net::RoutePolicy::Auto),
       flows_(engine_, *cluster_.topology, router_),
       slices_(*cluster_.topology, router_, flows_, engine_, cluster_.ocs_reconfigure_ns),
-      owner_(cluster_.topology->devices().size()) {
+      owner_(cluster_.topology->devices().size()),
+      activity_(cluster_.topology->devices().size()),
+      device_hw_(cluster_.topology->devices().size(), &cluster_.hardware) {
   router_.set_hash_seed(static_cast<uint64_t>(cluster_.hash_seed));
   flows_.set_adaptive(cluster_.adaptive_routing);
 }
@@ -53,6 +55,14 @@ void World::claim(const std::vector<int>& devices, const std::string& who) {
                                               topology().node(device_node(d)).name, o));
   }
   for (int d : devices) owner_[static_cast<size_t>(d)] = who;
+}
+
+void World::add_activity(int device, const DeviceActivity& a, const HardwareSpec* hw) {
+  auto& x = activity_.at(static_cast<size_t>(device));
+  x.busy_s += a.busy_s;
+  x.compute_s += a.compute_s;
+  x.off_s += a.off_s;
+  if (hw) device_hw_[static_cast<size_t>(device)] = hw;
 }
 
 void World::workload_done() {
@@ -161,6 +171,25 @@ void World::report(Recorder& rec) const {
       f["slowdowns"] = slowdowns_;
       f["slow_device_s"] = slow_s;
       rec.summary(fmt::format("stragglers: {} slowdowns, {:.1f} device-hours slow", slowdowns_, slow_s / 3600));
+    }
+  }
+  {
+    // Energy, cost and carbon: the whole cluster's, then each workload's share (last: `m` may move
+    // as keys are added at the top level).
+    const EnergyLedger ledger(topology(), device_hw_, activity_, ran_until_.to_seconds(), cluster_.economics);
+    ledger.report_world(rec.metrics()["world"]);
+    rec.summary(ledger.world_summary());
+    for (const auto& w : workloads_) {
+      const std::string key = w->metrics_key();
+      if (key.empty()) continue;
+      std::vector<int> held;
+      for (int d = 0; d < device_count(); ++d)
+        if (owner_[static_cast<size_t>(d)] == w->name()) held.push_back(d);
+      Json& target = scoped ? rec.metrics()["workloads"][w->name()] : rec.metrics()[key];
+      const WorkUnits units = w->work_done();
+      ledger.report_workload(target, held, units);
+      const std::string line = ledger.workload_summary(held, units);
+      if (!line.empty()) rec.summary(scoped ? fmt::format("[{}] {}", w->name(), line) : line);
     }
   }
 }

@@ -17,6 +17,7 @@
 #include "network/topology.h"
 #include "recorder/recorder.h"
 #include "registry/registry.h"
+#include "world/energy.h"
 #include "world/slices.h"
 
 namespace sluice {
@@ -45,6 +46,11 @@ class Workload {
   // Hands its results to the recorder; `scoped` is true when the world has several workloads
   // (metrics go under workloads.<name>, files are prefixed with the name).
   virtual void report(Recorder& rec, bool scoped) const = 0;
+  // Its metrics.json block when it is the world's only workload ("serving", "training", ...),
+  // and the work its energy and cost are divided by (world/energy.h): {"output_token", n}, ...
+  // The world adds its share of the cluster's energy, cost and carbon there (nothing when "").
+  virtual std::string metrics_key() const { return ""; }
+  virtual WorkUnits work_done() const { return {}; }
 
  private:
   std::string name_;
@@ -66,6 +72,7 @@ struct Cluster {
   double storage_Bps = 0;
   double storage_usd = 0;
   std::vector<int> storage_nodes;
+  Economics economics;  // power of what is not a device, the facility and its prices (world/energy.h)
 };
 
 // What can fail, by class. Correlated failures follow the cluster's structure: a rack takes
@@ -124,6 +131,10 @@ class World {
   void claim(const std::vector<int>& devices, const std::string& who);
   // The workload holding a device, or "" when free.
   const std::string& holder(int device) const { return owner_[static_cast<size_t>(device)]; }
+  // What a device did (its workload says so in finish(); world/energy.h): added up, so a
+  // device two workloads used in turn sums both. `hw` names its hardware where it is not the
+  // cluster's (a prefill pool of its own device type); it must outlive the world's report.
+  void add_activity(int device, const DeviceActivity& a, const HardwareSpec* hw = nullptr);
 
   // A TPU pod's slices (forming, tearing down, the record); inert on a topology that is no pod.
   SliceManager& slices() { return slices_; }
@@ -199,6 +210,8 @@ class World {
   net::FlowSim flows_;
   SliceManager slices_;
   std::vector<std::string> owner_;
+  std::vector<DeviceActivity> activity_;
+  std::vector<const HardwareSpec*> device_hw_;
   std::vector<std::unique_ptr<Workload>> workloads_;
   int holding_ = 0;
   SimTime ran_until_;

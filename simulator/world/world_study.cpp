@@ -118,6 +118,7 @@ std::pair<Schema, Binding<Cluster>> world_schema(const Registry& reg) {
   s.component_list("workloads", &reg, "workload", "what runs on the cluster: serving deployments, training jobs (see `sluice list workload`)");
   s.component_list("faults", &reg, "fault", "fault processes: random failures by class, or a trace (see `sluice list fault`)").optional();
   s.quantity("max_sim_time", UnitKind::Time, "stop simulating at this time (0s: when every workload is done)").def("0s").nonneg();
+  s.section("economics", economics_schema(), "the facility, its prices and the power of hosts and fabric: energy, cost and carbon (docs/ENERGY.md)");
   return {std::move(s), std::move(keys)};
 }
 
@@ -132,6 +133,7 @@ SLUICE_REGISTER(study, world_study) {
             const Params& p = ctx.params;
             const Params& c = p.section("cluster");
             Cluster cl = keys.make(c);
+            cl.economics = economics_from_params(p.section("economics"));
             cl.topology = std::make_shared<net::Topology>(net::load_topology(c.node("topology"), reg, "cluster.topology"));
             try {
               cl.storage_nodes = net::add_storage(*cl.topology, cl.storage_servers, cl.storage_Bps, 500, cl.storage_usd);

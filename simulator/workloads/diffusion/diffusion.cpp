@@ -61,6 +61,7 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
     G_ = c_.group_devices();
     p_ = c_.patch_tokens();
     for (int d : devices) nodes_.push_back(world.device_node(d));
+    devices_ = devices;
     busy_ns_.assign(nodes_.size(), 0);
     // Arrivals: Poisson at the rate, or every request at time 0.
     auto rng = world.engine().rng("diffusion/" + this->name());
@@ -95,7 +96,14 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
     schedule_next_arrival();
   }
   bool holds_world() const override { return !done_; }
-  void finish(World&) override {
+  void finish(World& w) override {
+    // What its devices did, for the world's energy ledger (world/energy.h): busy while they
+    // compute a step, all of it compute-bound (a DiT step's GEMMs and attention run over
+    // thousands of patch tokens at once).
+    for (size_t d = 0; d < devices_.size(); ++d) {
+      const double s = static_cast<double>(busy_ns_[d]) / 1e9;
+      w.add_activity(devices_[d], DeviceActivity{s, s, 0});
+    }
     res_.flows = flows_;
     res_.fabric_bytes = fabric_bytes_;
     res_.batch_steps = batch_steps_;
@@ -110,6 +118,8 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
     res_.device_busy_s.clear();
     for (int64_t b : busy_ns_) res_.device_busy_s.push_back(static_cast<double>(b) / 1e9);
   }
+  std::string metrics_key() const override { return "diffusion"; }
+  WorkUnits work_done() const override { return {{"image", static_cast<double>(res_.completed)}}; }
   void report(Recorder& rec, bool scoped) const override { report_diffusion(res_, diffusion_setup(c_), rec, scoped ? name() : std::string()); }
 
   void on_event(Engine& e, uint32_t kind, uint32_t arg) override {
@@ -632,6 +642,7 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
   long p_ = 0;
   std::vector<int> nodes_;  // topology nodes: group-major, then (ring position, Ulysses rank) or stage
   std::vector<int64_t> busy_ns_;
+  std::vector<int> devices_;
   std::vector<Request> req_;
   size_t next_arrival_ = 0;
   std::deque<int> waiting_;

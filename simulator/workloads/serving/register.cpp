@@ -17,6 +17,7 @@
 #include "recorder/serving_report.h"
 #include "registry/registry.h"
 #include "workloads/serving/serving_sim.h"
+#include "world/energy.h"
 
 namespace sluice {
 
@@ -544,6 +545,8 @@ void add_serving_keys(Schema& s, const Registry& reg, bool short_form) {
     s.component_list("faults", &reg, "fault", "fault processes on the deployment's cluster (see `sluice list fault`)").optional();
   if (short_form)
     s.quantity("max_sim_time", UnitKind::Time, "stop simulating at this time (0s: when the workload is done)").def("0s").nonneg();
+  if (short_form)
+    s.section("economics", economics_schema(), "the facility, its prices and the power of hosts and fabric: energy, cost and carbon (docs/ENERGY.md)");
 }
 
 Schema serving_schema(const Registry& reg) {

@@ -22,6 +22,9 @@ namespace sluice::serving {
 void ServingSim::scale_account(int64_t now) {
   if (now <= scale_last_ns_) return;
   scale_.replica_s += static_cast<double>(scale_paid_) * static_cast<double>(now - scale_last_ns_) / 1e9;
+  scale_.replica_on_s.resize(scale_state_.size(), 0.0);
+  for (size_t r = 0; r < scale_state_.size(); ++r)
+    if (scale_state_[r] != Scale::Off) scale_.replica_on_s[r] += static_cast<double>(now - scale_last_ns_) / 1e9;
   if (pool_split_ > 0) {  // each pool's replicas, and with replicas of two sizes their GPUs, counted apart
     int gpus = 0, prefill = 0;
     for (size_t r = 0; r < scale_state_.size(); ++r) {

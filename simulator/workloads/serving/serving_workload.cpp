@@ -138,7 +138,40 @@ class ServingWorkload final : public Workload {
       if (all) sim_->replica_repaired(r);
     }
   }
-  void finish(World&) override { sim_->finish(); }
+  void finish(World& w) override {
+    sim_->finish();
+    // What each device did, for the world's energy ledger: a replica's devices were busy while
+    // its engines ran iterations (each pipeline stage for its share of them) and compute-bound
+    // for the FLOPs of the tokens they computed (2 per active non-embedding parameter, attention
+    // left out, as MFU counts them) at the sustained GEMM ceiling; an autoscaled replica is
+    // off while it is not paid.
+    const ServingConfig& c = sim_->config();
+    const auto& stats = sim_->replica_stats();
+    const int pp = c.pipeline_parallel;
+    const double nonembed = c.model.active_parameters() - static_cast<double>(c.model.vocab) * c.model.hidden;
+    const double span_s = w.engine().now().to_seconds();
+    const auto& on_s = sim_->scale_record().replica_on_s;
+    for (int r = 0; r < c.replicas; ++r) {
+      const bool own = c.prefill_pool && r < c.prefill_replicas;
+      const HardwareSpec& hw = own ? c.prefill_pool->hardware : c.hardware;
+      const double gpus = static_cast<double>(replica_tp(c, r)) * pp;
+      const double ceiling = hw.effective_flops(c.model.weights) * hw.sustained_clock;
+      DeviceActivity a;
+      for (int v = 0; v < pp; ++v) {
+        const ReplicaStats& st = stats[static_cast<size_t>(r * pp + v)];
+        a.busy_s += static_cast<double>(st.busy_ns) / 1e9 / pp;
+        if (ceiling > 0) a.compute_s += 2 * nonembed * static_cast<double>(st.tokens_processed) / gpus / ceiling;
+      }
+      if (static_cast<size_t>(r) < on_s.size()) a.off_s = std::max(0.0, span_s - on_s[static_cast<size_t>(r)]);
+      for (size_t k = start_[static_cast<size_t>(r)]; k < start_[static_cast<size_t>(r) + 1]; ++k) w.add_activity(devices_[k], a, &hw);
+    }
+  }
+  std::string metrics_key() const override { return "serving"; }
+  WorkUnits work_done() const override {
+    return {{"output_token", static_cast<double>(records_->out_tokens)},
+            {"token", static_cast<double>(records_->out_tokens + records_->in_tokens)},
+            {"request", static_cast<double>(records_->answered_count)}};
+  }
   void report(Recorder& rec, bool scoped) const override {
     const std::string tag = scoped ? fmt::format("{}: ", name()) : "";
     Recorder notes;
@@ -194,6 +227,7 @@ std::unique_ptr<Study> make_serving_short_form(const StudyContext& ctx, const Re
   ServingConfig cfg = build_serving_config(p, reg, ctx.seed, &desc, nullptr);
   Cluster cl;
   cl.hardware = cfg.hardware;
+  cl.economics = economics_from_params(p.section("economics"));
   const Params& d = p.section("deployment");
   // A prefill pool of another device type gets servers of its own, ahead of the deployment's.
   const PoolSpec* pool = cfg.prefill_pool ? &*cfg.prefill_pool : nullptr;

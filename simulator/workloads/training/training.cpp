@@ -177,6 +177,31 @@ void TrainingJob::finish(World& w) {
       res_.checkpoint_s += static_cast<double>(now - ckpt_start_ns_) / 1e9;
     } else res_.useful_s += static_cast<double>(now - mark_ns_) / 1e9;
   }
+  // What its devices did, for the world's energy ledger (world/energy.h): busy over the kept
+  // iterations and the work lost to failures for its stages' mean compute fraction, compute-bound
+  // for its FLOPs (Megatron's count) at the sustained GEMM ceiling; idle while recovering or
+  // writing a checkpoint. Every device the job holds now (hot spares too, idle) is charged.
+  {
+    double kept_s = 0;
+    for (double x : res_.iteration_s) kept_s += x;
+    double frac = 0;
+    for (double f : res_.stage_busy_fraction) frac += f;
+    frac = res_.stage_busy_fraction.empty() ? 1.0 : frac / static_cast<double>(res_.stage_busy_fraction.size());
+    const HardwareSpec& hw = c_.hardware;
+    const double ceiling = hw.effective_flops(c_.model.weights) * hw.sustained_clock;
+    const double n = static_cast<double>(res_.iteration_s.size());
+    DeviceActivity a;
+    a.busy_s = (kept_s + res_.lost_s) * frac;
+    if (ceiling > 0 && res_.devices > 0 && kept_s > 0)
+      a.compute_s = res_.model_flops_per_iteration * n / res_.devices / ceiling * (kept_s + res_.lost_s) / kept_s;
+    for (int d = 0; d < w.device_count(); ++d)
+      if (w.holder(d) == name()) w.add_activity(d, a);
+  }
+}
+
+WorkUnits TrainingJob::work_done() const {
+  const double n = static_cast<double>(res_.iteration_s.size());
+  return {{"iteration", n}, {"token", n * res_.tokens_per_iteration}};
 }
 
 void TrainingJob::report(Recorder& rec, bool scoped) const { report_training(res_, training_setup(c_), rec, scoped ? name() : std::string()); }

@@ -32,6 +32,8 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
 
   void on_devices_changed(World& w, const std::vector<int>& devices, bool up) override;
   void report(Recorder& rec, bool scoped) const override;
+  std::string metrics_key() const override { return "training"; }
+  WorkUnits work_done() const override;
   const TrainingResults& results() const { return res_; }
 
   void on_event(Engine& e, uint32_t kind, uint32_t arg) override;

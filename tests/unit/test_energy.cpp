@@ -1,0 +1,185 @@
+// Energy, power, cost and carbon (world/energy.h): a device's energy and a small cluster's
+// energy and cost by hand, a workload's share, a served run's devices against its own
+// metrics, autoscaled replicas off while unpaid, and bad input refused at its key.
+#include <cmath>
+
+#include "test_support.h"
+#include "world/energy.h"
+
+using namespace sluice;
+using sluice::testing::run_text;
+
+namespace {
+
+HardwareSpec powered(double tdp, double idle, double mem) {
+  HardwareSpec h = sluice::testing::round_device();
+  h.tdp_w = tdp;
+  h.idle_w = idle;
+  h.memory_bound_w = mem;
+  return h;
+}
+
+constexpr double kYear = 365.25 * 86400, kMonth = kYear / 12;
+
+}  // namespace
+
+TEST_CASE("energy: a device draws idle while on, memory-bound power while busy, up to TDP while compute-bound") {
+  const HardwareSpec h = powered(700, 75, 450);
+  // 10 s, 2 of them off, busy 4, compute-bound 1: 75 x 8 + 375 x 4 + 250 x 1.
+  CHECK(device_energy_j(h, 10, DeviceActivity{4, 1, 2}) == doctest::Approx(2350).epsilon(1e-12));
+  // Compute beyond busy and busy beyond the time on are clamped: on 8 s, busy 8, compute 8 = TDP x 8.
+  CHECK(device_energy_j(h, 10, DeviceActivity{20, 30, 2}) == doctest::Approx(700 * 8).epsilon(1e-12));
+  // Idle all the way.
+  CHECK(device_energy_j(h, 10, DeviceActivity{}) == doctest::Approx(750).epsilon(1e-12));
+  // A device with no power figures is not counted.
+  CHECK(device_energy_j(sluice::testing::round_device(), 10, DeviceActivity{4, 1, 0}) == 0);
+}
+
+TEST_CASE("energy: a small cluster's energy, cost and carbon by hand, and one workload's share") {
+  using namespace sluice::net;
+  Topology t("two-gpus");
+  const int g0 = t.add_node(NodeInfo{"g0", NodeKind::Device, 0, 1000, {-1, -1, -1}, 0});
+  const int g1 = t.add_node(NodeInfo{"g1", NodeKind::Device, 0, 1000, {-1, -1, -1}, 0});
+  const int host = t.add_node(NodeInfo{"h0", NodeKind::Host, 0, 500, {-1, -1, -1}, 0});
+  const int sw = t.add_node(NodeInfo{"sw", NodeKind::Switch, 0, 2000, {-1, -1, -1}, -1});
+  t.add_link(g0, sw, 50e9, 500, "nic", 100);
+  t.add_link(g1, sw, 50e9, 500, "nic", 100);
+  t.add_link(g0, host, 64e9, 600, "pcie");
+  t.add_link(g1, host, 64e9, 600, "pcie");
+  const HardwareSpec hw = powered(700, 100, 400);
+  Economics e;
+  e.pue = 1.5;
+  e.usd_per_kwh = 0.1;
+  e.lifetime_years = 1;
+  e.hosting_usd_per_kw_month = 100;
+  e.grid_g_per_kwh = 400;
+  e.host_w = 1000;
+  e.host_idle_w = 200;
+  e.switch_w = 300;
+  e.nic_w = 20;
+  const double T = 10;
+  const EnergyLedger L(t, {&hw, &hw}, {DeviceActivity{5, 2, 0}, DeviceActivity{}}, T, e);
+  REQUIRE(L.known());
+  // g0: 100 x 10 + 300 x 5 + 300 x 2; g1 idle; the host at its server's mean busy fraction
+  // (0.25); the switch and two NICs constant.
+  CHECK(L.device_j(0) == doctest::Approx(3100).epsilon(1e-12));
+  CHECK(L.device_j(1) == doctest::Approx(1000).epsilon(1e-12));
+  const double host_j = (200 + 800 * 0.25) * T, switch_j = 300 * T, nics_j = 2 * 20 * T;
+  const double it = 3100 + 1000 + host_j + switch_j + nics_j;
+  CHECK(L.it_j() == doctest::Approx(it).epsilon(1e-12));
+  CHECK(L.facility_j() == doctest::Approx(1.5 * it).epsilon(1e-12));
+  // Cost: capex (devices, host, switch, NIC cables) amortised over a year, electricity at the
+  // facility, hosting of the provisioned IT power (TDPs, the host at full, switch, NICs).
+  const double capex = 2 * 1000 + 500 + 2000 + 2 * 100;
+  const double full_kw = (2 * 700 + 1000 + 300 + 2 * 20) / 1e3;
+  const double usd = capex * T / kYear + 1.5 * it / 3.6e6 * 0.1 + full_kw * 100 * T / kMonth;
+  CHECK(L.cost_usd() == doctest::Approx(usd).epsilon(1e-12));
+  Json w;
+  L.report_world(w);
+  CHECK(w["energy"]["hosts_J"].get<double>() == doctest::Approx(host_j).epsilon(1e-12));
+  CHECK(w["energy"]["provisioned_power_W"].get<double>() == doctest::Approx(full_kw * 1e3 * 1.5).epsilon(1e-12));
+  CHECK(w["energy"]["components"]["nics"].get<int>() == 2);
+  CHECK(w["cost"]["usd"].get<double>() == doctest::Approx(usd).epsilon(1e-12));
+  CHECK(w["carbon"]["kg"].get<double>() == doctest::Approx(1.5 * it / 3.6e6 * 400 / 1e3).epsilon(1e-12));
+  // A workload holding g0 alone: its device and half of everything shared.
+  Json m;
+  L.report_workload(m, {0}, {{"output_token", 100}});
+  const double share_j = (host_j + switch_j + nics_j) / 2;
+  CHECK(m["energy"]["devices_J"].get<double>() == doctest::Approx(3100).epsilon(1e-12));
+  CHECK(m["energy"]["shared_J"].get<double>() == doctest::Approx(share_j).epsilon(1e-12));
+  CHECK(m["energy"]["J_per_output_token"].get<double>() == doctest::Approx(1.5 * (3100 + share_j) / 100).epsilon(1e-12));
+  const double wl_usd = (1000 + (capex - 2000) / 2) * T / kYear + 1.5 * (3100 + share_j) / 3.6e6 * 0.1 +
+                        (700 + (1000 + 300 + 40) / 2.0) / 1e3 * 100 * T / kMonth;
+  CHECK(m["cost"]["usd"].get<double>() == doctest::Approx(wl_usd).epsilon(1e-12));
+  CHECK(m["cost"]["usd_per_million_output_tokens"].get<double>() == doctest::Approx(wl_usd / 100 * 1e6).epsilon(1e-12));
+  // A device without power figures: nothing reported, the summary says which.
+  const HardwareSpec bare = sluice::testing::round_device();
+  const EnergyLedger U(t, {&hw, &bare}, {DeviceActivity{}, DeviceActivity{}}, T, e);
+  CHECK_FALSE(U.known());
+  Json u;
+  U.report_world(u);
+  CHECK_FALSE(u.contains("energy"));
+  CHECK(U.world_summary().find("round") != std::string::npos);
+}
+
+namespace {
+constexpr const char* kServed = R"(name: t
+seed: 1
+hardware: h200
+model: llama3-8b
+deployment: {replicas: 1, tensor_parallel: 1}
+scheduler: {kind: vllm, max_num_seqs: 64}
+workload:
+  kind: llmperf
+  input_tokens: {mean: 512, sd: 0}
+  output_tokens: {mean: 128, sd: 0}
+  requests: 60
+  arrival: {kind: closed_loop, clients: 8}
+)";
+}  // namespace
+
+TEST_CASE("energy: a served run's devices draw what their busy time and FLOPs say, and its figures divide by its tokens") {
+  const Json m = run_text(kServed);
+  const Json& w = m["world"];
+  const Json& s = m["serving"];
+  const double T = w["simulated_s"].get<double>();
+  const int devices = w["devices"].get<int>();
+  REQUIRE(devices == 8);  // the implicit cluster: one server of 8, one of them serving
+  const double busy = s["batching"]["utilization"].get<double>() * T;
+  // The compute-bound share from the FLOPs MFU counts (2 per non-embedding parameter per
+  // computed token), less the first output token of each request (its prefill computed it,
+  // MFU counts it once more as an output token), at the H200's sustained GEMM ceiling.
+  const double mfu_flops = s["batching"]["mfu"].get<double>() * busy * 989e12;
+  const double per_token = mfu_flops / (s["throughput"]["input_tokens"].get<double>() + s["throughput"]["output_tokens"].get<double>());
+  const double flops = mfu_flops - per_token * s["requests"]["completed"].get<double>();
+  const double compute = flops / (767.32e12 * 0.87);
+  const double mine = 75 * T + (450 - 75) * busy + (700 - 450) * compute;
+  CHECK(s["energy"]["devices_J"].get<double>() == doctest::Approx(mine).epsilon(1e-5));
+  CHECK(w["energy"]["devices_J"].get<double>() == doctest::Approx(mine + 7 * 75 * T).epsilon(1e-5));
+  CHECK(s["energy"]["J_per_output_token"].get<double>() ==
+        doctest::Approx(s["energy"]["facility_J"].get<double>() / s["throughput"]["output_tokens"].get<double>()).epsilon(1e-12));
+  CHECK(s["cost"]["capex_usd"].get<double>() == doctest::Approx(32000).epsilon(1e-12));  // one H200 at its catalog price
+  // The busy H200 draws between its memory-bound power and its TDP on average while busy.
+  const double busy_w = (mine - 75 * (T - busy)) / busy;
+  CHECK(busy_w > 450);
+  CHECK(busy_w < 700);
+  // A dearer grid and price move only what they should.
+  const Json m2 = run_text(kServed, {"economics.electricity_price=0.16", "economics.grid_intensity=740"});
+  CHECK(m2["serving"]["cost"]["electricity_usd"].get<double>() == doctest::Approx(2 * s["cost"]["electricity_usd"].get<double>()).epsilon(1e-9));
+  CHECK(m2["serving"]["cost"]["capex_amortised_usd"].get<double>() == s["cost"]["capex_amortised_usd"].get<double>());
+  CHECK(m2["serving"]["carbon"]["kg"].get<double>() == doctest::Approx(2 * s["carbon"]["kg"].get<double>()).epsilon(1e-9));
+}
+
+TEST_CASE("energy: an autoscaled replica draws nothing while it is off") {
+  // Four replicas, never more than one wanted: the autoscaler keeps three off all the run, so
+  // the deployment draws what one replica alone draws; four fixed replicas draw their idle power too.
+  const std::string yaml = std::string(kServed) + "autoscaling: {policy: queue, min_replicas: 1, target: 1000, interval: 1s}\n";
+  const Json one = run_text(kServed);
+  const Json scaled = run_text(yaml, {"deployment.replicas=4"});
+  const Json fixed = run_text(yaml, {"deployment.replicas=4", "autoscaling.policy=none"});
+  CHECK(scaled["serving"]["autoscaling"]["replicas_most"].get<double>() == 1);
+  const double one_j = one["serving"]["energy"]["devices_J"].get<double>();
+  CHECK(scaled["serving"]["energy"]["devices_J"].get<double>() == doctest::Approx(one_j).epsilon(1e-3));
+  const double T = fixed["world"]["simulated_s"].get<double>();
+  CHECK(fixed["serving"]["energy"]["devices_J"].get<double>() > one_j + 0.9 * 3 * 75 * T);
+  // The world holds the same eight devices either way: the off ones draw nothing.
+  CHECK(scaled["world"]["energy"]["devices_J"].get<double>() < fixed["world"]["energy"]["devices_J"].get<double>());
+}
+
+TEST_CASE("energy: bad power and economics input is refused at its key") {
+  auto refused = [](const std::vector<std::string>& sets, const std::string& expect) {
+    std::string msg;
+    try {
+      run_text(kServed, sets);
+    } catch (const ConfigError& e) {
+      msg = e.what();
+    }
+    CAPTURE(msg);
+    CHECK(msg.find(expect) != std::string::npos);
+  };
+  refused({"hardware={catalog: h200, idle_power: 800W}"}, "idle_power");
+  refused({"hardware={catalog: h200, memory_bound_power: 50W}"}, "memory_bound_power");
+  refused({"economics.host_idle_power=3kW"}, "host_idle_power");
+  refused({"economics.pue=0.5"}, "pue");
+  refused({"economics.switch_power=12"}, "switch_power");  // no unit
+}
