@@ -7,8 +7,10 @@ Reads what the run wrote (metrics.json, requests.csv, timeseries.csv, trace.json
 sweep's sweep.json; a study's variants) and draws, with matplotlib (Debian's
 python3-matplotlib) and Graphviz (dot/neato), whichever of these the data allows:
 latency CDFs, inter-token gap histograms, KV occupancy / queue length / batch size over
-time, an iteration timeline per replica, throughput-latency curves over a sweep,
-availability curves, and the topology. Each picture is written as PNG and SVG; index.html
+time, an iteration timeline per replica, throughput-latency curves over a sweep (and the best
+point's own pictures), one chart per metric across a compare study's variants with their table,
+each world workload's latencies, the energy, cost and carbon of the cluster and of each
+workload, availability curves, and the topology; a header says what ran. Each picture is written as PNG and SVG; index.html
 embeds the PNGs and the summary tables, so it stands alone. `sluice report` runs this.
 """
 import base64
@@ -48,10 +50,23 @@ class Report:
     def run(self, d, label=""):
         metrics = load_json(os.path.join(d, "metrics.json"))
         m = (metrics or {}).get("metrics", {})
+        if metrics and not label:
+            self.header(metrics)
+        if "compare" in m:
+            self.compare(d, m["compare"])
         reqs = load_csv(os.path.join(d, "requests.csv"))
         if reqs:
             self.latency_cdfs(reqs, label)
             self.gap_histograms(reqs, m, label)
+        # A world's serving workloads: their reports under workloads.<name>, their rows in <name>.requests.csv.
+        for name, w in sorted(m.get("workloads", {}).items()):
+            if not isinstance(w, dict) or "latency_ms" not in w:
+                continue
+            wl = f"{label} [{name}]"
+            wreqs = load_csv(os.path.join(d, f"{name}.requests.csv"))
+            if wreqs:
+                self.latency_cdfs(wreqs, wl)
+            self.serving_table(w, wl)
         ts = load_csv(os.path.join(d, "timeseries.csv"))
         if ts:
             self.timeseries(ts, label)
@@ -65,6 +80,7 @@ class Report:
             self.availability_study(study)
         if "serving" in m:
             self.serving_table(m["serving"], label)
+        self.energy_table(m, label)
         if metrics and "scenario" in metrics:
             self.topologies(metrics["scenario"].get("resolved", {}))
 
@@ -195,17 +211,108 @@ class Report:
         self.save(fig, "availability_study", "Availability study",
                   "From availability.csv: per host availability, mean over seeds with 95% confidence intervals; OCS forms a slice from any healthy cubes, the static torus needs a contiguous healthy block.")
 
+    def header(self, metrics):
+        """What ran: the scenario, its study, model, hardware, scheduler, topology, seed and the sluice that ran it."""
+        sc = metrics.get("scenario", {})
+        res = sc.get("resolved", {})
+        rows = [["scenario", sc.get("name", "?")], ["study", sc.get("study", "?")]]
+        if res.get("description"):
+            rows.append(["description", res["description"]])
+        cl = res.get("cluster", {}) if isinstance(res.get("cluster"), dict) else {}
+        for key, val in (("model", res.get("model")), ("hardware", res.get("hardware", cl.get("hardware"))),
+                         ("topology", res.get("topology", cl.get("topology")))):
+            if val is not None:
+                rows.append([key, describe(val)])
+        sched = res.get("scheduler")
+        if isinstance(sched, dict) and "kind" in sched:
+            rows.append(["scheduler", sched["kind"]])
+        dep = res.get("deployment")
+        if isinstance(dep, dict):
+            rows.append(["deployment", ", ".join(f"{k} {dep[k]}" for k in ("replicas", "tensor_parallel", "pipeline_parallel", "precision") if k in dep)])
+        for w in res.get("workloads", []) if isinstance(res.get("workloads"), list) else []:
+            if isinstance(w, dict):
+                rows.append([f"workload {w.get('name', '?')}", ", ".join(f"{k} {describe(w[k])}" for k in ("kind", "model", "scheduler") if k in w)])
+        for v in res.get("variants", []) if isinstance(res.get("variants"), list) else []:
+            if isinstance(v, dict):
+                rows.append([f"variant {v.get('name', '?')}", describe(v.get("file", v.get("set", "")))])
+        rows += [["seed", metrics.get("seed", "?")], ["sluice", metrics.get("sluice_version", "?")], ["scenario hash", sc.get("hash", "?")]]
+        self.tables.insert(0, ("What ran", ["", ""], rows))
+
+    def compare(self, d, c):
+        """A compare study: a table variants x metrics with units, and one chart per metric across the variants."""
+        variants = [v.get("name", f"v{i}") for i, v in enumerate(c.get("variants", []))]
+        table = c.get("table", [])
+        if not variants or not table:
+            return
+        head = ["variant"] + [readable(t["metric"]) for t in table]
+        rows = [[v] + [fmt(t["values"][i]) if i < len(t["values"]) else "-" for t in table] for i, v in enumerate(variants)]
+        self.tables.append((f"Compared: {len(variants)} variants x {len(table)} metrics", head, rows))
+        # The energy and cost of each variant, from its own metrics file, where the run priced it.
+        erows = []
+        for i, v in enumerate(variants):
+            vm = load_json(os.path.join(d, f"variant-{i}-{v.replace(',', '-').replace('/', '-')}.metrics.json")) or {}
+            if not vm:
+                found = [f for f in os.listdir(d) if f.startswith(f"variant-{i}-") and f.endswith(".metrics.json")]
+                vm = load_json(os.path.join(d, found[0])) if found else {}
+            vm = vm or {}
+            w = vm.get("metrics", vm).get("world", {})  # a variant's file holds its metrics alone
+            if "energy" in w:
+                erows.append([v, fmt(w["energy"]["facility_J"] / 3.6e3), fmt(w["energy"]["average_power_W"] / 1e3), fmt(w["cost"]["usd"]),
+                              fmt(w["carbon"]["kg"])])
+        if erows:
+            self.tables.append(("Energy and cost per variant (the whole cluster)", ["variant", "facility energy (Wh)", "average power (kW)", "cost ($)", "CO2e (kg)"], erows))
+        short = [v if len(v) <= 28 else v[:26] + ".." for v in variants]
+        for k, t in enumerate(table[:12]):
+            vals = [x if isinstance(x, (int, float)) else float("nan") for x in t["values"]]
+            fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(variants) + 1.2))
+            ax.barh(range(len(vals)), vals, color="#1f77b4")
+            ax.set_yticks(range(len(vals)))
+            ax.set_yticklabels(short, fontsize=7)
+            ax.invert_yaxis()
+            ax.set_xlabel(readable(t["metric"]))
+            pos = [x for x in vals if x == x and x > 0]
+            if len(pos) == len(vals) and min(pos) > 0 and max(pos) / min(pos) > 100:
+                ax.set_xscale("log")  # values over orders of magnitude: each stays readable
+            for y, x in enumerate(vals):
+                if x == x:
+                    ax.annotate(fmt(x), (x, y), fontsize=6, xytext=(2, -2), textcoords="offset points")
+            fig.suptitle(readable(t["metric"]) + " across the variants")
+            self.save(fig, f"compare-{k:02d}", readable(t["metric"]), f"{t['metric']} for each variant (compare study), in the order the study lists them.")
+
+    def energy_table(self, m, label):
+        w = m.get("world", {})
+        if "energy" not in w:
+            return
+        e, c, co = w["energy"], w["cost"], w["carbon"]
+        rows = [["the cluster", fmt(e["facility_J"] / 3.6e3), fmt(e["average_power_W"] / 1e3), fmt(e["provisioned_power_W"] / 1e3),
+                 fmt(c["usd"]), fmt(c["capex_amortised_usd"]), fmt(c["electricity_usd"]), fmt(c["hosting_usd"]), fmt(co["kg"]), "", ""]]
+        scopes = [(k, m[k]) for k in ("serving", "training", "diffusion") if k in m] + sorted(m.get("workloads", {}).items())
+        for name, s in scopes:
+            if not isinstance(s, dict) or "energy" not in s:
+                continue
+            se, sc = s["energy"], s["cost"]
+            per = next((k for k in se if k.startswith("J_per_")), None)
+            unit = per[len("J_per_"):] if per else ""
+            usd = sc.get(f"usd_per_million_{unit}s") if per else None
+            rows.append([name, fmt(se["facility_J"] / 3.6e3), fmt(se["average_power_W"] / 1e3), fmt(se["provisioned_power_W"] / 1e3),
+                         fmt(sc["usd"]), fmt(sc["capex_amortised_usd"]), fmt(sc["electricity_usd"]), fmt(sc["hosting_usd"]),
+                         fmt(s["carbon"]["kg"]), f"{fmt(se[per])} J per {unit.replace('_', ' ')}" if per else "",
+                         f"${fmt(usd)} per million {unit.replace('_', ' ')}s" if usd is not None else ""])
+        self.tables.append((f"Energy, cost and carbon{label} (PUE {fmt(e['pue'])}; docs/ENERGY.md)",
+                            ["", "facility energy (Wh)", "average power (kW)", "provisioned (kW)", "cost ($)", "capex amortised ($)",
+                             "electricity ($)", "hosting ($)", "CO2e (kg)", "energy per unit", "cost per million"], rows))
+
     def serving_table(self, s, label):
         lat = s.get("latency_ms", {})
         rows = []
         for k in ("ttft", "tpot", "itl_llmperf", "e2e", "inter_token_gap", "queueing_delay"):
             if k in lat:
-                rows.append([k] + [fmt(lat[k].get(q)) for q in ("p50", "p90", "p99", "mean", "max")])
+                rows.append([NAMES.get(k, k.replace("_", " "))] + [fmt(lat[k].get(q)) for q in ("p50", "p90", "p99", "mean", "max")])
         if rows:
             self.tables.append((f"Latency (ms){label}", ["metric", "p50", "p90", "p99", "mean", "max"], rows))
         thr = s.get("throughput", {})
         if thr:
-            self.tables.append((f"Throughput{label}", list(thr.keys()), [[fmt(v) for v in thr.values()]]))
+            self.tables.append((f"Throughput{label}", [readable(k) for k in thr.keys()], [[fmt(v) for v in thr.values()]]))
 
     def topologies(self, resolved):
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -277,17 +384,22 @@ class Report:
             self.save(fig, "throughput_latency", "Throughput-latency curves",
                       f"One curve per configuration of {', '.join(others) or 'the sweep'}; each point a value of {rate}.")
         cols = metrics[:8]
-        self.tables.append((f"Sweep {s['scenario']}: {len(rows)} points", ["point", "rep"] + keys + [c.split(".", 1)[-1] for c in cols],
+        self.tables.append((f"Sweep {s['scenario']}: {len(rows)} points", ["point", "rep"] + keys + [readable(c) for c in cols],
                             [[r["point"], r["replication"]] + [r["keys"][k] for k in keys] + [fmt(r["metrics"].get(c)) for c in cols] for r in rows]))
         if "best" in s:
             self.tables.append(("Best point per objective (where " + " and ".join(s["best"]["where"]) + ")" if s["best"]["where"] else "Best point per objective",
                                 ["objective", "value", "point", "configuration"],
                                 [[b["objective"], fmt(b.get("value")), b.get("point"), b.get("configuration", "none meets the constraints")]
                                  for b in s["best"]["objectives"]]))
-        # The first point's own pictures, as an example of one run.
-        first = os.path.join(d, "points", "p0000")
-        if os.path.isdir(first):
-            self.run(first, " (point 0)")
+        # One point's own pictures, as an example of one run: the best point of the first
+        # objective that has one, else the first point.
+        best = next((b.get("point") for b in s.get("best", {}).get("objectives", []) if isinstance(b.get("point"), int)), None)
+        point = best if best is not None else 0
+        folder = os.path.join(d, "points", f"p{point:04d}")
+        if os.path.isdir(folder):
+            if best is not None:
+                self.tables.append(("The best point, drawn below", ["point", "objective"], [[point, s["best"]["objectives"][0]["objective"]]]))
+            self.run(folder, " (best point)" if best is not None else " (point 0)")
 
     # ---------------------------------------------------------------- the page
     def page(self, title):
@@ -334,6 +446,39 @@ def fmt(v):
     return "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
 
 
+NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E", "itl_llmperf": "ITL (llmperf)", "kv_cache": "KV cache", "slo": "SLO",
+         "mfu": "MFU", "tp_allreduce_ms_mean": "TP all-reduce mean"}
+
+
+def readable(metric):
+    """A metric path as a column header: its scope dropped, snake_case as words, its unit in brackets."""
+    parts = metric.split(".")
+    if parts[0] in ("serving", "training", "diffusion", "world", "metrics") and len(parts) > 1:
+        parts = parts[1:]
+    if parts[0] == "workloads" and len(parts) > 2:
+        parts = parts[2:]
+    unit = ""
+    if "latency_ms" in parts:
+        parts.remove("latency_ms")
+        unit = "ms"
+    last = parts[-1]
+    for suffix, u in (("_per_s", "/s"), ("_usd", "$"), ("_J", "J"), ("_W", "W"), ("_ms", "ms"), ("_s", "s"), ("_bytes", "bytes")):
+        if last.endswith(suffix) and not unit:
+            unit = u
+            parts[-1] = last[: -len(suffix)] + (" per s" if suffix == "_per_s" else "")
+            break
+    words = " ".join(NAMES.get(p, p.replace("_", " ")) for p in parts)
+    return f"{words} ({unit})" if unit else words
+
+
+def describe(v):
+    if isinstance(v, dict):
+        return v.get("catalog", v.get("kind", v.get("name", json.dumps(v)[:60])))
+    if isinstance(v, list):
+        return ", ".join(str(x) for x in v)[:80]
+    return str(v)
+
+
 def slug(label):
     return "".join(c for c in label if c.isalnum()).lower() and "-" + "".join(c for c in label if c.isalnum()).lower()
 
@@ -362,7 +507,8 @@ def main(argv):
         title = "sluice sweep report"
     else:
         r.run(src)
-        title = "sluice run report"
+        study = ((load_json(os.path.join(src, "metrics.json")) or {}).get("scenario", {}) or {}).get("study", "run")
+        title = f"sluice {study} report"
     r.page(f"{title}: {os.path.basename(os.path.normpath(src))}")
     for name, t, _ in r.figures:
         print(f"  {name}.png / .svg  {t}")
