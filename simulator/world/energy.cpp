@@ -125,11 +125,24 @@ EnergyLedger::EnergyLedger(const net::Topology& t, std::vector<const HardwareSpe
       nics_j_ += econ_.nic_w * span_s;
       shared_full_w_ += econ_.nic_w;
     }
-    if (l.optical) {
+    // A slice's circuits through the OCS ride the pod's fibres, whose optics are counted once.
+    if (l.optical && l.label != "ici-ocs-slice") {
       ++optics_;
       optics_j_ += econ_.optics_w * span_s;
       shared_full_w_ += econ_.optics_w;
     }
+  }
+  // Hosts a generator counts without nodes (a TPU pod's, one per chips_per_host chips) draw as
+  // host nodes do, at the pod's mean busy fraction.
+  const bool host_nodes = hosts_ > 0;
+  for (const auto& x : t.extra_capex) {
+    if (host_nodes || x.name != "hosts" || x.count <= 0) continue;
+    double load = 0;
+    for (const auto& [g, b] : group_busy) load += b.first;
+    load = n > 0 ? load / static_cast<double>(n) : 0.0;
+    hosts_ += static_cast<int>(x.count);
+    hosts_j_ += static_cast<double>(x.count) * (econ_.host_idle_w + (econ_.host_w - econ_.host_idle_w) * load) * span_s;
+    shared_full_w_ += static_cast<double>(x.count) * econ_.host_w;
   }
   shared_usd_ = net::capex(t).total_usd() - device_node_usd;
 }

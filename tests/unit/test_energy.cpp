@@ -3,6 +3,8 @@
 // metrics, autoscaled replicas off while unpaid, and bad input refused at its key.
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "test_support.h"
 #include "world/energy.h"
 
@@ -119,35 +121,57 @@ workload:
 }  // namespace
 
 TEST_CASE("energy: a served run's devices draw what their busy time and FLOPs say, and its figures divide by its tokens") {
+  for (const int pp : {1, 2}) {
+    CAPTURE(pp);
+    const Json m = run_text(kServed, {fmt::format("deployment.pipeline_parallel={}", pp)});
+    const Json& w = m["world"];
+    const Json& s = m["serving"];
+    const double T = w["simulated_s"].get<double>();
+    REQUIRE(w["devices"].get<int>() == 8);  // the implicit cluster: one server of 8, `pp` of them serving
+    // Each stage's devices are busy for the replica's busy time (utilization: its first
+    // stage's), not 1/pp of it.
+    const double busy = s["batching"]["utilization"].get<double>() * T;
+    // The compute-bound share from the FLOPs MFU counts (2 per non-embedding parameter per
+    // computed token), less the first output token of each request (its prefill computed it,
+    // MFU counts it once more as an output token), at the H200's sustained GEMM ceiling, split
+    // over the replica's devices.
+    const double mfu_flops = s["batching"]["mfu"].get<double>() * busy * pp * 989e12;
+    const double per_token = mfu_flops / (s["throughput"]["input_tokens"].get<double>() + s["throughput"]["output_tokens"].get<double>());
+    const double flops = mfu_flops - per_token * s["requests"]["completed"].get<double>();
+    const double compute = flops / (767.32e12 * 0.87);
+    const double mine = pp * (75 * T + (450 - 75) * busy) + (700 - 450) * compute;
+    CHECK(s["energy"]["devices_J"].get<double>() == doctest::Approx(mine).epsilon(1e-5));
+    CHECK(w["energy"]["devices_J"].get<double>() == doctest::Approx(mine + (8 - pp) * 75 * T).epsilon(1e-5));
+    CHECK(s["energy"]["J_per_output_token"].get<double>() ==
+          doctest::Approx(s["energy"]["facility_J"].get<double>() / s["throughput"]["output_tokens"].get<double>()).epsilon(1e-12));
+    CHECK(s["cost"]["capex_usd"].get<double>() == doctest::Approx(32000.0 * pp).epsilon(1e-12));  // H200s at their catalog price
+  }
   const Json m = run_text(kServed);
-  const Json& w = m["world"];
   const Json& s = m["serving"];
-  const double T = w["simulated_s"].get<double>();
-  const int devices = w["devices"].get<int>();
-  REQUIRE(devices == 8);  // the implicit cluster: one server of 8, one of them serving
-  const double busy = s["batching"]["utilization"].get<double>() * T;
-  // The compute-bound share from the FLOPs MFU counts (2 per non-embedding parameter per
-  // computed token), less the first output token of each request (its prefill computed it,
-  // MFU counts it once more as an output token), at the H200's sustained GEMM ceiling.
-  const double mfu_flops = s["batching"]["mfu"].get<double>() * busy * 989e12;
-  const double per_token = mfu_flops / (s["throughput"]["input_tokens"].get<double>() + s["throughput"]["output_tokens"].get<double>());
-  const double flops = mfu_flops - per_token * s["requests"]["completed"].get<double>();
-  const double compute = flops / (767.32e12 * 0.87);
-  const double mine = 75 * T + (450 - 75) * busy + (700 - 450) * compute;
-  CHECK(s["energy"]["devices_J"].get<double>() == doctest::Approx(mine).epsilon(1e-5));
-  CHECK(w["energy"]["devices_J"].get<double>() == doctest::Approx(mine + 7 * 75 * T).epsilon(1e-5));
-  CHECK(s["energy"]["J_per_output_token"].get<double>() ==
-        doctest::Approx(s["energy"]["facility_J"].get<double>() / s["throughput"]["output_tokens"].get<double>()).epsilon(1e-12));
-  CHECK(s["cost"]["capex_usd"].get<double>() == doctest::Approx(32000).epsilon(1e-12));  // one H200 at its catalog price
-  // The busy H200 draws between its memory-bound power and its TDP on average while busy.
-  const double busy_w = (mine - 75 * (T - busy)) / busy;
-  CHECK(busy_w > 450);
-  CHECK(busy_w < 700);
   // A dearer grid and price move only what they should.
   const Json m2 = run_text(kServed, {"economics.electricity_price=0.16", "economics.grid_intensity=740"});
   CHECK(m2["serving"]["cost"]["electricity_usd"].get<double>() == doctest::Approx(2 * s["cost"]["electricity_usd"].get<double>()).epsilon(1e-9));
   CHECK(m2["serving"]["cost"]["capex_amortised_usd"].get<double>() == s["cost"]["capex_amortised_usd"].get<double>());
   CHECK(m2["serving"]["carbon"]["kg"].get<double>() == doctest::Approx(2 * s["carbon"]["kg"].get<double>()).epsilon(1e-9));
+}
+
+TEST_CASE("energy: a training job's hot spares draw idle power, charged to the job, not its busy power") {
+  // No fault fires before the job ends, so both runs have the same timeline; the spare
+  // server's eight H100s idle either way (held by the job, or by nobody).
+  auto job = [](int spares) {
+    return "name: sp\nseed: 1\ncluster: {topology: {catalog: fat-tree, servers: 4}, hardware: h100-sxm}\n"
+           "workloads:\n  - name: j\n    kind: training\n    model: tinyllama-1.1b\n    cost_tables: none\n"
+           "    parallel: {tp: 8, pp: 1, dp: 2, micro_batches: 2}\n    sequence: 512\n    iterations: 50\n"
+           "    place: {servers: [0-1]}\n    recovery: {checkpoint_interval: 0s, restart: 5s, spare_servers: " +
+           std::to_string(spares) + "}\nfaults:\n  - {kind: trace, events: [\"100000s chip:gpu3.0 down\"]}\n";
+  };
+  const Json with = run_text(job(1)), without = run_text(job(0));
+  const double T = with["world"]["simulated_s"].get<double>();
+  REQUIRE(T == without["world"]["simulated_s"].get<double>());
+  CHECK(with["world"]["energy"]["devices_J"].get<double>() == doctest::Approx(without["world"]["energy"]["devices_J"].get<double>()).epsilon(1e-12));
+  const Json& tw = with["training"];
+  const Json& to = without["training"];
+  CHECK(tw["energy"]["devices_J"].get<double>() - to["energy"]["devices_J"].get<double>() == doctest::Approx(8 * 70 * T).epsilon(1e-9));
 }
 
 TEST_CASE("energy: an autoscaled replica draws nothing while it is off") {

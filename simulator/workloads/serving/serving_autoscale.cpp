@@ -36,6 +36,7 @@ void ServingSim::scale_account(int64_t now) {
     scale_.prefill_replica_s += static_cast<double>(prefill) * static_cast<double>(now - scale_last_ns_) / 1e9;
   }
   scale_last_ns_ = now;
+  scale_.accounted_s = static_cast<double>(now) / 1e9;
 }
 
 void ServingSim::scale_start() {

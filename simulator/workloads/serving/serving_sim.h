@@ -249,6 +249,7 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
     int64_t under_provisioned_ns = 0;
     std::vector<std::pair<int64_t, int>> timeline;  // (time, replicas paid) at each change
     std::vector<double> replica_on_s;  // each replica's seconds paid (the energy ledger's: off the rest)
+    double accounted_s = 0;            // the span replica_on_s covers (from 0 to the last accounting)
   };
   const ScaleRecord& scale_record() const { return scale_; }
   // Failures. A replica that loses a device stops at once: its iteration in flight is void,

@@ -141,15 +141,15 @@ class ServingWorkload final : public Workload {
   void finish(World& w) override {
     sim_->finish();
     // What each device did, for the world's energy ledger: a replica's devices were busy while
-    // its engines ran iterations (each pipeline stage for its share of them) and compute-bound
-    // for the FLOPs of the tokens they computed (2 per active non-embedding parameter, attention
-    // left out, as MFU counts them) at the sustained GEMM ceiling; an autoscaled replica is
-    // off while it is not paid.
+    // its engines ran iterations (with pipeline parallelism, each virtual engine's busy time is
+    // its batches' time on the first stage, so their sum is a stage's busy time, taken for every
+    // stage) and compute-bound for the FLOPs of the tokens they computed (2 per active
+    // non-embedding parameter, attention left out, as MFU counts them) at the sustained GEMM
+    // ceiling; an autoscaled replica is off while it is not paid.
     const ServingConfig& c = sim_->config();
     const auto& stats = sim_->replica_stats();
     const int pp = c.pipeline_parallel;
     const double nonembed = c.model.active_parameters() - static_cast<double>(c.model.vocab) * c.model.hidden;
-    const double span_s = w.engine().now().to_seconds();
     const auto& on_s = sim_->scale_record().replica_on_s;
     for (int r = 0; r < c.replicas; ++r) {
       const bool own = c.prefill_pool && r < c.prefill_replicas;
@@ -159,11 +159,22 @@ class ServingWorkload final : public Workload {
       DeviceActivity a;
       for (int v = 0; v < pp; ++v) {
         const ReplicaStats& st = stats[static_cast<size_t>(r * pp + v)];
-        a.busy_s += static_cast<double>(st.busy_ns) / 1e9 / pp;
+        a.busy_s += static_cast<double>(st.busy_ns) / 1e9;
         if (ceiling > 0) a.compute_s += 2 * nonembed * static_cast<double>(st.tokens_processed) / gpus / ceiling;
       }
-      if (static_cast<size_t>(r) < on_s.size()) a.off_s = std::max(0.0, span_s - on_s[static_cast<size_t>(r)]);
+      // Off: the part of the autoscaler's accounted span it was not paid (after that span, a
+      // replica stays as it was: the pool's fewest are on, as a fixed pool's are).
+      if (static_cast<size_t>(r) < on_s.size())
+        a.off_s = std::max(0.0, sim_->scale_record().accounted_s - on_s[static_cast<size_t>(r)]);
       for (size_t k = start_[static_cast<size_t>(r)]; k < start_[static_cast<size_t>(r) + 1]; ++k) w.add_activity(devices_[k], a, &hw);
+    }
+    // A prefill pool of another device type has servers of its own: the ones of its devices
+    // no replica holds are that type too (idle), not the cluster's.
+    if (c.prefill_pool && c.prefill_pool->hardware.name != c.hardware.name && c.prefill_replicas > 0) {
+      std::set<int> servers;
+      for (size_t k = 0; k < start_[static_cast<size_t>(c.prefill_replicas)]; ++k) servers.insert(w.group_of(devices_[k]));
+      for (int d = 0; d < w.device_count(); ++d)
+        if (w.holder(d).empty() && servers.count(w.group_of(d))) w.add_activity(d, DeviceActivity{}, &c.prefill_pool->hardware);
     }
   }
   std::string metrics_key() const override { return "serving"; }

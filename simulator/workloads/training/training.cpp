@@ -180,7 +180,8 @@ void TrainingJob::finish(World& w) {
   // What its devices did, for the world's energy ledger (world/energy.h): busy over the kept
   // iterations and the work lost to failures for its stages' mean compute fraction, compute-bound
   // for its FLOPs (Megatron's count) at the sustained GEMM ceiling; idle while recovering or
-  // writing a checkpoint. Every device the job holds now (hot spares too, idle) is charged.
+  // writing a checkpoint. The devices it computes on now are charged; its hot spares (held,
+  // never computing) stay idle.
   {
     double kept_s = 0;
     for (double x : res_.iteration_s) kept_s += x;
@@ -194,8 +195,7 @@ void TrainingJob::finish(World& w) {
     a.busy_s = (kept_s + res_.lost_s) * frac;
     if (ceiling > 0 && res_.devices > 0 && kept_s > 0)
       a.compute_s = res_.model_flops_per_iteration * n / res_.devices / ceiling * (kept_s + res_.lost_s) / kept_s;
-    for (int d = 0; d < w.device_count(); ++d)
-      if (w.holder(d) == name()) w.add_activity(d, a);
+    for (int d : devices_) w.add_activity(d, a);
   }
 }
 
