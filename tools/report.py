@@ -401,6 +401,63 @@ class Report:
                 self.tables.append(("The best point, drawn below", ["point", "objective"], [[point, s["best"]["objectives"][0]["objective"]]]))
             self.run(folder, " (best point)" if best is not None else " (point 0)")
 
+    # ---------------------------------------------------------------- a search
+    def search(self, d):
+        s = load_json(os.path.join(d, "search.json"))
+        objs, rows = s["objectives"], s["rows"]
+        slo = " and ".join(s["slo"])
+        self.tables.append(("Search", ["", ""], [["scenario", s["scenario"]], ["SLO", slo], ["points", s["points"]],
+                                                 ["pruned: do not build", s["pruned_does_not_build"]],
+                                                 ["pruned: lower bound", s["pruned_lower_bound"]], ["simulated", s["simulated"]],
+                                                 ["meet the SLO", s["feasible"]], ["Pareto front", len(s["pareto"])]]))
+        by_point = {r["point"]: r for r in rows}
+        front = [by_point[p] for p in s["pareto"]]
+        best = by_point.get(s["best"]) if s.get("best") is not None else None
+        if best:
+            front.sort(key=lambda r: (r["point"] != best["point"], [r["objectives"].get(o) or 0 for o in objs]))
+        keys = list(rows[0]["keys"].keys()) if rows else []
+        if front:
+            self.tables.append(("The Pareto front, the best first" if best else "The Pareto front",
+                                ["point"] + [k.split(".")[-1] for k in keys] + [readable(o) for o in objs],
+                                [[r["point"]] + [r["keys"][k] for k in keys] + [fmt(r["objectives"].get(o)) for o in objs] for r in front]))
+        else:
+            self.tables.append(("No configuration meets the SLO", ["point", "status", "why"],
+                                [[r["point"], r["status"], r["why"]] for r in rows[:40]]))
+        if objs and len(objs) >= 2:
+            pairs = [(objs[0], o) for o in objs[1:3]]
+            fig, axes = plt.subplots(1, len(pairs), figsize=(5.6 * len(pairs), 4))
+            axes = axes if len(pairs) > 1 else [axes]
+            for ax, (xo, yo) in zip(axes, pairs):
+                for status, color, mk, lab in (("misses the SLO", "#bbbbbb", "o", "misses the SLO"), ("meets the SLO", "#1f77b4", "o", "meets the SLO")):
+                    pts = [(r["objectives"].get(xo), r["objectives"].get(yo)) for r in rows if r["status"] == status]
+                    pts = [p for p in pts if p[0] is not None and p[1] is not None]
+                    if pts:
+                        ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=18, color=color, marker=mk, label=f"{lab} ({len(pts)})")
+                fp = sorted((r["objectives"].get(xo), r["objectives"].get(yo)) for r in front if r["objectives"].get(xo) is not None)
+                if fp:
+                    ax.scatter([p[0] for p in fp], [p[1] for p in fp], s=40, facecolors="none", edgecolors="#d62728", label="Pareto front")
+                if best and best["objectives"].get(xo) is not None:
+                    ax.scatter([best["objectives"][xo]], [best["objectives"][yo]], s=160, marker="*", color="#d62728", label=f"best (point {best['point']})")
+                # A constraint on a drawn metric, drawn as its limit.
+                for c in s["slo"]:
+                    m = re.match(r"^\s*([\w.]+)\s*(<=|<)\s*([0-9.eE+-]+)\s*(ms|s|us)?\s*$", c)
+                    if m and yo.endswith(m.group(1)) and "latency_ms" in yo:
+                        v = float(m.group(3)) * {"ms": 1, "s": 1e3, "us": 1e-3, None: 1}[m.group(4)]
+                        ax.axhline(v, ls="--", color="#d62728", lw=0.8)
+                        ax.annotate(f"SLO {c.strip()}", (ax.get_xlim()[0], v), fontsize=7, color="#d62728", xytext=(3, 3), textcoords="offset points")
+                ys = [r["objectives"].get(yo) for r in rows if r["objectives"].get(yo)]
+                if ys and min(ys) > 0 and max(ys) / min(ys) > 100:
+                    ax.set_yscale("log")  # a backlog's seconds beside a served point's milliseconds
+                ax.set_xlabel(readable(xo))
+                ax.set_ylabel(readable(yo))
+                ax.legend(fontsize=7)
+            fig.suptitle(f"Search {s['scenario']}: every simulated point, the front and the best ({slo})")
+            self.save(fig, "search_front", "Pareto front", f"Each simulated point by the first objective against the others; pruned points ({s['pruned_does_not_build']} do not build, {s['pruned_lower_bound']} excluded by the TPOT bound) are not drawn.")
+        if best:
+            folder = os.path.join(d, "points", f"p{best['point']:04d}")
+            if os.path.isdir(folder):
+                self.run(folder, " (best point)")
+
     # ---------------------------------------------------------------- the page
     def page(self, title):
         parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>"
@@ -495,14 +552,18 @@ def main(argv):
         print(__doc__)
         return 2
     src, out = argv[1], argv[2]
+    is_search = os.path.exists(os.path.join(src, "search.json"))
     is_sweep = os.path.exists(os.path.join(src, "sweep.json"))
-    if not is_sweep and not os.path.exists(os.path.join(src, "metrics.json")):
+    if not is_search and not is_sweep and not os.path.exists(os.path.join(src, "metrics.json")):
         # Checked before anything is created (sluice report checks this too, and more).
         print(f"report: {src} holds neither metrics.json (a run) nor sweep.json (a sweep)", file=sys.stderr)
         return 2
     r = Report(src, out)
     r.sluice = argv[argv.index("--sluice") + 1] if "--sluice" in argv else shutil.which("sluice")
-    if is_sweep:
+    if is_search:
+        r.search(src)
+        title = "sluice search report"
+    elif is_sweep:
         r.sweep(src)
         title = "sluice sweep report"
     else:

@@ -56,7 +56,7 @@ constexpr const char* kReportMarker = ".sluice-report";
 void check_report_input(const std::string& dir) {
   namespace fs = std::filesystem;
   auto refuse = [&](const std::string& file, const std::string& why) {
-    throw ConfigError(Origin{file, 0, 0}, "", "", why, "a results directory that `sluice run`, `sluice compare` or `sluice sweep` wrote");
+    throw ConfigError(Origin{file, 0, 0}, "", "", why, "a results directory that `sluice run`, `sluice compare`, `sluice sweep` or `sluice search` wrote");
   };
   auto parse = [&](const fs::path& f) {
     if (!path_is_regular_file(f)) refuse(f.string(), "not a regular file");
@@ -67,8 +67,14 @@ void check_report_input(const std::string& dir) {
     }
     return nlohmann::json();
   };
-  const fs::path sweep = fs::path(dir) / "sweep.json", run = fs::path(dir) / "metrics.json";
+  const fs::path sweep = fs::path(dir) / "sweep.json", run = fs::path(dir) / "metrics.json", search = fs::path(dir) / "search.json";
   std::error_code ec;
+  if (fs::exists(fs::symlink_status(search, ec))) {
+    const auto j = parse(search);
+    if (!j.is_object() || !j.contains("rows") || !j["rows"].is_array() || !j.contains("pareto") || !j.contains("objectives"))
+      refuse(search.string(), "not a search's table (an object with objectives, pareto and rows)");
+    return;
+  }
   if (fs::exists(fs::symlink_status(sweep, ec))) {
     const auto j = parse(sweep);
     if (!j.is_object() || !j.contains("rows") || !j["rows"].is_array() || !j.contains("keys") || !j.contains("metrics"))
@@ -82,7 +88,7 @@ void check_report_input(const std::string& dir) {
       refuse(run.string(), "it holds no metrics object (not a complete run's metrics.json)");
     return;
   }
-  refuse(dir, "neither a run's result (no metrics.json) nor a sweep's (no sweep.json)");
+  refuse(dir, "neither a run's result (no metrics.json) nor a sweep's (no sweep.json) nor a search's (no search.json)");
 }
 
 }  // namespace
@@ -95,7 +101,7 @@ void add_report(CLI::App& app, CliContext& ctx) {
     std::string dir, out;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("dir", o->dir, "a results directory of `sluice run` or `sluice sweep`")->required()->check(CLI::ExistingDirectory);
+  cmd->add_option("dir", o->dir, "a results directory of `sluice run`, `sluice sweep` or `sluice search`")->required()->check(CLI::ExistingDirectory);
   cmd->add_option("--out", o->out, "where the pictures and index.html go (default DIR/report/)");
   cmd->callback([o, &ctx] {
     (void)ctx;

@@ -28,6 +28,7 @@ void add_compare(CLI::App& app, CliContext& ctx);
 void add_topo(CLI::App& app, CliContext& ctx);
 void add_calibrate(CLI::App& app, CliContext& ctx);
 void add_sweep(CLI::App& app, CliContext& ctx);
+void add_search(CLI::App& app, CliContext& ctx);
 void add_check(CLI::App& app, CliContext& ctx);
 void add_schema(CLI::App& app, CliContext& ctx);
 void add_report(CLI::App& app, CliContext& ctx);

@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
   cli::add_topo(app, ctx);
   cli::add_calibrate(app, ctx);
   cli::add_sweep(app, ctx);
+  cli::add_search(app, ctx);
   cli::add_check(app, ctx);
   cli::add_schema(app, ctx);
   cli::add_report(app, ctx);

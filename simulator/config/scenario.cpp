@@ -17,6 +17,7 @@ Schema common_study_schema() {
   s.add("source", ParamType::String, "where its figures come from (paper, README line)").def("");
   s.add("seed", ParamType::Int, "run seed; every random stream derives from (seed, component)").def("1").range(0, 9e15);
   s.add("sweep", ParamType::Any, "axes for `sluice sweep` ({grid: {key: [values]}, zip, replications, seeds, metrics, objective, where}); `run` ignores it").optional();
+  s.add("search", ParamType::Any, "a space, SLO and objectives for `sluice search` ({grid, zip, slo, objectives}); `run` ignores it").optional();
   return s;
 }
 

@@ -69,23 +69,21 @@ std::optional<double> path_unit_s(const std::string& path) {
   return found;
 }
 
-struct Constraint {
-  std::string text, metric, op;
-  double value = 0;
-  bool ok(double x) const {
-    if (!std::isfinite(x)) return false;
-    if (op == "<") return x < value;
-    if (op == "<=") return x <= value;
-    if (op == ">") return x > value;
-    if (op == ">=") return x >= value;
-    if (op == "==") return x == value;
-    return x != value;
-  }
-};
+}  // namespace
+
+bool SweepConstraint::ok(double x) const {
+  if (!std::isfinite(x)) return false;
+  if (op == "<") return x < value;
+  if (op == "<=") return x <= value;
+  if (op == ">") return x > value;
+  if (op == ">=") return x >= value;
+  if (op == "==") return x == value;
+  return x != value;
+}
 
 // `paths` null: the form alone is checked (before any point has run, the metric names are not
 // known yet); the metric's name and its unit are checked once they are.
-Constraint parse_constraint(const std::string& text, const std::vector<std::string>* paths) {
+SweepConstraint parse_constraint(const std::string& text, const std::vector<std::string>* paths) {
   const Origin o{"--where", 0, 0};
   const size_t at = text.find_first_of("<>=!");
   if (at == std::string::npos || at == 0)
@@ -98,7 +96,7 @@ Constraint parse_constraint(const std::string& text, const std::vector<std::stri
     while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.erase(s.begin());
     return s;
   };
-  Constraint c;
+  SweepConstraint c;
   c.text = text;
   c.op = op;
   c.metric = trim(text.substr(0, at));
@@ -139,12 +137,11 @@ std::pair<std::string, std::string> split_objective(const std::string& o) {
 }
 
 bool is_lower_better(const std::string& metric) {
-  for (const char* w : {"latency", "ttft", "tpot", "e2e", "itl", "time", "_ms", "_s.", "delay", "preempt", "rejected", "capex", "cost"})
+  for (const char* w : {"latency", "ttft", "tpot", "e2e", "itl", "time", "_ms", "_s.", "delay", "preempt", "rejected", "capex", "cost",
+                        "_J", "J_per", "energy", "power", "carbon"})
     if (metric.find(w) != std::string::npos) return true;
   return false;
 }
-
-}  // namespace
 
 void check_sweep_spec_form(const SweepSpec& spec) {
   for (const auto& w : spec.where) parse_constraint(w, nullptr);
@@ -153,13 +150,13 @@ void check_sweep_spec_form(const SweepSpec& spec) {
     if (m.empty()) throw ConfigError(Origin{"--metric", 0, 0}, "metric", m, "an empty metric name", "a metric path, e.g. ttft.p99");
 }
 
-SweepSpec parse_sweep_block(const Node& block) {
+SweepSpec parse_sweep_block(const Node& block, const std::string& name) {
   if (!block.is_map())
-    throw ConfigError(block.origin, "sweep", block.brief(), "expected a mapping", "keys: grid, zip, replications, seeds, metrics, objective, where");
+    throw ConfigError(block.origin, name, block.brief(), "expected a mapping", "keys: grid, zip, replications, seeds, metrics, objective, where");
   SweepSpec s;
   for (size_t i = 0; i < block.map.size(); ++i) {
     const auto& [k, v] = block.map[i];
-    const std::string path = "sweep." + k;
+    const std::string path = name + "." + k;
     if (k == "grid") {
       s.grid = axes_of(v, path);
     } else if (k == "zip") {
@@ -195,7 +192,7 @@ SweepSpec parse_sweep_block(const Node& block) {
   size_t zip_len = 0;
   for (const auto& a : s.zip) {
     if (zip_len && a.values.size() != zip_len)
-      throw ConfigError(a.origin, "sweep.zip." + a.key, fmt::format("{} values", a.values.size()),
+      throw ConfigError(a.origin, name + ".zip." + a.key, fmt::format("{} values", a.values.size()),
                         fmt::format("zipped axes go in lockstep, and an earlier one has {} values", zip_len), "lists of equal length");
     zip_len = a.values.size();
   }
@@ -408,7 +405,8 @@ std::vector<PointResult> run_sweep_points(const SweepFile& file, const std::stri
                                           const Registry& reg, const SweepOptions& opt) {
   std::vector<size_t> mine;
   for (const auto& p : points)
-    if (static_cast<int>(p.index % static_cast<size_t>(opt.ranks)) == opt.rank) mine.push_back(p.index);
+    if (static_cast<int>(p.index % static_cast<size_t>(opt.ranks)) == opt.rank && (opt.skip.empty() || !opt.skip[p.index]))
+      mine.push_back(p.index);
   // Validate every point of this share before any simulates (exit 2 with the point named),
   // and keep each scenario's hash to recognise a finished point on resume.
   std::vector<std::string> hashes(points.size());
@@ -577,7 +575,7 @@ SweepTable combine_sweep(const std::string& scenario_name, const SweepSpec& spec
 
   // The planner's view: each configuration's mean over its replications, filtered by the
   // constraints, and the best configuration per objective.
-  std::vector<Constraint> where;
+  std::vector<SweepConstraint> where;
   for (const auto& w : spec.where) where.push_back(parse_constraint(w, &all));
   std::vector<std::pair<bool, std::string>> objectives;  // (minimize, metric)
   for (const auto& o : spec.objectives) {
@@ -609,7 +607,7 @@ SweepTable combine_sweep(const std::string& scenario_name, const SweepSpec& spec
   };
   std::vector<size_t> feasible;
   for (size_t c = 0; c < nconfig; ++c)
-    if (std::all_of(where.begin(), where.end(), [&](const Constraint& w) { return w.ok(mval(c, w.metric)); })) feasible.push_back(c);
+    if (std::all_of(where.begin(), where.end(), [&](const SweepConstraint& w) { return w.ok(mval(c, w.metric)); })) feasible.push_back(c);
   std::string cond;
   for (const auto& w : where) cond += (cond.empty() ? "" : " and ") + w.text;
   t.summary.push_back(fmt::format("sweep {}: {} points ({} configurations × {} replications){}", scenario_name, points.size(), nconfig,

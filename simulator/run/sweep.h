@@ -48,7 +48,8 @@ struct SweepPoint {
 };
 
 // Parses a `sweep:` block (a mapping) into a spec; errors name the block's file:line:col.
-SweepSpec parse_sweep_block(const Node& block);
+// `name` is the block's key in errors (a search reads its space with it too).
+SweepSpec parse_sweep_block(const Node& block, const std::string& name = "sweep");
 // The form of the spec's constraints and objectives ('ttft.p99<200ms', 'min:METRIC'), checked
 // before any point runs (ConfigError); the metric names are checked once points have run.
 void check_sweep_spec_form(const SweepSpec& spec);
@@ -80,6 +81,7 @@ struct SweepOptions {
   int rank = 0, ranks = 1;  // this process runs the points i with i % ranks == rank
   bool quiet = false;
   std::function<void(size_t done, size_t total)> progress;  // called from worker threads, serialized
+  std::vector<bool> skip;  // points (by index) not to run at all (a search's pruned points); empty: none
 };
 
 // What one point produced (its metrics) or that it was skipped as already finished.
@@ -109,6 +111,19 @@ SweepTable combine_sweep(const std::string& scenario_name, const SweepSpec& spec
 // Resolves a metric name a user typed (a full dotted path or a unique suffix such as
 // ttft.p99) against the available paths; throws ConfigError with the candidates otherwise.
 std::string resolve_metric(const std::string& name, const std::vector<std::string>& paths, const std::string& flag);
+
+// A constraint on a metric ('ttft.p99<200ms'): the metric resolved against `paths` (null: the
+// form alone is checked), a time unit converted to the metric's own.
+struct SweepConstraint {
+  std::string text, metric, op;
+  double value = 0;
+  bool ok(double x) const;
+};
+SweepConstraint parse_constraint(const std::string& text, const std::vector<std::string>* paths);
+// An objective's direction ("min", "max" or "" for the metric's natural one) and metric name.
+std::pair<std::string, std::string> split_objective(const std::string& o);
+// Whether less of a metric is better (latencies, costs, energy), by its name.
+bool is_lower_better(const std::string& metric);
 
 // The directory of one point under a sweep's output directory.
 std::string point_dir(const std::string& out_dir, size_t index);

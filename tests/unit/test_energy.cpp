@@ -105,19 +105,7 @@ TEST_CASE("energy: a small cluster's energy, cost and carbon by hand, and one wo
 }
 
 namespace {
-constexpr const char* kServed = R"(name: t
-seed: 1
-hardware: h200
-model: llama3-8b
-deployment: {replicas: 1, tensor_parallel: 1}
-scheduler: {kind: vllm, max_num_seqs: 64}
-workload:
-  kind: llmperf
-  input_tokens: {mean: 512, sd: 0}
-  output_tokens: {mean: 128, sd: 0}
-  requests: 60
-  arrival: {kind: closed_loop, clients: 8}
-)";
+const std::string kServed = sluice::testing::llama3_8b_on_h200("t", 60, "{kind: closed_loop, clients: 8}");
 }  // namespace
 
 TEST_CASE("energy: a served run's devices draw what their busy time and FLOPs say, and its figures divide by its tokens") {
@@ -177,7 +165,7 @@ TEST_CASE("energy: a training job's hot spares draw idle power, charged to the j
 TEST_CASE("energy: an autoscaled replica draws nothing while it is off") {
   // Four replicas, never more than one wanted: the autoscaler keeps three off all the run, so
   // the deployment draws what one replica alone draws; four fixed replicas draw their idle power too.
-  const std::string yaml = std::string(kServed) + "autoscaling: {policy: queue, min_replicas: 1, target: 1000, interval: 1s}\n";
+  const std::string yaml = kServed + "autoscaling: {policy: queue, min_replicas: 1, target: 1000, interval: 1s}\n";
   const Json one = run_text(kServed);
   const Json scaled = run_text(yaml, {"deployment.replicas=4"});
   const Json fixed = run_text(yaml, {"deployment.replicas=4", "autoscaling.policy=none"});

@@ -38,6 +38,22 @@ inline HardwareSpec round_device(double flops = 1e15) {
   return h;
 }
 
+// Llama-3-8B served on one H200 of the implicit 1x8 cluster by vLLM, with fixed 512/128-token
+// llmperf requests: `requests` of them arriving as `arrival` says (a YAML mapping).
+inline std::string llama3_8b_on_h200(const std::string& name, int requests, const std::string& arrival) {
+  return "name: " + name + R"(
+seed: 1
+hardware: h200
+model: llama3-8b
+deployment: {replicas: 1, tensor_parallel: 1}
+scheduler: {kind: vllm, max_num_seqs: 64}
+workload:
+  kind: llmperf
+  input_tokens: {mean: 512, sd: 0}
+  output_tokens: {mean: 128, sd: 0}
+  requests: )" + std::to_string(requests) + "\n  arrival: " + arrival + "\n";
+}
+
 // Loads a scenario from YAML text (with overrides), runs it, and returns its metrics.
 inline Json run_text(const std::string& yaml, const std::vector<std::string>& sets = {}) {
   Scenario sc = load_scenario_text(yaml, "t.yaml", sets, registry());

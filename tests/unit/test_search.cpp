@@ -1,0 +1,185 @@
+// `sluice search` (run/search.h): it finds the optimum of a small space that is simulated
+// exhaustively point by point, its Pareto front is exactly the undominated feasible points,
+// pruning by the roofline bound never drops a point that meets the SLO, and a space with no
+// answer says which constraint excluded what.
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "test_support.h"
+#include "run/search.h"
+
+using namespace sluice;
+using sluice::testing::registry;
+using sluice::testing::run_text;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kBase =
+    sluice::testing::llama3_8b_on_h200("st", 200, "{kind: poisson, rate: 20/s}") + "outputs: {trace: false, requests_csv: false, timeseries: false}\n";
+
+struct Tmp {
+  fs::path dir = fs::temp_directory_path() / ("sluice-search-" + std::to_string(::getpid()));
+  Tmp() { fs::create_directories(dir); }
+  ~Tmp() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
+SearchOutcome search(const Tmp& t, const std::string& block, const std::string& tag, bool prune = true) {
+  const fs::path file = t.dir / (tag + ".yaml");
+  std::ofstream(file) << kBase << block;
+  SearchOptions o;
+  o.out_dir = (t.dir / tag).string();
+  o.threads = 2;
+  o.prune = prune;
+  return run_search(load_search_file(file.string()), file.string(), registry(), o);
+}
+
+const std::string kSpace = R"(search:
+  grid:
+    deployment.tensor_parallel: [1, 2, 4]
+    deployment.replicas: [1, 2, 3]
+)";
+
+}  // namespace
+
+TEST_CASE("search: the cheapest point meeting the SLO is the one every point simulated alone gives, and the front is the undominated") {
+  Tmp t;
+  const SearchOutcome s = search(t, kSpace + "  slo: ['ttft.p99<100ms', 'tpot.p99<8ms']\n", "opt");
+  REQUIRE(s.rows.size() == 9);
+  // Each point alone, by run_text: its cost, its SLO figures.
+  double best_cost = INFINITY;
+  size_t best = 99, feasible = 0;
+  for (const auto& r : s.rows) {
+    std::vector<std::string> sets;
+    for (const auto& [k, v] : r.values) sets.push_back(k + "=" + v);
+    sets.push_back("seed=" + std::to_string(r.seed));
+    const std::string yaml = kBase;
+    if (r.status == SearchRow::Status::Invalid) {
+      CHECK_THROWS_AS(run_text(yaml, sets), ConfigError);
+      continue;
+    }
+    const Json m = run_text(yaml, sets);
+    const Json& sv = m["serving"];
+    const bool meets = sv["latency_ms"]["ttft"]["p99"].get<double>() < 100 && sv["latency_ms"]["tpot"]["p99"].get<double>() < 8;
+    CAPTURE(r.point);
+    CHECK(meets == (r.status == SearchRow::Status::Feasible));
+    const double cost = sv["cost"]["usd_per_million_output_tokens"].get<double>();
+    CHECK(r.objectives.at(0) == doctest::Approx(cost).epsilon(1e-12));
+    if (meets) {
+      ++feasible;
+      if (cost < best_cost) best_cost = cost, best = r.point;
+    }
+  }
+  REQUIRE(feasible >= 2);  // a space with a choice in it
+  REQUIRE(s.best >= 0);
+  CHECK(s.rows[static_cast<size_t>(s.best)].point == best);
+  // The front: a feasible point is on it exactly when no other feasible point is at least as
+  // good on every objective and better on one (all three objectives are lowered).
+  for (const auto& a : s.rows) {
+    if (a.status != SearchRow::Status::Feasible) {
+      CHECK_FALSE(a.pareto);
+      continue;
+    }
+    bool dominated = false;
+    for (const auto& b : s.rows) {
+      if (&a == &b || b.status != SearchRow::Status::Feasible) continue;
+      bool all = true, one = false;
+      for (size_t k = 0; k < a.objectives.size(); ++k) {
+        all &= b.objectives[k] <= a.objectives[k];
+        one |= b.objectives[k] < a.objectives[k];
+      }
+      dominated |= all && one;
+    }
+    CAPTURE(a.point);
+    CHECK(a.pareto == !dominated);
+  }
+  CHECK(s.rows[static_cast<size_t>(s.best)].pareto);
+  CHECK(s.json["best"].get<size_t>() == best);
+}
+
+TEST_CASE("search: the roofline bound prunes only points that miss the SLO when simulated, and the best stays the best") {
+  Tmp t;
+  // An L40S reads Llama-3-8B's 7.5 G non-embedding bf16 weights at 864 GB/s: no step under 17 ms
+  // at TP 1, so 'tpot.p99<12ms' excludes it before it runs, while an H200 (3.1 ms at TP 1) runs;
+  // the L40S has no scale-up links, so its TP 2 and 4 do not build.
+  const std::string block = R"(search:
+  zip: {hardware: [h200, l40s]}
+  grid: {deployment.tensor_parallel: [1, 2, 4]}
+  slo: ['tpot.p99<12ms', 'ttft.p99<1s']
+)";
+  const SearchOutcome pruned = search(t, block, "pruned");
+  const SearchOutcome all = search(t, block, "all", false);
+  size_t bound = 0, feasible = 0;
+  for (size_t i = 0; i < pruned.rows.size(); ++i) {
+    CAPTURE(i);
+    const SearchRow& r = pruned.rows[i];
+    feasible += r.status == SearchRow::Status::Feasible;
+    if (r.status != SearchRow::Status::Bound) continue;
+    ++bound;
+    CHECK(r.why.find("17.4 ms") != std::string::npos);
+    CHECK(all.rows[i].status == SearchRow::Status::Infeasible);  // simulated, it misses too
+  }
+  CHECK(bound == 1);
+  CHECK(feasible >= 1);
+  REQUIRE(pruned.best >= 0);
+  CHECK(pruned.best == all.best);
+  CHECK(pruned.json["pruned_lower_bound"].get<int>() == 1);
+  CHECK(all.json["pruned_lower_bound"].get<int>() == 0);
+  // Nothing meets an SLO tighter than any point's bound: the search says what excluded what.
+  const SearchOutcome none = search(t, kSpace + "  slo: ['tpot.p99<0.5ms']\n", "none");
+  CHECK(none.best == -1);
+  const std::string& why = none.summary.back();
+  CHECK(why.find("no configuration meets tpot.p99<0.5ms") != std::string::npos);
+  CHECK(why.find("8 excluded by the TPOT lower bound") != std::string::npos);
+}
+
+TEST_CASE("search: the TPOT bound is below every simulated TPOT, across precisions, parallelism and experts") {
+  // The bound the pruning uses against the fastest token gap each run simulates.
+  const std::vector<std::vector<std::string>> cases = {
+      {},
+      {"deployment.tensor_parallel=2"},
+      {"deployment.tensor_parallel=4", "deployment.precision=fp8"},
+      {"deployment.pipeline_parallel=2"},
+      {"hardware=b200", "deployment.precision=fp4"},
+      {"model=mixtral-8x7b", "deployment.tensor_parallel=2", "deployment.moe.expert_parallel=true"},
+      {"deployment.prefill_replicas=1", "deployment.replicas=2"},
+  };
+  for (const auto& sets : cases) {
+    std::string label;
+    for (const auto& x : sets) label += x + " ";
+    CAPTURE(label);
+    const Scenario sc = load_scenario_text(kBase, "t.yaml", sets, registry());
+    const double lb = tpot_lower_bound_ms(*sc.params, registry());
+    const Json m = run_text(kBase, sets);
+    CHECK(lb > 0);
+    CHECK(lb <= m["serving"]["latency_ms"]["tpot"]["min"].get<double>());
+  }
+}
+
+TEST_CASE("search: a malformed search block is refused at its key before anything runs") {
+  Tmp t;
+  auto refused = [&](const std::string& block, const std::string& expect) {
+    std::string msg;
+    try {
+      search(t, block, "bad");
+    } catch (const ConfigError& e) {
+      msg = e.what();
+    }
+    CAPTURE(msg);
+    CHECK(msg.find(expect) != std::string::npos);
+  };
+  refused(kSpace, "search.slo");                                                  // no SLO
+  refused("search: {slo: ['tpot.p99<3ms']}\n", "no space");                       // no axes
+  refused(kSpace + "  slo: ['tpot.p99<3ms']\n  budget: 3\n", "search.budget");    // unknown key
+  refused(kSpace + "  slo: ['tpot.p99 3ms']\n", "METRIC OP VALUE");               // malformed constraint
+  refused(kSpace + "  slo: ['tpot.p99<3ms']\n  objectives: ['fastest:ttft.p99']\n", "unknown direction");
+  refused("search:\n  grid: {deployment.tensor_parallel: [1, 2]}\n  zip: {deployment.replicas: [1, 2], seed: [1]}\n  slo: ['tpot.p99<3ms']\n",
+          "lockstep");
+}
