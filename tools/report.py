@@ -81,6 +81,7 @@ class Report:
         if "serving" in m:
             self.serving_table(m["serving"], label)
         self.energy_table(m, label)
+        self.fabric_table(m, (metrics or {}).get("scenario", {}).get("resolved", {}), label)
         if metrics and "scenario" in metrics:
             self.topologies(metrics["scenario"].get("resolved", {}))
 
@@ -301,6 +302,23 @@ class Report:
         self.tables.append((f"Energy, cost and carbon{label} (PUE {fmt(e['pue'])}; docs/ENERGY.md)",
                             ["", "facility energy (Wh)", "average power (kW)", "provisioned (kW)", "cost ($)", "capex amortised ($)",
                              "electricity ($)", "hosting ($)", "CO2e (kg)", "energy per unit", "cost per million"], rows))
+
+    def fabric_table(self, m, resolved, label):
+        """The world's fabric (routing, its most loaded link, flows) and where each workload was placed."""
+        w = m.get("world", {})
+        fab, flows = w.get("fabric", {}), w.get("flows", {})
+        if not fab and not flows:
+            return
+        rows = [["topology", w.get("topology", "?")], ["devices", w.get("devices", "?")], ["routing", fab.get("routing", "?")]]
+        top = fab.get("most_loaded_link")
+        if top:
+            rows.append(["most loaded link (bytes over capacity x run time)", f"{top['link']}: {fmt(top['mean_utilization'] * 100)}% of its capacity, {fmt(top['bytes'] / 1e9)} GB"])
+        rows.append(["flows below their bottleneck because another shared it", f"{fmt(fab.get('shared_bottleneck_fraction', 0) * 100)}%"])
+        rows += [["flows started", flows.get("started", 0)], ["most flows at once", flows.get("max_concurrent", 0)]]
+        for wl in resolved.get("workloads", []) if isinstance(resolved.get("workloads"), list) else []:
+            if isinstance(wl, dict) and "place" in wl:
+                rows.append([f"placement of {wl.get('name', '?')}", describe(wl["place"])])
+        self.tables.append((f"Fabric and placement{label}", ["", ""], rows))
 
     def serving_table(self, s, label):
         lat = s.get("latency_ms", {})
@@ -530,6 +548,8 @@ def readable(metric):
 
 def describe(v):
     if isinstance(v, dict):
+        if not any(k in v for k in ("catalog", "kind", "name")):
+            return ", ".join(f"{k}: {describe(x)}" for k, x in v.items())[:120]
         return v.get("catalog", v.get("kind", v.get("name", json.dumps(v)[:60])))
     if isinstance(v, list):
         return ", ".join(str(x) for x in v)[:80]

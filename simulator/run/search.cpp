@@ -184,8 +184,10 @@ SearchOutcome run_search(const SearchFile& file, const std::string& file_name, c
   sf.scenario = file.scenario;
   std::vector<std::string> all;
   std::vector<std::map<std::string, double>> values(points.size());
+  std::vector<std::string> hardware(points.size());  // each simulated point's device (serving), to name it
   auto gather = [&](const std::vector<PointResult>& rs) {
     for (const auto& pr : rs) {
+      if (const Json* h = json_path(pr.metrics, "serving.deployment.hardware"); h && h->is_string()) hardware[pr.index] = h->get<std::string>();
       std::vector<std::pair<std::string, double>> leaves;
       numeric_leaves(pr.metrics, "", leaves);
       for (const auto& [k, v] : leaves) {
@@ -254,13 +256,19 @@ SearchOutcome run_search(const SearchFile& file, const std::string& file_name, c
   // the SLO but cannot be ranked: counted apart, never on the front.
   std::vector<size_t> feasible;
   size_t unranked = 0, meets = 0;
+  std::string unranked_what;  // the first such point's missing objective and device
   for (size_t i = 0; i < out.rows.size(); ++i) {
     if (out.rows[i].status != SearchRow::Status::Feasible) continue;
     ++meets;
-    if (std::all_of(out.rows[i].objectives.begin(), out.rows[i].objectives.end(), [](double v) { return std::isfinite(v); }))
+    const auto& o = out.rows[i].objectives;
+    const auto missing = std::find_if(o.begin(), o.end(), [](double v) { return !std::isfinite(v); });
+    if (missing == o.end()) {
       feasible.push_back(i);
-    else
-      ++unranked;
+      continue;
+    }
+    if (unranked++ == 0)
+      unranked_what = fmt::format("point {} has no {}{}", out.rows[i].point, obj[static_cast<size_t>(missing - o.begin())].second,
+                                  hardware[i].empty() ? "" : fmt::format(" ({} has no power figures: tdp, idle_power, memory_bound_power?)", hardware[i]));
   }
   // The best: the front's point first on the first objective, ties broken by the next ones.
   auto ahead = [&](const SearchRow& a, const SearchRow& b) {
@@ -353,8 +361,7 @@ SearchOutcome run_search(const SearchFile& file, const std::string& file_name, c
                                     "simulated {}; {} meet {}",
                                     base_name, points.size(), invalid, bound, results.size(), meets, cond));
   if (unranked > 0)
-    out.summary.push_back(fmt::format("  {} of them report no value for an objective (a device without power figures?) and are not ranked",
-                                      unranked));
+    out.summary.push_back(fmt::format("  {} of them report no value for an objective and are not ranked: {}", unranked, unranked_what));
   if (out.best >= 0) {
     const SearchRow& b = out.rows[static_cast<size_t>(out.best)];
     std::string objs;
