@@ -161,15 +161,21 @@ EnergyLedger::Share EnergyLedger::share_of(const std::vector<int>& devices) cons
   return s;
 }
 
+// The one cost formula is cost_json's; this is its total.
 double EnergyLedger::run_cost(double it_j, double it_w_full, double capex) const {
-  return capex * span_s_ / (econ_.lifetime_years * kYear_s) + it_j * econ_.pue / kJ_per_kWh * econ_.usd_per_kwh +
-         it_w_full / 1e3 * econ_.hosting_usd_per_kw_month * span_s_ / kMonth_s;
+  return cost_json(it_j, it_w_full, capex)["usd"].get<double>();
 }
 
+namespace {
+std::vector<int> every_device(size_t n) {
+  std::vector<int> all(n);
+  for (size_t d = 0; d < n; ++d) all[d] = static_cast<int>(d);
+  return all;
+}
+}  // namespace
+
 double EnergyLedger::cost_usd() const {
-  std::vector<int> all(dev_j_.size());
-  for (size_t d = 0; d < all.size(); ++d) all[d] = static_cast<int>(d);
-  const Share s = share_of(all);
+  const Share s = share_of(every_device(dev_j_.size()));
   return run_cost(s.devices_j + s.shared_j, s.it_w_full, s.capex);
 }
 
@@ -216,9 +222,7 @@ std::string money_text(double usd) { return usd >= 100 ? fmt::format("${:.0f}", 
 std::string EnergyLedger::world_summary() const {
   if (!known()) return fmt::format("energy: not reported ({} has no power figures: tdp, idle_power, memory_bound_power)", unknown_);
   const double fac = facility_j();
-  std::vector<int> all(dev_j_.size());
-  for (size_t d = 0; d < all.size(); ++d) all[d] = static_cast<int>(d);
-  const Share s = share_of(all);
+  const Share s = share_of(every_device(dev_j_.size()));
   const Json c = cost_json(it_j(), s.it_w_full, s.capex);
   return fmt::format("energy: {} at the facility (PUE {:.2f}; devices {:.0f}%), {:.2f} kW on average; cost {} over the run (capex {} "
                      "amortised, electricity {}, hosting {}); {:.3g} kg CO2e",
