@@ -52,8 +52,11 @@ class Report:
         m = (metrics or {}).get("metrics", {})
         if metrics and not label:
             self.header(metrics)
+        self.bands = (metrics or {}).get("bands", {}) or {}
         if "compare" in m:
             self.compare(d, m["compare"])
+        if self.bands.get("metrics"):
+            self.error_bands(self.bands)
         reqs = load_csv(os.path.join(d, "requests.csv"))
         if reqs:
             self.latency_cdfs(reqs, label)
@@ -266,7 +269,12 @@ class Report:
         for k, t in enumerate(table[:12]):
             vals = [x if isinstance(x, (int, float)) else float("nan") for x in t["values"]]
             fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(variants) + 1.2))
-            ax.barh(range(len(vals)), vals, color="#1f77b4")
+            # The run's error bands, where it has them (compare.table.<k>.values.<i>): drawn as error bars.
+            band = [band_of(getattr(self, "bands", {}), f"compare.table.{k}.values.{i}") for i in range(len(vals))]
+            err = None
+            if all(b is not None for b in band) and vals:
+                err = [[max(0.0, x - b["lo"]) for x, b in zip(vals, band)], [max(0.0, b["hi"] - x) for x, b in zip(vals, band)]]
+            ax.barh(range(len(vals)), vals, color="#1f77b4", xerr=err, ecolor="#444", capsize=3)
             ax.set_yticks(range(len(vals)))
             ax.set_yticklabels(short, fontsize=7)
             ax.invert_yaxis()
@@ -279,6 +287,45 @@ class Report:
                     ax.annotate(fmt(x), (x, y), fontsize=6, xytext=(2, -2), textcoords="offset points")
             fig.suptitle(readable(t["metric"]) + " across the variants")
             self.save(fig, f"compare-{k:02d}", readable(t["metric"]), f"{t['metric']} for each variant (compare study), in the order the study lists them.")
+
+    def error_bands(self, b):
+        """The error bands (docs/BANDS.md): each main figure's 90% interval, its cost and seed parts, drawn relative to the value."""
+        main = ("latency_ms.ttft.p50", "latency_ms.ttft.p99", "latency_ms.tpot.p50", "latency_ms.tpot.p99", "latency_ms.e2e.p50",
+                "latency_ms.e2e.p99", "throughput.output_tokens_per_s", "throughput.requests_per_s", "iteration_s_mean",
+                "tokens_per_s", "latency_s.p50", "latency_s.max", "mfu")
+        entries = [e for e in b["metrics"] if e["metric"].endswith(main) and not e["metric"].startswith("world.") and e["value"] > 0][:14]
+        if not entries:
+            entries = [e for e in b["metrics"] if e["value"] > 0][:14]
+        if not entries:
+            return
+        src = ", ".join(f"{s['source']} x{s['lo']:.3f}-{s['hi']:.3f}" for s in b.get("cost_sources", [])) or "none"
+        cov = 100 * b.get("coverage", 0.9)
+        rows = [[readable(e["metric"]), fmt(e["value"]), f"{fmt(e['lo'])} - {fmt(e['hi'])}", f"{fmt(e['cost_lo'])} - {fmt(e['cost_hi'])}",
+                 f"{fmt(e['seed_lo'])} - {fmt(e['seed_hi'])}", f"{100 * (e['lo'] / e['value'] - 1):+.1f}% / {100 * (e['hi'] / e['value'] - 1):+.1f}%"]
+                for e in entries]
+        self.tables.append((f"Error bands ({cov:.0f}%): step costs {src}, {b.get('replications', 0)} other seeds",
+                            ["figure", "value", f"{cov:.0f}% interval", "cost part", "seed part", "relative"], rows))
+        fig, ax = plt.subplots(figsize=(8, 0.36 * len(entries) + 1.4))
+        y = list(range(len(entries)))
+        rel = lambda e, k: 100 * (e[k] / e["value"] - 1)
+        ax.errorbar([rel(e, "cost_lo") / 2 + rel(e, "cost_hi") / 2 for e in entries], [t - 0.15 for t in y],
+                    xerr=[[(rel(e, "cost_hi") - rel(e, "cost_lo")) / 2 for e in entries]] * 2, fmt="none", ecolor="#ff7f0e", capsize=3,
+                    label="cost model's error")
+        ax.errorbar([0] * len(entries), y, xerr=[[rel(e, "seed_hi") for e in entries]] * 2, fmt="none", ecolor="#2ca02c", capsize=3,
+                    label="other seeds")
+        ax.errorbar([rel(e, "lo") / 2 + rel(e, "hi") / 2 for e in entries], [t + 0.15 for t in y],
+                    xerr=[[(rel(e, "hi") - rel(e, "lo")) / 2 for e in entries]] * 2, fmt="none", ecolor="#1f77b4", capsize=3, elinewidth=2,
+                    label=f"combined ({cov:.0f}%)")
+        ax.axvline(0, color="#222", lw=0.8)
+        ax.set_yticks(y)
+        ax.set_yticklabels([readable(e["metric"]) for e in entries], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("% of the reported value")
+        ax.legend(fontsize=7, loc="lower right")
+        sens = b.get("most_sensitive")
+        fig.suptitle(f"Error bands: step costs {src}" + (f"; most sensitive: {readable(sens['metric'])} (elasticity {sens['elasticity']:.1f})" if sens else ""), fontsize=8)
+        self.save(fig, "error-bands", "Error bands", f"Each figure's {cov:.0f}% interval relative to its value: the cost model's known error "
+                  "carried through the run (the run again at both ends of its band), other seeds, and both combined (docs/BANDS.md).")
 
     def energy_table(self, m, label):
         w = m.get("world", {})
@@ -515,6 +562,10 @@ def load_csv(p):
 
 def pick(metrics, suffix):
     return next((m for m in metrics if m.endswith(suffix)), None)
+
+
+def band_of(bands, metric):
+    return next((e for e in (bands or {}).get("metrics", []) if e.get("metric") == metric), None)
 
 
 def fmt(v):

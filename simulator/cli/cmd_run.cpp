@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "run/bands.h"
 #include "run/runner.h"
 #include "engine/rng.h"
 
@@ -22,7 +23,7 @@ namespace sluice::cli {
 // Runs one scenario and writes its results. The output directory is checked and claimed
 // before anything is simulated.
 static void run_scenario(const std::string& file, const std::vector<std::string>& sets, const std::string& out_dir_opt,
-                         bool force, const RunLimitOptions& limits, const Registry& reg, bool progress) {
+                         bool force, const RunLimitOptions& limits, const Registry& reg, bool progress, int bands) {
   Scenario sc = load_scenario(file, sets, reg);
   const std::string dir = out_dir_opt.empty() ? default_run_dir(sc) : out_dir_opt;
   // The default directory is named by the scenario's hash: an earlier result there is this same run.
@@ -34,11 +35,21 @@ static void run_scenario(const std::string& file, const std::vector<std::string>
   limits.apply();
   Json header = run_into(sc, rec, [&](double f) { bar.update(f); });
   bar.finish();
+  // Error bands: the scenario's `bands:` block, or --bands; -2 (--no-bands) turns them off.
+  const int replications = bands == -2 ? -1 : bands >= 0 ? bands : sc.band_replications;
+  if (replications >= 0) {
+    if (progress) std::cerr << fmt::format("error bands: {} more runs (both ends of the cost model's error, {} other seeds)\n", 2 + replications, replications);
+    std::vector<std::string> warnings;
+    header["bands"] = error_bands(BandRequest{file, sets, sc.seed, replications, 0}, rec.metrics(), reg, warnings);
+    for (auto& w : warnings) rec.warn(std::move(w));
+  }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   rec.write_into(out, header);
   print_warnings(rec);
   std::cout << fmt::format("sluice {} · {} ({} study, seed {})\n", SLUICE_VERSION, sc.name, sc.study->name, sc.seed);
   for (const auto& l : rec.summary_lines()) std::cout << "  " << l << "\n";
+  if (header.contains("bands"))
+    for (const auto& l : band_summary_lines(header["bands"])) std::cout << "  " << l << "\n";
   std::cout << fmt::format("  the simulation took {:.2f} s of real time; results in {}/\n", wall, dir);
 }
 
@@ -47,7 +58,8 @@ void add_run(CLI::App& app, CliContext& ctx) {
   struct Opts {
     std::string file, out;
     std::vector<std::string> sets;
-    bool quiet = false, force = false;
+    bool quiet = false, force = false, no_bands = false;
+    int bands = -1;
     RunLimitOptions limits;
   };
   auto o = std::make_shared<Opts>();
@@ -60,11 +72,16 @@ void add_run(CLI::App& app, CliContext& ctx) {
                   "results directory (default results/<scenario>/seed<seed>-<hash>/); must be new, empty, or an earlier "
                   "sluice result with --force");
   cmd->add_flag("--force", o->force, "replace an earlier sluice result at --out (never anything else)");
+  cmd->add_option("--bands", o->bands,
+                  "error bands with N runs at other seeds besides both ends of the cost model's error (0: the cost model's part "
+                  "only); default: the scenario's `bands:` block, if any")
+      ->check(CLI::Range(0, 64));
+  cmd->add_flag("--no-bands", o->no_bands, "no error bands, even if the scenario asks for them");
   o->limits.add_to(cmd);
   cmd->add_flag("--no-progress", o->quiet, "never draw the progress bar");
   cmd->callback([o, &ctx] {
     ctx.action = [o, &ctx]() -> int {
-      run_scenario(o->file, o->sets, o->out, o->force, o->limits, ctx.registry, !o->quiet);
+      run_scenario(o->file, o->sets, o->out, o->force, o->limits, ctx.registry, !o->quiet, o->no_bands ? -2 : o->bands);
       return 0;
     };
   });

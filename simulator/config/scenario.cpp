@@ -17,6 +17,14 @@ Schema common_study_schema() {
   s.add("source", ParamType::String, "where its figures come from (paper, README line)").def("");
   s.add("seed", ParamType::Int, "run seed; every random stream derives from (seed, component)").def("1").range(0, 9e15);
   s.add("sweep", ParamType::Any, "axes for `sluice sweep` ({grid: {key: [values]}, zip, replications, seeds, metrics, objective, where}); `run` ignores it").optional();
+  auto bands = std::make_shared<Schema>();
+  bands->add("replications", ParamType::Int, "runs at other seeds (seed + 1, seed + 2, ...) for the seed part of each band; 0: the cost model's part only")
+      .def("4")
+      .range(0, 64);
+  s.section("bands", bands,
+            "error bands for `sluice run` and `sluice check`: the run again at both ends of its cost model's known error and at "
+            "other seeds; metrics.json's `bands` holds each latency, throughput and time figure's 90% interval (docs/BANDS.md)")
+      .optional();
   s.add("search", ParamType::Any, "a space, SLO and objectives for `sluice search` ({grid, zip, slo, objectives}); `run` ignores it").optional();
   return s;
 }

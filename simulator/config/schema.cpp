@@ -381,7 +381,7 @@ Params parse_params(const Node& node, const Schema& schema, const std::string& p
   }
   for (const auto& spec : schema.params()) {
     if (out.values.count(spec.name)) continue;
-    if (spec.type == ParamType::Section) {
+    if (spec.type == ParamType::Section && !spec.optional_) {  // (an optional section absent stays absent)
       out.values[spec.name] = parse_value(null_node, spec, join_path(path, spec.name), false);
       out.values[spec.name].origin = node.origin;
       continue;

@@ -229,7 +229,13 @@ std::vector<double> CostModel::expert_tokens_per_device(double tokens) const {
   return out;
 }
 
-double CostModel::lm_head_ns(double rows) const { return rows > 0 ? impl_->gemm_part(Op::LmHead, impl_->lm, rows).ns : 0.0; }
+// (Moved like every other part: derived tables and the error band's scale apply to it too.)
+double CostModel::lm_head_ns(double rows) const {
+  if (rows <= 0) return 0.0;
+  Part p = impl_->gemm_part(Op::LmHead, impl_->lm, rows);
+  impl_->derive(p);
+  return p.ns;
+}
 
 double CostModel::activation_bytes(double tokens) const { return tokens * impl_->hidden * impl_->b; }
 

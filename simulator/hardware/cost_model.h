@@ -146,6 +146,9 @@ struct CostOptions {
   // refit them, e.g. on one model's steps to predict another's.
   std::optional<std::array<double, 2>> glue_kernels;
   MoeOptions moe;  // a mixture-of-experts model's expert placement and routing
+  // Every kernel's time (not the collectives') multiplied by this: an end of the cost model's
+  // error band (hardware/cost_band.h), set by CostSource::apply under a CostBandScope.
+  double time_scale = 1;
 };
 
 // The layers one pipeline stage holds, and what else runs on it.

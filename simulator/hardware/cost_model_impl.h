@@ -394,14 +394,19 @@ struct CostModel::Impl {
   // Derived tables: a part costed on the tables device, moved to this one. Its launch floors
   // become this device's; the rest scales by the ratio of the two rooflines of its FLOPs and
   // bytes (a memory-bound kernel by bandwidth, a compute-bound one by FLOP/s).
+  // Then every kernel's time is multiplied by the options' time_scale (an end of the cost
+  // model's error band; 1 otherwise). Collectives are neither moved nor scaled.
   void derive(Part& p) const {
-    if (!derived || p.op == Op::AllReduce || p.op == Op::AllGather || p.op == Op::PpSend || p.op == Op::AllToAll) return;
-    // A part at another precision moves between that precision's ceilings on the two devices.
-    const Ceilings& from = p.at_precision ? pceil : ceil;
-    const Ceilings& to = p.at_precision ? ptarget : target;
-    const double rs = costtab::roof_ns(p.flops, p.bytes, from), rt = costtab::roof_ns(p.flops, p.bytes, to);
-    const double ratio = rs > 0 ? rt / rs : 1, floors = p.kernels * knl;
-    p.ns = p.kernels * knl_target + std::max(0.0, p.ns - floors) * ratio;
+    if (p.op == Op::AllReduce || p.op == Op::AllGather || p.op == Op::PpSend || p.op == Op::AllToAll) return;
+    if (derived) {
+      // A part at another precision moves between that precision's ceilings on the two devices.
+      const Ceilings& from = p.at_precision ? pceil : ceil;
+      const Ceilings& to = p.at_precision ? ptarget : target;
+      const double rs = costtab::roof_ns(p.flops, p.bytes, from), rt = costtab::roof_ns(p.flops, p.bytes, to);
+      const double ratio = rs > 0 ? rt / rs : 1, floors = p.kernels * knl;
+      p.ns = p.kernels * knl_target + std::max(0.0, p.ns - floors) * ratio;
+    }
+    if (opt.time_scale != 1) p.ns *= opt.time_scale;
   }
 
   // A sink that moves each part to this device (derived tables) before passing it on.

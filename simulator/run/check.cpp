@@ -1,4 +1,5 @@
 #include "run/check.h"
+#include "run/bands.h"
 
 #include <algorithm>
 #include <atomic>
@@ -68,18 +69,23 @@ std::vector<Tolerance> parse_tolerances(const Node& list, const std::string& pat
       } else if (key == "absolute") {
         tol.absolute = parse_fraction(v, at + ".absolute");
         has_tol = true;
+      } else if (key == "band") {
+        if (!v.is_scalar() || (v.scalar != "true" && v.scalar != "false"))
+          throw ConfigError(v.origin, at + ".band", v.brief(), "whether the baseline's error band also passes", "true or false");
+        tol.band = v.scalar == "true";
+        has_tol = has_tol || tol.band;
       } else if (key == "worse") {
         if (!v.is_scalar() || (v.scalar != "higher" && v.scalar != "lower" && v.scalar != "either"))
           throw ConfigError(v.origin, at + ".worse", v.brief(), "which direction is a regression", "one of: higher, lower, either");
         tol.worse = v.scalar == "higher" ? Worse::Higher : v.scalar == "lower" ? Worse::Lower : Worse::Either;
       } else {
-        const std::string hint = closest(key, {"metric", "relative", "absolute", "worse"});
+        const std::string hint = closest(key, {"metric", "relative", "absolute", "worse", "band"});
         throw ConfigError(t.key_origins[k], at + "." + key, key, hint.empty() ? "unknown key" : fmt::format("unknown key (did you mean '{}'?)", hint),
-                          "one of: metric, relative, absolute, worse");
+                          "one of: metric, relative, absolute, worse, band");
       }
     }
     if (!has_metric) throw ConfigError(t.origin, at + ".metric", "", "a tolerance needs the metric it applies to", "e.g. metric: '*.ttft.p99'");
-    if (!has_tol) throw ConfigError(t.origin, at, "", "a tolerance needs relative and/or absolute", "e.g. relative: 5%");
+    if (!has_tol) throw ConfigError(t.origin, at, "", "a tolerance needs relative, absolute or band", "e.g. relative: 5%");
     out.push_back(tol);
   }
   return out;
@@ -140,6 +146,7 @@ std::string describe(const Tolerance& t) {
   std::string s;
   if (t.relative > 0) s += fmt::format("{:g}%", t.relative * 100);
   if (t.absolute > 0) s += (s.empty() ? "" : " or ") + fmt::format("{:g}", t.absolute);
+  if (t.band) s += (s.empty() ? "" : " or ") + std::string("the baseline's band");
   if (s.empty()) s = "0";
   return s + (t.worse == Worse::Higher ? ", higher worse" : t.worse == Worse::Lower ? ", lower worse" : ", any change");
 }
@@ -451,6 +458,15 @@ std::optional<Json> load_baseline(const fs::path& file, const CheckEntry& e, con
   if (!(en->is_string() && en->get<std::string>() == e.name))
     throw bad("entry", en->dump().substr(0, 40), fmt::format("it is the baseline of another entry, not of '{}'", e.name));
   if (const Json* h = json_path(base, "scenario.hash"); h && !h->is_string()) throw bad("scenario.hash", h->dump().substr(0, 40), "the hash is not a string");
+  if (const auto b = base.find("bands"); b != base.end()) {
+    if (!b->is_object()) throw bad("bands", b->dump().substr(0, 40), "`bands` is not an object of [lo, hi] pairs");
+    for (auto it = b->begin(); it != b->end(); ++it) {
+      const Json& v = it.value();
+      if (!(v.is_array() && v.size() == 2 && v[0].is_number() && v[1].is_number() && std::isfinite(v[0].get<double>()) &&
+            std::isfinite(v[1].get<double>()) && v[0].get<double>() <= v[1].get<double>()))
+        throw bad("bands." + it.key(), v.dump().substr(0, 40), "a band is [lo, hi], two finite numbers with lo <= hi");
+    }
+  }
   return base;
 }
 
@@ -479,7 +495,7 @@ CheckReport run_check(const Suite& suite, const Registry& reg, int threads, bool
       throw OutputError(fmt::format("'{}' is not a sluice baseline of entry '{}'; --update never replaces a file it did not write "
                                     "(choose another --baselines, or remove it yourself)", file.string(), suite.entries[i].name));
   }
-  std::vector<Json> metrics(n), hashes(n);
+  std::vector<Json> metrics(n), hashes(n), bands(n);
   std::vector<double> secs(n, 0);
   std::vector<std::exception_ptr> errors(n);
   std::atomic<size_t> next{0};
@@ -494,6 +510,11 @@ CheckReport run_check(const Suite& suite, const Registry& reg, int threads, bool
         run_into(sc, rec, {});
         metrics[i] = Json::parse(rec.metrics().dump());
         hashes[i] = sc.hash;
+        if (sc.band_replications >= 0) {  // the scenario asks for error bands: the check keeps them
+          std::vector<std::string> warnings;
+          bands[i] = error_bands(BandRequest{suite.entries[i].file, suite.entries[i].sets, sc.seed, sc.band_replications, 1},
+                                 metrics[i], reg, warnings);
+        }
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -544,6 +565,13 @@ CheckReport run_check(const Suite& suite, const Registry& reg, int threads, bool
                {"scenario", Json{{"file", e.shown}, {"set", e.sets}, {"hash", hashes[i]}}},
                {"sluice_version", SLUICE_VERSION},
                {"metrics", m}};
+      if (!bands[i].is_null()) {  // each checked metric's band, for tolerances with `band: true`
+        Json b = Json::object();
+        for (const auto& [k, v] : leaves)
+          if (tolerance_for(k, e, suite))
+            if (const Json* x = find_band(bands[i], k)) b[k] = Json::array({(*x)["lo"], (*x)["hi"]});
+        if (!b.empty()) doc["bands"] = b;
+      }
       write_file_atomically(file.string(), doc.dump(1) + "\n");
       rep.notes.push_back(fmt::format("{}: baseline written to {} ({} metrics)", e.name, file.string(), m.size()));
       continue;
@@ -574,7 +602,18 @@ CheckReport run_check(const Suite& suite, const Registry& reg, int threads, bool
       } else {
         c.now = found->second;
         const double d = c.now - c.baseline, tol = std::max(t->absolute, t->relative * std::fabs(c.baseline));
-        const bool up = d > tol, down = -d > tol;
+        bool up = d > tol, down = -d > tol;
+        if (t->band) {
+          const Json* b = json_path(base, "bands");
+          const auto band = b && b->contains(it.key()) ? &(*b)[it.key()] : nullptr;
+          if (!band) {
+            c.tolerance += " (the baseline has no band for it)";
+          } else {
+            const double lo = (*band)[0].get<double>(), hi = (*band)[1].get<double>();
+            c.tolerance += fmt::format(" [{:.6g}, {:.6g}]", lo, hi);
+            if (c.now >= lo && c.now <= hi) up = down = false;
+          }
+        }
         const bool bad = t->worse == Worse::Higher ? up : t->worse == Worse::Lower ? down : (up || down);
         c.verdict = bad ? "regression" : (up || down) ? "improved" : "ok";
       }

@@ -19,6 +19,9 @@ struct Tolerance {
   double relative = 0;  // of |baseline|
   double absolute = 0;
   Worse worse = Worse::Either;
+  // Also within the baseline's error band (the scenario's `bands:`, stored by --update): a value
+  // inside it is no regression, whatever the tolerance says; outside it, the tolerance decides.
+  bool band = false;
 };
 
 // A published figure an entry reproduces (a validation suite): the metric that stands for it,

@@ -60,6 +60,7 @@ static Scenario build_scenario(Node root, const std::string& file, const std::ve
   sc.study = parsed.info;
   sc.params = std::make_shared<Params>(std::move(parsed.params));
   sc.seed = static_cast<uint64_t>(sc.params->integer("seed"));
+  if (sc.params->given("bands")) sc.band_replications = static_cast<int>(sc.params->section("bands").integer("replications"));
   // The name names a folder under results/; a name derived from the file name is made safe.
   sc.name = sc.params->has("name") ? sc.params->str("name") : sanitized_name(std::filesystem::path(file).stem().string());
   if (const std::string why = name_problem(sc.name, NameUse::FileStem); !why.empty())

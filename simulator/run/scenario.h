@@ -21,6 +21,8 @@ struct Scenario {
   Node resolved;               // every default filled in and catalog references expanded
   std::string hash;            // FNV-1a of the resolved YAML, 16 hex digits
   std::unique_ptr<Study> world;
+  // The `bands:` block's replications, or -1 when the scenario asks for no error bands.
+  int band_replications = -1;
 };
 
 // Loads, overrides, validates and builds. Throws ConfigError on any bad input.

@@ -107,7 +107,7 @@ TEST_CASE("a malformed suite is refused before anything runs, naming the key") {
   };
   refuse("suite: x\nscenarios: [{file: nowhere.yaml}]\n", "not found");
   refuse("suite: x\ntolerances: [{metric: a, relative: 5%, worse: up}]\nscenarios: [{file: scenarios/quickstart.yaml}]\n", "higher, lower, either");
-  refuse("suite: x\ntolerances: [{metric: a}]\nscenarios: [{file: scenarios/quickstart.yaml}]\n", "relative and/or absolute");
+  refuse("suite: x\ntolerances: [{metric: a}]\nscenarios: [{file: scenarios/quickstart.yaml}]\n", "relative, absolute or band");
   refuse("suite: x\nscenarios: [{file: scenarios/quickstart.yaml, sett: []}]\n", "did you mean 'set'");
   refuse("suite: x\nscenarios: [{file: scenarios/quickstart.yaml, set: [scheduler.max_num_seqs=0]}]\n", "max_num_seqs");
   fs::remove(tmp);

@@ -2,6 +2,8 @@
 // run's header), and every entry is a key some shipped scenario writes.
 #include <doctest/doctest.h>
 
+#include "run/bands.h"
+
 #include "test_support.h"
 
 #include <algorithm>
@@ -84,6 +86,10 @@ TEST_CASE("the metrics glossary defines every key the shipped scenarios write, a
   Scenario sc = load_scenario((root / "scenarios" / "quickstart.yaml").string(), {}, registry());
   Recorder rec;
   Json header = run_into(sc, rec, {});
+  REQUIRE(sc.band_replications >= 0);  // the quickstart asks for error bands: their keys are the header's too
+  std::vector<std::string> band_warnings;
+  header["bands"] = error_bands(BandRequest{(root / "scenarios" / "quickstart.yaml").string(), {}, sc.seed, sc.band_replications, 0},
+                                rec.metrics(), registry(), band_warnings);
   std::map<std::string, std::string> hkeys;
   leaves(header, "", hkeys, "header", "scenario.resolved");
   REQUIRE(hkeys.size() >= 5);

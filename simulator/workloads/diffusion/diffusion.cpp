@@ -21,6 +21,7 @@
 
 #include "config/binding.h"
 #include "config/units.h"
+#include "hardware/cost_band.h"
 #include "hardware/cost_source.h"
 #include "network/collective.h"
 #include "recorder/diffusion_report.h"
@@ -37,6 +38,7 @@ CostOptions cost_options(const DiffusionConfig& c) {
   CostOptions o;
   o.tables_dir = c.tables_dir;
   o.tables_device = c.tables_device;
+  o.time_scale = c.cost_time_scale;
   o.implementation = c.implementation;
   o.comm_on_fabric = true;
   return o;
@@ -767,6 +769,7 @@ SLUICE_REGISTER(workload, diffusion_workload) {
               const CostSource src = resolve_cost_source(p.str("cost_tables"), c.hardware, p, "cost_tables");
               c.tables_dir = src.tables_dir;
               c.tables_device = src.tables_device;
+              c.cost_time_scale = band_time_scale(src);
               c.cost_source = src.describe(c.hardware);
             }
             const DiffusionMemory mem = diffusion_memory(c);

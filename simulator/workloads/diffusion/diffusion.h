@@ -25,6 +25,7 @@ struct DiffusionConfig {
   HardwareSpec hardware;
   std::string tables_dir;
   std::shared_ptr<const HardwareSpec> tables_device;  // derived tables: the device they were measured on
+  double cost_time_scale = 1;  // every kernel time x this: an end of the cost model's error band (CostOptions::time_scale)
   std::string cost_source;                            // how it is costed, in words (CostSource::describe)
   Implementation implementation = Implementation::PytorchLean;
   int resolution = 1024;  // px

@@ -19,6 +19,7 @@ CostOptions cost_options(const ServingConfig& cfg, const PoolSpec* pool) {
   o.moe.data_parallel_attention = data_parallel_attention(cfg, pool);
   o.tables_dir = pool ? pool->tables_dir : cfg.tables_dir;
   o.tables_device = pool ? pool->tables_device : cfg.tables_device;
+  o.time_scale = pool ? pool->cost_time_scale : cfg.cost_time_scale;
   o.allreduce_ns = cfg.allreduce_ns;
   o.fused_elementwise = cfg.fused_elementwise;
   o.implementation = cfg.implementation;

@@ -7,6 +7,7 @@
 // cost_tables) describe the decode pool; what prefill_pool leaves out is the same as theirs.
 #include <fmt/format.h>
 
+#include "hardware/cost_band.h"
 #include "hardware/cost_source.h"
 #include "hardware/spec.h"
 #include "workloads/serving/serving_sim.h"
@@ -85,6 +86,7 @@ void read_prefill_pool(ServingConfig& c, const Params& d, const Registry& reg, c
                                                    : resolve_cost_source(value, pool.hardware, d, "cost_tables");
     pool.tables_dir = src.tables_dir;
     pool.tables_device = src.tables_device;
+    pool.cost_time_scale = band_time_scale(src);
     pool.cost_source = src.describe(pool.hardware);
   }
   pool.scheduler = pp.given("scheduler") ? pp.str("scheduler") : deployment_scheduler;

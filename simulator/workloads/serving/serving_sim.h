@@ -95,6 +95,7 @@ struct PoolSpec {
   int tensor_parallel = 1;
   std::string tables_dir;  // its cost source, as the deployment's (below)
   std::shared_ptr<const HardwareSpec> tables_device;
+  double cost_time_scale = 1;  // every kernel time x this: an end of the cost model's error band (CostOptions::time_scale)
   std::string cost_source;
   std::string scheduler;  // its scheduler's kind
   std::function<std::unique_ptr<Scheduler>()> make_scheduler;
@@ -131,6 +132,7 @@ struct ServingConfig {
   // `cost_tables: derived`: the device whose tables tables_dir holds, scaled to this one by the
   // ratio of their ceilings (null: the tables are this device's own).
   std::shared_ptr<const HardwareSpec> tables_device;
+  double cost_time_scale = 1;  // every kernel time x this: an end of the cost model's error band (CostOptions::time_scale)
   std::string cost_source;  // how it is costed, in words (CostSource::describe)
   bool fused_elementwise = false;
   Implementation implementation = Implementation::PytorchLean;

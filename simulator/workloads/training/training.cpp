@@ -25,6 +25,7 @@ CostOptions cost_options(const TrainingConfig& c) {
   o.pipeline_parallel = c.pp * c.virtual_stages;  // the cost model's stages are the virtual ones
   o.tables_dir = c.tables_dir;
   o.tables_device = c.tables_device;
+  o.time_scale = c.cost_time_scale;
   o.comm_on_fabric = true;
   o.moe.data_parallel_ep = c.ep;
   o.moe.routing = c.routing;

@@ -72,6 +72,7 @@ struct TrainingConfig {
   net::CollectiveKind tp_algorithm = net::CollectiveKind::AllReduceRing;  // ring, NVLS or auto
   std::string tables_dir;
   std::shared_ptr<const HardwareSpec> tables_device;  // derived tables: the device they were measured on
+  double cost_time_scale = 1;  // every kernel time x this: an end of the cost model's error band (CostOptions::time_scale)
   std::string cost_source;                            // how it is costed, in words (CostSource::describe)
   double optimizer_bytes_per_param = 28;  // Adam, mixed precision: read and write fp32 master, m, v and bf16 weight
   // Failures: a failure stops the job; it restarts from its last checkpoint.
