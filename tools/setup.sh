@@ -6,7 +6,7 @@ PACKAGES=(build-essential cmake ninja-build libboost-graph-dev nlohmann-json3-de
           libcli11-dev libfmt-dev doctest-dev
           # sluice sweep over MPI ranks; sluice report (plots, topology drawings); schema tests
           libopenmpi-dev openmpi-bin python3-matplotlib graphviz python3-jsonschema)
-# Optional, for looking at the report page headless: SLUICE_SETUP_BROWSER=1 adds chromium.
+# The report pages' browser test (tools/test.sh sets SLUICE_SETUP_BROWSER=1; the quickstart needs no browser).
 [ "${SLUICE_SETUP_BROWSER:-0}" = 1 ] && PACKAGES+=(chromium)
 missing=()
 for p in "${PACKAGES[@]}"; do
