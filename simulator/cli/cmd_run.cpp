@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "engine/run_control.h"
 #include "run/bands.h"
 #include "run/runner.h"
 #include "engine/rng.h"
@@ -40,7 +41,15 @@ static void run_scenario(const std::string& file, const std::vector<std::string>
   if (replications >= 0) {
     if (progress) std::cerr << fmt::format("error bands: {} more runs (both ends of the cost model's error, {} other seeds)\n", 2 + replications, replications);
     std::vector<std::string> warnings;
-    header["bands"] = error_bands(BandRequest{file, sets, sc.seed, replications, 0}, rec.metrics(), reg, warnings);
+    try {
+      header["bands"] = error_bands(BandRequest{file, sets, sc.seed, replications, 0}, rec.metrics(), reg, warnings);
+    } catch (const RunStopped& e) {
+      if (e.why() == RunStopped::Why::Interrupted) throw;
+      // The run itself finished: its results are kept, without bands.
+      warnings.push_back(fmt::format("error bands not computed: their runs share the run's limits and {}", e.what()));
+    } catch (const std::exception& e) {
+      warnings.push_back(fmt::format("error bands not computed: {}", e.what()));
+    }
     for (auto& w : warnings) rec.warn(std::move(w));
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -76,7 +85,7 @@ void add_run(CLI::App& app, CliContext& ctx) {
                   "error bands with N runs at other seeds besides both ends of the cost model's error (0: the cost model's part "
                   "only); default: the scenario's `bands:` block, if any")
       ->check(CLI::Range(0, 64));
-  cmd->add_flag("--no-bands", o->no_bands, "no error bands, even if the scenario asks for them");
+  cmd->add_flag("--no-bands", o->no_bands, "no error bands, even if the scenario asks for them")->excludes("--bands");
   o->limits.add_to(cmd);
   cmd->add_flag("--no-progress", o->quiet, "never draw the progress bar");
   cmd->callback([o, &ctx] {

@@ -61,22 +61,23 @@ class RunControl {
   void reset_interrupt() { interrupt_.store(0); }
   // Called by engines every few thousand events with how many ran since the last call.
   void check(uint64_t events_since_last) {
-    events_ += events_since_last;
+    // (atomic: band runs and sweep points on several threads add to the one budget)
+    const uint64_t events = events_.fetch_add(events_since_last, std::memory_order_relaxed) + events_since_last;
     if (const int s = interrupted()) throw_interrupted(s);
-    if (max_events_ && events_ > max_events_)
+    if (max_events_ && events > max_events_)
       throw RunStopped(RunStopped::Why::EventBudget, 0,
                        "stopped on the event budget (--max-events " + std::to_string(max_events_) + "): " +
-                           std::to_string(events_) + " events simulated");
+                           std::to_string(events) + " events simulated");
     if (max_wall_s_ > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count() > max_wall_s_)
       throw RunStopped(RunStopped::Why::WallBudget, 0,
                        "stopped on the wall-clock budget (--max-wall " + std::to_string(max_wall_s_) + " s) after " +
-                           std::to_string(events_) + " events");
+                           std::to_string(events) + " events");
   }
   // Throws if an interrupt arrived (for phases outside an engine: building, writing).
   void check_interrupt() const {
     if (const int s = interrupted()) throw_interrupted(s);
   }
-  uint64_t events() const { return events_; }
+  uint64_t events() const { return events_.load(std::memory_order_relaxed); }
 
  private:
   [[noreturn]] static void throw_interrupted(int s) {
@@ -87,7 +88,7 @@ class RunControl {
   uint64_t max_events_ = 0;
   bool fast_forward_ = true;
   double max_wall_s_ = 0;
-  uint64_t events_ = 0;
+  std::atomic<uint64_t> events_{0};
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 

@@ -7,16 +7,18 @@
 //
 //   measured   the whole decoder steps of model_steps.csv in the tables' folder (two models,
 //              two PyTorch profiles), each predicted with the glue kernels fitted on the other
-//              model alone (leave one model out); the band is the central `coverage` interval
-//              of those ratios (ends rounded outward to measured ratios). A folder without model_steps.csv takes the catalog reference
+//              model alone (leave one model out); the band is the union of each model's central
+//              `coverage` interval of those ratios (ends rounded outward to measured ratios). A folder without model_steps.csv takes the catalog reference
 //              folder's (results/calibration/h200-torch), and says so.
 //   derived    the measured band, widened at both ends by the central interval of the
 //              ratio-of-rooflines rule's own error, measured by leaving each GEMM shape of
-//              gemm.csv out and predicting it from the nearest other shape at the same rows
-//              (the same rule that moves a table from one device to another). Both intervals
-//              at `coverage`, multiplied: wider, and more than `coverage` when independent.
-//   roofline   the same whole steps predicted by the roofline alone (no tables): its ratios'
-//              central interval (asymmetric: the roofline is fast).
+//              gemm.csv out and predicting it from the nearest other shape at the same rows.
+//              That is the rule derived tables move a time by, but tested across shapes on
+//              one device: no second device is measured here, so its error across devices is a
+//              proxy. Each interval is taken at sqrt(coverage) and the two multiplied, so that
+//              both hold together at `coverage` if they are independent.
+//   roofline   the same whole steps predicted by the roofline alone (no tables): the union of
+//              each model's central interval (asymmetric: the roofline is fast).
 //
 // Collectives and the network are not in these bands: they are the fabric's, not the kernels'.
 #pragma once
@@ -61,12 +63,15 @@ double predict_step_ns(const CostModel& cm, const MeasuredStep& s);
 std::array<double, 2> fit_glue_kernels(const std::vector<MeasuredStep>& steps, const std::string& model, const HardwareSpec& hw,
                                        const std::string& tables_dir);
 
-// The band of a resolved cost source (computed once per source and folder, thread-safe).
-CostBand cost_band(const CostSource& src);
+// The band of a resolved cost source for device `hw` (computed once per source, folder and
+// device, thread-safe). Measured tables are fitted and predicted on `hw` (its launch floor);
+// derived ones on the device they were measured on.
+CostBand cost_band(const CostSource& src, const HardwareSpec& hw);
 
-// Which end of the bands a scenario is built at. CostSource::apply multiplies every kernel
-// time by the band's lo or hi while a scope of that end is alive on this thread (scenarios
-// are built and run on one thread, so parallel sweeps and band runs do not mix).
+// Which end of the bands a scenario is built at. Each workload, where it resolves its cost
+// source, takes band_time_scale() as its CostOptions::time_scale: every kernel time times the
+// band's lo or hi while a scope of that end is alive on this thread (scenarios are built and
+// run on one thread, so parallel sweeps and band runs do not mix).
 enum class BandEnd : uint8_t { Nominal, Low, High };
 class CostBandScope {
  public:
@@ -78,13 +83,13 @@ class CostBandScope {
   const std::vector<CostBand>& applied() const { return applied_; }
 
  private:
-  friend double band_time_scale(const CostSource& src);
+  friend double band_time_scale(const CostSource& src, const HardwareSpec& hw);
   BandEnd end_;
   std::vector<CostBand> applied_;
   CostBandScope* outer_;
 };
-// The time scale CostSource::apply sets: 1 outside a scope, else the band's lo or hi (noted
-// in the scope's applied()).
-double band_time_scale(const CostSource& src);
+// The time scale of a workload's kernels on `hw` from `src`: 1 outside a scope, else the band's
+// lo or hi (noted in the scope's applied()).
+double band_time_scale(const CostSource& src, const HardwareSpec& hw);
 
 }  // namespace sluice

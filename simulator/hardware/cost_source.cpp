@@ -8,7 +8,6 @@
 #include "config/error.h"
 #include "config/paths.h"
 #include "config/schema.h"
-#include "hardware/cost_band.h"
 #include "hardware/cost_model.h"
 
 namespace sluice {
@@ -98,7 +97,6 @@ std::string CostSource::describe(const HardwareSpec& hw) const {
 void CostSource::apply(CostOptions& o) const {
   o.tables_dir = tables_dir;
   o.tables_device = tables_device;
-  o.time_scale = band_time_scale(*this);  // 1 unless the scenario is built at an end of its error band
 }
 
 CostSource resolve_cost_source(const std::string& value, const HardwareSpec& hw, const Params& p, const std::string& key) {

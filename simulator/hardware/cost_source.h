@@ -40,7 +40,6 @@ struct CostSource {
   // One line for summaries and metrics.json: the kind, the tables' folder (relative to the
   // sluice root when inside it) and, when derived, whose tables scaled to which device.
   std::string describe(const HardwareSpec& hw) const;
-  // Sets the options' tables (and, under a CostBandScope, the time scale of that end of its band).
   void apply(CostOptions& o) const;
 };
 

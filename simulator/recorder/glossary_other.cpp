@@ -16,7 +16,7 @@ std::span<const MetricDef> other_metric_defs() {
       {"run", "scenario.hash", "id", "FNV-1a hash of the resolved scenario (16 hex digits): equal hashes mean identical inputs."},
       {"run", "scenario.resolved", "text", "The scenario as run: every key with its defaults filled in and overrides applied."},
       // Error bands (run/bands.h, docs/BANDS.md): written when the scenario has a `bands:` block or --bands is given.
-      {"run", "bands.coverage", "fraction", "The coverage of every interval under `bands` (0.9: the truth or another run lies inside 90% of the time)."},
+      {"run", "bands.coverage", "fraction", "The nominal coverage of every interval under `bands` (0.9: each part a 90% interval, the two combined as if independent; docs/BANDS.md)."},
       {"run", "bands.replications", "count", "How many runs at other seeds the seed part of each band comes from (besides the run itself)."},
       {"run", "bands.seeds[]", "id", "The seeds of those runs (seed + 1, seed + 2, ...)."},
       {"run", "bands.cost_sources[].source", "text", "A cost source whose band was applied: measured, derived or roofline."},

@@ -55,6 +55,7 @@ const char* unit_of(const std::string& generic) {
 }
 
 bool banded_generic(const std::string& generic) {
+  if (generic.ends_with(".count")) return false;  // a summary's count, whatever its figures' unit
   const std::string u = unit_of(generic);
   if (u == "ms" || u == "s" || u == "ns" || u == "tokens/s" || u == "req/s" || u == "images/s") return true;
   const auto last = generic.substr(generic.rfind('.') == std::string::npos ? 0 : generic.rfind('.') + 1);
@@ -170,8 +171,10 @@ Json error_bands(const BandRequest& req, const Json& nominal, const Registry& re
       auto it = values[r].find(x.path);
       return it != values[r].end() && std::isfinite(it->second) ? &it->second : nullptr;
     };
-    if (const double* a = got(0)) at_lo = *a;
-    if (const double* b = got(1)) at_hi = *b;
+    const double* a = got(0);
+    const double* b = got(1);
+    if (!a || !b) continue;  // a figure one end does not report has no band (never half of one)
+    at_lo = *a, at_hi = *b;
     const double clo = std::min(at_lo, at_hi), chi = std::max(at_lo, at_hi);
     std::vector<double> s{v};
     for (size_t r = 2; r < runs.size(); ++r)
@@ -224,7 +227,7 @@ std::vector<std::string> band_summary_lines(const Json& bands) {
   using namespace bands_impl;
   static const char* const kMain[] = {"latency_ms.ttft.p50", "latency_ms.ttft.p99", "latency_ms.tpot.p50", "latency_ms.tpot.p99",
                                       "latency_ms.e2e.p99", "throughput.output_tokens_per_s", "throughput.requests_per_s",
-                                      "iteration_time_s.mean", "iteration_s", "latency_s.p50", "latency_s.max", "mfu"};
+                                      "iteration_s_mean", "tokens_per_s", "latency_s.p50", "latency_s.max", "mfu"};
   std::vector<std::string> out;
   std::string src;
   for (const Json& s : bands.value("cost_sources", Json::array()))

@@ -510,7 +510,7 @@ CheckReport run_check(const Suite& suite, const Registry& reg, int threads, bool
         run_into(sc, rec, {});
         metrics[i] = Json::parse(rec.metrics().dump());
         hashes[i] = sc.hash;
-        if (sc.band_replications >= 0) {  // the scenario asks for error bands: the check keeps them
+        if (update && sc.band_replications >= 0) {  // the scenario asks for error bands: the baseline keeps them
           std::vector<std::string> warnings;
           bands[i] = error_bands(BandRequest{suite.entries[i].file, suite.entries[i].sets, sc.seed, sc.band_replications, 1},
                                  metrics[i], reg, warnings);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <regex>
 
 #include <fmt/format.h>
@@ -35,9 +36,28 @@ std::vector<std::string> strings_of(const Node& v, const std::string& path, cons
   return out;
 }
 
+// A sum of money: 2500000, 2.5M, 800k, $2.5M (USD).
+double parse_usd(const Node& v, const std::string& path) {
+  const char* valid = "US dollars the deployment's accelerators may cost at catalog prices, e.g. 2500000, 2.5M or 800k";
+  if (!v.is_scalar()) throw ConfigError(v.origin, path, v.brief(), "expected an amount", valid);
+  std::string t = v.scalar;
+  if (!t.empty() && t.front() == '$') t.erase(0, 1);
+  double scale = 1;
+  if (!t.empty() && (t.back() == 'k' || t.back() == 'K')) scale = 1e3, t.pop_back();
+  else if (!t.empty() && t.back() == 'M') scale = 1e6, t.pop_back();
+  else if (!t.empty() && (t.back() == 'G' || t.back() == 'B')) scale = 1e9, t.pop_back();
+  try {
+    size_t used = 0;
+    const double x = std::stod(t, &used) * scale;
+    if (used == t.size() && x > 0 && std::isfinite(x)) return x;
+  } catch (const std::exception&) {
+  }
+  throw ConfigError(v.origin, path, v.scalar, "not a positive amount", valid);
+}
+
 SearchSpec parse_search_block(const Node& block) {
   if (!block.is_map())
-    throw ConfigError(block.origin, "search", block.brief(), "expected a mapping", "keys: grid, zip, slo, objectives");
+    throw ConfigError(block.origin, "search", block.brief(), "expected a mapping", "keys: grid, zip, slo, objectives, budget");
   SearchSpec s;
   s.origin = block.origin;
   Node space = block;  // grid and zip, read as a sweep's
@@ -52,8 +72,11 @@ SearchSpec parse_search_block(const Node& block) {
       s.slo = strings_of(v, "search.slo", "e.g. ['ttft.p99<1s', 'tpot.p99<40ms']");
     } else if (k == "objectives") {
       s.objectives = strings_of(v, "search.objectives", "e.g. [min:cost.usd_per_million_output_tokens, min:latency_ms.ttft.p99]");
+    } else if (k == "budget") {
+      s.budget_usd = parse_usd(v, "search.budget");
+      s.budget_origin = v.origin;
     } else {
-      throw ConfigError(block.key_origins[i], "search." + k, k, "unknown key", "one of: grid, zip, slo, objectives");
+      throw ConfigError(block.key_origins[i], "search." + k, k, "unknown key", "one of: grid, zip, slo, objectives, budget");
     }
   }
   const SweepSpec sw = parse_sweep_block(space, "search");
@@ -106,6 +129,65 @@ double tpot_lower_bound_ms(const Params& p, const Registry& reg) {
   return nonembed * m.weight_element_bytes() / (static_cast<double>(c.tensor_parallel) * bw) * 1e3;
 }
 
+namespace {
+// Whether a serving load may compute fewer tokens than its shortest prompt: prompts that share a
+// prefix, or conversations that resend their history, which a prefix cache may skip.
+bool may_reuse_prefixes(const Params& p) {
+  try {
+    const Params& w = p.section("workload");
+    if (w.has("conversation")) {
+      const Params& c = w.section("conversation");
+      if (c.has("turns") && c.integer("turns") > 1) return true;
+    }
+    if (w.has("shared_prefix")) {
+      const Params& s = w.section("shared_prefix");
+      if (s.has("tokens") && s.real("tokens") > 0) return true;
+    }
+    return false;
+  } catch (const std::exception&) {
+    return true;  // a load whose keys are not these: take no chances
+  }
+}
+
+// The datasheet dense peak a precision's GEMMs run at (weight-only INT4 computes in bf16).
+double datasheet_peak(const HardwareSpec& hw, Precision p) {
+  const double fp8 = hw.peak_fp8_flops > 0 ? hw.peak_fp8_flops : hw.peak_bf16_flops;
+  switch (p) {
+    case Precision::FP8: return fp8;
+    case Precision::FP4: return hw.peak_fp4_flops > 0 ? hw.peak_fp4_flops : fp8;
+    default: return hw.peak_bf16_flops;
+  }
+}
+}  // namespace
+
+double ttft_lower_bound_ms(const Params& p, const Registry& reg) {
+  const serving::ServingConfig c = serving::build_serving_config(p, reg, 1, nullptr, nullptr);
+  ModelSpec m = c.model;
+  m.weights = c.precision;
+  const double nonembed = m.active_parameters() - static_cast<double>(m.vocab) * m.hidden;
+  const HardwareSpec& hw = c.prefill_pool ? c.prefill_pool->hardware : c.hardware;
+  const double tp = c.prefill_pool ? c.prefill_pool->tensor_parallel : c.tensor_parallel;
+  if (nonembed <= 0) return 0;
+  double ns = hw.hbm_bandwidth_Bps > 0 ? nonembed * m.weight_element_bytes() / (tp * hw.hbm_bandwidth_Bps) * 1e9 : 0;
+  const double tokens = may_reuse_prefixes(p) || !c.workload ? 1.0 : static_cast<double>(c.workload->fewest_new_tokens());
+  if (const double peak = datasheet_peak(hw, c.precision); peak > 0) ns = std::max(ns, 2 * nonembed * tokens / (tp * peak) * 1e9);
+  return ns * 1e-6;
+}
+
+double deployment_capex_usd(const Params& p, const Registry& reg) {
+  const serving::ServingConfig c = serving::build_serving_config(p, reg, 1, nullptr, nullptr);
+  auto priced = [&](const HardwareSpec& hw) {
+    if (hw.price_usd <= 0)
+      throw ConfigError(p.value("hardware").origin, "hardware", hw.name, fmt::format("{} has no price (price_usd): a budget cannot be checked", hw.name),
+                        "a device whose catalog entry (or inline definition) sets price_usd");
+    return hw.price_usd;
+  };
+  const double decode_devices = static_cast<double>(c.replicas - (c.prefill_pool ? c.prefill_replicas : 0)) * c.tensor_parallel * c.pipeline_parallel;
+  double usd = decode_devices * priced(c.hardware);
+  if (c.prefill_pool) usd += static_cast<double>(c.prefill_replicas) * c.prefill_pool->tensor_parallel * priced(c.prefill_pool->hardware);
+  return usd;
+}
+
 SearchOutcome run_search(const SearchFile& file, const std::string& file_name, const Registry& reg, const SearchOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   SearchOutcome out;
@@ -129,13 +211,24 @@ SearchOutcome run_search(const SearchFile& file, const std::string& file_name, c
 
   // Constraints on TPOT a roofline bound can decide before simulating: 'tpot.<stat> < X'.
   static const std::regex tpot_re(R"(^\s*(serving\.)?(latency_ms\.)?tpot\.(p25|p50|p75|p90|p95|p99|mean|max|min)\s*(<|<=)[^<>=!]+$)");
-  std::vector<std::pair<std::string, SweepConstraint>> tpot_slo;
+  static const std::regex ttft_re(R"(^\s*(serving\.)?(latency_ms\.)?ttft\.(p25|p50|p75|p90|p95|p99|mean|max|min)\s*(<|<=)[^<>=!]+$)");
+  std::vector<std::pair<std::string, SweepConstraint>> tpot_slo, ttft_slo;
   for (const auto& c : file.spec.slo) {
     std::smatch mt;
-    if (!std::regex_match(c, mt, tpot_re)) continue;
-    const std::string path = "serving.latency_ms.tpot." + mt[3].str();
-    const std::vector<std::string> paths{path};
-    tpot_slo.emplace_back(c, parse_constraint(c, &paths));
+    for (auto [re, what, into] : {std::tuple{&tpot_re, "tpot", &tpot_slo}, std::tuple{&ttft_re, "ttft", &ttft_slo}}) {
+      if (!std::regex_match(c, mt, *re)) continue;
+      const std::vector<std::string> paths{fmt::format("serving.latency_ms.{}.{}", what, mt[3].str())};
+      into->emplace_back(c, parse_constraint(c, &paths));
+    }
+  }
+  // What the objectives, the SLO or a budget need of every device in the space: power figures
+  // for energy, power, carbon or cost (its electricity); a price for cost or a budget.
+  bool need_power = false, need_price = file.spec.budget_usd > 0;
+  std::string needs_what = need_price ? "search.budget" : "";
+  for (const auto& o : file.spec.objectives) {
+    for (const char* k : {"energy", "power", "carbon", "cost"})
+      if (o.find(k) != std::string::npos) need_power = true, needs_what = needs_what.empty() ? o : needs_what;
+    if (o.find("cost") != std::string::npos || o.find("usd") != std::string::npos) need_price = true;
   }
 
   // Prune: what does not build, then what a lower bound excludes.
@@ -150,17 +243,51 @@ SearchOutcome run_search(const SearchFile& file, const std::string& file_name, c
     r.point = p.index;
     r.values = p.values;
     r.seed = p.seed;
+    std::optional<ConfigError> fatal;  // the space's mistake, found while building a point: thrown below, not counted as the point's
     try {
       const Scenario sc = load_scenario_tree(file.scenario, file_name, p.sets, reg);
       r.status = SearchRow::Status::Infeasible;  // until it runs and meets the SLO
-      if (opt.prune && sc.study && sc.study->name == "serving" && !tpot_slo.empty()) {
-        const double lb = tpot_lower_bound_ms(*sc.params, reg);
-        for (const auto& [text, c] : tpot_slo)
-          if (lb > 0 && !c.ok(lb)) {
-            r.status = SearchRow::Status::Bound;
-            r.why = fmt::format("{}: no decode step can be faster than {:.3g} ms (its weights at the datasheet HBM bandwidth)", text, lb);
-            break;
+      const bool serving = sc.study && sc.study->name == "serving";
+      if (serving && (need_power || need_price)) {
+        // A device the objectives cannot price is the space's mistake: named before anything runs.
+        const serving::ServingConfig c = serving::build_serving_config(*sc.params, reg, 1, nullptr, nullptr);
+        for (const HardwareSpec* hw : {&c.hardware, c.prefill_pool ? &c.prefill_pool->hardware : nullptr}) {
+          if (!hw) continue;
+          std::string lacks;
+          if (need_power && (hw->tdp_w <= 0 || hw->idle_w <= 0 || hw->memory_bound_w <= 0)) lacks = "power figures (tdp, idle_power, memory_bound_power)";
+          else if (need_price && hw->price_usd <= 0) lacks = "price (price_usd)";
+          if (!lacks.empty())
+            fatal = ConfigError(file.spec.origin, needs_what, hw->name,
+                              fmt::format("point {} ({}) runs on {}, which has no {}, so {} cannot be computed for it", p.index,
+                                          [&] {
+                                            std::string s;
+                                            for (const auto& [k, v] : p.values) s += (s.empty() ? "" : ", ") + k + "=" + v;
+                                            return s;
+                                          }(),
+                                          hw->name, lacks, needs_what),
+                              "devices whose catalog entries set them (models/hardware/*.yaml), or objectives that do not need them");
+        }
+      }
+      if (opt.prune && serving && !fatal) {
+        auto bound = [&](const std::vector<std::pair<std::string, SweepConstraint>>& slo, double lb, const char* step, const char* why) {
+          for (const auto& [text, c] : slo)
+            if (r.status == SearchRow::Status::Infeasible && lb > 0 && !c.ok(lb)) {
+              r.status = SearchRow::Status::Bound;
+              r.why = fmt::format("{}: no {} can be faster than {:.3g} ms ({})", text, step, lb, why);
+            }
+        };
+        if (!tpot_slo.empty())
+          bound(tpot_slo, tpot_lower_bound_ms(*sc.params, reg), "decode step", "its weights at the datasheet HBM bandwidth");
+        if (!ttft_slo.empty())
+          bound(ttft_slo, ttft_lower_bound_ms(*sc.params, reg), "first token",
+                "its prefill reads the weights once at the datasheet HBM bandwidth and computes the shortest prompt at the datasheet peak");
+        if (r.status == SearchRow::Status::Infeasible && file.spec.budget_usd > 0) {
+          const double usd = deployment_capex_usd(*sc.params, reg);
+          if (usd > file.spec.budget_usd) {
+            r.status = SearchRow::Status::Budget;
+            r.why = fmt::format("budget: its accelerators cost ${:.4g}M at catalog prices, more than ${:.4g}M", usd / 1e6, file.spec.budget_usd / 1e6);
           }
+        }
       }
     } catch (const ConfigError& e) {
       // A misspelt key or value is the space's mistake, not a point that cannot be: fatal, as
@@ -173,6 +300,7 @@ SearchOutcome run_search(const SearchFile& file, const std::string& file_name, c
       r.status = SearchRow::Status::Invalid;
       r.why = first_line(e.what());
     }
+    if (fatal) throw *fatal;
     so.skip[p.index] = r.status != SearchRow::Status::Infeasible;
   }
   if (std::all_of(out.rows.begin(), out.rows.end(), [](const SearchRow& r) { return r.status == SearchRow::Status::Invalid; }))
@@ -289,6 +417,7 @@ SearchOutcome run_search(const SearchFile& file, const std::string& file_name, c
     switch (s) {
       case SearchRow::Status::Invalid: return "pruned: does not build";
       case SearchRow::Status::Bound: return "pruned: lower bound";
+      case SearchRow::Status::Budget: return "pruned: over budget";
       case SearchRow::Status::Infeasible: return "misses the SLO";
       case SearchRow::Status::Feasible: return "meets the SLO";
     }
@@ -299,10 +428,11 @@ SearchOutcome run_search(const SearchFile& file, const std::string& file_name, c
     for (const auto& [k, v] : r.values) s += (s.empty() ? "" : ", ") + k + "=" + v;
     return s;
   };
-  size_t invalid = 0, bound = 0, pareto = 0;
+  size_t invalid = 0, bound = 0, budget = 0, pareto = 0;
   for (const auto& r : out.rows) {
     invalid += r.status == SearchRow::Status::Invalid;
     bound += r.status == SearchRow::Status::Bound;
+    budget += r.status == SearchRow::Status::Budget;
     pareto += r.pareto;
   }
   Json rows = Json::array();
@@ -349,6 +479,8 @@ SearchOutcome run_search(const SearchFile& file, const std::string& file_name, c
                   {"points", points.size()},
                   {"pruned_does_not_build", invalid},
                   {"pruned_lower_bound", bound},
+                  {"pruned_over_budget", budget},
+                  {"budget_usd", file.spec.budget_usd > 0 ? Json(file.spec.budget_usd) : Json(nullptr)},
                   {"simulated", results.size()},
                   {"feasible", meets},
                   {"unranked", unranked},
@@ -357,9 +489,11 @@ SearchOutcome run_search(const SearchFile& file, const std::string& file_name, c
                   {"rows", rows}};
   std::string cond;
   for (const auto& c : file.spec.slo) cond += (cond.empty() ? "" : " and ") + c;
-  out.summary.push_back(fmt::format("search {}: {} points; pruned {} that do not build (memory, parallelism) and {} by a lower bound; "
+  out.summary.push_back(fmt::format("search {}: {} points; pruned {} that do not build (memory, parallelism) and {} by a lower bound{}; "
                                     "simulated {}; {} meet {}",
-                                    base_name, points.size(), invalid, bound, results.size(), meets, cond));
+                                    base_name, points.size(), invalid, bound,
+                                    file.spec.budget_usd > 0 ? fmt::format(" and {} over the ${:.4g}M budget", budget, file.spec.budget_usd / 1e6) : "",
+                                    results.size(), meets, cond));
   if (unranked > 0)
     out.summary.push_back(fmt::format("  {} of them report no value for an objective and are not ranked: {}", unranked, unranked_what));
   if (out.best >= 0) {
@@ -386,7 +520,12 @@ SearchOutcome run_search(const SearchFile& file, const std::string& file_name, c
       const auto it = std::find_if(out.rows.begin(), out.rows.end(), [](const SearchRow& r) { return r.status == SearchRow::Status::Invalid; });
       s += fmt::format(" (e.g. point {}: {})", it->point, it->why);
     }
-    s += fmt::format("; {} excluded by the TPOT lower bound", bound);
+    s += fmt::format("; {} excluded by a lower bound (TPOT, TTFT)", bound);
+    if (bound > 0) {
+      const auto it = std::find_if(out.rows.begin(), out.rows.end(), [](const SearchRow& r) { return r.status == SearchRow::Status::Bound; });
+      s += fmt::format(" (e.g. point {}: {})", it->point, it->why);
+    }
+    if (file.spec.budget_usd > 0) s += fmt::format("; {} over the budget", budget);
     for (const auto& [c, n] : broke) s += fmt::format("; {} simulated missed {}", n, c);
     out.summary.push_back(s);
   }

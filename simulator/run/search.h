@@ -10,7 +10,11 @@
 //   * a roofline lower bound already breaks the SLO: every decode step reads each active
 //     non-embedding weight at least once at the datasheet HBM bandwidth, so no TPOT can be
 //     below (active parameters - embeddings) x bytes per weight / (tp x bandwidth) (not applied
-//     with speculative decoding, whose steps make several tokens).
+//     with speculative decoding, whose steps make several tokens); the same for TTFT: no prefill
+//     is faster than reading those weights once, nor than its FLOPs at the datasheet peak;
+//   * its accelerators cost more than the search's `budget:` (USD, at catalog prices).
+// Objectives or a budget that need a device's power figures or price name the device that
+// lacks them before anything runs.
 // The rest run on all cores through the sweep machinery (their point directories make a search
 // resumable). Of the simulated points, those meeting every constraint are feasible; the feasible
 // points no other beats on every objective are the Pareto front; the cheapest is the best by the
@@ -31,7 +35,8 @@ struct SearchSpec {
   std::vector<SweepAxis> grid, zip;
   std::vector<std::string> slo;         // constraints an answer must meet
   std::vector<std::string> objectives;  // the front's axes; the first chooses the best
-  Origin origin;
+  double budget_usd = 0;                // the most the deployment's accelerators may cost (catalog prices); 0: none
+  Origin origin, budget_origin;
 };
 
 struct SearchFile {
@@ -53,7 +58,7 @@ struct SearchRow {
   size_t point = 0;
   std::vector<std::pair<std::string, std::string>> values;
   uint64_t seed = 0;  // every point's the same (one load for all): derived from the base seed
-  enum class Status { Invalid, Bound, Infeasible, Feasible } status = Status::Invalid;
+  enum class Status { Invalid, Bound, Budget, Infeasible, Feasible } status = Status::Invalid;
   std::string why;       // invalid or bound: the reason; infeasible: the first constraint it breaks
   bool pareto = false;
   std::vector<double> objectives;  // feasible and infeasible: the objectives' values
@@ -73,5 +78,14 @@ SearchOutcome run_search(const SearchFile& file, const std::string& file_name, c
 
 // The TPOT no configuration of a validated serving scenario can beat, in ms (0: no bound).
 double tpot_lower_bound_ms(const Params& serving, const Registry& reg);
+// The TTFT no request of a validated serving scenario can beat, in ms: its prefill reads every
+// active non-embedding weight once at the datasheet HBM bandwidth, and computes 2 x those
+// weights x the load's fewest prompt tokens at the datasheet peak of its precision (one token
+// where prompts share prefixes or conversations resend their history, which caches may skip),
+// over the prefill pool's devices where it has its own.
+double ttft_lower_bound_ms(const Params& serving, const Registry& reg);
+// The catalog price of a serving scenario's accelerators (every replica's devices, the prefill
+// pool's at its own device's price); throws ConfigError naming a device without a price.
+double deployment_capex_usd(const Params& serving, const Registry& reg);
 
 }  // namespace sluice

@@ -137,7 +137,7 @@ TEST_CASE("search: the roofline bound prunes only points that miss the SLO when 
   CHECK(none.best == -1);
   const std::string& why = none.summary.back();
   CHECK(why.find("no configuration meets tpot.p99<0.5ms") != std::string::npos);
-  CHECK(why.find("8 excluded by the TPOT lower bound") != std::string::npos);
+  CHECK(why.find("8 excluded by a lower bound (TPOT, TTFT)") != std::string::npos);
 }
 
 TEST_CASE("search: the TPOT bound is below every simulated TPOT, across precisions, parallelism and experts") {
@@ -177,9 +177,84 @@ TEST_CASE("search: a malformed search block is refused at its key before anythin
   };
   refused(kSpace, "search.slo");                                                  // no SLO
   refused("search: {slo: ['tpot.p99<3ms']}\n", "no space");                       // no axes
-  refused(kSpace + "  slo: ['tpot.p99<3ms']\n  budget: 3\n", "search.budget");    // unknown key
+  refused(kSpace + "  slo: ['tpot.p99<3ms']\n  budgets: 3\n", "search.budgets");  // unknown key
+  refused(kSpace + "  slo: ['tpot.p99<3ms']\n  budget: -3\n", "not a positive amount");
+  refused(kSpace + "  slo: ['tpot.p99<3ms']\n  budget: 2.5X\n", "e.g. 2500000, 2.5M or 800k");
+  // An objective that needs power figures on a device that has none is named before anything runs.
+  refused("search:\n  zip: {hardware: ['{catalog: h200, tdp: 0W, idle_power: 0W, memory_bound_power: 0W}']}\n  slo: ['tpot.p99<30ms']\n",
+          "has no power figures (tdp, idle_power, memory_bound_power)");
+  refused("search:\n  zip: {hardware: ['{catalog: h200, price_usd: 0}']}\n  slo: ['tpot.p99<30ms']\n  objectives: [min:serving.latency_ms.ttft.p99]\n  budget: 1M\n",
+          "has no price (price_usd)");
   refused(kSpace + "  slo: ['tpot.p99 3ms']\n", "METRIC OP VALUE");               // malformed constraint
   refused(kSpace + "  slo: ['tpot.p99<3ms']\n  objectives: ['fastest:ttft.p99']\n", "unknown direction");
   refused("search:\n  grid: {deployment.tensor_parallel: [1, 2]}\n  zip: {deployment.replicas: [1, 2], seed: [1]}\n  slo: ['tpot.p99<3ms']\n",
           "lockstep");
+}
+
+TEST_CASE("search: the TTFT bound is below every simulated TTFT, and prunes only points that miss when simulated") {
+  const std::vector<std::vector<std::string>> cases = {
+      {},
+      {"deployment.tensor_parallel=4"},
+      {"deployment.precision=fp8", "deployment.tensor_parallel=2"},
+      {"deployment.pipeline_parallel=2"},
+      {"hardware=b200", "deployment.precision=fp4"},
+      {"model=mixtral-8x7b", "deployment.tensor_parallel=2", "deployment.moe.expert_parallel=true"},
+      {"deployment.prefill_replicas=1", "deployment.replicas=2"},
+      {"workload.shared_prefix={tokens: 400}"},
+      {"workload.conversation={turns: 3}"},
+  };
+  for (const auto& sets : cases) {
+    std::string label;
+    for (const auto& x : sets) label += x + " ";
+    CAPTURE(label);
+    const Scenario sc = load_scenario_text(kBase, "t.yaml", sets, registry());
+    const double lb = ttft_lower_bound_ms(*sc.params, registry());
+    const Json m = run_text(kBase, sets);
+    CHECK(lb > 0);
+    CHECK(lb <= m["serving"]["latency_ms"]["ttft"]["min"].get<double>());
+  }
+  // Llama-3-8B's 512-token prompts on an H200: 2 x its 6.5 G active non-embedding weights x 512 tokens at 989 TFLOP/s is
+  // 6.75 ms at TP 1, 3.4 ms at TP 2: 'ttft.p99<5ms' excludes TP 1 before it runs.
+  Tmp t;
+  const std::string block = "search:\n  grid: {deployment.tensor_parallel: [1, 2, 4]}\n  slo: ['ttft.p99<5ms']\n";
+  const SearchOutcome pruned = search(t, block, "ttft");
+  const SearchOutcome all = search(t, block, "ttft-all", false);
+  REQUIRE(pruned.rows.size() == 3);
+  CHECK(pruned.rows[0].status == SearchRow::Status::Bound);
+  CAPTURE(pruned.rows[0].why);
+  CHECK(pruned.rows[0].why.find("no first token can be faster than 6.75 ms") != std::string::npos);
+  for (size_t i = 0; i < pruned.rows.size(); ++i)
+    if (pruned.rows[i].status == SearchRow::Status::Bound) CHECK(all.rows[i].status == SearchRow::Status::Infeasible);
+}
+
+TEST_CASE("search: a budget prunes what costs more before it runs, and the best is the best within it") {
+  Tmp t;
+  // 32,000 USD an H200: a budget of 100k holds at most 3 devices (tp x replicas <= 3).
+  const SearchOutcome s = search(t, kSpace + "  slo: ['tpot.p99<30ms']\n  budget: $100k\n", "budget");
+  const SearchOutcome free = search(t, kSpace + "  slo: ['tpot.p99<30ms']\n", "free");
+  size_t over = 0;
+  for (size_t i = 0; i < s.rows.size(); ++i) {
+    const SearchRow& r = s.rows[i];
+    int devices = 1;
+    for (const auto& [k, v] : r.values) devices *= std::stoi(v);
+    CAPTURE(i);
+    if (r.status == SearchRow::Status::Invalid) continue;  // TP 4 x 3 replicas: more GPUs than the server has
+    CHECK((r.status == SearchRow::Status::Budget) == (devices * 32000 > 100000));
+    over += r.status == SearchRow::Status::Budget;
+    if (r.status == SearchRow::Status::Budget) CHECK(r.why.find("more than $0.1M") != std::string::npos);
+  }
+  CHECK(over == 4);
+  CHECK(s.json["pruned_over_budget"].get<int>() == 4);
+  CHECK(s.json["budget_usd"].get<double>() == 100000);
+  REQUIRE(s.best >= 0);
+  // The best within budget is the cheapest of the affordable points the unbounded search simulated.
+  double cheapest = INFINITY;
+  for (size_t i = 0; i < free.rows.size(); ++i)
+    if (s.rows[i].status != SearchRow::Status::Budget && free.rows[i].status == SearchRow::Status::Feasible)
+      cheapest = std::min(cheapest, free.rows[i].objectives[0]);
+  CHECK(s.rows[static_cast<size_t>(s.best)].objectives[0] == cheapest);
+  // Nothing affordable: the search says the budget excluded them.
+  const SearchOutcome none = search(t, kSpace + "  slo: ['tpot.p99<30ms']\n  budget: 10k\n", "broke");
+  CHECK(none.best == -1);
+  CHECK(none.summary.back().find("8 over the budget") != std::string::npos);
 }

@@ -769,7 +769,7 @@ SLUICE_REGISTER(workload, diffusion_workload) {
               const CostSource src = resolve_cost_source(p.str("cost_tables"), c.hardware, p, "cost_tables");
               c.tables_dir = src.tables_dir;
               c.tables_device = src.tables_device;
-              c.cost_time_scale = band_time_scale(src);
+              c.cost_time_scale = band_time_scale(src, c.hardware);
               c.cost_source = src.describe(c.hardware);
             }
             const DiffusionMemory mem = diffusion_memory(c);

@@ -455,7 +455,7 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
     const CostSource src = resolve_cost_source(d.str("cost_tables"), c.hardware, d, "cost_tables");
     c.tables_dir = src.tables_dir;
     c.tables_device = src.tables_device;
-    c.cost_time_scale = band_time_scale(src);
+    c.cost_time_scale = band_time_scale(src, c.hardware);
     c.cost_source = src.describe(c.hardware);
   }
   for (const Params* at : {&p, &d.section("prefill_pool")}) {

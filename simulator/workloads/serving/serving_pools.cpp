@@ -86,7 +86,7 @@ void read_prefill_pool(ServingConfig& c, const Params& d, const Registry& reg, c
                                                    : resolve_cost_source(value, pool.hardware, d, "cost_tables");
     pool.tables_dir = src.tables_dir;
     pool.tables_device = src.tables_device;
-    pool.cost_time_scale = band_time_scale(src);
+    pool.cost_time_scale = band_time_scale(src, pool.hardware);
     pool.cost_source = src.describe(pool.hardware);
   }
   pool.scheduler = pp.given("scheduler") ? pp.str("scheduler") : deployment_scheduler;

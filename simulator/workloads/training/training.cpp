@@ -56,8 +56,9 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
   if (c_.ep > 1) expert_dp_bytes_ = routed / c_.ep / (c_.tp * c_.pp) * c_.model.dtype_bytes;
   a2a_.resize(static_cast<size_t>(c_.dp / c_.ep * c_.pp));
   // Adam's step streams the optimizer state of the parameters a device updates (its shard under ZeRO).
+  // (A kernel's time like the cost model's: at an end of the error band, scaled as they are.)
   optimizer_ns_ = std::max<int64_t>(1, std::llround(params_per_device_ / (c_.zero >= 1 ? c_.dp * c_.cp : 1) * c_.optimizer_bytes_per_param /
-                                                    c_.hardware.effective_bandwidth_Bps() * 1e9));
+                                                    c_.hardware.effective_bandwidth_Bps() * 1e9 * c_.cost_time_scale));
   pid_ = world.trace_pid();
   res_.devices = job_devices(c_);
   res_.peak_flops_per_device = c_.hardware.peak_bf16_flops;
