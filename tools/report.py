@@ -366,6 +366,23 @@ class Report:
             if isinstance(wl, dict) and "place" in wl:
                 rows.append([f"placement of {wl.get('name', '?')}", describe(wl["place"])])
         self.tables.append((f"Fabric and placement{label}", ["", ""], rows))
+        hot = fab.get("hottest_links", [])
+        if hot:
+            self.tables.append((f"The fabric's hottest links{label} (bytes over capacity x run time)",
+                                ["link", "capacity (GB/s)", "carried (GB)", "mean utilization (%)"],
+                                [[f"{h['link']} (#{h['id']})", fmt(h["capacity_Bps"] / 1e9), fmt(h["bytes"] / 1e9), fmt(100 * h["mean_utilization"])] for h in hot]))
+            fig, ax = plt.subplots(figsize=(8, 0.32 * len(hot) + 1.2))
+            ax.barh(range(len(hot)), [100 * h["mean_utilization"] for h in hot], color="#d62728")
+            ax.set_yticks(range(len(hot)))
+            ax.set_yticklabels([f"{h['link']} (#{h['id']})" for h in hot], fontsize=7)
+            ax.invert_yaxis()
+            ax.set_xlabel("mean utilization over the run (%)")
+            for y, h in enumerate(hot):
+                ax.annotate(f"{fmt(100 * h['mean_utilization'])}% of {fmt(h['capacity_Bps'] / 1e9)} GB/s", (100 * h["mean_utilization"], y),
+                            fontsize=6, xytext=(2, -2), textcoords="offset points")
+            fig.suptitle(f"The fabric's hottest links{label}")
+            self.save(fig, f"hottest_links{slug(label)}", "Hottest links", "The links busiest for their bandwidth over the run "
+                      "(world.fabric.hottest_links: bytes carried over capacity x simulated time), busiest first.")
 
     def serving_table(self, s, label):
         lat = s.get("latency_ms", {})

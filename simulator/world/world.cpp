@@ -133,6 +133,26 @@ void World::report(Recorder& rec) const {
                                    {"bytes", lb[static_cast<size_t>(top)]},
                                    {"mean_utilization", util(static_cast<size_t>(top))}};
     }
+    // The hottest links, busiest first (ties by link index): where a planner looks for the
+    // fabric's bottleneck, beyond the single most loaded one.
+    std::vector<size_t> used;
+    for (size_t l = 0; l < lb.size(); ++l)
+      if (lb[l] > 0) used.push_back(l);
+    const size_t k = std::min<size_t>(used.size(), 10);
+    std::partial_sort(used.begin(), used.begin() + static_cast<std::ptrdiff_t>(k), used.end(), [&](size_t a, size_t b) {
+      const double ua = util(a), ub = util(b);
+      return ua != ub ? ua > ub : a < b;
+    });
+    Json hot = Json::array();
+    for (size_t i = 0; i < k; ++i) {
+      const auto& link = topo.link(static_cast<int>(used[i]));
+      hot.push_back(Json{{"link", fmt::format("{} -> {}", topo.node(link.src).name, topo.node(link.dst).name)},
+                         {"id", used[i]},
+                         {"capacity_Bps", link.bandwidth_Bps},
+                         {"bytes", lb[used[i]]},
+                         {"mean_utilization", util(used[i])}});
+    }
+    if (!hot.empty()) r["hottest_links"] = hot;
     m["fabric"] = r;
   }
   if (!faults_.empty()) {
