@@ -45,6 +45,9 @@ struct CheckEntry {
 struct Suite {
   std::string file, name, description;
   std::string baselines;  // directory of <entry>.json files
+  // `bands: N`: entries with published figures are also run at both ends of their cost model's
+  // error band and at N other seeds, and each figure is reported against sluice's 90% band.
+  int published_bands = -1;
   std::vector<Tolerance> tolerances;
   std::vector<CheckEntry> entries;
 };
@@ -68,6 +71,9 @@ struct ValidationCheck {
   Published figure;
   double now = 0, error = 0;  // error: (now - published) / published
   std::string verdict;
+  bool banded = false;             // sluice's 90% band of the metric is known (the suite's `bands:`)
+  double band_lo = 0, band_hi = 0;
+  bool inside_band() const { return banded && figure.value >= band_lo && figure.value <= band_hi; }
   bool failed() const { return verdict == "FAIL" || verdict == "missing"; }
 };
 

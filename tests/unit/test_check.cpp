@@ -108,6 +108,7 @@ TEST_CASE("a malformed suite is refused before anything runs, naming the key") {
   refuse("suite: x\nscenarios: [{file: nowhere.yaml}]\n", "not found");
   refuse("suite: x\ntolerances: [{metric: a, relative: 5%, worse: up}]\nscenarios: [{file: scenarios/quickstart.yaml}]\n", "higher, lower, either");
   refuse("suite: x\ntolerances: [{metric: a}]\nscenarios: [{file: scenarios/quickstart.yaml}]\n", "relative, absolute or band");
+  refuse("suite: x\nbands: -1\ntolerances: [{metric: a, relative: 1%}]\nscenarios: [{file: scenarios/quickstart.yaml}]\n", "an integer in [0, 64]");
   refuse("suite: x\nscenarios: [{file: scenarios/quickstart.yaml, sett: []}]\n", "did you mean 'set'");
   refuse("suite: x\nscenarios: [{file: scenarios/quickstart.yaml, set: [scheduler.max_num_seqs=0]}]\n", "max_num_seqs");
   fs::remove(tmp);
