@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/schema.h"
+#include "hardware/cost_band.h"
 #include "hardware/cost_model.h"
 #include "hardware/dit.h"
 #include "recorder/serving_report.h"
@@ -150,36 +151,10 @@ TEST_CASE("fidelity launch term: the per-kernel floor moves small-batch steps an
 
 namespace {
 
-// One measured whole step of model_steps.csv and what it runs.
-struct Step {
-  std::string model, impl, kind;
-  int batch = 1, context = 0, slices = 0;
-  long new_tokens = 1;
-  double ms = 0;
-  double rows() const { return kind == "decode" ? batch : static_cast<double>(batch) * (new_tokens / std::max(1, slices)); }
-  double layer_calls(int layers) const { return static_cast<double>(layers) * std::max(1, slices); }
-};
-
-std::vector<Step> shared_steps() {
-  const auto csv = costtab::read_csv(default_tables_dir(load_hardware("h200")) + "/model_steps.csv");
-  const int cm_ = csv.col("model"), ci = csv.col("implementation"), cs = csv.col("step"), cb = csv.col("batch"),
-            cc = csv.col("context"), cn = csv.col("new_tokens"), ck = csv.col("slices"), ms = csv.col("ms");
-  std::vector<Step> out;
-  // context and slices are 0 where they do not apply (Csv::num takes positive numbers only).
-  for (size_t r = 0; r < csv.rows.size(); ++r)
-    out.push_back(Step{csv.text(r, cm_), csv.text(r, ci), csv.text(r, cs), static_cast<int>(csv.num(r, cb)),
-                       std::stoi(csv.text(r, cc)), std::stoi(csv.text(r, ck)),
-                       static_cast<long>(csv.num(r, cn)), csv.num(r, ms)});
-  return out;
-}
-
-double predict_ns(const CostModel& cm, const Step& s) {
-  if (s.kind == "decode")
-    return cm.iteration_ns(std::vector<SeqWork>(static_cast<size_t>(s.batch), SeqWork{1, s.context, true}));
-  if (s.kind == "prefill")
-    return cm.iteration_ns(std::vector<SeqWork>(static_cast<size_t>(s.batch), SeqWork{static_cast<int>(s.new_tokens), 0, true}));
-  return cm.sliced_prefill(s.batch, s.new_tokens, s.slices).total_ns;
-}
+// The measured whole steps of model_steps.csv (read, and predicted, by hardware/cost_band.h).
+using Step = MeasuredStep;
+std::vector<Step> shared_steps() { return read_model_steps(default_tables_dir(load_hardware("h200")) + "/model_steps.csv"); }
+double predict_ns(const CostModel& cm, const Step& s) { return predict_step_ns(cm, s); }
 
 CostModel make_glue(const std::string& model, const std::string& impl, std::optional<std::array<double, 2>> glue) {
   const HardwareSpec h200 = load_hardware("h200");
@@ -200,7 +175,7 @@ Errors errors(const std::vector<Step>& steps, const std::string& model, const st
   const CostModel cm = make_glue(model, impl, glue);
   Errors e;
   for (const Step& s : steps) {
-    if (s.model != model || s.impl != impl) continue;
+    if (s.model != model || s.implementation != impl) continue;
     const double err = std::fabs(predict_ns(cm, s) - s.ms * 1e6) / (s.ms * 1e6);
     e.mean += err;
     e.worst = std::max(e.worst, err);
@@ -236,25 +211,9 @@ TEST_CASE("fidelity: the glue kernels fitted on one shared model predict the oth
   // Leave one model out: the two glue counts fitted (weighted least squares on relative error)
   // to one model's steps alone, both profiles, then the other model's steps predicted with them.
   const std::vector<Step> steps = shared_steps();
-  const double floor_ns = load_hardware("h200").kernel_launch_ns;
-  const std::map<std::string, int> layers{{"llama2-7b", 32}, {"tinyllama-1.1b", 22}};
-  auto fit = [&](const std::string& model) {
-    double a11 = 0, a12 = 0, a22 = 0, b1 = 0, b2 = 0;
-    for (const std::string impl : {"pytorch-lean", "pytorch-naive"}) {
-      const CostModel bare = make_glue(model, impl, std::array<double, 2>{0, 0});
-      for (const Step& s : steps) {
-        if (s.model != model || s.impl != impl) continue;
-        const double meas = s.ms * 1e6, w = 1 / meas;
-        const double x1 = s.layer_calls(layers.at(model)) * floor_ns * w;
-        const double x2 = s.rows() > 1 ? x1 : 0;
-        const double y = (meas - predict_ns(bare, s)) * w;
-        a11 += x1 * x1, a12 += x1 * x2, a22 += x2 * x2, b1 += x1 * y, b2 += x2 * y;
-      }
-    }
-    const double det = a11 * a22 - a12 * a12;
-    REQUIRE(det > 0);
-    return std::array<double, 2>{(b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det};
-  };
+  // (The same weighted least squares the error bands leave one model out with: cost_band.h.)
+  const HardwareSpec h200 = load_hardware("h200");
+  auto fit = [&](const std::string& model) { return fit_glue_kernels(steps, model, h200, default_tables_dir(h200)); };
   for (const auto& [train, test] : std::map<std::string, std::string>{{"llama2-7b", "tinyllama-1.1b"}, {"tinyllama-1.1b", "llama2-7b"}}) {
     const auto g = fit(train);
     CAPTURE(train);
