@@ -47,6 +47,21 @@ const std::string kSpace = R"(search:
     deployment.replicas: [1, 2, 3]
 )";
 
+// A lower bound the pruning uses against the fastest request each run simulates (its `stat`'s min).
+void bound_below_every_run(double (*bound)(const Params&, const Registry&), const char* stat,
+                           const std::vector<std::vector<std::string>>& cases) {
+  for (const auto& sets : cases) {
+    std::string label;
+    for (const auto& x : sets) label += x + " ";
+    CAPTURE(label);
+    const Scenario sc = load_scenario_text(kBase, "t.yaml", sets, registry());
+    const double lb = bound(*sc.params, registry());
+    const Json m = run_text(kBase, sets);
+    CHECK(lb > 0);
+    CHECK(lb <= m["serving"]["latency_ms"][stat]["min"].get<double>());
+  }
+}
+
 }  // namespace
 
 TEST_CASE("search: the cheapest point meeting the SLO is the one every point simulated alone gives, and the front is the undominated") {
@@ -151,16 +166,7 @@ TEST_CASE("search: the TPOT bound is below every simulated TPOT, across precisio
       {"model=mixtral-8x7b", "deployment.tensor_parallel=2", "deployment.moe.expert_parallel=true"},
       {"deployment.prefill_replicas=1", "deployment.replicas=2"},
   };
-  for (const auto& sets : cases) {
-    std::string label;
-    for (const auto& x : sets) label += x + " ";
-    CAPTURE(label);
-    const Scenario sc = load_scenario_text(kBase, "t.yaml", sets, registry());
-    const double lb = tpot_lower_bound_ms(*sc.params, registry());
-    const Json m = run_text(kBase, sets);
-    CHECK(lb > 0);
-    CHECK(lb <= m["serving"]["latency_ms"]["tpot"]["min"].get<double>());
-  }
+  bound_below_every_run(tpot_lower_bound_ms, "tpot", cases);
 }
 
 TEST_CASE("search: a malformed search block is refused at its key before anything runs") {
@@ -203,16 +209,7 @@ TEST_CASE("search: the TTFT bound is below every simulated TTFT, and prunes only
       {"workload.shared_prefix={tokens: 400}"},
       {"workload.conversation={turns: 3}"},
   };
-  for (const auto& sets : cases) {
-    std::string label;
-    for (const auto& x : sets) label += x + " ";
-    CAPTURE(label);
-    const Scenario sc = load_scenario_text(kBase, "t.yaml", sets, registry());
-    const double lb = ttft_lower_bound_ms(*sc.params, registry());
-    const Json m = run_text(kBase, sets);
-    CHECK(lb > 0);
-    CHECK(lb <= m["serving"]["latency_ms"]["ttft"]["min"].get<double>());
-  }
+  bound_below_every_run(ttft_lower_bound_ms, "ttft", cases);
   // Llama-3-8B's 512-token prompts on an H200: 2 x its 6.5 G active non-embedding weights x 512 tokens at 989 TFLOP/s is
   // 6.75 ms at TP 1, 3.4 ms at TP 2: 'ttft.p99<5ms' excludes TP 1 before it runs.
   Tmp t;
