@@ -1,12 +1,17 @@
 // `sluice search SCENARIO`: the cheapest deployment meeting the scenario's SLO over its
 // `search:` space, and the Pareto front of its objectives (run/search.h); writes search.csv,
 // search.json and a point directory per simulated point, and resumes an interrupted search.
+#include <chrono>
 #include <iostream>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+
+#ifdef SLUICE_HAVE_MPI
+#include <mpi.h>
+#endif
 #include "recorder/output_dir.h"
 #include "recorder/recorder.h"
 #include "run/search.h"
@@ -23,20 +28,62 @@ struct SearchOpts {
 };
 
 int run_search_command(const SearchOpts& o, const Registry& reg) {
+  const auto t0 = std::chrono::steady_clock::now();
   const SearchFile f = load_search_file(o.file);
   SearchOptions opt;
   opt.sets = o.sets;
   opt.prune = !o.exhaustive;
-  opt.threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  opt.threads = o.threads > 0 ? o.threads : default_threads();
   std::string name = o.file;
   if (const Node* n = f.scenario.find("name"); n && n->is_scalar()) name = n->scalar;
   opt.out_dir = o.out.empty() ? fmt::format("results/{}/search", name) : o.out;
+  // Under mpirun: every rank simulates its share of the points that survive pruning into the
+  // search's directory; when all have, rank 0 runs the search again, every point resumed from
+  // there (nothing simulated twice), and writes the answer.
+  const int launched = launcher_ranks();
+  int ranks = 1;
+#ifdef SLUICE_HAVE_MPI
+  struct MpiSession {
+    bool on = false;
+    ~MpiSession() {
+      if (on) MPI_Finalize();
+    }
+  } mpi;
+  if (launched > 1) {
+    MPI_Init(nullptr, nullptr);
+    mpi.on = true;
+    MPI_Comm_rank(MPI_COMM_WORLD, &opt.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    opt.ranks = ranks;
+    opt.share_only = true;
+    int failed = 0, any = 0;
+    try {
+      run_search(f, o.file, reg, opt);
+    } catch (const std::exception& e) {
+      std::cerr << fmt::format("sluice: rank {}: {}\n", opt.rank, e.what());
+      failed = 1;
+    }
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any) return 1;  // (each failed rank said why)
+    if (opt.rank != 0) return 0;
+    opt.share_only = false;
+    opt.rank = 0, opt.ranks = 1;
+  }
+#else
+  if (launched > 1) {
+    std::cerr << fmt::format("sluice: started as one of {} ranks, but this sluice was built without MPI; every rank would run the whole "
+                             "search. Install libopenmpi-dev (tools/setup.sh) and rebuild, or run without mpirun.\n",
+                             launched);
+    return 2;
+  }
+#endif
   const SearchOutcome r = run_search(f, o.file, reg, opt);
   write_file_atomically(opt.out_dir + "/search.csv", r.csv);
   write_file_atomically(opt.out_dir + "/search.json", r.json.dump(1) + "\n");
   for (const auto& l : r.summary) std::cout << l << "\n";
-  std::cout << fmt::format("  {:.2f} s wall on {} thread{}; results in {}/ (search.csv, search.json, points/)\n", r.wall_s, opt.threads,
-                           opt.threads == 1 ? "" : "s", opt.out_dir);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << fmt::format("  {:.2f} s wall on {}{} thread{}; results in {}/ (search.csv, search.json, points/)\n", wall,
+                           ranks > 1 ? fmt::format("{} ranks x ", ranks) : "", opt.threads, opt.threads == 1 ? "" : "s", opt.out_dir);
   return 0;
 }
 

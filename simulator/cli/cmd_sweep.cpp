@@ -24,8 +24,6 @@
 
 namespace sluice::cli {
 
-namespace {
-
 // How many ranks the launcher started (1 without mpirun), from the environment it sets.
 int launcher_ranks() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"})
@@ -40,6 +38,8 @@ int default_threads() {
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, hw / local);
 }
+
+namespace {
 
 // Results of one rank as text (index, resumed, metrics), or the error it hit.
 std::string encode(const std::vector<PointResult>& rs, const std::string& error, int error_code) {

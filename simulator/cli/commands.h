@@ -14,6 +14,11 @@ namespace sluice::cli {
 
 using Action = std::function<int()>;
 
+// Under mpirun (sweep, search): how many ranks the launcher started (1 without it), and this
+// process's share of the host's cores (all of them, split among the ranks on this host).
+int launcher_ranks();
+int default_threads();
+
 struct CliContext {
   Registry& registry;
   Action& action;

@@ -341,8 +341,11 @@ std::string CheckReport::table() const {
     head += fmt::format("{:<44}  {:>10}  {:>10}  {:>8}  {:>6}  {}\n", "published figure", "published", "sluice", "error", "tol", "verdict");
     for (const auto& v : validation) {
       const std::string fig = v.figure.figure.size() > 44 ? v.figure.figure.substr(0, 43) + "…" : v.figure.figure;
-      head += fmt::format("{:<44}  {:>10}  {:>10}  {:>8}  {:>5g}%  {}\n", fig, fmt_value(v.figure.value), v.verdict == "missing" ? "-" : fmt_value(v.now),
-                          fmt_error(v), 100 * v.figure.tolerance, v.verdict);
+      head += fmt::format("{:<44}  {:>10}  {:>10}  {:>8}  {:>5g}%  {}{}\n", fig, fmt_value(v.figure.value), v.verdict == "missing" ? "-" : fmt_value(v.now),
+                          fmt_error(v), 100 * v.figure.tolerance, v.verdict,
+                          v.banded ? fmt::format(" (sluice's 90% band {}-{}: published {})", fmt_value(v.band_lo), fmt_value(v.band_hi),
+                                                 v.inside_band() ? "inside" : "outside")
+                                   : "");
     }
     if (checks.empty() && failed_entries.empty()) {
       for (const auto& n : notes) head += "note: " + n + "\n";

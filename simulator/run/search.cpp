@@ -310,6 +310,13 @@ SearchOutcome run_search(const SearchFile& file, const std::string& file_name, c
   // Simulate the rest, as a sweep's points (resumable).
   SweepFile sf;
   sf.scenario = file.scenario;
+  if (opt.share_only) {  // one MPI rank's share of the points; the answer comes from a resumed run
+    SweepOptions mine = so;
+    mine.rank = opt.rank;
+    mine.ranks = opt.ranks;
+    run_sweep_points(sf, file_name, points, reg, mine);
+    return out;
+  }
   std::vector<std::string> all;
   std::vector<std::map<std::string, double>> values(points.size());
   std::vector<std::string> hardware(points.size());  // each simulated point's device (serving), to name it

@@ -16,7 +16,8 @@
 // Objectives or a budget that need a device's power figures or price name the device that
 // lacks them before anything runs.
 // The rest run on all cores through the sweep machinery (their point directories make a search
-// resumable). Of the simulated points, those meeting every constraint are feasible; the feasible
+// resumable); under MPI each rank runs its share first (SearchOptions::share_only), then one
+// process answers with every point resumed. Of the simulated points, those meeting every constraint are feasible; the feasible
 // points no other beats on every objective are the Pareto front; the cheapest is the best by the
 // first objective. With none feasible, the search says which constraint excluded what.
 #pragma once
@@ -51,6 +52,11 @@ struct SearchOptions {
   int threads = 1;
   bool prune = true;  // false: simulate every point that builds (an exhaustive check of the pruning)
   std::vector<std::string> sets;
+  // Under MPI: this process runs the points i with i % ranks == rank that survive pruning into
+  // out_dir and returns (share_only); then one process runs the search again, every point
+  // resumed from there, for the answer.
+  int rank = 0, ranks = 1;
+  bool share_only = false;
 };
 
 // One point's fate.
