@@ -55,6 +55,7 @@
 #include "hardware/tables.h"
 #include "hardware/cost_model_impl.h"  // CostModel::Impl and its parts (this file's private body)
 #include "hardware/cost_model_attention.h"
+#include "hardware/cost_model_elementwise.h"
 
 namespace sluice {
 
