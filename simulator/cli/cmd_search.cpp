@@ -8,10 +8,8 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/mpi_session.h"
 
-#ifdef SLUICE_HAVE_MPI
-#include <mpi.h>
-#endif
 #include "recorder/output_dir.h"
 #include "recorder/recorder.h"
 #include "run/search.h"
@@ -41,19 +39,11 @@ int run_search_command(const SearchOpts& o, const Registry& reg) {
   // search's directory; when all have, rank 0 runs the search again, every point resumed from
   // there (nothing simulated twice), and writes the answer.
   const int launched = launcher_ranks();
-  int ranks = 1;
 #ifdef SLUICE_HAVE_MPI
-  struct MpiSession {
-    bool on = false;
-    ~MpiSession() {
-      if (on) MPI_Finalize();
-    }
-  } mpi;
-  if (launched > 1) {
-    MPI_Init(nullptr, nullptr);
-    mpi.on = true;
-    MPI_Comm_rank(MPI_COMM_WORLD, &opt.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  MpiSession mpi(launched);
+  const int ranks = mpi.ranks;
+  if (mpi.on) {
+    opt.rank = mpi.rank;
     opt.ranks = ranks;
     opt.share_only = true;
     int failed = 0, any = 0;
@@ -70,6 +60,7 @@ int run_search_command(const SearchOpts& o, const Registry& reg) {
     opt.rank = 0, opt.ranks = 1;
   }
 #else
+  const int ranks = 1;
   if (launched > 1) {
     std::cerr << fmt::format("sluice: started as one of {} ranks, but this sluice was built without MPI; every rank would run the whole "
                              "search. Install libopenmpi-dev (tools/setup.sh) and rebuild, or run without mpirun.\n",

@@ -11,11 +11,9 @@
 
 #include <fmt/format.h>
 
-#ifdef SLUICE_HAVE_MPI
-#include <mpi.h>
-#endif
 
 #include "cli/commands.h"
+#include "cli/mpi_session.h"
 #include "config/error.h"
 #include "engine/run_control.h"
 #include "recorder/output_dir.h"
@@ -57,21 +55,11 @@ struct Opts {
 
 int run_sweep_command(const Opts& o, const Registry& reg) {
   const int launched = launcher_ranks();
-  int rank = 0, ranks = 1;
 #ifdef SLUICE_HAVE_MPI
-  struct MpiSession {
-    bool on = false;
-    ~MpiSession() {
-      if (on) MPI_Finalize();
-    }
-  } mpi;
-  if (launched > 1) {
-    MPI_Init(nullptr, nullptr);
-    mpi.on = true;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  }
+  MpiSession mpi(launched);
+  const int rank = mpi.rank, ranks = mpi.ranks;
 #else
+  const int rank = 0, ranks = 1;
   if (launched > 1) {
     std::cerr << fmt::format(
         "sluice: started as one of {} ranks, but this sluice was built without MPI; every rank would run the whole sweep. "
