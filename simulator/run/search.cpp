@@ -118,18 +118,28 @@ SearchFile load_search_file(const std::string& file) {
   return f;
 }
 
-double tpot_lower_bound_ms(const Params& p, const Registry& reg) {
-  const serving::ServingConfig c = serving::build_serving_config(p, reg, 1, nullptr, nullptr);
-  if (c.speculative.on()) return 0;  // a step may make several tokens
+namespace {
+
+// The active non-embedding weights every step reads at least once, and their bytes at the
+// deployment's precision.
+struct ActiveWeights {
+  double count = 0, bytes = 0;
+};
+ActiveWeights active_weights(const serving::ServingConfig& c) {
   ModelSpec m = c.model;
   m.weights = c.precision;
-  const double nonembed = m.active_parameters() - static_cast<double>(m.vocab) * m.hidden;
-  const double bw = c.hardware.hbm_bandwidth_Bps;
-  if (nonembed <= 0 || bw <= 0) return 0;
-  return nonembed * m.weight_element_bytes() / (static_cast<double>(c.tensor_parallel) * bw) * 1e3;
+  const double n = m.active_parameters() - static_cast<double>(m.vocab) * m.hidden;
+  return {n, n * m.weight_element_bytes()};
 }
 
-namespace {
+double tpot_bound_ms(const serving::ServingConfig& c) {
+  if (c.speculative.on()) return 0;  // a step may make several tokens
+  const ActiveWeights w = active_weights(c);
+  const double bw = c.hardware.hbm_bandwidth_Bps;
+  if (w.count <= 0 || bw <= 0) return 0;
+  return w.bytes / (static_cast<double>(c.tensor_parallel) * bw) * 1e3;
+}
+
 // Whether a serving load may compute fewer tokens than its shortest prompt: prompts that share a
 // prefix, or conversations that resend their history, which a prefix cache may skip.
 bool may_reuse_prefixes(const Params& p) {
@@ -158,24 +168,19 @@ double datasheet_peak(const HardwareSpec& hw, Precision p) {
     default: return hw.peak_bf16_flops;
   }
 }
-}  // namespace
 
-double ttft_lower_bound_ms(const Params& p, const Registry& reg) {
-  const serving::ServingConfig c = serving::build_serving_config(p, reg, 1, nullptr, nullptr);
-  ModelSpec m = c.model;
-  m.weights = c.precision;
-  const double nonembed = m.active_parameters() - static_cast<double>(m.vocab) * m.hidden;
+double ttft_bound_ms(const serving::ServingConfig& c, const Params& p) {
+  const ActiveWeights w = active_weights(c);
   const HardwareSpec& hw = c.prefill_pool ? c.prefill_pool->hardware : c.hardware;
   const double tp = c.prefill_pool ? c.prefill_pool->tensor_parallel : c.tensor_parallel;
-  if (nonembed <= 0) return 0;
-  double ns = hw.hbm_bandwidth_Bps > 0 ? nonembed * m.weight_element_bytes() / (tp * hw.hbm_bandwidth_Bps) * 1e9 : 0;
+  if (w.count <= 0) return 0;
+  double ns = hw.hbm_bandwidth_Bps > 0 ? w.bytes / (tp * hw.hbm_bandwidth_Bps) * 1e9 : 0;
   const double tokens = may_reuse_prefixes(p) || !c.workload ? 1.0 : static_cast<double>(c.workload->fewest_new_tokens());
-  if (const double peak = datasheet_peak(hw, c.precision); peak > 0) ns = std::max(ns, 2 * nonembed * tokens / (tp * peak) * 1e9);
+  if (const double peak = datasheet_peak(hw, c.precision); peak > 0) ns = std::max(ns, 2 * w.count * tokens / (tp * peak) * 1e9);
   return ns * 1e-6;
 }
 
-double deployment_capex_usd(const Params& p, const Registry& reg) {
-  const serving::ServingConfig c = serving::build_serving_config(p, reg, 1, nullptr, nullptr);
+double capex_usd(const serving::ServingConfig& c, const Params& p) {
   auto priced = [&](const HardwareSpec& hw) {
     if (hw.price_usd <= 0)
       throw ConfigError(p.value("hardware").origin, "hardware", hw.name, fmt::format("{} has no price (price_usd): a budget cannot be checked", hw.name),
@@ -187,6 +192,14 @@ double deployment_capex_usd(const Params& p, const Registry& reg) {
   if (c.prefill_pool) usd += static_cast<double>(c.prefill_replicas) * c.prefill_pool->tensor_parallel * priced(c.prefill_pool->hardware);
   return usd;
 }
+
+serving::ServingConfig config_of(const Params& p, const Registry& reg) { return serving::build_serving_config(p, reg, 1, nullptr, nullptr); }
+
+}  // namespace
+
+double tpot_lower_bound_ms(const Params& p, const Registry& reg) { return tpot_bound_ms(config_of(p, reg)); }
+double ttft_lower_bound_ms(const Params& p, const Registry& reg) { return ttft_bound_ms(config_of(p, reg), p); }
+double deployment_capex_usd(const Params& p, const Registry& reg) { return capex_usd(config_of(p, reg), p); }
 
 SearchOutcome run_search(const SearchFile& file, const std::string& file_name, const Registry& reg, const SearchOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -248,9 +261,10 @@ SearchOutcome run_search(const SearchFile& file, const std::string& file_name, c
       const Scenario sc = load_scenario_tree(file.scenario, file_name, p.sets, reg);
       r.status = SearchRow::Status::Infeasible;  // until it runs and meets the SLO
       const bool serving = sc.study && sc.study->name == "serving";
-      if (serving && (need_power || need_price)) {
+      const std::optional<serving::ServingConfig> config = serving ? std::optional(config_of(*sc.params, reg)) : std::nullopt;
+      if (config && (need_power || need_price)) {
         // A device the objectives cannot price is the space's mistake: named before anything runs.
-        const serving::ServingConfig c = serving::build_serving_config(*sc.params, reg, 1, nullptr, nullptr);
+        const serving::ServingConfig& c = *config;
         for (const HardwareSpec* hw : {&c.hardware, c.prefill_pool ? &c.prefill_pool->hardware : nullptr}) {
           if (!hw) continue;
           std::string lacks;
@@ -268,7 +282,7 @@ SearchOutcome run_search(const SearchFile& file, const std::string& file_name, c
                               "devices whose catalog entries set them (models/hardware/*.yaml), or objectives that do not need them");
         }
       }
-      if (opt.prune && serving && !fatal) {
+      if (opt.prune && config && !fatal) {
         auto bound = [&](const std::vector<std::pair<std::string, SweepConstraint>>& slo, double lb, const char* step, const char* why) {
           for (const auto& [text, c] : slo)
             if (r.status == SearchRow::Status::Infeasible && lb > 0 && !c.ok(lb)) {
@@ -277,12 +291,12 @@ SearchOutcome run_search(const SearchFile& file, const std::string& file_name, c
             }
         };
         if (!tpot_slo.empty())
-          bound(tpot_slo, tpot_lower_bound_ms(*sc.params, reg), "decode step", "its weights at the datasheet HBM bandwidth");
+          bound(tpot_slo, tpot_bound_ms(*config), "decode step", "its weights at the datasheet HBM bandwidth");
         if (!ttft_slo.empty())
-          bound(ttft_slo, ttft_lower_bound_ms(*sc.params, reg), "first token",
+          bound(ttft_slo, ttft_bound_ms(*config, *sc.params), "first token",
                 "its prefill reads the weights once at the datasheet HBM bandwidth and computes the shortest prompt at the datasheet peak");
         if (r.status == SearchRow::Status::Infeasible && file.spec.budget_usd > 0) {
-          const double usd = deployment_capex_usd(*sc.params, reg);
+          const double usd = capex_usd(*config, *sc.params);
           if (usd > file.spec.budget_usd) {
             r.status = SearchRow::Status::Budget;
             r.why = fmt::format("budget: its accelerators cost ${:.4g}M at catalog prices, more than ${:.4g}M", usd / 1e6, file.spec.budget_usd / 1e6);
