@@ -261,10 +261,11 @@ class Report:
             vm = vm or {}
             w = vm.get("metrics", vm).get("world", {})  # a variant's file holds its metrics alone
             if "energy" in w:
-                erows.append([v, fmt(w["energy"]["facility_J"] / 3.6e3), fmt(w["energy"]["average_power_W"] / 1e3), fmt(w["cost"]["usd"]),
+                erows.append([v, fmt(w["energy"]["facility_J"] / 3.6e3), fmt(w["energy"]["average_power_W"] / 1e3),
+                              fmt(w["energy"]["peak_power_W"] / 1e3) if "peak_power_W" in w["energy"] else "-", fmt(w["cost"]["usd"]),
                               fmt(w["carbon"]["kg"])])
         if erows:
-            self.tables.append(("Energy and cost per variant (the whole cluster)", ["variant", "facility energy (Wh)", "average power (kW)", "cost ($)", "CO2e (kg)"], erows))
+            self.tables.append(("Energy and cost per variant (the whole cluster)", ["variant", "facility energy (Wh)", "average power (kW)", "peak power (kW)", "cost ($)", "CO2e (kg)"], erows))
         short = [v if len(v) <= 28 else v[:26] + ".." for v in variants]
         for k, t in enumerate(table[:12]):
             vals = [x if isinstance(x, (int, float)) else float("nan") for x in t["values"]]
@@ -332,7 +333,8 @@ class Report:
         if "energy" not in w:
             return
         e, c, co = w["energy"], w["cost"], w["carbon"]
-        rows = [["the cluster", fmt(e["facility_J"] / 3.6e3), fmt(e["average_power_W"] / 1e3), fmt(e["provisioned_power_W"] / 1e3),
+        peak = lambda x: fmt(x["peak_power_W"] / 1e3) if "peak_power_W" in x else ""  # (results before sluice recorded it)
+        rows = [["the cluster", fmt(e["facility_J"] / 3.6e3), fmt(e["average_power_W"] / 1e3), peak(e), fmt(e["provisioned_power_W"] / 1e3),
                  fmt(c["usd"]), fmt(c["capex_amortised_usd"]), fmt(c["electricity_usd"]), fmt(c["hosting_usd"]), fmt(co["kg"]), "", ""]]
         scopes = [(k, m[k]) for k in ("serving", "training", "diffusion") if k in m] + sorted(m.get("workloads", {}).items())
         for name, s in scopes:
@@ -342,12 +344,13 @@ class Report:
             per = next((k for k in se if k.startswith("J_per_")), None)
             unit = per[len("J_per_"):] if per else ""
             usd = sc.get(f"usd_per_million_{unit}s") if per else None
-            rows.append([name, fmt(se["facility_J"] / 3.6e3), fmt(se["average_power_W"] / 1e3), fmt(se["provisioned_power_W"] / 1e3),
+            rows.append([name, fmt(se["facility_J"] / 3.6e3), fmt(se["average_power_W"] / 1e3), peak(se), fmt(se["provisioned_power_W"] / 1e3),
                          fmt(sc["usd"]), fmt(sc["capex_amortised_usd"]), fmt(sc["electricity_usd"]), fmt(sc["hosting_usd"]),
                          fmt(s["carbon"]["kg"]), f"{fmt(se[per])} J per {unit.replace('_', ' ')}" if per else "",
                          f"${fmt(usd)} per million {unit.replace('_', ' ')}s" if usd is not None else ""])
         self.tables.append((f"Energy, cost and carbon{label} (PUE {fmt(e['pue'])}; docs/ENERGY.md)",
-                            ["", "facility energy (Wh)", "average power (kW)", "provisioned (kW)", "cost ($)", "capex amortised ($)",
+                            ["", "facility energy (Wh)", "average power (kW)", f"peak power (kW, {fmt(e.get('peak_power_window_s', 1))} s)",
+                             "provisioned (kW)", "cost ($)", "capex amortised ($)",
                              "electricity ($)", "hosting ($)", "CO2e (kg)", "energy per unit", "cost per million"], rows))
 
     def fabric_table(self, m, resolved, label):

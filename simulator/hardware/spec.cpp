@@ -169,6 +169,15 @@ const Bound<HardwareSpec>& hardware_binding() {
                "power of a memory-bound step (streaming HBM at its ceiling, tensor cores mostly idle: batched decode)")
         .def("0W")
         .nonneg();
+    h.quantity("host_power", UnitKind::Power, &H::host_w,
+               "a host node of this device's servers at full load (CPU, memory, fans, drives, switches, power-supply losses); "
+               "0 = the scenario's economics.host_power")
+        .def("0W")
+        .nonneg();
+    h.quantity("host_idle_power", UnitKind::Power, &H::host_idle_w,
+               "the same with its devices idle; 0 = the scenario's economics.host_idle_power")
+        .def("0W")
+        .nonneg();
     h.text("calibration", &H::calibration, "folder under results/calibration/ with measured cost tables; \"\" = none").def("");
     h.text("derive_tables_from", &H::derive_tables_from,
            "a catalog device with measured tables that `--tables derived` scales to this one by the ratio of their "
@@ -247,6 +256,11 @@ HardwareSpec hardware_from_params(const Params& p) {
   } else if (h.idle_w > 0 || h.memory_bound_w > 0) {
     p.fail("tdp", "idle_power or memory_bound_power is given without the board's TDP", "the datasheet's TDP, e.g. 700W");
   }
+  if ((h.host_w > 0) != (h.host_idle_w > 0))
+    p.fail(h.host_w > 0 ? "host_idle_power" : "host_power", "host_power and host_idle_power are given together or not at all",
+           "both, e.g. 400W and 150W");
+  if (h.host_idle_w > h.host_w)
+    p.fail("host_idle_power", fmt::format("exceeds host_power ({:.0f} W)", h.host_w), fmt::format("at most {:.0f}W", h.host_w));
   if (h.calibration.find('/') != std::string::npos || h.calibration.find("..") != std::string::npos)
     p.fail("calibration", "must be a folder name under results/calibration/, not a path", "a name such as h200-torch");
   // A folder that is not there is found here, at the key, not when a workload loads its tables.

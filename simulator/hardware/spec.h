@@ -53,6 +53,9 @@ struct HardwareSpec {
   // clock), what it draws idle with its weights loaded, and what a memory-bound step streaming
   // HBM draws. 0: unknown (the device's energy is then not reported).
   double tdp_w = 0, idle_w = 0, memory_bound_w = 0;
+  // A host node of this device's servers, at full load and with its devices idle (0: the
+  // scenario's economics.host_power and host_idle_power, whose defaults describe a GPU server's).
+  double host_w = 0, host_idle_w = 0;
   std::string calibration;            // folder under results/calibration/ with measured tables, or ""
   std::string derive_tables_from;     // a catalog device whose tables can be scaled to this one, or ""
   // Clock a long compute-bound step sustains, as a fraction of the clock of the short bursts the

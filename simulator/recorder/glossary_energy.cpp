@@ -11,6 +11,8 @@ namespace sluice {
       {scope, "energy.devices_J", "J", "Energy of the devices it holds: idle while on, memory-bound while busy, up to TDP while compute-bound."}, \
       {scope, "energy.shared_J", "J", "Its share of the hosts', switches', NICs' and optics' energy, by its part of the cluster's devices."},  \
       {scope, "energy.average_power_W", "W", "facility_J / the world's simulated seconds."},                                                   \
+      {scope, "energy.peak_power_W", "W",                                                                                                \
+       "Its highest mean power over one window (world.energy.peak_power_window_s): its devices by when they were busy, its share of the rest."}, \
       {scope, "energy.provisioned_power_W", "W", "Its devices at TDP and its share of the rest at full power, x PUE."},                          \
       {scope, "cost.capex_usd", "USD", "Capex of its devices and its share of the rest of the cluster."},                                       \
       {scope, "cost.capex_amortised_usd", "USD", "The run's share of that capex (economics.lifetime_years)."},                                  \

@@ -106,6 +106,11 @@ std::span<const MetricDef> other_metric_defs() {
       {"", "world.energy.nics_J", "J", "Energy of the NICs (constant power each)."},
       {"", "world.energy.optics_J", "J", "Energy of the optical links' transceivers and the optical circuit switches."},
       {"", "world.energy.average_power_W", "W", "The facility's mean power over the run: facility_J / simulated seconds."},
+      {"", "world.energy.peak_power_W", "W",
+       "The facility's highest mean power over one window of peak_power_window_s: each device by when in the run it was busy and "
+       "computing (serving, training and diffusion record it), hosts by their servers' busy fraction in that window, x PUE."},
+      {"", "world.energy.peak_power_window_s", "s",
+       "The window peak power is averaged over: one second, doubled as often as needed to keep a long run to 1024 windows."},
       {"", "world.energy.provisioned_power_W", "W", "The facility's power with everything at full power (devices at TDP) x PUE: what it must be built for."},
       {"", "world.energy.components.hosts", "count", "Host nodes powered."},
       {"", "world.energy.components.fabric_switches", "count", "Fabric switches powered (a server's NVSwitch counts with its hosts)."},

@@ -23,6 +23,7 @@
 
 #include "config/binding.h"
 #include "config/json.h"
+#include "engine/busy_profile.h"
 #include "hardware/spec.h"
 #include "network/topology.h"
 
@@ -33,6 +34,10 @@ struct DeviceActivity {
   double busy_s = 0;     // a step (kernels) in flight on it
   double compute_s = 0;  // of busy_s, the compute-bound share: its FLOPs at the sustained GEMM ceiling
   double off_s = 0;      // powered off (an autoscaled replica released)
+  // When in the run it was busy (null: evenly over the run). Only the shape is read: its busy
+  // windows are scaled to busy_s, its work (when it has any) to compute_s, else compute_s
+  // follows the busy windows. Devices of one replica or job share one.
+  std::shared_ptr<const BusyProfile> profile;
 };
 
 // The facility, its prices and the power of what is not a device (scenario key `economics`).
@@ -47,6 +52,8 @@ struct Economics {
   double nic_w = 25;                        // per NIC link
   double optics_w = 12;                     // per optical link (both ends)
   double ocs_w = 100;                       // per optical circuit switch
+  // host_power / host_idle_power set in the scenario: they override a device catalog's own.
+  bool host_given = false;
 };
 // Its keys (the world study and the serving short form add them as the section `economics`),
 // and the struct they fill.
@@ -80,6 +87,12 @@ class EnergyLedger {
   double facility_j() const { return it_j() * econ_.pue; }
   double device_j(int d) const { return dev_j_[static_cast<size_t>(d)]; }
   double cost_usd() const;
+  // Power over time: the run cut into windows of peak_window_s() (one second, or wider so that a
+  // long run has at most BusyProfile::kMaxWindows), each device drawing by its profile. The
+  // highest window's facility power, of the world and of a workload's share.
+  double peak_power_w() const;
+  double peak_power_w(const std::vector<int>& devices) const;
+  double peak_window_s() const { return window_ns_ / 1e9; }
 
  private:
   struct Share {
@@ -90,7 +103,19 @@ class EnergyLedger {
   double run_cost(double it_j, double it_w_full, double capex) const;
   Json cost_json(double it_j, double it_w_full, double capex) const;
 
+  // Host power of a server whose devices are `h` (the scenario's, else the catalog's, else the default).
+  std::pair<double, double> host_power(const HardwareSpec* h) const;
+  void build_windows(const net::Topology& t, const std::vector<DeviceActivity>& activity);
+  double peak_of(const std::vector<double>& window_j) const;  // highest mean power (W, at the IT level)
+
   std::vector<const HardwareSpec*> hw_;
+  // Windows: their lengths (s), each device's class (devices alike in hardware and activity),
+  // each class's energy per window (J), and the shared part's (hosts, fabric) per window.
+  int64_t window_ns_ = BusyProfile::kFirstWidth_ns;
+  std::vector<double> window_s_;
+  std::vector<int> dev_class_;
+  std::vector<std::vector<double>> class_j_;
+  std::vector<double> shared_window_j_;
   std::vector<double> dev_j_, dev_full_w_, dev_usd_;
   double span_s_ = 0;
   Economics econ_;

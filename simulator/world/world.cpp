@@ -62,6 +62,14 @@ void World::add_activity(int device, const DeviceActivity& a, const HardwareSpec
   x.busy_s += a.busy_s;
   x.compute_s += a.compute_s;
   x.off_s += a.off_s;
+  if (a.profile) {
+    if (!x.profile) x.profile = a.profile;
+    else {
+      auto both = std::make_shared<BusyProfile>(*x.profile);
+      both->merge(*a.profile);
+      x.profile = std::move(both);
+    }
+  }
   if (hw) device_hw_[static_cast<size_t>(device)] = hw;
 }
 

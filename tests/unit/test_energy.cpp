@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "test_support.h"
+#include "engine/busy_profile.h"
 #include "world/energy.h"
 
 using namespace sluice;
@@ -194,4 +195,120 @@ TEST_CASE("energy: bad power and economics input is refused at its key") {
   refused({"economics.host_idle_power=3kW"}, "host_idle_power");
   refused({"economics.pue=0.5"}, "pue");
   refused({"economics.switch_power=12"}, "switch_power");  // no unit
+  refused({"hardware={catalog: h200, host_power: 400W}"}, "host_idle_power");  // one without the other
+  refused({"hardware={catalog: h200, host_power: 400W, host_idle_power: 500W}"}, "host_idle_power");
+}
+
+TEST_CASE("energy: a busy profile keeps every busy nanosecond and unit of work as its windows widen") {
+  BusyProfile p;
+  p.add(500'000'000, 2'500'000'000);  // 0.5 s .. 2.5 s: half of window 0, all of 1, half of 2
+  p.work(1'200'000'000, 7);
+  CHECK(p.width_ns() == 1'000'000'000);
+  CHECK(p.busy_ns(0) == doctest::Approx(5e8));
+  CHECK(p.busy_ns(1) == doctest::Approx(1e9));
+  CHECK(p.busy_ns(2) == doctest::Approx(5e8));
+  CHECK(p.work_in(1) == 7);
+  // A stretch past the last of 1024 one-second windows doubles them (twice, for 3000 s).
+  p.add(2'999'000'000'000, 3'000'000'000'000, 0.5);
+  CHECK(p.width_ns() == 4'000'000'000);
+  CHECK(p.busy_ns(0) == doctest::Approx(2e9));
+  CHECK(p.work_in(0) == 7);
+  CHECK(p.total_busy_ns() == doctest::Approx(2e9 + 0.5e9));
+  // Merging a finer profile brings it to the coarser width first.
+  BusyProfile q;
+  q.add(5'000'000'000, 6'000'000'000);
+  p.merge(q);
+  CHECK(p.width_ns() == 4'000'000'000);
+  CHECK(p.busy_ns(1) == doctest::Approx(1e9));
+  CHECK(p.total_busy_ns() == doctest::Approx(3.5e9));
+  // Repeated stretches are the same, bit for bit, as adding each (across a widening too).
+  BusyProfile one, many;
+  for (int64_t i = 0; i < 5000; ++i) one.add(700'000'000 + i * 333'333'333, 700'000'000 + (i + 1) * 333'333'333, 0.37);
+  many.add_repeated(700'000'000, 333'333'333, 5000, 0.37);
+  REQUIRE(one.width_ns() == many.width_ns());
+  CHECK(one.width_ns() == 2'000'000'000);
+  for (size_t k = 0; k < 1024; ++k) CHECK(one.busy_ns(k) == many.busy_ns(k));
+}
+
+TEST_CASE("energy: peak power is the busiest second's, from when the devices were busy, by hand") {
+  using namespace sluice::net;
+  Topology t("two-gpus");
+  const int g0 = t.add_node(NodeInfo{"g0", NodeKind::Device, 0, 1000, {-1, -1, -1}, 0});
+  const int g1 = t.add_node(NodeInfo{"g1", NodeKind::Device, 0, 1000, {-1, -1, -1}, 0});
+  const int host = t.add_node(NodeInfo{"h0", NodeKind::Host, 0, 500, {-1, -1, -1}, 0});
+  const int sw = t.add_node(NodeInfo{"sw", NodeKind::Switch, 0, 2000, {-1, -1, -1}, -1});
+  t.add_link(g0, sw, 50e9, 500, "nic", 100);
+  t.add_link(g1, sw, 50e9, 500, "nic", 100);
+  t.add_link(g0, host, 64e9, 600, "pcie");
+  t.add_link(g1, host, 64e9, 600, "pcie");
+  HardwareSpec hw = powered(700, 100, 400);
+  Economics e;
+  e.pue = 1.5;
+  e.host_w = 1000;
+  e.host_idle_w = 200;
+  e.switch_w = 300;
+  e.nic_w = 20;
+  // g0 busy for the first second of four, its FLOPs (0.5 s compute-bound) there too; g1 idle.
+  auto prof = std::make_shared<BusyProfile>();
+  prof->add(0, 1'000'000'000);
+  prof->work(500'000'000, 1);
+  const EnergyLedger L(t, {&hw, &hw}, {DeviceActivity{1, 0.5, 0, prof}, DeviceActivity{}}, 4, e);
+  // Second 0: g0 100 + 300 + 300 x 0.5, g1 100, the host at the server's busy fraction 0.5
+  // (200 + 800 x 0.5), the switch and two NICs; x PUE.
+  const double peak_it = (100 + 300 + 150) + 100 + (200 + 800 * 0.5) + 300 + 40;
+  CHECK(L.peak_power_w() == doctest::Approx(1.5 * peak_it).epsilon(1e-12));
+  CHECK(L.peak_window_s() == 1);
+  // The workload holding g0: its device and half of the shared part, in that same second.
+  CHECK(L.peak_power_w({0}) == doctest::Approx(1.5 * (550 + (600 + 340) / 2.0)).epsilon(1e-12));
+  Json w;
+  L.report_world(w);
+  CHECK(w["energy"]["peak_power_W"].get<double>() == doctest::Approx(1.5 * peak_it).epsilon(1e-12));
+  CHECK(w["energy"]["peak_power_W"].get<double>() > w["energy"]["average_power_W"].get<double>());
+  // The energy is the same as with no profile; without one the peak is the average.
+  const EnergyLedger flat(t, {&hw, &hw}, {DeviceActivity{1, 0.5, 0}, DeviceActivity{}}, 4, e);
+  CHECK(flat.it_j() == doctest::Approx(L.it_j()).epsilon(1e-12));
+  CHECK(flat.peak_power_w() == doctest::Approx(flat.facility_j() / 4).epsilon(1e-12));
+  // A last window under half a second is read with the one before it: busy only in the last
+  // 0.2 s of 4.2 s, the peak is over 1.2 s.
+  auto late = std::make_shared<BusyProfile>();
+  late->add(4'000'000'000, 4'200'000'000);
+  const EnergyLedger tail(t, {&hw, &hw}, {DeviceActivity{0.2, 0, 0, late}, DeviceActivity{}}, 4.2, e);
+  const double frac = 0.2 / 1.2;
+  CHECK(tail.peak_power_w() == doctest::Approx(1.5 * ((100 + 300 * frac) + 100 + (200 + 800 * frac / 2) + 340)).epsilon(1e-12));
+  // Three hours: windows widen to 16 s, so at most 1024 of them.
+  const EnergyLedger longer(t, {&hw, &hw}, {DeviceActivity{1, 0.5, 0, prof}, DeviceActivity{}}, 3 * 3600, e);
+  CHECK(longer.peak_window_s() == 16);
+  // A host's power: the device catalog's when the scenario sets none, the scenario's when it does.
+  hw.host_w = 400;
+  hw.host_idle_w = 150;
+  const EnergyLedger own(t, {&hw, &hw}, {DeviceActivity{}, DeviceActivity{}}, 4, e);
+  Json o;
+  own.report_world(o);
+  CHECK(o["energy"]["hosts_J"].get<double>() == doctest::Approx(150 * 4).epsilon(1e-12));
+  CHECK(o["energy"]["provisioned_power_W"].get<double>() == doctest::Approx(1.5 * (1400 + 400 + 340)).epsilon(1e-12));
+  e.host_given = true;
+  const EnergyLedger set(t, {&hw, &hw}, {DeviceActivity{}, DeviceActivity{}}, 4, e);
+  Json sj;
+  set.report_world(sj);
+  CHECK(sj["energy"]["hosts_J"].get<double>() == doctest::Approx(200 * 4).epsilon(1e-12));
+}
+
+TEST_CASE("energy: a run's peak power lies between its average and its provisioned power, higher when its load comes in bursts") {
+  // A closed loop keeps the replica busy all run: its peak is its average, within a window's noise.
+  const Json steady = run_text(kServed);
+  const Json& se = steady["serving"]["energy"];
+  CHECK(se["peak_power_W"].get<double>() >= se["average_power_W"].get<double>());
+  CHECK(se["peak_power_W"].get<double>() < 1.05 * se["average_power_W"].get<double>());
+  CHECK(se["peak_power_W"].get<double>() <= se["provisioned_power_W"].get<double>());
+  CHECK(steady["world"]["energy"]["peak_power_window_s"].get<double>() == 1);
+  // Sparse arrivals leave it idle between requests: the busiest second draws well above the mean.
+  const Json sparse = run_text(sluice::testing::llama3_8b_on_h200("t", 30, "{kind: poisson, rate: 0.2/s}"));
+  const Json& pe = sparse["serving"]["energy"];
+  CAPTURE(pe.dump());
+  CHECK(pe["peak_power_W"].get<double>() > 1.3 * pe["average_power_W"].get<double>());
+  CHECK(pe["peak_power_W"].get<double>() <= pe["provisioned_power_W"].get<double>());
+  // The TPU v4 catalog's hosts (400 W / 150 W) are far below the GPU-server default.
+  const HardwareSpec tpu = load_hardware("tpu-v4");
+  CHECK(tpu.host_w == 400);
+  CHECK(tpu.host_idle_w == 150);
 }

@@ -102,9 +102,10 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
     // What its devices did, for the world's energy ledger (world/energy.h): busy while they
     // compute a step, all of it compute-bound (a DiT step's GEMMs and attention run over
     // thousands of patch tokens at once).
+    const auto profile = std::make_shared<const BusyProfile>(busy_profile_);
     for (size_t d = 0; d < devices_.size(); ++d) {
       const double s = static_cast<double>(busy_ns_[d]) / 1e9;
-      w.add_activity(devices_[d], DeviceActivity{s, s, 0});
+      w.add_activity(devices_[d], DeviceActivity{s, s, 0, profile});
     }
     res_.flows = flows_;
     res_.fabric_bytes = fabric_bytes_;
@@ -400,6 +401,7 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
     const int64_t now = world_.engine().now().count_ns(), dur = now - compute_start_;
     compute_running_ = false;
     for (auto& b : busy_ns_) b += dur;
+    busy_profile_.add(compute_start_, now);
     if (traced_ < 2000 && world_.trace().enabled()) {
       for (size_t d = 0; d < nodes_.size() && d < 64; ++d)
         world_.trace().complete(pid_, static_cast<int>(d), fmt::format("step {} phase {}", batch_steps_, phase_), "compute", compute_start_, dur);
@@ -568,6 +570,7 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
     ss.start_ns = now;
     const int64_t dur = stage_ns(s, st.B, st.M);
     busy_ns_[static_cast<size_t>(g * G_ + s)] += dur;
+    busy_profile_.add(now, now + dur, 1.0 / static_cast<double>(busy_ns_.size()));
     if (traced_ < 4000 && world_.trace().enabled()) {
       world_.trace().complete(pid_, g * G_ + s, fmt::format("t{} p{}", ss.k, ss.m), "compute", now, dur);
       ++traced_;
@@ -644,6 +647,7 @@ class DiffusionJob final : public Workload, public EventHandler, public net::Flo
   long p_ = 0;
   std::vector<int> nodes_;  // topology nodes: group-major, then (ring position, Ulysses rank) or stage
   std::vector<int64_t> busy_ns_;
+  BusyProfile busy_profile_;  // the devices' mean busy time over the run (peak power)
   std::vector<int> devices_;
   std::vector<Request> req_;
   size_t next_arrival_ = 0;

@@ -422,7 +422,7 @@ void ServingSim::launch_iteration(int ri, int64_t dur_ns, int64_t occupied_ns, d
   busy_until_[static_cast<size_t>(ri)] = now + occupied_ns;
   busy_len_[static_cast<size_t>(ri)] = occupied_ns;
   rstats_[ri].started(b.prefill_entries, b.decode_entries, b.entries.size());
-  rstats_[ri].busy(occupied_ns, b.entries.size());
+  rstats_[ri].busy(now, occupied_ns, b.entries.size());
   if (trace_ && trace_->enabled() && trace_iterations_ < cfg_.trace_max_iterations && ri < 64) {
     ++trace_iterations_;
     int64_t tokens = 0;
@@ -562,7 +562,7 @@ void ServingSim::end_iteration(int ri) {
     }
   }
   gaps.flush();
-  st.tokens_processed += tokens;
+  st.processed(engine_.now().count_ns(), tokens);
   detok_free_ns_[ri] = t;
   // Drop finished sequences from the running list (only those that ended here are Done), and
   // those a prefill engine hands to the decode pool.
@@ -670,7 +670,7 @@ void ServingSim::decide_inline(int ri) {
       return;
     }
     st.started(0, static_cast<int>(n), n);  // a decode iteration of every running sequence
-    st.busy(dur_ns, n);
+    st.busy(now, dur_ns, n);
     last_activity_ns_ = std::max(last_activity_ns_, end);
     ++fast_forwarded_;
     engine_.advance_to(end);
@@ -690,7 +690,7 @@ void ServingSim::decide_inline(int ri) {
       LogHistogram::Runs gaps(gaps_);  // mostly one value: the iteration's length
       for (uint32_t id : r.running) deliver_decode_token(front_.requests()[id], t, detok, stream, gaps);
       gaps.flush();
-      st.tokens_processed += static_cast<int64_t>(n);
+      st.processed(end, static_cast<int64_t>(n));
       detok_free_ns_[ri] = t;
     }
     engine_.count_inline_event();  // the next Decide: nothing else is due at this instant

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/busy_profile.h"
 #include "engine/engine.h"
 #include "hardware/cost_model.h"
 #include "hardware/last_mile.h"
@@ -202,10 +203,18 @@ struct ReplicaStats {
     else ++decode_iterations;
     max_batch = std::max<int64_t>(max_batch, static_cast<int64_t>(batch));
   }
-  void busy(int64_t ns, size_t batch) {
+  void busy(int64_t start_ns, int64_t ns, size_t batch) {
     busy_ns += ns;
     batch_time_integral += static_cast<double>(batch) * static_cast<double>(ns);
+    profile.add(start_ns, start_ns + ns);
   }
+  // Tokens computed by an iteration ending at t_ns.
+  void processed(int64_t t_ns, int64_t tokens) {
+    tokens_processed += tokens;
+    profile.work(t_ns, static_cast<double>(tokens));
+  }
+  // When it was busy and when its tokens were computed (for the energy ledger's peak power).
+  BusyProfile profile;
 };
 
 // Where a deployment sits on the world's fabric: for each replica and pipeline stage, the

@@ -134,7 +134,7 @@ void ServingSim::stage_comm_done(int ri, int k) {
   const int r = ri / pp_, s = p.stage, passes = static_cast<int>(f.passes.size());
   if (s == 0) {
     // The first stage's busy time: the replica's utilization.
-    rstats_[ri].busy(now - p.stage_started_ns, batches_[ri].entries.size());
+    rstats_[ri].busy(p.stage_started_ns, now - p.stage_started_ns, batches_[ri].entries.size());
   }
   ++f.done_on_stage[static_cast<size_t>(s)];
   // A sliced prefill keeps the first stage: its next slice goes before any waiting batch.

@@ -157,11 +157,14 @@ class ServingWorkload final : public Workload {
       const double gpus = static_cast<double>(replica_tp(c, r)) * pp;
       const double ceiling = hw.effective_flops(c.model.weights) * hw.sustained_clock;
       DeviceActivity a;
+      auto profile = std::make_shared<BusyProfile>();  // when it was busy and computed its tokens: peak power
       for (int v = 0; v < pp; ++v) {
         const ReplicaStats& st = stats[static_cast<size_t>(r * pp + v)];
         a.busy_s += static_cast<double>(st.busy_ns) / 1e9;
         if (ceiling > 0) a.compute_s += 2 * nonembed * static_cast<double>(st.tokens_processed) / gpus / ceiling;
+        profile->merge(st.profile);
       }
+      a.profile = std::move(profile);
       // Off: the part of the autoscaler's accounted span it was not paid (after that span, a
       // replica stays as it was: the pool's fewest are on, as a fixed pool's are).
       if (static_cast<size_t>(r) < on_s.size())

@@ -197,6 +197,7 @@ void TrainingJob::finish(World& w) {
     a.busy_s = (kept_s + res_.lost_s) * frac;
     if (ceiling > 0 && res_.devices > 0 && kept_s > 0)
       a.compute_s = res_.model_flops_per_iteration * n / res_.devices / ceiling * (kept_s + res_.lost_s) / kept_s;
+    a.profile = std::make_shared<BusyProfile>(busy_profile_);
     for (int d : devices_) w.add_activity(d, a);
   }
 }
@@ -531,6 +532,9 @@ void TrainingJob::iteration_end(Engine& e) {
     bubble += 1 - static_cast<double>(st.busy_ns) / static_cast<double>(span);
     res_.stage_busy_fraction[static_cast<size_t>(s)] = static_cast<double>(st.busy_ns) / static_cast<double>(now - iter_start_ns_);
   }
+  double mean_busy = 0;
+  for (double f : res_.stage_busy_fraction) mean_busy += f;
+  busy_profile_.add(iter_start_ns_, now, mean_busy / c_.pp);
   bubble_sum_ += bubble / c_.pp;
   int64_t a2a = 0, ring = 0;  // replica 0's busiest pipeline rank
   for (int s = 0; s < c_.pp && c_.ep > 1; ++s) a2a = std::max(a2a, a2a_[static_cast<size_t>(s)].iteration_ns);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/busy_profile.h"
 #include "network/flow.h"
 #include "workloads/training/training.h"
 
@@ -348,6 +349,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   void z3_backward_done(int sl, size_t op);
   int stages_reduced_ = 0, iterations_done_ = 0, pid_ = 0;
   double bubble_sum_ = 0;
+  BusyProfile busy_profile_;  // each iteration over its span at its stages' mean busy fraction (peak power)
   bool done_ = false;
   uint64_t flows_ = 0;
   TrainingResults res_;

@@ -152,6 +152,12 @@ void TrainingJob::skip_done(Engine& e) {
   }
   res_.fast_forwarded += n;
   res_.stage_busy_fraction = r.busy;
+  // Each skipped iteration into the busy profile as iteration_end puts it (the same sums to the
+  // bit as the simulated iterations').
+  double mean_busy = 0;
+  for (double f : r.busy) mean_busy += f;
+  mean_busy /= c_.pp;
+  busy_profile_.add_repeated(e.now().count_ns() - n * r.ns, r.ns, n, mean_busy);
   res_.bubble_fraction = bubble_sum_ / measured_;
   res_.dp_allreduce_ms = static_cast<double>(dp_ns_total_) / measured_ / 1e6;
   res_.alltoall_ms = static_cast<double>(a2a_ns_total_) / measured_ / 1e6;
