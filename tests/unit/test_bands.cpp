@@ -220,6 +220,30 @@ TEST_CASE("error bands of a run: cost and seed parts, the value inside, determin
   REQUIRE(ws.size() == 1);
   CHECK(ws[0].find("near saturation") != std::string::npos);
   CHECK(bb["most_sensitive"]["elasticity"].get<double>() > kSensitiveElasticity);
+  // The always-on warning, from the one run: its marginal utilization u bounds the elasticity
+  // from below, 1 / (1 - u) <= what the bands measure for the mean end-to-end latency.
+  Scenario sc = load_scenario_text(light_load(), "t.yaml", busy, registry());
+  Recorder rec;
+  run_into(sc, rec, {});
+  std::string near;
+  for (const auto& w : rec.warnings())
+    if (w.find("near capacity") != std::string::npos) near = w;
+  REQUIRE_FALSE(near.empty());
+  const size_t at = near.find(" take ");
+  REQUIRE(at != std::string::npos);
+  const double u = std::stod(near.substr(at + 6));
+  const Json* e2e = find_band(bb, "serving.latency_ms.e2e.mean");
+  REQUIRE(e2e);
+  const double measured = ((*e2e)["cost_hi"].get<double>() - (*e2e)["cost_lo"].get<double>()) / (*e2e)["value"].get<double>() /
+                          (band_of("auto", "h200").hi - band_of("auto", "h200").lo);
+  MESSAGE("near capacity: marginal utilization " << u << ", bound 1/(1-u) " << 1 / (1 - u) << ", bands' mean e2e elasticity " << measured);
+  CHECK(u >= 0.5);
+  CHECK(1 / (1 - u) <= measured);
+  // The light load (4 requests/s) is far from it: no such warning.
+  Scenario light = load_scenario_text(light_load(), "t.yaml", {}, registry());
+  Recorder lr;
+  run_into(light, lr, {});
+  for (const auto& w : lr.warnings()) CHECK(w.find("near capacity") == std::string::npos);
   fs::remove_all(dir);
 }
 

@@ -64,6 +64,36 @@ void warn_about_run(const ServingSim& sim, int64_t asked_interval_ns, Recorder& 
                          sim.rejected_overload(), c.workload->total_requests(), c.max_in_flight));
 }
 
+// Near capacity, always checked (the bands' elasticity measures the same from 2 + N runs). An
+// open-loop load's marginal utilization u (ServingSim::marginal_utilization) bounds from below
+// how fast latencies move with step costs: with the queue and the batch at their fixed point,
+// about 1 / (1 - u) times as fast, more when prefills stall decodes (docs/BANDS.md). At u 0.5
+// or more, that is at least twice: the cost model's error doubles in the latencies.
+void warn_near_capacity(const ServingSim& sim, double prompt_tokens, double cached_tokens, double output_tokens, Recorder& rec) {
+  const ServingConfig& c = sim.config();
+  const ArrivalSpec& a = c.workload->arrival();
+  if (c.autoscaling.policy != ServingConfig::Autoscaling::Policy::None || sim.completed() < 100 || sim.rejected_overload() > 0) return;
+  double rate = 0;
+  std::string which;
+  if (a.kind == ArrivalSpec::Kind::Poisson || a.kind == ArrivalSpec::Kind::Gamma) {
+    rate = std::max({a.rate_per_s, a.rate_per_s * (1 + a.amplitude), a.step_at_ns > 0 ? a.step_rate_per_s : 0.0});
+    which = a.varies() ? "at its highest rate, " : "";
+  } else if (a.kind == ArrivalSpec::Kind::Trace) {
+    const double span_s = static_cast<double>(sim.last_delivery_ns() - sim.first_arrival_ns()) * 1e-9;
+    rate = span_s > 0 ? static_cast<double>(sim.completed()) / span_s : 0.0;
+    which = "at the trace's mean rate, ";
+  }
+  const double served = static_cast<double>(sim.completed()) /
+                        std::max(1e-9, static_cast<double>(sim.last_delivery_ns() - sim.first_arrival_ns()) * 1e-9);
+  if (rate <= 0 || rate > 1.5 * served) return;  // overloaded: warn_about_run says so
+  const double u = sim.marginal_utilization(rate, prompt_tokens, cached_tokens, output_tokens);
+  if (u < 0.5) return;
+  rec.warn(fmt::format("near capacity: {}{:.3g} requests/s take {:.2f} of each replica's capacity at the margin (what one more "
+                       "request adds to its iteration times at the run's mean batch); queueing and batch growth feed each other "
+                       "here, so latencies move {} as fast as step costs, and the cost model's error grows as much in them "
+                       "(docs/BANDS.md); `--bands N` measures it",
+                       which, rate, u, u < 1 ? fmt::format("at least {:.1f} times", 1 / (1 - u)) : std::string("many times")));
+}
 
 // A deployment's keys, each declared with the ServingConfig field it fills: the schema
 // (add_serving_keys) and the config (build_serving_config) both come from here. Keys that

@@ -310,6 +310,15 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   int64_t idle_ttft_ns(int tokens) const;
   int64_t idle_tpot_ns(int context) const;
   int64_t idle_ns(const CostModel& cost, const SeqWork& w) const;
+  // The load's marginal utilization of the deployment: requests per second per replica times
+  // what one more request adds to its replica's iteration times at the run's mean batch (its
+  // prompt's prefill beside that batch, then one more sequence in it for each further output
+  // token; over pipeline stages, the stages' mean). The fixed cost of an iteration (reading the
+  // weights) is shared by the batch, so this, not the busy fraction, is what approaches 1 at
+  // capacity; latencies then move about 1 / (1 - it) times as fast as step costs. 0 when it
+  // cannot be told (no batch ran, or prefill runs on a pool of its own).
+  // `cached_tokens` of the prompt are found in the prefix cache and not computed.
+  double marginal_utilization(double rate_per_s, double prompt_tokens, double cached_tokens, double output_tokens) const;
   int64_t completed() const { return front_.counts().completed; }
   int64_t rejected() const { return front_.counts().rejected_too_long; }
   int64_t first_arrival_ns() const { return front_.first_arrival_ns(); }

@@ -2,6 +2,8 @@
 #include "workloads/serving/serving_sim.h"
 
 #include <array>
+#include <cmath>
+#include <span>
 
 namespace sluice::serving {
 
@@ -33,6 +35,31 @@ int64_t ServingSim::idle_ns(const CostModel& cost, const SeqWork& w) const {
 // Disaggregated, prompts prefill on the prefill pool (engine 0's) and decode on the decode pool (the deployment's).
 int64_t ServingSim::idle_ttft_ns(int tokens) const { return idle_ns(cost_of(0), SeqWork{tokens, 0, true}); }
 int64_t ServingSim::idle_tpot_ns(int context) const { return idle_ns(cost_, SeqWork{1, context, true}); }
+
+double ServingSim::marginal_utilization(double rate_per_s, double prompt_tokens, double cached_tokens, double output_tokens) const {
+  if (cfg_.prefill_pool || cfg_.prefill_replicas > 0 || cfg_.replicas <= 0 || rate_per_s <= 0) return 0;
+  double busy = 0, batch_ns = 0;
+  for (const auto& st : rstats_) {
+    busy += static_cast<double>(st.busy_ns);
+    batch_ns += st.batch_time_integral;
+  }
+  if (busy <= 0) return 0;
+  const int B = std::max(1, static_cast<int>(std::lround(batch_ns / busy)));
+  const int prompt = std::max(1, static_cast<int>(std::lround(prompt_tokens)));
+  const int context = prompt + static_cast<int>(std::lround(output_tokens / 2));
+  std::vector<SeqWork> w(static_cast<size_t>(B) + 1, SeqWork{1, context, true});
+  auto time = [&](size_t n) {
+    double t = 0;
+    for (int s = 0; s < pp_; ++s) t += cost_.stage_ns(std::span<const SeqWork>(w.data(), n), s);
+    return t / pp_;
+  };
+  const double base = time(static_cast<size_t>(B)), one_more = time(static_cast<size_t>(B) + 1) - base;
+  const int cached = std::clamp(static_cast<int>(std::lround(cached_tokens)), 0, prompt - 1);
+  w[static_cast<size_t>(B)] = SeqWork{prompt - cached, cached, true};
+  const double prefill = time(static_cast<size_t>(B) + 1) - base;
+  const double demand_ns = std::max(0.0, prefill) + std::max(0.0, output_tokens - 1) * std::max(0.0, one_more);
+  return rate_per_s / cfg_.replicas * demand_ns / 1e9;
+}
 
 ServingResults ServingSim::results() const {
   ServingResults r;

@@ -15,6 +15,7 @@ namespace serving {
 
 void add_serving_keys(Schema& s, const Registry& reg, bool short_form);
 void warn_about_run(const ServingSim& sim, int64_t asked_interval_ns, Recorder& rec);
+void warn_near_capacity(const ServingSim& sim, double prompt_tokens, double cached_tokens, double output_tokens, Recorder& rec);
 
 namespace {
 
@@ -191,8 +192,13 @@ class ServingWorkload final : public Workload {
     Recorder notes;
     for (const auto& w : sim_->config().workload->warnings()) notes.warn(w);
     warn_about_run(*sim_, sample_interval_ns_, notes);
-    for (const auto& w : notes.warnings()) rec.warn(tag + w);
     if (!records_) throw std::logic_error("internal: a serving workload reported before it started");
+    if (records_->answered_count > 0) {
+      const auto n = static_cast<double>(records_->answered_count);
+      warn_near_capacity(*sim_, static_cast<double>(records_->in_tokens) / n, static_cast<double>(records_->cached_in) / n,
+                         static_cast<double>(records_->out_tokens) / n, notes);
+    }
+    for (const auto& w : notes.warnings()) rec.warn(tag + w);
     report_serving(sim_->results(), *records_, desc_, rec, timeseries_, scoped ? name() : std::string());
   }
 
