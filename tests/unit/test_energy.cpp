@@ -24,6 +24,21 @@ HardwareSpec powered(double tdp, double idle, double mem) {
 
 constexpr double kYear = 365.25 * 86400, kMonth = kYear / 12;
 
+// Two GPUs of one server (one host) on one switch, a NIC each.
+net::Topology two_gpus() {
+  using namespace sluice::net;
+  Topology t("two-gpus");
+  const int g0 = t.add_node(NodeInfo{"g0", NodeKind::Device, 0, 1000, {-1, -1, -1}, 0});
+  const int g1 = t.add_node(NodeInfo{"g1", NodeKind::Device, 0, 1000, {-1, -1, -1}, 0});
+  const int host = t.add_node(NodeInfo{"h0", NodeKind::Host, 0, 500, {-1, -1, -1}, 0});
+  const int sw = t.add_node(NodeInfo{"sw", NodeKind::Switch, 0, 2000, {-1, -1, -1}, -1});
+  t.add_link(g0, sw, 50e9, 500, "nic", 100);
+  t.add_link(g1, sw, 50e9, 500, "nic", 100);
+  t.add_link(g0, host, 64e9, 600, "pcie");
+  t.add_link(g1, host, 64e9, 600, "pcie");
+  return t;
+}
+
 }  // namespace
 
 TEST_CASE("energy: a device draws idle while on, memory-bound power while busy, up to TDP while compute-bound") {
@@ -39,16 +54,7 @@ TEST_CASE("energy: a device draws idle while on, memory-bound power while busy, 
 }
 
 TEST_CASE("energy: a small cluster's energy, cost and carbon by hand, and one workload's share") {
-  using namespace sluice::net;
-  Topology t("two-gpus");
-  const int g0 = t.add_node(NodeInfo{"g0", NodeKind::Device, 0, 1000, {-1, -1, -1}, 0});
-  const int g1 = t.add_node(NodeInfo{"g1", NodeKind::Device, 0, 1000, {-1, -1, -1}, 0});
-  const int host = t.add_node(NodeInfo{"h0", NodeKind::Host, 0, 500, {-1, -1, -1}, 0});
-  const int sw = t.add_node(NodeInfo{"sw", NodeKind::Switch, 0, 2000, {-1, -1, -1}, -1});
-  t.add_link(g0, sw, 50e9, 500, "nic", 100);
-  t.add_link(g1, sw, 50e9, 500, "nic", 100);
-  t.add_link(g0, host, 64e9, 600, "pcie");
-  t.add_link(g1, host, 64e9, 600, "pcie");
+  const net::Topology t = two_gpus();
   const HardwareSpec hw = powered(700, 100, 400);
   Economics e;
   e.pue = 1.5;
@@ -231,16 +237,7 @@ TEST_CASE("energy: a busy profile keeps every busy nanosecond and unit of work a
 }
 
 TEST_CASE("energy: peak power is the busiest second's, from when the devices were busy, by hand") {
-  using namespace sluice::net;
-  Topology t("two-gpus");
-  const int g0 = t.add_node(NodeInfo{"g0", NodeKind::Device, 0, 1000, {-1, -1, -1}, 0});
-  const int g1 = t.add_node(NodeInfo{"g1", NodeKind::Device, 0, 1000, {-1, -1, -1}, 0});
-  const int host = t.add_node(NodeInfo{"h0", NodeKind::Host, 0, 500, {-1, -1, -1}, 0});
-  const int sw = t.add_node(NodeInfo{"sw", NodeKind::Switch, 0, 2000, {-1, -1, -1}, -1});
-  t.add_link(g0, sw, 50e9, 500, "nic", 100);
-  t.add_link(g1, sw, 50e9, 500, "nic", 100);
-  t.add_link(g0, host, 64e9, 600, "pcie");
-  t.add_link(g1, host, 64e9, 600, "pcie");
+  const net::Topology t = two_gpus();
   HardwareSpec hw = powered(700, 100, 400);
   Economics e;
   e.pue = 1.5;
