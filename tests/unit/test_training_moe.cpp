@@ -72,6 +72,51 @@ TEST_CASE("moe training: expert gradients are all-reduced over the replicas hold
         doctest::Approx(routed / 2 * 2).epsilon(1e-9));
 }
 
+TEST_CASE("moe training: ZeRO shards dense state over every replica and a device's experts over its expert-data-parallel group") {
+  // EP2 over dp 4 (expert-data-parallel groups {0,2} and {1,3}): a device holds half the routed
+  // experts, E parameters, and the dense rest, D. ZeRO-1 keeps Adam's 12 bytes a parameter of
+  // D / 4 + E / 2; ZeRO-2 the bf16 gradients of the same; Megatron-Core's distributed optimizer.
+  const std::vector<std::string> ep2{"workloads.0.parallel.expert_parallel=2"};
+  auto with = [&](const char* z) {
+    std::vector<std::string> s = ep2;
+    s.emplace_back(z);
+    return run_text(kStar, s)["training"];
+  };
+  const Json z0 = run_text(kStar, ep2)["training"], z1 = with("workloads.0.parallel.zero=1"), z2 = with("workloads.0.parallel.zero=2");
+  const double E = 4 * 3 * kHidden * 2048 * kLayers / 2;
+  const double held = z0["memory_per_device"]["weights_bytes"].get<double>() / 2, D = held - E;
+  CHECK(z0["memory_per_device"]["optimizer_bytes"].get<double>() == doctest::Approx(12 * held).epsilon(1e-12));
+  CHECK(z1["memory_per_device"]["optimizer_bytes"].get<double>() == doctest::Approx(12 * (D / 4 + E / 2)).epsilon(1e-12));
+  CHECK(z1["memory_per_device"]["gradients_bytes"].get<double>() == doctest::Approx(2 * held).epsilon(1e-12));
+  CHECK(z2["memory_per_device"]["gradients_bytes"].get<double>() == doctest::Approx(2 * (D / 4 + E / 2)).epsilon(1e-12));
+  // The step: the dense gradients reduce-scattered over all four and the experts' over each pair
+  // at once, then after Adam the same bytes all-gathered back. Each device's link carries 3/4 of
+  // the dense bytes and 1/2 of its experts' in each: ZeRO-0's all-reduce carries twice that.
+  const double each_ms = (0.75 * 2 * D + 0.5 * 2 * E) / 100e9 * 1e3;
+  CHECK(z1["dp_allreduce_ms"].get<double>() == doctest::Approx(each_ms).epsilon(1e-4));
+  CHECK(z0["dp_allreduce_ms"].get<double>() == doctest::Approx(2 * each_ms).epsilon(1e-4));
+  // The iteration: ZeRO-0's without its all-reduce and step, plus ZeRO-1's reduce-scatter, its
+  // sharded step (Adam over D / 4 + E / 2 parameters) and the all-gather.
+  const double compute_ms = z0["iteration_s_mean"].get<double>() * 1e3 - z0["dp_allreduce_ms"].get<double>() - z0["optimizer_ms"].get<double>();
+  CHECK(z1["optimizer_ms"].get<double>() == doctest::Approx(z0["optimizer_ms"].get<double>() * (D / 4 + E / 2) / held).epsilon(1e-4));
+  CHECK(z1["iteration_s_mean"].get<double>() * 1e3 ==
+        doctest::Approx(compute_ms + z1["dp_allreduce_ms"].get<double>() + z1["optimizer_ms"].get<double>() + each_ms).epsilon(1e-4));
+  // Flows per iteration: ZeRO-1 adds the gathers, a ring of 4 over every replica and one of 2 per pair.
+  CHECK(z1["flows"].get<int>() - z0["flows"].get<int>() == 2 * (4 + 2 * 2));
+  // EP = dp: each expert is on one replica, updated whole and gathered by no one; the dense rest shards over 4.
+  const Json z1all = run_text(kStar, {"workloads.0.parallel.zero=1"})["training"];
+  const double held4 = z1all["memory_per_device"]["weights_bytes"].get<double>() / 2, E4 = 4 * 3 * kHidden * 2048 * kLayers / 4;
+  CHECK(z1all["memory_per_device"]["optimizer_bytes"].get<double>() == doctest::Approx(12 * ((held4 - E4) / 4 + E4)).epsilon(1e-12));
+  // The same outputs with the fast-forward on and off.
+  std::vector<std::string> six = ep2;
+  six.emplace_back("workloads.0.parallel.zero=1");
+  six.emplace_back("workloads.0.iterations=6");
+  const RunControl::FastForward off(false);
+  const Json slow = run_text(kStar, six);
+  const RunControl::FastForward on(true);
+  CHECK(run_text(kStar, six).dump() == slow.dump());
+}
+
 TEST_CASE("moe training: a device's experts compute the rows every replica of its group routes to them") {
   // Four replicas pooled: uniform routing gives each device M x k rows (the FLOPs of every
   // expert on M tokens), over a quarter of the weights.
@@ -113,7 +158,7 @@ TEST_CASE("moe training: bad expert parallelism is refused at its key before any
   CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.parallel.expert_parallel=3"}), doctest::Contains("a divisor of dp"), ConfigError);
   CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.parallel.dp=3", "workloads.0.parallel.expert_parallel=3"}),
                        doctest::Contains("does not divide the 4 experts"), ConfigError);
-  CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.parallel.zero=1"}), doctest::Contains("workloads[0].parallel.zero"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.parallel.zero=3"}), doctest::Contains("workloads[0].parallel.zero"), ConfigError);
   CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.model=tinyllama-1.1b"}), doctest::Contains("dense model"), ConfigError);
   CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.parallel.expert_parallel=1", "workloads.0.moe.routing=zipf"}),
                        doctest::Contains("workloads[0].moe.routing"), ConfigError);

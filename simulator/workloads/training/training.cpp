@@ -50,14 +50,13 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
   pending_.assign(static_cast<size_t>(slots * rank_units() * 2), 0);
   // Expert parallelism: 1/ep of the routed experts on each device, their gradients reduced over
   // the dp / ep replicas that hold the same ones.
-  const double routed = c_.model.routed_expert_parameters();
   params_per_device_ = params_per_device(c_);
   dp_bytes_ = params_per_device_ * c_.model.dtype_bytes;
-  if (c_.ep > 1) expert_dp_bytes_ = routed / c_.ep / (c_.tp * c_.pp) * c_.model.dtype_bytes;
+  expert_dp_bytes_ = expert_params_per_device(c_) * c_.model.dtype_bytes;
   a2a_.resize(static_cast<size_t>(c_.dp / c_.ep * c_.pp));
   // Adam's step streams the optimizer state of the parameters a device updates (its shard under ZeRO).
   // (A kernel's time like the cost model's: at an end of the error band, scaled as they are.)
-  optimizer_ns_ = std::max<int64_t>(1, std::llround(params_per_device_ / (c_.zero >= 1 ? c_.dp * c_.cp : 1) * c_.optimizer_bytes_per_param /
+  optimizer_ns_ = std::max<int64_t>(1, std::llround((c_.zero >= 1 ? sharded_params_per_device(c_) : params_per_device_) * c_.optimizer_bytes_per_param /
                                                     c_.hardware.effective_bandwidth_Bps() * 1e9 * c_.cost_time_scale));
   pid_ = world.trace_pid();
   res_.devices = job_devices(c_);
@@ -131,6 +130,12 @@ std::vector<int> TrainingJob::dp_group(int s, int k) const {
   std::vector<int> group;
   for (int d = 0; d < c_.dp; ++d)
     for (int c = 0; c < c_.cp; ++c) group.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(c * c_.tp + k)]);
+  return group;
+}
+
+std::vector<int> TrainingJob::expert_dp_group(int j, int s, int k) const {
+  std::vector<int> group;
+  for (int d = j; d < c_.dp; d += c_.ep) group.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(k)]);
   return group;
 }
 
@@ -474,12 +479,9 @@ void TrainingJob::stage_backward_done(int s) {
   for (int k = 0; k < c_.tp; ++k) {
     std::vector<int> group = dp_group(s, k);
     // Without expert groups (ep = dp) the experts' gradients need no reduction: each is on one replica.
-    reduce(std::move(group), dp_bytes_ - (c_.ep > 1 ? expert_dp_bytes_ : 0), static_cast<uint64_t>(s * 1009 + k));
-    for (int j = 0; expert_groups && j < c_.ep; ++j) {
-      std::vector<int> eg;
-      for (int d = j; d < c_.dp; d += c_.ep) eg.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(k)]);
-      reduce(std::move(eg), expert_dp_bytes_, static_cast<uint64_t>(s * 1009 + k) * 67 + static_cast<uint64_t>(j) + 3);
-    }
+    reduce(std::move(group), dp_bytes_ - expert_dp_bytes_, static_cast<uint64_t>(s * 1009 + k));
+    for (int j = 0; expert_groups && j < c_.ep; ++j)
+      reduce(expert_dp_group(j, s, k), expert_dp_bytes_, static_cast<uint64_t>(s * 1009 + k) * 67 + static_cast<uint64_t>(j) + 3);
   }
 }
 
@@ -493,26 +495,33 @@ void TrainingJob::stage_reduced() {
 }
 
 // ZeRO: every replica updated its shard of the parameters; each stage's tensor-parallel rank
-// all-gathers them over the data-parallel replicas before the next iteration's forward.
+// all-gathers them before the next iteration's forward, over the ranks that sharded them: the
+// dense ones over the data-parallel replicas, a device's experts over its expert-data-parallel
+// group (none when ep = dp: each expert's one holder updated it whole).
 void TrainingJob::optimizer_done() {
   dp_live_.clear();
-  gather_left_ = c_.pp * c_.tp;
+  const int edp = c_.dp / c_.ep;
+  gather_left_ = c_.pp * c_.tp * (1 + (c_.ep > 1 && edp > 1 ? c_.ep : 0));
+  auto gather = [&](std::vector<int> group, double bytes, uint64_t salt) {
+    net::CollectiveOptions o;
+    o.salt = salt;
+    o.fused_ring_steps = true;
+    auto coll = std::make_unique<net::Collective>(world_.fabric(), net::CollectiveKind::AllGather, std::move(group), bytes, o);
+    net::Collective* raw = coll.get();
+    dp_live_.push_back(std::move(coll));
+    raw->start([this, g = gen_](Engine& e) {
+      if (g != gen_) return;
+      progress_ns_ = e.now().count_ns();
+      if (--gather_left_ > 0) return;
+      for (auto& c : dp_live_) flows_ += c->flows_started();
+      iteration_end(e);
+    });
+  };
   for (int s = 0; s < c_.pp; ++s)
     for (int k = 0; k < c_.tp; ++k) {
-      std::vector<int> group = dp_group(s, k);
-      net::CollectiveOptions o;
-      o.salt = static_cast<uint64_t>(s * 1009 + k) + 7;
-      o.fused_ring_steps = true;
-      auto coll = std::make_unique<net::Collective>(world_.fabric(), net::CollectiveKind::AllGather, group, dp_bytes_, o);
-      net::Collective* raw = coll.get();
-      dp_live_.push_back(std::move(coll));
-      raw->start([this, g = gen_](Engine& e) {
-        if (g != gen_) return;
-        progress_ns_ = e.now().count_ns();
-        if (--gather_left_ > 0) return;
-        for (auto& c : dp_live_) flows_ += c->flows_started();
-        iteration_end(e);
-      });
+      gather(dp_group(s, k), dp_bytes_ - expert_dp_bytes_, static_cast<uint64_t>(s * 1009 + k) + 7);
+      for (int j = 0; c_.ep > 1 && edp > 1 && j < c_.ep; ++j)
+        gather(expert_dp_group(j, s, k), expert_dp_bytes_, (static_cast<uint64_t>(s * 1009 + k) * 67 + static_cast<uint64_t>(j) + 3) * 7 + 5);
     }
 }
 

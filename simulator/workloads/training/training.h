@@ -98,6 +98,14 @@ struct TrainingConfig {
 inline int job_devices(const TrainingConfig& c) { return c.tp * c.cp * c.pp * c.dp; }
 // Parameters one device holds: its tp x pp share of the model, with 1/ep of the routed experts.
 double params_per_device(const TrainingConfig& c);
+// Of those, the routed experts' (1/ep of them under expert parallelism; 0 without it, when
+// every device holds every expert and they shard like the rest).
+double expert_params_per_device(const TrainingConfig& c);
+// Of those, the ones whose optimizer state (ZeRO-1) and gradients (ZeRO-2) a device keeps:
+// ZeRO shards each parameter over the ranks that hold it, the dense ones over dp x cp, a
+// device's experts over its expert-data-parallel group of dp / ep (Megatron-Core's
+// distributed optimizer with expert parallelism). Times bytes_per_param: their bytes.
+double sharded_params_per_device(const TrainingConfig& c, double bytes_per_param = 1);
 // What one device writes of a checkpoint: the model's weights and fp32 Adam state (master,
 // m, v: 12 bytes a parameter) once, every expert included, spread evenly over all the job's
 // devices (Megatron's distributed checkpoint, PyTorch DCP).

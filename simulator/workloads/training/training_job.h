@@ -313,6 +313,9 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // The nodes that reduce stage s's gradients of tensor-parallel rank k: every replica's context-
   // parallel ranks (Megatron's data-parallel group with context parallelism), in rank order.
   std::vector<int> dp_group(int s, int k) const;
+  // Expert-parallel group member j's expert-data-parallel group for stage s, tensor-parallel rank
+  // k: replicas j, j + ep, ... (those holding the same experts).
+  std::vector<int> expert_dp_group(int j, int s, int k) const;
   std::vector<Stage> stages_;
   std::vector<int> pending_;             // flows left per (stage slot, micro-batch, direction)
   std::vector<int64_t> fwd_ns_;           // per (stage, slice): stage x slices + slice

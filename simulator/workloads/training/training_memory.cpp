@@ -11,6 +11,15 @@ double params_per_device(const TrainingConfig& c) {
   return (c.model.parameters() - c.model.routed_expert_parameters() * (1 - 1.0 / c.ep)) / (c.tp * c.pp);
 }
 
+double expert_params_per_device(const TrainingConfig& c) {
+  return c.ep > 1 ? c.model.routed_expert_parameters() / c.ep / (c.tp * c.pp) : 0;
+}
+
+double sharded_params_per_device(const TrainingConfig& c, double bytes_per_param) {
+  const double experts = expert_params_per_device(c), dense = params_per_device(c) - experts;
+  return dense * bytes_per_param / (static_cast<double>(c.dp) * c.cp) + experts * bytes_per_param / (c.dp / c.ep);
+}
+
 double checkpoint_bytes_per_device(const TrainingConfig& c) {
   // The whole model once (every expert: expert-parallel replicas hold different ones).
   return c.model.parameters() * (c.model.dtype_bytes + 12) / job_devices(c);
@@ -24,11 +33,10 @@ TrainingMemory training_memory(const TrainingConfig& c) {
   // ZeRO-3: the shard, plus FSDP's buffer of two layers gathered whole (the one computing and
   // the one prefetched).
   if (c.zero >= 3) mem.weights = params * m.dtype_bytes / c.dp + 2 * params / std::ceil(static_cast<double>(m.layers) / c.pp) * m.dtype_bytes;
-  // ZeRO shards the optimizer state (stage 1) and the gradients (stage 2) over the replicas.
-  // With context parallelism the sharding spans dp x cp ranks (they hold the same parameters).
-  const double shards = static_cast<double>(c.dp) * c.cp;
-  mem.gradients = params * m.dtype_bytes / (c.zero >= 2 ? shards : 1);
-  mem.optimizer = params * 12 / (c.zero >= 1 ? shards : 1);  // fp32 master weights, Adam's m and v
+  // ZeRO shards the optimizer state (stage 1) and the gradients (stage 2) over the ranks that
+  // hold the same parameters: dp x cp for the dense ones, dp / ep for a device's experts.
+  mem.gradients = c.zero >= 2 ? sharded_params_per_device(c, m.dtype_bytes) : params * m.dtype_bytes;
+  mem.optimizer = c.zero >= 1 ? sharded_params_per_device(c, 12) : params * 12;  // fp32 master weights, Adam's m and v
   const double s = c.sequence, b = c.micro_batch_size, h = m.hidden, a = m.heads;
   const double layers = std::ceil(static_cast<double>(m.layers) / c.pp);
   // Context parallelism: each rank keeps its s / cp tokens' activations.
