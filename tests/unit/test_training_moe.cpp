@@ -117,6 +117,21 @@ TEST_CASE("moe training: ZeRO shards dense state over every replica and a device
   CHECK(run_text(kStar, six).dump() == slow.dump());
 }
 
+TEST_CASE("moe training: an MoE layer keeps a dispatched copy and the expert's gated MLP for each expert a token visits") {
+  // tiny-moe, one micro-batch of 512 tokens in flight: attention 11sbh + 4asb, layer norms 4sbh,
+  // the layer's input and mask 3sbh, and per each of the 2 experts a token goes to, its copy 2sbh
+  // and the expert's gate, up and down inputs 6·s·2048. With EP a device's experts receive as
+  // many rows as its tokens send (uniform routing): the same at any ep.
+  const double s = 512, sbh = s * kHidden;
+  const double layer = 11 * sbh + 4 * 8 * s + 4 * sbh + 3 * sbh + 2 * (2 * sbh + 6 * s * 2048);
+  for (const char* ep : {"workloads.0.parallel.expert_parallel=4", "workloads.0.parallel.expert_parallel=1"})
+    CHECK(run_text(kStar, {ep})["training"]["memory_per_device"]["activations_bytes"].get<double>() ==
+          doctest::Approx(kLayers * layer).epsilon(1e-12));
+  // One shared expert every token also passes through: its gated MLP's 6·s·2048 more a layer.
+  CHECK(run_text(kStar, {"workloads.0.model.shared_experts=1"})["training"]["memory_per_device"]["activations_bytes"].get<double>() ==
+        doctest::Approx(kLayers * (layer + 6 * s * 2048)).epsilon(1e-12));
+}
+
 TEST_CASE("moe training: a device's experts compute the rows every replica of its group routes to them") {
   // Four replicas pooled: uniform routing gives each device M x k rows (the FLOPs of every
   // expert on M tokens), over a quarter of the weights.

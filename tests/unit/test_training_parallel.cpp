@@ -37,6 +37,22 @@ TEST_CASE("ZeRO shards the optimizer state (stage 1) and the gradients (stage 2)
   CHECK(z1["optimizer_ms"].get<double>() == doctest::Approx(z0["optimizer_ms"].get<double>() / 4).epsilon(1e-3));
 }
 
+TEST_CASE("activation memory: Korthikanti's accounting with FlashAttention's kernels, by the MLP's kind and width, by hand") {
+  // flat: 4 layers, h 4096, 32 heads, a gated MLP of 16384; one micro-batch of 512 tokens in
+  // flight (1F1B, one stage). Per layer: attention 11sbh + the log-sum-exp 4asb (no s x s scores),
+  // layer norms 4sbh, the MLP's input and mask 3sbh and, gated, 6sbf (plain: 4sbf).
+  const double s = 512, h = 4096, a = 32, f = 16384, sbh = s * h;
+  const auto act = [](const Json& t) { return t["memory_per_device"]["activations_bytes"].get<double>(); };
+  CHECK(act(run_zero(0)) == doctest::Approx(4 * (18 * sbh + 6 * s * f + 4 * a * s)).epsilon(1e-12));
+  const std::string plain = std::string(kStar) + "0}}\n";
+  const Json p = run_text(plain, {"workloads.0.model.gated_ffn=false", "workloads.0.model.ffn=16384"})["training"];
+  CHECK(act(p) == doctest::Approx(4 * (18 * sbh + 4 * s * f + 4 * a * s)).epsilon(1e-12));
+  // f = 4h: GPT's 34sbh, where the unfused attention's 5as²b (here 5 x 32 x 512 / 4096 = 20sbh) is gone.
+  CHECK(4 * (18 * sbh + 4 * s * f) == doctest::Approx(4 * 34 * sbh));
+  // Full recomputation keeps each layer's input, 2sbh.
+  CHECK(act(run_text(plain, {"workloads.0.recompute=true"})["training"]) == doctest::Approx(4 * 2 * sbh).epsilon(1e-12));
+}
+
 TEST_CASE("ZeRO's reduce-scatter and all-gather move what the ring all-reduce moves: the iteration differs by the optimizer's step") {
   const Json z0 = run_zero(0), z1 = run_zero(1);
   // The gradients' all-reduce, 2·3/4·S over each 100 GB/s link, against the reduce-scatter's
