@@ -75,9 +75,12 @@ std::span<const MetricDef> training_metric_defs() {
       {"training", "context_parallel.ring_exposed_share", "fraction", "ring_exposed_ms over the mean iteration time."},
       {"training", "moe.expert_parallel", "count", "Expert-parallel degree: data-parallel replicas the experts are spread over (1: every replica holds all)."},
       {"training", "moe.routing", "text", "The model of how tokens pick experts: uniform or zipf."},
+      {"training", "moe.alltoall_overlap", "bool",
+       "True when an op's all-to-alls run under the stage's next op (a forward beside a backward; moe.alltoall_overlap)."},
       {"training", "moe.active_parameters", "parameters", "Parameters one token passes through (its experts and the dense part); MFU counts these."},
       {"training", "moe.alltoall_ms", "ms",
-       "The MoE layers' all-to-alls per iteration on replica 0's busiest pipeline rank, mean over iterations."},
+       "The MoE layers' all-to-alls per iteration on replica 0's busiest pipeline rank, mean over iterations (with "
+       "alltoall_overlap, the time they are in flight, part of it under compute)."},
       {"training", "moe.alltoall_share", "fraction", "alltoall_ms over the mean iteration time."},
       {"training", "moe.alltoall_bytes_per_device", "bytes",
        "Bytes one device's dispatches and combines address per iteration (forward, backward and recomputation; its own experts' share included)."},

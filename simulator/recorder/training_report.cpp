@@ -71,6 +71,7 @@ void report_training(const training::TrainingResults& r, const training::Trainin
     // iteration, and the gradient bytes reduced over the expert-data-parallel groups.
     m["moe"] = Json{{"expert_parallel", c.ep},
                     {"routing", c.routing},
+                    {"alltoall_overlap", c.alltoall_overlap},
                     {"active_parameters", c.active_parameters},
                     {"alltoall_ms", r.alltoall_ms},
                     {"alltoall_share", mean > 0 ? r.alltoall_ms / 1e3 / mean : 0.0},
@@ -183,8 +184,9 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                       mean, r.iteration_s.size(), tokens_s, 100 * mfu, 100 * r.bubble_fraction, 100 * r.textbook_bubble,
                       c.cp > 1 ? "DP x CP" : "DP", r.dp_allreduce_ms));
   if (c.ep > 1)
-    summary(fmt::format("expert parallelism over {} replicas: all-to-alls {:.1f} ms an iteration ({:.1f}% of it), {} a device dispatches and combines (its own experts' share included)",
-                        c.ep, r.alltoall_ms, mean > 0 ? 100 * r.alltoall_ms / 1e3 / mean : 0.0, format_bytes(r.alltoall_bytes_per_device)));
+    summary(fmt::format("expert parallelism over {} replicas: all-to-alls {:.1f} ms an iteration ({:.1f}% of it{}), {} a device dispatches and combines (its own experts' share included)",
+                        c.ep, r.alltoall_ms, mean > 0 ? 100 * r.alltoall_ms / 1e3 / mean : 0.0,
+                        c.alltoall_overlap ? ", partly under the next op's compute" : "", format_bytes(r.alltoall_bytes_per_device)));
   if (c.slicing_policy != "none")
     summary(fmt::format("token slicing ({}): {} slices of {}..{} tokens; formula pass {:.1f} ms against {:.1f} ms unsliced ({:.2f}x)",
                         c.slicing_policy, r.slice_tokens.size(),

@@ -94,6 +94,7 @@ struct TrainingSetup {
   std::string dp_algorithm, tp_algorithm;
   bool moe = false;
   std::string routing;  // the experts' load: "uniform" or "zipf"
+  bool alltoall_overlap = false;  // moe.alltoall_overlap
   double active_parameters = 0;
   std::string slicing_policy;  // "none", "uniform" or "terapipe"
   int slicing_granularity = 0;

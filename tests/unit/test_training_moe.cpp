@@ -201,6 +201,47 @@ Ran run_ff(bool ff, const std::vector<std::string>& sets) {
 }
 }  // namespace
 
+TEST_CASE("moe training: with alltoall_overlap a backward's all-to-alls run under the next forward, slowed by the SMs they take") {
+  // One stage, order F0 B0 F1 B1. F0's exchange must end before B0 (the loss needs it); B0's
+  // runs while F1 computes (3/4 of 3.67 MB over 100 GB/s, 27.5 us, under F1's 175 us), F1's at
+  // 132 / (132 - 8) of its time (an H200 keeps 8 SMs for communication); F1's and B1's
+  // exchanges stay exposed (B0's is still out when F1 ends, and nothing follows B1).
+  const std::vector<std::string> one{"workloads.0.iterations=1"};
+  std::vector<std::string> over = one;
+  over.emplace_back("workloads.0.moe.alltoall_overlap=true");
+  const Json a = run_text(kStar, one)["training"], b = run_text(kStar, over)["training"];
+  const double F = a["per_micro_batch_ms"]["forward"].get<double>(), X = a["moe"]["alltoall_ms"].get<double>() / 4;
+  CHECK(X < F);
+  CHECK(b["moe"]["alltoall_overlap"] == true);
+  CHECK(a["moe"]["alltoall_overlap"] == false);
+  CHECK((a["iteration_s_mean"].get<double>() - b["iteration_s_mean"].get<double>()) * 1e3 ==
+        doctest::Approx(X - (132.0 / 124 - 1) * F).epsilon(1e-4));
+  CHECK(b["moe"]["alltoall_ms"].get<double>() == doctest::Approx(a["moe"]["alltoall_ms"].get<double>()));
+  // The stage never idles beside its own all-to-alls: waiting for them counts as busy, as without overlap.
+  CHECK(b["bubble_fraction"].get<double>() == doctest::Approx(a["bubble_fraction"].get<double>()));
+  // With communication free of SMs (comm_sms 0) the whole of B0's exchange is saved.
+  std::vector<std::string> free = over;
+  free.emplace_back("cluster.hardware={catalog: h200, comm_sms: 0}");
+  const Json c = run_text(kStar, free)["training"];
+  CHECK((a["iteration_s_mean"].get<double>() - c["iteration_s_mean"].get<double>()) * 1e3 == doctest::Approx(X).epsilon(1e-4));
+  // Two pipeline stages, eight micro-batches: the steady 1F1B pairs hide more, and the outputs
+  // are the same with the fast-forward on and off.
+  std::vector<std::string> pp2{"workloads.0.parallel.pp=2", "workloads.0.parallel.dp=2", "workloads.0.parallel.expert_parallel=2",
+                               "workloads.0.parallel.micro_batches=8", "workloads.0.iterations=5"};
+  const Json p0 = run_text(kStar, pp2)["training"];
+  pp2.emplace_back("workloads.0.moe.alltoall_overlap=true");
+  const Ran fast = run_ff(true, pp2), slow = run_ff(false, pp2);
+  CHECK(fast.skipped);
+  CHECK(fast.metrics["training"].dump() == slow.metrics["training"].dump());
+  CHECK(fast.metrics["training"]["iteration_s_mean"].get<double>() < p0["iteration_s_mean"].get<double>());
+  // Refused without expert parallelism, and on a dense model.
+  CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.parallel.expert_parallel=1", "workloads.0.moe.alltoall_overlap=true"}),
+                       doctest::Contains("workloads[0].moe.alltoall_overlap"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.model=tinyllama-1.1b", "workloads.0.parallel.expert_parallel=1",
+                                        "workloads.0.moe.alltoall_overlap=true"}),
+                       doctest::Contains("workloads[0].moe.alltoall_overlap"), ConfigError);
+}
+
 TEST_CASE("moe training: repeated iterations fast-forwarded give the same outputs as simulating each") {
   const std::vector<std::string> sets{"workloads.0.iterations=6", "workloads.0.parallel.expert_parallel=2"};
   const Ran fast = run_ff(true, sets), slow = run_ff(false, sets);
@@ -232,20 +273,25 @@ TEST_CASE("moe training: pipeline stages, interleaving and a dense first layer k
 
 TEST_CASE("moe training: a device failing while its group's all-to-alls are on the fabric recovers, the same with or without the fast-forward") {
   // A failure about every 20 ms of a job whose iterations take about 2 ms: many land inside an
-  // exchange, whose collectives then wait in the graveyard while their flows drain.
-  const std::vector<std::string> sets{
-      "workloads.0.iterations=200", "workloads.0.recovery={checkpoint_interval: 5ms, checkpoint_write: 100us, restart: 1ms}",
-      "faults=[{name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 20ms}, repair: {dist: fixed, mean: 1ms}}]"};
-  auto run = [&](bool ff) {
-    const RunControl::FastForward f(ff);
-    Scenario sc = load_scenario_text(kStar, "t.yaml", sets, sluice::testing::registry());
-    Recorder rec;
-    run_into(sc, rec, {});
-    return rec.metrics();
-  };
-  const Json fast = run(true), slow = run(false);
-  const Json& f = fast["training"]["faults"];
-  CHECK(f["failures"].get<int>() > 50);
-  CHECK(fast["training"]["iterations"] == 200);
-  CHECK(fast["training"].dump() == slow["training"].dump());
+  // exchange, whose collectives then wait in the graveyard while their flows drain. Also with
+  // the all-to-alls overlapped, where a failure can land while one op's are out beside the next.
+  for (const bool overlap : {false, true}) {
+    CAPTURE(overlap);
+    const std::vector<std::string> sets{
+        "workloads.0.iterations=200", "workloads.0.recovery={checkpoint_interval: 5ms, checkpoint_write: 100us, restart: 1ms}",
+        "faults=[{name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 20ms}, repair: {dist: fixed, mean: 1ms}}]",
+        std::string("workloads.0.moe.alltoall_overlap=") + (overlap ? "true" : "false")};
+    auto run = [&](bool ff) {
+      const RunControl::FastForward f(ff);
+      Scenario sc = load_scenario_text(kStar, "t.yaml", sets, sluice::testing::registry());
+      Recorder rec;
+      run_into(sc, rec, {});
+      return rec.metrics();
+    };
+    const Json fast = run(true), slow = run(false);
+    const Json& f = fast["training"]["faults"];
+    CHECK(f["failures"].get<int>() > 50);
+    CHECK(fast["training"]["iterations"] == 200);
+    CHECK(fast["training"].dump() == slow["training"].dump());
+  }
 }

@@ -263,11 +263,13 @@ void TrainingJob::start_iteration() {
   stage_bwd_done_.assign(static_cast<size_t>(c_.pp), 0);
   stage_dp_left_.assign(static_cast<size_t>(c_.pp), 0);
   last_backward_ns_ = 0;
-  for (auto& x : a2a_) x.arrived = x.left = 0, x.iteration_ns = 0;
+  for (auto& x : a2a_) x.rounds.clear(), x.iteration_ns = 0;
   for (int d = 0; d < c_.dp; ++d)
     for (int s = 0; s < c_.pp; ++s) {
       Stage& st = stages_[static_cast<size_t>(slot(d, s))];
       st.next = 0;
+      st.done = 0;
+      st.released = -1;
       st.busy_ns = 0;
       // The first virtual stage's inputs (chunk 0 on rank 0) are the data: there from the start.
       st.f_in.assign(static_cast<size_t>(rank_units()), 0);
@@ -288,11 +290,13 @@ void TrainingJob::try_run(int sl) {
   const Op op = st.order[st.next];
   if (!(op.forward ? st.f_in : st.b_in)[static_cast<size_t>(op.mb)]) return;
   if (zero3() && !z3_ready(sl, st.next)) return;  // its parameters are still being gathered
+  const int64_t now = world_.engine().now().count_ns();
+  if (st.released >= 0) st.busy_ns += now - st.last_end_ns;  // waiting beside its released op's all-to-alls
   st.busy = true;
   if (zero3()) z3_op_started(sl, st.next);
+  st.running = st.next;
   ++st.next;
   const int s = virtual_stage(sl, op.mb);
-  const int64_t now = world_.engine().now().count_ns();
   st.op_start_ns = now;
   const int slice = op.mb % n_slices_;
   const int64_t dur = op.forward ? fwd_ns(s, slice) : bwd_ns(s, slice);
@@ -301,7 +305,9 @@ void TrainingJob::try_run(int sl) {
     cp_begin(sl, dur, op.forward ? attention : backward_of(attention));
     return;
   }
-  schedule(kCompute, slowed(dur, slot_first_device(sl), static_cast<size_t>(c_.tp)), static_cast<uint32_t>(sl));
+  // Beside a released op's all-to-alls the compute has the SMs communication leaves it.
+  const int64_t shared = st.released >= 0 ? std::llround(static_cast<double>(dur) * c_.hardware.overlap_stretch()) : dur;
+  schedule(kCompute, slowed(shared, slot_first_device(sl), static_cast<size_t>(c_.tp)), static_cast<uint32_t>(sl));
 }
 
 void TrainingJob::compute_done(int sl) {
@@ -339,25 +345,48 @@ void TrainingJob::tp_allreduces(int sl) {
 }
 
 void TrainingJob::comm_done(int sl) {
-  const Stage& st = stages_[static_cast<size_t>(sl)];
-  if (c_.ep > 1 && cost_.moe_alltoall_count(virtual_stage(sl, st.order[st.next - 1].mb)) > 0) {
-    alltoall_arrive(sl);
+  Stage& st = stages_[static_cast<size_t>(sl)];
+  const size_t oi = st.running;
+  if (c_.ep > 1 && cost_.moe_alltoall_count(virtual_stage(sl, st.order[oi].mb)) > 0) {
+    if (release_to_exchange(sl, oi)) {
+      const int64_t now = world_.engine().now().count_ns();
+      st.busy = false;
+      st.busy_ns += now - st.op_start_ns;
+      st.last_end_ns = now;
+      st.released = static_cast<int>(oi);
+      st.released_start_ns = st.op_start_ns;
+      alltoall_arrive(sl, oi);
+      try_run(sl);
+      return;
+    }
+    alltoall_arrive(sl, oi);
     return;
   }
-  op_done(sl);
+  op_done(sl, oi);
 }
 
-void TrainingJob::alltoall_arrive(int sl) {
-  Exchange& x = a2a_[static_cast<size_t>(ep_group_slot(sl))];
-  if (++x.arrived < c_.ep) return;
-  x.arrived = 0;
+bool TrainingJob::release_to_exchange(int sl, size_t oi) const {
   const Stage& st = stages_[static_cast<size_t>(sl)];
-  const int unit = st.order[st.next - 1].mb, vs = virtual_stage(sl, unit), s = sl % c_.pp, first = sl / c_.pp / c_.ep * c_.ep;
-  x.start_ns = world_.engine().now().count_ns();
-  x.live.clear();  // the last op's exchanges, all done
-  x.left = c_.tp;
+  if (!c_.alltoall_overlap || st.released >= 0 || oi + 1 >= st.order.size()) return false;
+  // A forward beside a backward; the next one may still wait for its input (a gradient on its
+  // way: it starts under these all-to-alls when it comes; the last stage's backward of this
+  // same forward: it waits for them, as without overlap).
+  return st.order[oi + 1].forward != st.order[oi].forward;
+}
+
+void TrainingJob::alltoall_arrive(int sl, size_t oi) {
+  const int gs = ep_group_slot(sl);
+  Exchange& x = a2a_[static_cast<size_t>(gs)];
+  Exchange::Round& r = x.rounds[oi];
+  if (++r.arrived < c_.ep) return;
+  const Stage& st = stages_[static_cast<size_t>(sl)];
+  const int unit = st.order[oi].mb, vs = virtual_stage(sl, unit), s = sl % c_.pp, first = sl / c_.pp / c_.ep * c_.ep;
+  r.start_ns = world_.engine().now().count_ns();
+  // The earlier rounds' exchanges that are done (without overlap: all of them).
+  std::erase_if(x.live, [](const std::unique_ptr<net::Collective>& c) { return !c || c->finished(); });
+  r.left = c_.tp;
   // A backward under full recomputation runs the forward's dispatch and combine again first.
-  const int times = c_.recompute && !st.order[st.next - 1].forward ? 2 : 1;
+  const int times = c_.recompute && !st.order[oi].forward ? 2 : 1;
   const double bytes = times * cost_.moe_alltoall_bytes(unit_tokens(unit), vs);
   for (int k = 0; k < c_.tp; ++k) {
     std::vector<int> group;
@@ -367,14 +396,17 @@ void TrainingJob::alltoall_arrive(int sl) {
     o.a2a_weights = cost_.moe_alltoall_weights();  // hot experts' replicas receive more
     o.salt = static_cast<uint64_t>(sl) * 131 + static_cast<uint64_t>(k);
     x.live.push_back(std::make_unique<net::Collective>(world_.fabric(), net::CollectiveKind::AllToAll, group, bytes, o));
-    x.live.back()->start([this, gs = ep_group_slot(sl), first, s, g = gen_](Engine& e) {
+    r.collectives.push_back(x.live.back().get());
+    x.live.back()->start([this, gs, oi, first, s, g = gen_](Engine& e) {
       if (g != gen_) return;
       Exchange& done = a2a_[static_cast<size_t>(gs)];
-      if (--done.left > 0) return;
+      Exchange::Round& round = done.rounds[oi];
+      if (--round.left > 0) return;
       const int64_t now = e.now().count_ns();
-      done.iteration_ns += now - done.start_ns;
-      for (auto& c : done.live) flows_ += c->flows_started();
-      for (int j = 0; j < c_.ep; ++j) op_done(slot(first + j, s));
+      done.iteration_ns += now - round.start_ns;
+      for (net::Collective* c2 : round.collectives) flows_ += c2->flows_started();
+      done.rounds.erase(oi);
+      for (int j = 0; j < c_.ep; ++j) op_done(slot(first + j, s), oi);
     });
   }
 }
@@ -413,21 +445,32 @@ void TrainingJob::start_send(int from, int to, int mb, bool grad) {
   flows_ += a.size();
 }
 
-void TrainingJob::op_done(int sl) {
+void TrainingJob::op_done(int sl, size_t oi) {
   Stage& st = stages_[static_cast<size_t>(sl)];
   const int64_t now = world_.engine().now().count_ns();
-  const Op op = st.order[st.next - 1];
+  const Op op = st.order[oi];
   const int d = sl / c_.pp, s = sl % c_.pp;
   progress_ns_ = now;
-  st.busy = false;
-  st.busy_ns += now - st.op_start_ns;
-  st.last_end_ns = now;
+  int64_t op_start_ns = st.op_start_ns;
+  if (st.released == static_cast<int>(oi)) {  // its all-to-alls ran while the stage went on
+    st.released = -1;
+    op_start_ns = st.released_start_ns;
+    if (!st.busy) {  // and the stage waited for them at the end
+      st.busy_ns += now - st.last_end_ns;
+      st.last_end_ns = now;
+    }
+  } else {
+    st.busy = false;
+    st.busy_ns += now - st.op_start_ns;
+    st.last_end_ns = now;
+  }
+  ++st.done;
   if (d == 0 && iterations_done_ < 2 && world_.trace().enabled())
     world_.trace().complete(pid_, s,
                             c_.virtual_stages > 1 ? fmt::format("{}{}c{}", op.forward ? "F" : "B", op.mb % units_, op.mb / units_)
                             : n_slices_ == 1      ? fmt::format("{}{}", op.forward ? "F" : "B", op.mb)
                                                   : fmt::format("{}{}.{}", op.forward ? "F" : "B", op.mb / n_slices_, op.mb % n_slices_),
-                            op.forward ? "forward" : "backward", st.op_start_ns, now - st.op_start_ns);
+                            op.forward ? "forward" : "backward", op_start_ns, now - op_start_ns);
   // Hand-offs follow the virtual stages: j -> j + 1 forward (chunk j / K on rank j mod K; the
   // last rank's chunk hands to the first rank's next one), j -> j - 1 backward.
   const int j = virtual_stage(sl, op.mb), last = c_.pp * c_.virtual_stages - 1, unit = op.mb % units_;
@@ -437,8 +480,8 @@ void TrainingJob::op_done(int sl) {
   } else if (j > 0) {
     send(sl, slot(d, (j - 1) % c_.pp), (j - 1) / c_.pp * units_ + unit, true);
   }
-  if (!op.forward && zero3()) z3_backward_done(sl, st.next - 1);  // before the stage's end below: its reduce-scatter counts
-  if (!op.forward && st.next == st.order.size()) stage_backward_done(s);
+  if (!op.forward && zero3()) z3_backward_done(sl, oi);  // before the stage's end below: its reduce-scatter counts
+  if (!op.forward && st.done == st.order.size()) stage_backward_done(s);
   try_run(sl);
 }
 

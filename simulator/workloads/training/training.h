@@ -62,6 +62,9 @@ struct TrainingConfig {
   int ep = 1;
   MoeOptions::Routing routing = MoeOptions::Routing::Uniform;  // uniform or zipf over the experts
   double zipf_s = 1.0;
+  // moe.alltoall_overlap: an op's all-to-alls run while its stage computes the next op when that
+  // goes the other way (TrainingJob::release_to_exchange), the compute at overlap_stretch().
+  bool alltoall_overlap = false;
   // Interleaved 1F1B (Megatron): each pipeline rank holds this many model chunks, the model
   // cut into pp x v virtual stages (virtual stage j on rank j mod pp); 1: plain 1F1B.
   int virtual_stages = 1;

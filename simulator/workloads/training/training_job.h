@@ -82,6 +82,12 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     int cp_wait = 0, cp_ring_left = 0;
     int64_t cp_attention_ns = 0;  // the op's attention (before a straggler's factor)
     int64_t cp_ring_start_ns = 0, cp_compute_end_ns = 0, cp_ring_end_ns = 0, cp_exposed_ns = 0;
+    // moe.alltoall_overlap: the op holding the stage (its index in `order`), ops done this
+    // iteration, and the op released to its all-to-alls while the next one computes (at most
+    // one: its index, -1 for none, and when it started).
+    size_t running = 0, done = 0;
+    int released = -1;
+    int64_t released_start_ns = 0;
   };
 
   int slot(int d, int s) const { return d * c_.pp + s; }
@@ -155,12 +161,18 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // The op's compute and tensor-parallel all-reduces are done: with expert parallelism and MoE
   // layers on its stage, it joins its EP group's all-to-alls (alltoall_arrive), else it is done.
   void comm_done(int sl);
+  // moe.alltoall_overlap: the op `oi` just done computing may leave its all-to-alls to run while
+  // the stage computes its next op: when that one goes the other way (a forward beside a
+  // backward, as Megatron-Core's overlap and DeepSeek's DualPipe pair them) and no other op's
+  // all-to-alls are out. Time the stage waits idle while they run counts as busy, as an op's
+  // all-to-alls count when it holds the stage through them.
+  bool release_to_exchange(int sl, size_t oi) const;
   // Slot sl reached the all-to-alls of its current op. Once every replica of its EP group has
   // (they run the same schedule, so the op's index names the same op on each), the group's
   // dispatch and combine of every MoE layer of the op's stage start as one fused all-to-all per
   // tensor-parallel rank (a route latency per layer, CollectiveOptions::fused_count); when all
   // are done, every member's op is done.
-  void alltoall_arrive(int sl);
+  void alltoall_arrive(int sl, size_t oi);
   // The EP group of replica d (consecutive replicas) and a (group, pipeline rank) pair's index.
   int ep_group_slot(int sl) const { return sl / c_.pp / c_.ep * c_.pp + sl % c_.pp; }
   // A unit's exchanges' worth of all-to-alls per iteration: its forward's and its backward's, and
@@ -174,7 +186,8 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   void send_arrived(int from);
   void start_send(int from, int to, int mb, bool grad);
 
-  void op_done(int sl);
+  // Op `oi` of slot sl is done (compute, all-reduces, all-to-alls): its hand-off, and the stage's next.
+  void op_done(int sl, size_t oi);
 
   // Every replica finished stage s's backward: its gradients are all-reduced across the data
   // parallel replicas, one collective per tensor-parallel rank, while other stages still work.
@@ -328,11 +341,18 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   double tokens_ = 0, params_per_device_ = 0, dp_bytes_ = 0;
   // Expert parallelism: of dp_bytes_, the expert gradients' (reduced over dp / ep replicas).
   double expert_dp_bytes_ = 0;
-  // Per (EP group, pipeline rank): members arrived at the current op's all-to-alls, the
-  // exchanges still running, their start, and its all-to-alls (one per tensor-parallel rank).
+  // Per (EP group, pipeline rank): by op index (the members run the same schedule), members
+  // arrived at the op's all-to-alls, those still running, their start and collectives (one per
+  // tensor-parallel rank); the all-to-all time this iteration; the collectives, kept until a
+  // later round starts and finds them finished. Without alltoall_overlap, one round at a time.
   struct Exchange {
-    int arrived = 0, left = 0;
-    int64_t start_ns = 0, iteration_ns = 0;  // and its all-to-all time this iteration
+    struct Round {
+      int arrived = 0, left = 0;
+      int64_t start_ns = 0;
+      std::vector<net::Collective*> collectives;
+    };
+    std::map<size_t, Round> rounds;
+    int64_t iteration_ns = 0;
     std::vector<std::unique_ptr<net::Collective>> live;
   };
   std::vector<Exchange> a2a_;

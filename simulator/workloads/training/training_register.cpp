@@ -67,6 +67,7 @@ TrainingSetup training_setup(const TrainingConfig& c) {
   s.tp_algorithm = net::collective_name(c.tp_algorithm);
   s.moe = c.model.moe();
   s.routing = c.routing == MoeOptions::Routing::Zipf ? "zipf" : "uniform";
+  s.alltoall_overlap = c.alltoall_overlap;
   s.active_parameters = c.model.active_parameters();
   s.slicing_policy = slicing_policy_name(c.slicing.policy);
   s.slicing_granularity = c.slicing.granularity;
@@ -157,6 +158,9 @@ void check_training_shape(const TrainingConfig& c, const Params& job, const Para
   if (c.zero >= 3 && c.virtual_stages > 1)
     parallel.fail("zero", "ZeRO-3 gathers a stage's parameters per op, and interleaved chunks would gather one chunk's (not modelled yet)",
                   "0, 1 or 2 with virtual_stages > 1");
+  if (c.alltoall_overlap && c.ep == 1)
+    job.section("moe").fail("alltoall_overlap", "without expert parallelism there are no all-to-alls to overlap",
+                            "false, or parallel.expert_parallel > 1");
   if (c.model.moe() && c.ep == 1 && c.routing != MoeOptions::Routing::Uniform)
     job.section("moe").fail("routing", "skewed routing slows the replicas holding hot experts, and without expert parallelism every replica holds them all",
                             "uniform, or parallel.expert_parallel > 1");
@@ -249,7 +253,13 @@ SLUICE_REGISTER(workload, training_workload) {
                                        "more of the all-to-alls, and every step waits for the slowest)")
       .def("uniform");
   moe_keys.real("zipf_s", &T::zipf_s, "the Zipf exponent of routing: zipf").def("1").range(0, 10);
-  s.section("moe", moe, "a mixture-of-experts model's routing (with parallel.expert_parallel)");
+  moe_keys.flag("alltoall_overlap", &T::alltoall_overlap,
+                "overlap an op's dispatch and combine all-to-alls with the stage's next op when that one goes the other way "
+                "(a forward beside a backward: Megatron-Core's EP communication overlap, DeepSeek's DualPipe pairing): the "
+                "stage computes on while they run, slowed by the SMs communication takes (the device's comm_sms), and the "
+                "op hands off when they end; at most one op's all-to-alls out per stage (with parallel.expert_parallel > 1)")
+      .def("false");
+  s.section("moe", moe, "a mixture-of-experts model's routing and its all-to-alls' overlap (with parallel.expert_parallel)");
   Binding<T> keys(s);
   keys.integer("sequence", &T::sequence, "tokens per sequence").def("2048").range(1, 1 << 20);
   keys.integer("iterations", &T::iterations, "iterations to run (0: as long as the other workloads run; up to 10 million, weeks of simulated training: repeated iterations are fast-forwarded)").def("2").range(0, 1e7);
@@ -317,8 +327,8 @@ SLUICE_REGISTER(workload, training_workload) {
             c.model = model_from_params(p.section("model"));
             c.hardware = world.hardware();
             check_training_shape(c, p, par);
-            if (const Params& mp = p.section("moe"); !c.model.moe() && (mp.given("routing") || mp.given("zipf_s")))
-              mp.fail(mp.given("routing") ? "routing" : "zipf_s", fmt::format("{} is a dense model: nothing is routed", c.model.name),
+            if (const Params& mp = p.section("moe"); !c.model.moe() && (mp.given("routing") || mp.given("zipf_s") || mp.given("alltoall_overlap")))
+              mp.fail(mp.given("routing") ? "routing" : mp.given("zipf_s") ? "zipf_s" : "alltoall_overlap", fmt::format("{} is a dense model: nothing is routed", c.model.name),
                       "leave the moe section out");
             c.slicing = slicing_from_params(p.section("slicing"), sl_keys, c, par);
             {
