@@ -80,7 +80,7 @@ std::span<const MetricDef> training_metric_defs() {
       {"training", "moe.active_parameters", "parameters", "Parameters one token passes through (its experts and the dense part); MFU counts these."},
       {"training", "moe.alltoall_ms", "ms",
        "The MoE layers' all-to-alls per iteration on replica 0's busiest pipeline rank, mean over iterations (with "
-       "alltoall_overlap, the time they are in flight, part of it under compute)."},
+       "alltoall_overlap, the time any of them is in flight, rounds out together counted once, part of it under compute)."},
       {"training", "moe.alltoall_share", "fraction", "alltoall_ms over the mean iteration time."},
       {"training", "moe.alltoall_bytes_per_device", "bytes",
        "Bytes one device's dispatches and combines address per iteration (forward, backward and recomputation; its own experts' share included)."},

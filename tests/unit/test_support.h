@@ -114,6 +114,27 @@ cluster:
   hardware: h200
 )";
 
+// Two servers of two devices each on one switch (100 GB/s, no latency): room for TP2.
+inline const std::string kTwoServersOfTwo = R"(name: t
+cluster:
+  topology:
+    kind: explicit
+    nodes:
+      - {name: s, kind: switch}
+      - {name: d0, kind: device, group: 0}
+      - {name: d1, kind: device, group: 0}
+      - {name: d2, kind: device, group: 1}
+      - {name: d3, kind: device, group: 1}
+    links:
+      - {a: d0, b: s, bandwidth: 100GB/s, latency: 0ns}
+      - {a: d1, b: s, bandwidth: 100GB/s, latency: 0ns}
+      - {a: d2, b: s, bandwidth: 100GB/s, latency: 0ns}
+      - {a: d3, b: s, bandwidth: 100GB/s, latency: 0ns}
+      - {a: d0, b: d1, bandwidth: 400GB/s, latency: 0ns}
+      - {a: d2, b: d3, bandwidth: 400GB/s, latency: 0ns}
+  hardware: h200
+)";
+
 // A whole file's bytes (the library's own reader).
 using sluice::slurp;
 

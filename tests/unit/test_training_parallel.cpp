@@ -16,6 +16,13 @@ const std::string kStar = std::string(sluice::testing::kFourDeviceStar) + R"(wor
      model: {name: flat, layers: 4, hidden: 4096, heads: 32, kv_heads: 32, ffn: 16384, vocab: 8, max_context: 512},
      parallel: {tp: 1, pp: 1, dp: 4, micro_batches: 2, zero: )";
 
+// The same model at TP2 x DP2 on two servers of two devices.
+const char* const kTwoByTwoJob = R"(workloads:
+  - {name: j, kind: training, sequence: 512, iterations: 1, cost_tables: none,
+     model: {name: flat, layers: 4, hidden: 4096, heads: 32, kv_heads: 32, ffn: 16384, vocab: 8, max_context: 512},
+     parallel: {tp: 2, pp: 1, dp: 2, micro_batches: 2}}
+)";
+
 Json run_zero(int zero) { return run_text(std::string(kStar) + std::to_string(zero) + "}}\n")["training"]; }
 
 }  // namespace
@@ -47,10 +54,15 @@ TEST_CASE("activation memory: Korthikanti's accounting with FlashAttention's ker
   const std::string plain = std::string(kStar) + "0}}\n";
   const Json p = run_text(plain, {"workloads.0.model.gated_ffn=false", "workloads.0.model.ffn=16384"})["training"];
   CHECK(act(p) == doctest::Approx(4 * (18 * sbh + 4 * s * f + 4 * a * s)).epsilon(1e-12));
-  // f = 4h: GPT's 34sbh, where the unfused attention's 5as²b (here 5 x 32 x 512 / 4096 = 20sbh) is gone.
-  CHECK(4 * (18 * sbh + 4 * s * f) == doctest::Approx(4 * 34 * sbh));
+  // Grouped-query attention: 8 key/value heads of 128 keep a quarter of the keys and values
+  // (2sb x 1024 each instead of 2sbh): the attention's 11sbh becomes 7sbh + 2 x 2sb x 1024.
+  const Json g = run_text(plain, {"workloads.0.model.kv_heads=8"})["training"];
+  CHECK(act(g) == doctest::Approx(4 * (7 * sbh + 4 * s * 1024 + 4 * sbh + 3 * sbh + 6 * s * f + 4 * a * s)).epsilon(1e-12));
   // Full recomputation keeps each layer's input, 2sbh.
   CHECK(act(run_text(plain, {"workloads.0.recompute=true"})["training"]) == doctest::Approx(4 * 2 * sbh).epsilon(1e-12));
+  // Tensor parallelism (two devices a server) splits all of it.
+  CHECK(act(run_text(sluice::testing::kTwoServersOfTwo + kTwoByTwoJob)["training"]) ==
+        doctest::Approx(4 * (18 * sbh + 6 * s * f + 4 * a * s) / 2).epsilon(1e-12));
 }
 
 TEST_CASE("ZeRO's reduce-scatter and all-gather move what the ring all-reduce moves: the iteration differs by the optimizer's step") {

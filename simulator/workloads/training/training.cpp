@@ -143,6 +143,8 @@ void TrainingJob::start(World& w) {
   if (world_.trace().enabled()) {
     world_.trace().name_process(pid_, fmt::format("training {}", name()));
     for (int s = 0; s < c_.pp && s < 64; ++s) world_.trace().name_thread(pid_, s, fmt::format("stage {}", s));
+    for (int s = 0; c_.alltoall_overlap && s < c_.pp && s < 64; ++s)
+      world_.trace().name_thread(pid_, 64 + s, fmt::format("stage {} all-to-alls", s));
   }
   faults_ = w.can_fail();
   res_.faults = faults_;
@@ -263,13 +265,14 @@ void TrainingJob::start_iteration() {
   stage_bwd_done_.assign(static_cast<size_t>(c_.pp), 0);
   stage_dp_left_.assign(static_cast<size_t>(c_.pp), 0);
   last_backward_ns_ = 0;
-  for (auto& x : a2a_) x.rounds.clear(), x.iteration_ns = 0;
+  for (auto& x : a2a_) x.rounds.clear(), x.iteration_ns = 0, x.flying = 0;
   for (int d = 0; d < c_.dp; ++d)
     for (int s = 0; s < c_.pp; ++s) {
       Stage& st = stages_[static_cast<size_t>(slot(d, s))];
       st.next = 0;
       st.done = 0;
       st.released = -1;
+      st.xfer_start_ns = st.xfer_end_ns = -1;
       st.busy_ns = 0;
       // The first virtual stage's inputs (chunk 0 on rank 0) are the data: there from the start.
       st.f_in.assign(static_cast<size_t>(rank_units()), 0);
@@ -305,12 +308,35 @@ void TrainingJob::try_run(int sl) {
     cp_begin(sl, dur, op.forward ? attention : backward_of(attention));
     return;
   }
-  // Beside a released op's all-to-alls the compute has the SMs communication leaves it.
-  const int64_t shared = st.released >= 0 ? std::llround(static_cast<double>(dur) * c_.hardware.overlap_stretch()) : dur;
-  schedule(kCompute, slowed(shared, slot_first_device(sl), static_cast<size_t>(c_.tp)), static_cast<uint32_t>(sl));
+  const int64_t ns = slowed(dur, slot_first_device(sl), static_cast<size_t>(c_.tp));
+  if (c_.alltoall_overlap) {  // counted as it runs: slower while a released op's all-to-alls fly
+    st.work_left_ns = static_cast<double>(ns);
+    st.work_at_ns = now;
+  }
+  schedule(kCompute, ns, static_cast<uint32_t>(sl));
+}
+
+bool TrainingJob::finish_compute(int sl) {
+  Stage& st = stages_[static_cast<size_t>(sl)];
+  const int64_t now = world_.engine().now().count_ns();
+  const double stretch = c_.hardware.overlap_stretch();
+  // The part of [work_at, now] the released op's all-to-alls were on the fabric.
+  int64_t beside = 0;
+  if (st.xfer_start_ns >= 0) {
+    const int64_t lo = std::max(st.work_at_ns, st.xfer_start_ns), hi = st.xfer_end_ns < 0 ? now : std::min(now, st.xfer_end_ns);
+    beside = std::max<int64_t>(0, hi - lo);
+  }
+  st.work_left_ns -= static_cast<double>(now - st.work_at_ns - beside) + static_cast<double>(beside) / stretch;
+  st.work_at_ns = now;
+  if (st.work_left_ns < 0.5) return true;
+  const bool flying = st.xfer_start_ns >= 0 && st.xfer_end_ns < 0;
+  schedule(kCompute, std::max<int64_t>(1, static_cast<int64_t>(std::ceil(st.work_left_ns * (flying ? stretch : 1.0) - 1e-6))),
+           static_cast<uint32_t>(sl));
+  return false;
 }
 
 void TrainingJob::compute_done(int sl) {
+  if (c_.alltoall_overlap && !finish_compute(sl)) return;
   if (cp()) cp_part_done(sl, false);
   else tp_allreduces(sl);
 }
@@ -355,6 +381,8 @@ void TrainingJob::comm_done(int sl) {
       st.last_end_ns = now;
       st.released = static_cast<int>(oi);
       st.released_start_ns = st.op_start_ns;
+      st.released_compute_end_ns = now;
+      st.xfer_start_ns = st.xfer_end_ns = -1;
       alltoall_arrive(sl, oi);
       try_run(sl);
       return;
@@ -381,9 +409,13 @@ void TrainingJob::alltoall_arrive(int sl, size_t oi) {
   if (++r.arrived < c_.ep) return;
   const Stage& st = stages_[static_cast<size_t>(sl)];
   const int unit = st.order[oi].mb, vs = virtual_stage(sl, unit), s = sl % c_.pp, first = sl / c_.pp / c_.ep * c_.ep;
-  r.start_ns = world_.engine().now().count_ns();
-  // The earlier rounds' exchanges that are done (without overlap: all of them).
-  std::erase_if(x.live, [](const std::unique_ptr<net::Collective>& c) { return !c || c->finished(); });
+  const int64_t now = world_.engine().now().count_ns();
+  if (x.flying++ == 0) x.flying_since_ns = now;
+  for (int j = 0; c_.alltoall_overlap && j < c_.ep; ++j) {  // members that went on computing beside it
+    Stage& m = stages_[static_cast<size_t>(slot(first + j, s))];
+    if (m.released == static_cast<int>(oi)) m.xfer_start_ns = now;
+  }
+  x.live.clear();  // ended rounds' collectives (their callbacks are done)
   r.left = c_.tp;
   // A backward under full recomputation runs the forward's dispatch and combine again first.
   const int times = c_.recompute && !st.order[oi].forward ? 2 : 1;
@@ -395,17 +427,20 @@ void TrainingJob::alltoall_arrive(int sl, size_t oi) {
     o.fused_count = times * cost_.moe_alltoall_count(vs);  // dispatch and combine of every MoE layer: a route latency each
     o.a2a_weights = cost_.moe_alltoall_weights();  // hot experts' replicas receive more
     o.salt = static_cast<uint64_t>(sl) * 131 + static_cast<uint64_t>(k);
-    x.live.push_back(std::make_unique<net::Collective>(world_.fabric(), net::CollectiveKind::AllToAll, group, bytes, o));
-    r.collectives.push_back(x.live.back().get());
-    x.live.back()->start([this, gs, oi, first, s, g = gen_](Engine& e) {
+    r.collectives.push_back(std::make_unique<net::Collective>(world_.fabric(), net::CollectiveKind::AllToAll, group, bytes, o));
+    r.collectives.back()->start([this, gs, oi, first, s, g = gen_](Engine& e) {
       if (g != gen_) return;
       Exchange& done = a2a_[static_cast<size_t>(gs)];
-      Exchange::Round& round = done.rounds[oi];
-      if (--round.left > 0) return;
-      const int64_t now = e.now().count_ns();
-      done.iteration_ns += now - round.start_ns;
-      for (net::Collective* c2 : round.collectives) flows_ += c2->flows_started();
-      done.rounds.erase(oi);
+      auto it = done.rounds.find(oi);
+      if (--it->second.left > 0) return;
+      const int64_t end = e.now().count_ns();
+      if (--done.flying == 0) done.iteration_ns += end - done.flying_since_ns;
+      // The round is over: its collectives wait in `live` (this callback runs inside one of them).
+      for (auto& c : it->second.collectives) {
+        flows_ += c->flows_started();
+        done.live.push_back(std::move(c));
+      }
+      done.rounds.erase(it);
       for (int j = 0; j < c_.ep; ++j) op_done(slot(first + j, s), oi);
     });
   }
@@ -452,8 +487,10 @@ void TrainingJob::op_done(int sl, size_t oi) {
   const int d = sl / c_.pp, s = sl % c_.pp;
   progress_ns_ = now;
   int64_t op_start_ns = st.op_start_ns;
-  if (st.released == static_cast<int>(oi)) {  // its all-to-alls ran while the stage went on
+  const bool released = st.released == static_cast<int>(oi);
+  if (released) {  // its all-to-alls ran while the stage went on
     st.released = -1;
+    st.xfer_end_ns = now;
     op_start_ns = st.released_start_ns;
     if (!st.busy) {  // and the stage waited for them at the end
       st.busy_ns += now - st.last_end_ns;
@@ -465,12 +502,16 @@ void TrainingJob::op_done(int sl, size_t oi) {
     st.last_end_ns = now;
   }
   ++st.done;
-  if (d == 0 && iterations_done_ < 2 && world_.trace().enabled())
-    world_.trace().complete(pid_, s,
-                            c_.virtual_stages > 1 ? fmt::format("{}{}c{}", op.forward ? "F" : "B", op.mb % units_, op.mb / units_)
-                            : n_slices_ == 1      ? fmt::format("{}{}", op.forward ? "F" : "B", op.mb)
-                                                  : fmt::format("{}{}.{}", op.forward ? "F" : "B", op.mb / n_slices_, op.mb % n_slices_),
-                            op.forward ? "forward" : "backward", op_start_ns, now - op_start_ns);
+  if (d == 0 && iterations_done_ < 2 && world_.trace().enabled()) {
+    const std::string name = c_.virtual_stages > 1 ? fmt::format("{}{}c{}", op.forward ? "F" : "B", op.mb % units_, op.mb / units_)
+                             : n_slices_ == 1      ? fmt::format("{}{}", op.forward ? "F" : "B", op.mb)
+                                                   : fmt::format("{}{}.{}", op.forward ? "F" : "B", op.mb / n_slices_, op.mb % n_slices_);
+    // A released op: its compute on the stage's track, its all-to-alls on the stage's own
+    // all-to-all track (they overlap the next op's compute).
+    const int64_t end = released ? st.released_compute_end_ns : now;
+    world_.trace().complete(pid_, s, name, op.forward ? "forward" : "backward", op_start_ns, end - op_start_ns);
+    if (released && s < 64) world_.trace().complete(pid_, 64 + s, name + " all-to-alls", "all-to-all", end, now - end);
+  }
   // Hand-offs follow the virtual stages: j -> j + 1 forward (chunk j / K on rank j mod K; the
   // last rank's chunk hands to the first rank's next one), j -> j - 1 backward.
   const int j = virtual_stage(sl, op.mb), last = c_.pp * c_.virtual_stages - 1, unit = op.mb % units_;
@@ -481,7 +522,7 @@ void TrainingJob::op_done(int sl, size_t oi) {
     send(sl, slot(d, (j - 1) % c_.pp), (j - 1) / c_.pp * units_ + unit, true);
   }
   if (!op.forward && zero3()) z3_backward_done(sl, oi);  // before the stage's end below: its reduce-scatter counts
-  if (!op.forward && st.done == st.order.size()) stage_backward_done(s);
+  if (st.done == st.order.size()) stage_backward_done(s);  // its last op (a backward, or a released op's exchange after it)
   try_run(sl);
 }
 

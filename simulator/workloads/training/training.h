@@ -113,14 +113,16 @@ double sharded_params_per_device(const TrainingConfig& c, double bytes_per_param
 // m, v: 12 bytes a parameter) once, every expert included, spread evenly over all the job's
 // devices (Megatron's distributed checkpoint, PyTorch DCP).
 double checkpoint_bytes_per_device(const TrainingConfig& c);
-// One micro-batch's activations kept by one layer (no parallelism), after Korthikanti et al.
-// (2022) with FlashAttention's kernels (the attention the cost model times): no s x s scores,
-// the MLP's by its width and kind, a mixture-of-experts layer's by the experts a token visits
-// (layers averaged over the model's dense and MoE layers). A GPT layer (f = 4h): 34·s·b·h + 4·a·s·b.
+// One micro-batch's activations kept by one layer on one tensor-parallel rank, after
+// Korthikanti et al. (2022, with sequence parallelism) with FlashAttention's kernels (the
+// attention the cost model times): no s x s scores, queries, keys and values by their widths
+// (grouped-query attention), the MLP's by its width and kind, a mixture-of-experts layer's by
+// the experts a token visits (layers averaged over the model's dense and MoE layers). A GPT
+// layer (f = 4h): (34·s·b·h + 4·a·s·b) / tp.
 double layer_activation_bytes(const TrainingConfig& c);
 // The heaviest stage's memory per device; activations for the micro-batches a stage holds at
-// once (GPipe: all m; 1F1B: at most pp on the first stage): layer_activation_bytes / tp per
-// layer (sequence parallelism), or 2·s·b·h per layer with full recomputation; / cp.
+// once (GPipe: all m; 1F1B: at most pp on the first stage): layer_activation_bytes per layer,
+// or 2·s·b·h per layer with full recomputation; / cp.
 TrainingMemory training_memory(const TrainingConfig& c);
 // The job as its report names it (recorder/training_results.h).
 TrainingSetup training_setup(const TrainingConfig& c);

@@ -84,10 +84,15 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     int64_t cp_ring_start_ns = 0, cp_compute_end_ns = 0, cp_ring_end_ns = 0, cp_exposed_ns = 0;
     // moe.alltoall_overlap: the op holding the stage (its index in `order`), ops done this
     // iteration, and the op released to its all-to-alls while the next one computes (at most
-    // one: its index, -1 for none, and when it started).
+    // one: its index, -1 for none, and when it started); when that op's all-to-alls were on the
+    // fabric (-1: not yet started / not yet ended); the computing op's work left (ns at full
+    // speed) and the instant it was counted to (finish_compute).
     size_t running = 0, done = 0;
     int released = -1;
-    int64_t released_start_ns = 0;
+    int64_t released_start_ns = 0, released_compute_end_ns = 0;
+    int64_t xfer_start_ns = -1, xfer_end_ns = -1;
+    double work_left_ns = 0;
+    int64_t work_at_ns = 0;
   };
 
   int slot(int d, int s) const { return d * c_.pp + s; }
@@ -167,6 +172,10 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // all-to-alls are out. Time the stage waits idle while they run counts as busy, as an op's
   // all-to-alls count when it holds the stage through them.
   bool release_to_exchange(int sl, size_t oi) const;
+  // moe.alltoall_overlap: the compute event of slot sl's op. Its work ran at 1 / overlap_stretch()
+  // while a released op's all-to-alls were on the fabric: true when it is done, else the rest
+  // is scheduled (at the rate it runs now) and false.
+  bool finish_compute(int sl);
   // Slot sl reached the all-to-alls of its current op. Once every replica of its EP group has
   // (they run the same schedule, so the op's index names the same op on each), the group's
   // dispatch and combine of every MoE layer of the op's stage start as one fused all-to-all per
@@ -348,12 +357,14 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   struct Exchange {
     struct Round {
       int arrived = 0, left = 0;
-      int64_t start_ns = 0;
-      std::vector<net::Collective*> collectives;
+      std::vector<std::unique_ptr<net::Collective>> collectives;
     };
     std::map<size_t, Round> rounds;
-    int64_t iteration_ns = 0;
-    std::vector<std::unique_ptr<net::Collective>> live;
+    // All-to-all time this iteration: while at least one round is on the fabric (rounds out
+    // together count once), from when the first of them started.
+    int64_t iteration_ns = 0, flying_since_ns = 0;
+    int flying = 0;
+    std::vector<std::unique_ptr<net::Collective>> live;  // ended rounds' collectives, freed when the next starts
   };
   std::vector<Exchange> a2a_;
   int64_t a2a_ns_total_ = 0;

@@ -27,27 +27,33 @@ double checkpoint_bytes_per_device(const TrainingConfig& c) {
 
 double layer_activation_bytes(const TrainingConfig& c) {
   const ModelSpec& m = c.model;
-  const double s = c.sequence, b = c.micro_batch_size, h = m.hidden, a = m.heads, sbh = s * b * h;
-  // Attention: the QKV input 2sbh, Q and K 4sbh, V 2sbh, the output projection's input 2sbh, its
-  // dropout mask sbh; FlashAttention keeps no s x s scores, only each row's fp32 log-sum-exp.
-  const double attention = 11 * sbh + 4 * a * s * b;
+  const double s = c.sequence, b = c.micro_batch_size, h = m.hidden, a = m.heads, tp = c.tp, sbh = s * b * h;
+  const double q = a * m.head_dim, kv = static_cast<double>(m.kv_heads) * m.head_dim;  // query and key/value widths
+  // Attention: its input 2sbh and the output projection's dropout mask sbh, the queries, keys
+  // and values (2sb x their widths: grouped-query attention keeps fewer keys and values) and
+  // the output projection's input (2sb x the query width); FlashAttention keeps no s x s
+  // scores, only each row's fp32 log-sum-exp. With h = a x head_dim and kv = a: 11sbh.
+  const double attention = 3 * sbh + 2 * s * b * (2 * q + 2 * kv) + 4 * a * s * b;
   // An MLP of width f: its input 2sbh and dropout mask sbh, then a plain one (GPT's GeLU) keeps
   // the activation's input and the second matrix's input, 2sbf each (f = 4h: Korthikanti's
   // 19sbh); a gated one (SwiGLU) the gate's and the up projection's outputs and the down
   // projection's input, 2sbf each.
   auto mlp = [&](double f, bool gated) { return 3 * sbh + (gated ? 6 : 4) * s * b * f; };
-  double mlp_mean = mlp(m.ffn, m.gated_ffn);
+  // All of it split over the tensor-parallel ranks (sequence parallelism outside the GEMMs).
+  double per_device = (attention + 4 * sbh) / tp;  // and the two layer norms' inputs
+  double mlp_mean = mlp(m.ffn, m.gated_ffn) / tp;
   if (m.moe()) {
     // A mixture-of-experts layer: its input and mask, then for each of the k experts a token
-    // goes to, the dispatched copy of the token (2sbh) and the expert's gated MLP inside, plus
-    // the shared experts'. Under expert parallelism a device's experts receive, on average (uniform
-    // routing), as many rows as its own tokens send out.
+    // goes to, the dispatched copy of the token (2sbh, whole on every tensor-parallel rank: the
+    // experts' TP gathers the rows before its GEMMs) and the expert's gated MLP inside (split),
+    // plus the shared experts'. Under expert parallelism a device's experts receive, on average
+    // (uniform routing), as many rows as its own tokens send out.
     const double k = m.experts_per_token, fe = m.expert_ffn;
-    const double moe = 3 * sbh + k * (2 * sbh + 6 * s * b * fe) + m.shared_experts * 6 * s * b * fe;
+    const double moe = 3 * sbh / tp + k * (2 * sbh + 6 * s * b * fe / tp) + m.shared_experts * 6 * s * b * fe / tp;
     const double dense_layers = std::min(m.dense_layers, m.layers);
     mlp_mean = (dense_layers * mlp_mean + (m.layers - dense_layers) * moe) / m.layers;
   }
-  return attention + mlp_mean + 4 * sbh;  // and the two layer norms' inputs
+  return per_device + mlp_mean;
 }
 
 TrainingMemory training_memory(const TrainingConfig& c) {
@@ -64,7 +70,7 @@ TrainingMemory training_memory(const TrainingConfig& c) {
   mem.optimizer = c.zero >= 1 ? sharded_params_per_device(c, 12) : params * 12;  // fp32 master weights, Adam's m and v
   const double layers = std::ceil(static_cast<double>(m.layers) / c.pp);
   // Context parallelism: each rank keeps its s / cp tokens' activations.
-  const double per_layer = (c.recompute ? 2.0 * c.sequence * c.micro_batch_size * m.hidden : layer_activation_bytes(c) / c.tp) / c.cp;
+  const double per_layer = (c.recompute ? 2.0 * c.sequence * c.micro_batch_size * m.hidden : layer_activation_bytes(c)) / c.cp;
   // 1F1B: the first stage holds pp micro-batches' activations at most; GPipe holds all m.
   // Interleaved over v chunks: the first rank holds Kv + K - 1 chunks' worth (its warm-up and
   // one more), each of layers / (Kv) layers: K (1 + (K-1)/(Kv)) micro-batches of its layers.

@@ -96,9 +96,15 @@ void TrainingJob::fail_stop(World& w) {
   }
   for (auto& c : dp_live_) graveyard_.push_back(std::move(c));
   dp_live_.clear();
-  for (auto& x : a2a_)
+  for (auto& x : a2a_) {
     for (auto& c : x.live)
       if (c) graveyard_.push_back(std::move(c));
+    x.live.clear();
+    for (auto& [oi, round] : x.rounds)  // rounds still on the fabric: their flows drain there
+      for (auto& c : round.collectives)
+        if (c) graveyard_.push_back(std::move(c));
+    x.rounds.clear();
+  }
   for (auto& st : stages_) {
     st.busy = st.sending = false;
     st.outbox.clear();

@@ -256,7 +256,7 @@ SLUICE_REGISTER(workload, training_workload) {
   moe_keys.flag("alltoall_overlap", &T::alltoall_overlap,
                 "overlap an op's dispatch and combine all-to-alls with the stage's next op when that one goes the other way "
                 "(a forward beside a backward: Megatron-Core's EP communication overlap, DeepSeek's DualPipe pairing): the "
-                "stage computes on while they run, slowed by the SMs communication takes (the device's comm_sms), and the "
+                "stage computes on while they run, slowed while they fly by the SMs communication takes (the device's comm_sms), and the "
                 "op hands off when they end; at most one op's all-to-alls out per stage (with parallel.expert_parallel > 1)")
       .def("false");
   s.section("moe", moe, "a mixture-of-experts model's routing and its all-to-alls' overlap (with parallel.expert_parallel)");
