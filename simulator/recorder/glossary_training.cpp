@@ -79,7 +79,7 @@ std::span<const MetricDef> training_metric_defs() {
        "True when an op's all-to-alls run under the stage's next op (a forward beside a backward; moe.alltoall_overlap)."},
       {"training", "moe.active_parameters", "parameters", "Parameters one token passes through (its experts and the dense part); MFU counts these."},
       {"training", "moe.alltoall_ms", "ms",
-       "The MoE layers' all-to-alls per iteration on replica 0's busiest pipeline rank, mean over iterations (with "
+       "The MoE layers' all-to-alls per iteration on the busiest expert-parallel group and pipeline rank, mean over iterations (with "
        "alltoall_overlap, the time any of them is in flight, rounds out together counted once, part of it under compute)."},
       {"training", "moe.alltoall_share", "fraction", "alltoall_ms over the mean iteration time."},
       {"training", "moe.alltoall_bytes_per_device", "bytes",

@@ -40,8 +40,8 @@ struct TrainingResults {
   int best_uniform_slices = 0;
   long dp_candidates = 0, dp_evaluated = 0;
   double dp_allreduce_ms = 0;               // mean per iteration, from the last backward to the last gradient
-  // Expert parallelism: the MoE layers' all-to-alls, mean per iteration on replica 0's busiest
-  // pipeline rank (each exchange from its group's last arrival to its end), and the bytes one
+  // Expert parallelism: the MoE layers' all-to-alls, mean per iteration on the busiest EP group
+  // and pipeline rank (each exchange from its group's last arrival to its end), and the bytes one
   // device's dispatches and combines address per iteration (forward, backward, and the
   // recomputed forward; the share bound for its own experts, which stays on it, included).
   double alltoall_ms = 0, alltoall_bytes_per_device = 0;

@@ -60,6 +60,20 @@ TEST_CASE("moe training: each pass's all-to-alls carry tokens x distinct expert 
   CHECK(r["moe"]["alltoall_ms"].get<double>() == doctest::Approx(6 * exchange_ms).epsilon(0.01));
 }
 
+TEST_CASE("moe training: the all-to-all time reported is the slowest expert-parallel group's") {
+  // EP2 over dp 4: groups {d0, d1} and {d2, d3}. With d2's and d3's links at a quarter of the
+  // speed, the second group's exchanges take four times as long, and every step waits for them.
+  std::string slow = kStar;
+  for (const char* d : {"{a: d2, b: s, bandwidth: 100GB/s", "{a: d3, b: s, bandwidth: 100GB/s"}) {
+    const size_t at = slow.find(d);
+    REQUIRE(at != std::string::npos);
+    slow.replace(at, std::string(d).size(), std::string(d).replace(std::string(d).find("100GB/s"), 7, "25GB/s"));
+  }
+  const std::vector<std::string> ep2{"workloads.0.parallel.expert_parallel=2"};
+  const Json fast = run_text(kStar, ep2)["training"], thin = run_text(slow, ep2)["training"];
+  CHECK(thin["moe"]["alltoall_ms"].get<double>() == doctest::Approx(4 * fast["moe"]["alltoall_ms"].get<double>()).epsilon(1e-4));
+}
+
 TEST_CASE("moe training: expert gradients are all-reduced over the replicas holding the same experts, the rest over all") {
   // EP2 over dp 4: replicas {0,1} and {2,3} each hold all four experts, two a device; the
   // expert-data-parallel groups are {0,2} and {1,3}.

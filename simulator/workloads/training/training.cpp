@@ -629,8 +629,10 @@ void TrainingJob::iteration_end(Engine& e) {
   for (double f : res_.stage_busy_fraction) mean_busy += f;
   busy_profile_.add(iter_start_ns_, now, mean_busy / c_.pp);
   bubble_sum_ += bubble / c_.pp;
-  int64_t a2a = 0, ring = 0;  // replica 0's busiest pipeline rank
-  for (int s = 0; s < c_.pp && c_.ep > 1; ++s) a2a = std::max(a2a, a2a_[static_cast<size_t>(s)].iteration_ns);
+  // The all-to-alls: the busiest EP group and pipeline rank (groups whose pairs cross a thin
+  // spine take longer, and every step waits for them); the rings: replica 0's busiest rank.
+  int64_t a2a = 0, ring = 0;
+  for (size_t x = 0; x < a2a_.size() && c_.ep > 1; ++x) a2a = std::max(a2a, a2a_[x].iteration_ns);
   for (int s = 0; s < c_.pp && cp(); ++s) ring = std::max(ring, stages_[static_cast<size_t>(slot(0, s))].cp_exposed_ns);
   a2a_ns_total_ += a2a;
   cp_ns_total_ += ring;
