@@ -7,6 +7,15 @@
 
 namespace sluice::serving {
 
+namespace serving_results {
+// A batch's time through every pipeline stage of `cost` (the stages' sum).
+double stages_ns(const CostModel& cost, int pp, std::span<const SeqWork> batch) {
+  double t = 0;
+  for (int s = 0; s < pp; ++s) t += cost.stage_ns(batch, s);
+  return t;
+}
+}  // namespace serving_results
+
 void ServingSim::set_kv_tiers(BlockManager& kv, double kv_bytes_per_token, int engine) const {
   const double per_block = kv_bytes_per_token * cfg_.block_size * pp_;
   kv.set_host_tier(static_cast<int64_t>(cfg_.kv_host_cache_bytes / per_block));
@@ -27,9 +36,7 @@ void ServingSim::set_kv_tiers(BlockManager& kv, double kv_bytes_per_token, int e
 }
 
 int64_t ServingSim::idle_ns(const CostModel& cost, const SeqWork& w) const {
-  double t = 0;
-  for (int s = 0; s < pp_; ++s) t += cost.stage_ns(std::span<const SeqWork>(&w, 1), s);
-  return std::llround(t);
+  return std::llround(serving_results::stages_ns(cost, pp_, std::span<const SeqWork>(&w, 1)));
 }
 
 // Disaggregated, prompts prefill on the prefill pool (engine 0's) and decode on the decode pool (the deployment's).
@@ -48,11 +55,7 @@ double ServingSim::marginal_utilization(double rate_per_s, double prompt_tokens,
   const int prompt = std::max(1, static_cast<int>(std::lround(prompt_tokens)));
   const int context = prompt + static_cast<int>(std::lround(output_tokens / 2));
   std::vector<SeqWork> w(static_cast<size_t>(B) + 1, SeqWork{1, context, true});
-  auto time = [&](size_t n) {
-    double t = 0;
-    for (int s = 0; s < pp_; ++s) t += cost_.stage_ns(std::span<const SeqWork>(w.data(), n), s);
-    return t / pp_;
-  };
+  auto time = [&](size_t n) { return serving_results::stages_ns(cost_, pp_, std::span<const SeqWork>(w.data(), n)) / pp_; };
   const double base = time(static_cast<size_t>(B)), one_more = time(static_cast<size_t>(B) + 1) - base;
   const int cached = std::clamp(static_cast<int>(std::lround(cached_tokens)), 0, prompt - 1);
   w[static_cast<size_t>(B)] = SeqWork{prompt - cached, cached, true};
