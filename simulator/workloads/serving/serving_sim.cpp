@@ -686,15 +686,98 @@ void ServingSim::decide_inline(int ri) {
       steady = false;
     } else {
       // Every sequence decoded a token and none ends (end_iteration's path for each).
+      // Its tokens went out from the iteration's end (the host thread was free by then): each
+      // sequence's next gap is then the next iteration's length, which decode_lazily needs.
+      const bool from_end = detok_free_ns_[ri] <= end;
       int64_t t = std::max(end, detok_free_ns_[ri]);
       LogHistogram::Runs gaps(gaps_);  // mostly one value: the iteration's length
-      for (uint32_t id : r.running) deliver_decode_token(front_.requests()[id], t, detok, stream, gaps);
+      // What decode_lazily needs to know of each sequence, gathered while its request is at
+      // hand: the token slots left in its last block, and the iterations until one ends.
+      const int bs = r.kv.block_size();
+      lazy_room_.assign(static_cast<size_t>(bs), 0);
+      int64_t far_room = INT64_MAX;  // the fewest slots of those a block or more ahead (Orca reserves whole outputs)
+      int32_t until_end = INT32_MAX;
+      for (uint32_t id : r.running) {
+        Request& q = front_.requests()[id];
+        deliver_decode_token(q, t, detok, stream, gaps);
+        const int64_t room = static_cast<int64_t>(q.blocks) * bs - q.computed;
+        if (room < bs) ++lazy_room_[static_cast<size_t>(room)];
+        else far_room = std::min(far_room, room);  // (needs no block for that many iterations)
+        until_end = std::min(until_end, q.output_tokens - q.generated);
+      }
       gaps.flush();
       st.processed(end, static_cast<int64_t>(n));
       detok_free_ns_[ri] = t;
+      engine_.count_inline_event();  // the next Decide: nothing else is due at this instant
+      // The iterations before the one in which a sequence ends (until_end - 1 of them), and
+      // before one a block or more ahead needs a block.
+      const int64_t most = std::min<int64_t>({until_end - 1, far_room, kMaxStretch - stretch - 1});
+      if (from_end && most > 0) stretch += decode_lazily(ri, end, static_cast<int>(most));
+      continue;
     }
     engine_.count_inline_event();  // the next Decide: nothing else is due at this instant
   }
+}
+
+// The steady-decode iterations after decide_inline's, while each changes only counts: every
+// sequence decodes one more token (its context one longer, work_ incremented in place), none
+// ends, the blocks they grow into are free (no eviction), the host thread's detokenizing of the
+// last iteration's tokens ended before this one does, and nothing else is due before it ends.
+// Each iteration is then what decide_inline's would be, figure for figure: its time from the
+// cost model, the KV taken (lazy_room_ says how many sequences cross a block), the replica's
+// counters, every sequence's gap (the iteration's length: record(dur, n), as the n equal adds
+// of a Runs give it) and the two events it stands for. The requests themselves are written
+// once at the end: computed and generated up by d, the last token's time, the longest gap and
+// the blocks. The first iteration that fails a test is left to decide_inline (nothing of it done).
+int ServingSim::decode_lazily(int ri, int64_t end, int most) {
+  Replica& r = *replicas_[static_cast<size_t>(ri)];
+  auto& st = rstats_[static_cast<size_t>(ri)];
+  const size_t n = r.running.size();
+  const int64_t detok = cfg_.last_mile.detokenize_ns, stream = cfg_.last_mile.stream_ns;
+  const int64_t chain = detok * static_cast<int64_t>(n);  // the host thread's time for one iteration's tokens
+  const double d2h = cfg_.last_mile.d2h_ns(static_cast<int>(n));
+  const size_t bs = lazy_room_.size();
+  int d = 0;
+  int64_t max_dur = 0;
+  while (d < most) {
+    const int64_t need = lazy_room_[static_cast<size_t>(d) % bs];  // sequences crossing into a new block
+    if (need > r.kv.free_blocks()) break;
+    for (SeqWork& w : work_) ++w.context;
+    const double compute_ns = cost_of(ri).decode_ns(work_);
+    const int64_t dur = std::isfinite(compute_ns) && compute_ns >= 0 ? std::max<int64_t>(1, round_ns(compute_ns + d2h)) : -1;
+    if (dur < 0 || chain > dur || !engine_.can_advance_to(end + dur)) {
+      for (SeqWork& w : work_) --w.context;
+      break;
+    }
+    r.kv.reserve(need, /*admission=*/false);
+    account_kv(ri, end);
+    st.started(0, static_cast<int>(n), n);
+    st.busy(end, dur, n);
+    end += dur;
+    last_activity_ns_ = std::max(last_activity_ns_, end);
+    ++fast_forwarded_;
+    ++run_lazily_;
+    engine_.advance_to(end);
+    engine_.count_inline_event();  // its IterationEnd
+    gaps_.record(dur, n);
+    max_dur = std::max(max_dur, dur);
+    st.processed(end, static_cast<int64_t>(n));
+    detok_free_ns_[ri] = end + chain;
+    engine_.count_inline_event();  // the next Decide
+    ++d;
+  }
+  if (d > 0) {
+    for (size_t i = 0; i < n; ++i) {
+      Request& q = front_.requests()[r.running[i]];
+      q.computed += d;
+      q.generated += d;
+      q.last_token_ns = end + static_cast<int64_t>(i + 1) * detok + stream;
+      q.max_gap_ns = std::max(q.max_gap_ns, max_dur);
+      const int64_t want = r.kv.blocks_for(q.computed);
+      if (want > q.blocks) r.kv.adopt(q, want - q.blocks);
+    }
+  }
+  return d;
 }
 
 double ServingSim::speculate(Batch& b) {

@@ -332,6 +332,8 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   // Iterations run inline by the steady-decode fast-forward (decide_inline); off: every
   // iteration is its own events (RunControl::set_fast_forward; the same results, slower).
   int64_t fast_forwarded_iterations() const { return fast_forwarded_; }
+  // Of those, the ones decode_lazily ran on work_ alone (the requests written once after them).
+  int64_t lazy_iterations() const { return run_lazily_; }
   // Speculative decoding's drafter and counters (null: off).
   const Speculator* speculator() const { return spec_.get(); }
 
@@ -413,9 +415,19 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   // The next iteration of an idle replica decided now: steady decode runs inline to each
   // iteration's end while nothing else is due (a fast-forward), else try_start.
   void decide_inline(int replica);
+  // After an inline iteration of decide_inline that ended no sequence: the iterations after
+  // it that change only counts (no sequence ends or needs more than free blocks, nothing else
+  // is due), at most `most` of them from `end`, run on work_ alone; the requests are brought
+  // up to date once, at the end. Returns how many it ran.
+  int decode_lazily(int replica, int64_t end, int most);
   bool steady_now(int replica) const;
+  // decode_lazily's block plan: lazy_room_[k] sequences have k free token slots in their last
+  // block after decide_inline's iteration (so need a block every block_size iterations from k + 1;
+  // those with a block or more to spare limit the stretch instead).
+  std::vector<int32_t> lazy_room_;
   bool fast_forward_ = true;
   int64_t fast_forwarded_ = 0;
+  int64_t run_lazily_ = 0;
   // A request's last token reached its client: its resident cache kept, the front end told.
   void finish(Request& q, int64_t delivered_ns);
   void sample();
