@@ -75,6 +75,13 @@ struct MoeOptions {
   //              to the devices holding its experts (dispatch) and back (combine): two
   //              all-to-alls per MoE layer in place of the MLP's all-reduce (DeepEP's kernels)
   bool alltoall = false;
+  // What an all-to-all dispatch sends (and its combine brings back):
+  //   false  a token once to each device holding one of its k experts, its outputs summed there
+  //          and sent back once (DeepEP's kernels; Megatron-Core's flex dispatcher)
+  //   true   one row per (token, expert) pair, k rows a token, its own device's among them
+  //          (Megatron-Core's alltoall token dispatcher: the tokens permuted by expert, then
+  //          exchanged; the combine returns every row and sums them at home)
+  bool rows_per_expert = false;
   // Routing: the fraction of token-expert assignments each expert receives.
   //   uniform   1/experts each
   //   zipf      proportional to 1/(rank)^zipf_s, expert 0 the hottest (experts placed in order,

@@ -23,7 +23,8 @@ struct ExpertPlacement {
   std::vector<std::vector<double>> dev_share;
   // All-to-all dispatch: the devices a token's k experts are on, in expectation (a token is sent
   // once to each, not once per expert): sum over devices of 1 - (1 - its share)^k, each of the
-  // k picks taken as independent.
+  // k picks taken as independent. With rows per expert (MoeOptions::rows_per_expert): k, a row
+  // for each of its experts, wherever they are.
   double a2a_dest = 0;
   // Each device's part of those destinations, over their mean (1 on every device under uniform
   // routing; a device of hot experts receives more of the dispatch and sends more of the
@@ -67,7 +68,9 @@ struct ExpertPlacement {
     for (const auto& sh : out.dev_share) {
       double d = 0;
       for (double q : sh) d += q;
-      out.a2a_weight.push_back(1 - std::pow(1 - std::min(1.0, d), m.experts_per_token));
+      // (Rows per expert: the device receives k rows a token in proportion to its share.)
+      out.a2a_weight.push_back(mo.rows_per_expert ? m.experts_per_token * std::min(1.0, d)
+                                                  : 1 - std::pow(1 - std::min(1.0, d), m.experts_per_token));
       out.a2a_dest += out.a2a_weight.back();
     }
     bool even = true;

@@ -77,6 +77,8 @@ std::span<const MetricDef> training_metric_defs() {
       {"training", "moe.routing", "text", "The model of how tokens pick experts: uniform or zipf."},
       {"training", "moe.alltoall_overlap", "bool",
        "True when an op's all-to-alls run under the stage's next op (a forward beside a backward; moe.alltoall_overlap)."},
+      {"training", "moe.token_dispatcher", "text",
+       "What the all-to-alls carry: flex (a token once per device its experts are on, DeepEP) or alltoall (a row per token and expert, Megatron-Core's alltoall dispatcher)."},
       {"training", "moe.active_parameters", "parameters", "Parameters one token passes through (its experts and the dense part); MFU counts these."},
       {"training", "moe.alltoall_ms", "ms",
        "The MoE layers' all-to-alls per iteration on the busiest expert-parallel group and pipeline rank, mean over iterations (with "

@@ -72,6 +72,7 @@ void report_training(const training::TrainingResults& r, const training::Trainin
     m["moe"] = Json{{"expert_parallel", c.ep},
                     {"routing", c.routing},
                     {"alltoall_overlap", c.alltoall_overlap},
+                    {"token_dispatcher", c.token_dispatcher},
                     {"active_parameters", c.active_parameters},
                     {"alltoall_ms", r.alltoall_ms},
                     {"alltoall_share", mean > 0 ? r.alltoall_ms / 1e3 / mean : 0.0},
@@ -184,9 +185,10 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                       mean, r.iteration_s.size(), tokens_s, 100 * mfu, 100 * r.bubble_fraction, 100 * r.textbook_bubble,
                       c.cp > 1 ? "DP x CP" : "DP", r.dp_allreduce_ms));
   if (c.ep > 1)
-    summary(fmt::format("expert parallelism over {} replicas: all-to-alls {:.1f} ms an iteration ({:.1f}% of it{}), {} a device dispatches and combines (its own experts' share included)",
+    summary(fmt::format("expert parallelism over {} replicas: all-to-alls {:.1f} ms an iteration ({:.1f}% of it{}), {} a device dispatches and combines (its own experts' share included{})",
                         c.ep, r.alltoall_ms, mean > 0 ? 100 * r.alltoall_ms / 1e3 / mean : 0.0,
-                        c.alltoall_overlap ? ", partly under the next op's compute" : "", format_bytes(r.alltoall_bytes_per_device)));
+                        c.alltoall_overlap ? ", partly under the next op's compute" : "", format_bytes(r.alltoall_bytes_per_device),
+                        c.token_dispatcher == "alltoall" ? "; a row per token and expert" : ""));
   if (c.slicing_policy != "none")
     summary(fmt::format("token slicing ({}): {} slices of {}..{} tokens; formula pass {:.1f} ms against {:.1f} ms unsliced ({:.2f}x)",
                         c.slicing_policy, r.slice_tokens.size(),

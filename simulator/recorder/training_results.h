@@ -95,6 +95,7 @@ struct TrainingSetup {
   bool moe = false;
   std::string routing;  // the experts' load: "uniform" or "zipf"
   bool alltoall_overlap = false;  // moe.alltoall_overlap
+  std::string token_dispatcher;   // moe.token_dispatcher: "flex" or "alltoall"
   double active_parameters = 0;
   std::string slicing_policy;  // "none", "uniform" or "terapipe"
   int slicing_granularity = 0;

@@ -60,6 +60,29 @@ TEST_CASE("moe training: each pass's all-to-alls carry tokens x distinct expert 
   CHECK(r["moe"]["alltoall_ms"].get<double>() == doctest::Approx(6 * exchange_ms).epsilon(0.01));
 }
 
+TEST_CASE("moe training: Megatron's alltoall dispatcher sends a row per token and expert, k rows a token") {
+  const Json t = run_text(kStar, {"workloads.0.moe.token_dispatcher=alltoall"})["training"];
+  const Json& mo = t["moe"];
+  CHECK(mo["token_dispatcher"] == "alltoall");
+  // Top-2: 2 rows a token (1.75 distinct devices with flex), a quarter of them to the device's own expert.
+  const double per_pass = kTokens * 2 * kHidden * 2 * 2 * kLayers;
+  CHECK(mo["alltoall_bytes_per_device"].get<double>() == doctest::Approx(per_pass * 2 * kMicroBatches).epsilon(1e-12));
+  const double exchange_ms = per_pass * 0.75 / 100e9 * 1e3;
+  CHECK(mo["alltoall_ms"].get<double>() == doctest::Approx(4 * exchange_ms).epsilon(0.01));
+  const Json f = run_text(kStar)["training"];
+  CHECK(f["moe"]["token_dispatcher"] == "flex");
+  CHECK(mo["alltoall_bytes_per_device"].get<double>() == doctest::Approx(f["moe"]["alltoall_bytes_per_device"].get<double>() * 2 / 1.75).epsilon(1e-12));
+  CHECK(t["iteration_s_mean"].get<double>() > f["iteration_s_mean"].get<double>());
+  // Skewed routing: each device receives rows in proportion to its experts' share (not 1 - (1 - share)^k),
+  // so the total stays k rows a token while the hot device's part grows.
+  const Json z = run_text(kStar, {"workloads.0.moe.token_dispatcher=alltoall", "workloads.0.moe.routing=zipf"})["training"];
+  CHECK(z["moe"]["alltoall_bytes_per_device"].get<double>() == doctest::Approx(mo["alltoall_bytes_per_device"].get<double>()).epsilon(1e-12));
+  CHECK(z["moe"]["alltoall_ms"].get<double>() > mo["alltoall_ms"].get<double>());
+  // Without expert parallelism nothing is dispatched: the key is refused there.
+  CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.parallel.expert_parallel=1", "workloads.0.moe.token_dispatcher=alltoall"}),
+                       doctest::Contains("workloads[0].moe.token_dispatcher"), ConfigError);
+}
+
 TEST_CASE("moe training: the all-to-all time reported is the slowest expert-parallel group's") {
   // EP2 over dp 4: groups {d0, d1} and {d2, d3}. With d2's and d3's links at a quarter of the
   // speed, the second group's exchanges take four times as long, and every step waits for them.

@@ -30,6 +30,7 @@ CostOptions cost_options(const TrainingConfig& c) {
   o.moe.data_parallel_ep = c.ep;
   o.moe.routing = c.routing;
   o.moe.zipf_s = c.zipf_s;
+  o.moe.rows_per_expert = c.rows_per_expert;
   return o;
 }
 

@@ -65,6 +65,9 @@ struct TrainingConfig {
   // moe.alltoall_overlap: an op's all-to-alls run while its stage computes the next op when that
   // goes the other way (TrainingJob::release_to_exchange), the compute at overlap_stretch().
   bool alltoall_overlap = false;
+  // moe.token_dispatcher: alltoall sends a row per (token, expert) pair (Megatron-Core's alltoall
+  // dispatcher); flex (false) a token once per device its experts are on (DeepEP).
+  bool rows_per_expert = false;
   // Interleaved 1F1B (Megatron): each pipeline rank holds this many model chunks, the model
   // cut into pp x v virtual stages (virtual stage j on rank j mod pp); 1: plain 1F1B.
   int virtual_stages = 1;

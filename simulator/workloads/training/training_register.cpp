@@ -68,6 +68,7 @@ TrainingSetup training_setup(const TrainingConfig& c) {
   s.moe = c.model.moe();
   s.routing = c.routing == MoeOptions::Routing::Zipf ? "zipf" : "uniform";
   s.alltoall_overlap = c.alltoall_overlap;
+  s.token_dispatcher = c.rows_per_expert ? "alltoall" : "flex";
   s.active_parameters = c.model.active_parameters();
   s.slicing_policy = slicing_policy_name(c.slicing.policy);
   s.slicing_granularity = c.slicing.granularity;
@@ -161,6 +162,9 @@ void check_training_shape(const TrainingConfig& c, const Params& job, const Para
   if (c.alltoall_overlap && c.ep == 1)
     job.section("moe").fail("alltoall_overlap", "without expert parallelism there are no all-to-alls to overlap",
                             "false, or parallel.expert_parallel > 1");
+  if (c.rows_per_expert && c.ep == 1)
+    job.section("moe").fail("token_dispatcher", "without expert parallelism no token is dispatched to another device",
+                            "flex, or parallel.expert_parallel > 1");
   if (c.model.moe() && c.ep == 1 && c.routing != MoeOptions::Routing::Uniform)
     job.section("moe").fail("routing", "skewed routing slows the replicas holding hot experts, and without expert parallelism every replica holds them all",
                             "uniform, or parallel.expert_parallel > 1");
@@ -259,6 +263,12 @@ SLUICE_REGISTER(workload, training_workload) {
                 "stage computes on while they run, slowed while they fly by the SMs communication takes (the device's comm_sms), and the "
                 "op hands off when they end; at most one op's all-to-alls out per stage (with parallel.expert_parallel > 1)")
       .def("false");
+  moe_keys.choice<bool>("token_dispatcher", {{"flex", false}, {"alltoall", true}}, &T::rows_per_expert,
+                        "what the all-to-alls carry (with parallel.expert_parallel > 1): flex sends a token once to each "
+                        "device its experts are on and combines its outputs there (DeepEP's kernels, Megatron-Core's flex "
+                        "dispatcher); alltoall sends a row per (token, expert) pair, k a token, its own device's included "
+                        "(Megatron-Core's alltoall dispatcher: up to k / distinct devices times the bytes)")
+      .def("flex");
   s.section("moe", moe, "a mixture-of-experts model's routing and its all-to-alls' overlap (with parallel.expert_parallel)");
   Binding<T> keys(s);
   keys.integer("sequence", &T::sequence, "tokens per sequence").def("2048").range(1, 1 << 20);
@@ -327,8 +337,11 @@ SLUICE_REGISTER(workload, training_workload) {
             c.model = model_from_params(p.section("model"));
             c.hardware = world.hardware();
             check_training_shape(c, p, par);
-            if (const Params& mp = p.section("moe"); !c.model.moe() && (mp.given("routing") || mp.given("zipf_s") || mp.given("alltoall_overlap")))
-              mp.fail(mp.given("routing") ? "routing" : mp.given("zipf_s") ? "zipf_s" : "alltoall_overlap", fmt::format("{} is a dense model: nothing is routed", c.model.name),
+            if (const Params& mp = p.section("moe"); !c.model.moe() && (mp.given("routing") || mp.given("zipf_s") || mp.given("alltoall_overlap") || mp.given("token_dispatcher")))
+              mp.fail(mp.given("routing")            ? "routing"
+                      : mp.given("zipf_s")           ? "zipf_s"
+                      : mp.given("token_dispatcher") ? "token_dispatcher"
+                                                     : "alltoall_overlap", fmt::format("{} is a dense model: nothing is routed", c.model.name),
                       "leave the moe section out");
             c.slicing = slicing_from_params(p.section("slicing"), sl_keys, c, par);
             {
