@@ -376,7 +376,10 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   std::vector<int> z3_gathered_, z3_gather_left_, z3_started_, z3_bwd_done_, z3_rs_left_;
   bool zero3() const;
   void z3_begin_iteration();
-  void z3_collective(net::CollectiveKind kind, int s, uint64_t salt, std::function<void()> done);
+  // Starts stage s's collectives of one kind (returns how many): the dense parameters over its
+  // data-parallel replicas, and with expert groups a device's experts over each one.
+  int z3_collectives(net::CollectiveKind kind, int s, uint64_t salt, const std::function<void()>& done);
+  int z3_count() const;  // how many that is
   void z3_gather(int s, size_t op);
   bool z3_ready(int sl, size_t op) const;
   void z3_op_started(int sl, size_t op);

@@ -142,9 +142,6 @@ void check_training_shape(const TrainingConfig& c, const Params& job, const Para
       parallel.fail("expert_parallel",
                     fmt::format("expert parallelism groups {} consecutive data-parallel replicas, and dp is {}", c.ep, c.dp),
                     "a divisor of dp");
-    if (c.zero >= 3)
-      parallel.fail("zero", "ZeRO-3 with expert parallelism (gathering each op's experts over the expert-data-parallel group) is not modelled yet",
-                    "0, 1 or 2 with expert_parallel > 1");
   }
   if (c.cp > 1) {
     if (c.sequence % (2 * c.cp) != 0)
@@ -236,8 +233,9 @@ SLUICE_REGISTER(workload, training_workload) {
                    "each replica updates its shard, parameters all-gathered: Megatron's distributed optimizer); 2 gradients "
                    "sharded too (memory; the same traffic); 3 parameters sharded too (FSDP): every forward and backward op "
                    "all-gathers its stage's parameters (prefetched one op ahead), every backward op reduce-scatters its "
-                   "gradients, and nothing is gathered after Adam's step. With expert_parallel, 1 and 2 shard a device's experts "
-                   "over the replicas holding the same ones (dp / expert_parallel) and the rest over all; 3 is refused")
+                   "gradients, and nothing is gathered after Adam's step. With expert_parallel, every stage shards a device's experts "
+                   "over the replicas holding the same ones (dp / expert_parallel) and the rest over all; 3 gathers and "
+                   "reduce-scatters each op's over both")
       .def("0")
       .range(0, 3);
   par_keys.integer("expert_parallel", &T::ep,

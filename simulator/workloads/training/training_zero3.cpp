@@ -5,7 +5,10 @@
 // run in op order, one ahead: op j + 1's gather starts once every replica has started op j
 // (FSDP's prefetch; two ops' parameters held at most), so a gather hides under the op before
 // it when the compute is longer. Timed per stage op (every layer's gather as one collective);
-// memory counts FSDP's buffer of two layers (training_memory.cpp).
+// memory counts FSDP's buffer of two layers (training_memory.cpp). With expert parallelism the
+// shards follow ZeRO 1 and 2's: the dense parameters over all dp replicas, a device's experts
+// over the dp / ep replicas holding the same ones (none when ep = dp), each op's gather and
+// reduce-scatter one collective per group.
 #include "workloads/training/training_job.h"
 
 namespace sluice::training::detail {
@@ -22,28 +25,40 @@ void TrainingJob::z3_begin_iteration() {
   for (int s = 0; s < c_.pp; ++s) z3_gather(s, 0);
 }
 
-// One collective per tensor-parallel rank over the stage's data-parallel replicas.
-void TrainingJob::z3_collective(net::CollectiveKind kind, int s, uint64_t salt, std::function<void()> done) {
-  for (int k = 0; k < c_.tp; ++k) {
-    std::vector<int> group;
-    for (int d = 0; d < c_.dp; ++d) group.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(k)]);
+int TrainingJob::z3_count() const { return c_.tp * (1 + (c_.ep > 1 && c_.dp / c_.ep > 1 ? c_.ep : 0)); }
+
+// Per tensor-parallel rank: one collective over the stage's data-parallel replicas (the dense
+// parameters), and with expert groups one over each expert-data-parallel group (its experts).
+int TrainingJob::z3_collectives(net::CollectiveKind kind, int s, uint64_t salt, const std::function<void()>& done) {
+  const bool expert_groups = c_.ep > 1 && c_.dp / c_.ep > 1;
+  int n = 0;
+  auto one = [&](std::vector<int> group, double bytes, uint64_t sa) {
     net::CollectiveOptions o;
-    o.salt = salt * 131 + static_cast<uint64_t>(k);
+    o.salt = sa;
     o.fused_ring_steps = true;
-    auto coll = std::make_unique<net::Collective>(world_.fabric(), kind, std::move(group), dp_bytes_, o);
+    auto coll = std::make_unique<net::Collective>(world_.fabric(), kind, std::move(group), bytes, o);
     net::Collective* raw = coll.get();
     dp_live_.push_back(std::move(coll));
+    ++n;
     raw->start([this, done, g = gen_](Engine& e) {
       if (g != gen_) return;
       progress_ns_ = e.now().count_ns();
       done();
     });
+  };
+  for (int k = 0; k < c_.tp; ++k) {
+    std::vector<int> group;
+    for (int d = 0; d < c_.dp; ++d) group.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(k)]);
+    const uint64_t sa = salt * 131 + static_cast<uint64_t>(k);
+    one(std::move(group), dp_bytes_ - expert_dp_bytes_, sa);
+    for (int j = 0; expert_groups && j < c_.ep; ++j) one(expert_dp_group(j, s, k), expert_dp_bytes_, sa * 67 + static_cast<uint64_t>(j) + 3);
   }
+  return n;
 }
 
 void TrainingJob::z3_gather(int s, size_t op) {
-  z3_gather_left_[static_cast<size_t>(s)] = c_.tp;
-  z3_collective(net::CollectiveKind::AllGather, s, (static_cast<uint64_t>(s) * 65537 + op) * 2, [this, s, op] {
+  z3_gather_left_[static_cast<size_t>(s)] = z3_count();
+  z3_collectives(net::CollectiveKind::AllGather, s, (static_cast<uint64_t>(s) * 65537 + op) * 2, [this, s, op] {
     if (--z3_gather_left_[static_cast<size_t>(s)] > 0) return;
     z3_gathered_[static_cast<size_t>(s)] = static_cast<int>(op) + 1;
     for (int d = 0; d < c_.dp; ++d) try_run(slot(d, s));
@@ -62,8 +77,8 @@ void TrainingJob::z3_backward_done(int sl, size_t op) {
   const int s = sl % c_.pp;
   const size_t ops = stages_[0].order.size();
   if (++z3_bwd_done_[static_cast<size_t>(s) * ops + op] < c_.dp) return;
-  z3_rs_left_[static_cast<size_t>(s)] += c_.tp;
-  z3_collective(net::CollectiveKind::ReduceScatter, s, (static_cast<uint64_t>(s) * 65537 + op) * 2 + 1, [this, s] {
+  z3_rs_left_[static_cast<size_t>(s)] += z3_count();
+  z3_collectives(net::CollectiveKind::ReduceScatter, s, (static_cast<uint64_t>(s) * 65537 + op) * 2 + 1, [this, s] {
     if (--z3_rs_left_[static_cast<size_t>(s)] == 0 && stage_bwd_done_[static_cast<size_t>(s)] == c_.dp) stage_reduced();
   });
 }
