@@ -175,6 +175,25 @@ TEST_CASE("context parallelism: each rank computes about 1/cp of the sequence's 
   CHECK(f4 > f1 / 4 * 0.9);
 }
 
+TEST_CASE("context parallelism with ZeRO-3: the weights shard over dp x cp and every op gathers over the CP ranks") {
+  const Json z2 = run_text(star({.cp = 4, .extra = ", zero: 2"})), z3 = run_text(star({.cp = 4, .extra = ", zero: 3"}));
+  const Json& m2 = training(z2)["memory_per_device"];
+  const Json& m3 = training(z3)["memory_per_device"];
+  // The bf16 shard is the gradients' (a quarter), and two of the 4 layers gathered whole twice that.
+  CHECK(m3["gradients_bytes"] == m2["gradients_bytes"]);
+  CHECK(m3["weights_bytes"].get<double>() == doctest::Approx(3 * m3["gradients_bytes"].get<double>()).epsilon(1e-12));
+  CHECK(m3["weights_bytes"].get<double>() < m2["weights_bytes"].get<double>() * 0.8);
+  // One micro-batch: the forward's and the backward's gathers and the backward's reduce-scatter,
+  // each a ring over the 4 CP ranks, in place of ZeRO-2's reduce-scatter and gather.
+  CHECK(training(z3)["flows"].get<int>() - training(z2)["flows"].get<int>() == (3 - 2) * 4);
+  CHECK(iteration(z3) > iteration(z2));
+  // With two replicas of cp 2, the same rings over dp x cp, and the same bytes with the fast-forward on and off.
+  const std::string yaml = star({.sequence = 4096, .m = 2, .dp = 2, .iterations = 40, .extra = ", zero: 3"}) + R"(faults:
+  - {name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 2s}, repair: {dist: fixed, mean: 100ms}}
+)";
+  testing::same_with_and_without_fast_forward(yaml);
+}
+
 TEST_CASE("context parallelism: the same bytes with the fast-forward on and off under failures") {
   const std::string yaml = star({.sequence = 4096, .m = 2, .iterations = 40}) + R"(faults:
   - {name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 2s}, repair: {dist: fixed, mean: 100ms}}
@@ -182,9 +201,8 @@ TEST_CASE("context parallelism: the same bytes with the fast-forward on and off 
   testing::same_with_and_without_fast_forward(yaml);
 }
 
-TEST_CASE("context parallelism: refused where the sequence does not cut into 2 cp chunks, and with token slicing, EP or ZeRO-3") {
+TEST_CASE("context parallelism: refused where the sequence does not cut into 2 cp chunks, and with token slicing or EP") {
   CHECK_THROWS_WITH_AS(run_text(star({.cp = 3})), doctest::Contains("parallel.cp"), ConfigError);  // 8192 / 6
-  CHECK_THROWS_WITH_AS(run_text(star({.extra = ", zero: 3"})), doctest::Contains("parallel.cp"), ConfigError);
   std::string sliced = star({});
   sliced.replace(sliced.find("parallel: {"), 11, "slicing: {policy: uniform, slices: 2}, parallel: {schedule: gpipe, ");
   CHECK_THROWS_WITH_AS(run_text(sliced), doctest::Contains("slicing.policy"), ConfigError);

@@ -150,8 +150,6 @@ void check_training_shape(const TrainingConfig& c, const Params& job, const Para
                     fmt::format("a cp whose double divides the sequence ({} tokens)", c.sequence));
     if (c.ep > 1)
       parallel.fail("cp", "context parallelism with expert parallelism is not modelled yet", "1 with expert_parallel > 1");
-    if (c.zero >= 3)
-      parallel.fail("cp", "context parallelism with ZeRO-3 (parameters gathered over dp x cp per op) is not modelled yet", "1 with zero: 3");
   }
   if (c.zero >= 3 && c.virtual_stages > 1)
     parallel.fail("zero", "ZeRO-3 gathers a stage's parameters per op, and interleaved chunks would gather one chunk's (not modelled yet)",

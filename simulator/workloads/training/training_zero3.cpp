@@ -1,4 +1,5 @@
-// ZeRO stage 3 (FSDP's full sharding): each replica holds 1/dp of its stage's parameters, so
+// ZeRO stage 3 (FSDP's full sharding): each replica holds 1/dp of its stage's parameters (1/(dp
+// x cp) with context parallelism: every CP rank holds the stage's parameters, so they shard too), so
 // every forward and backward op first all-gathers them over the data-parallel replicas, and
 // every backward op's gradients are reduce-scattered at once (each replica keeps the sum of its
 // shard); Adam's step runs on the shard and no all-gather follows it. The gathers of a stage
@@ -13,7 +14,7 @@
 
 namespace sluice::training::detail {
 
-bool TrainingJob::zero3() const { return c_.zero >= 3 && c_.dp > 1; }
+bool TrainingJob::zero3() const { return c_.zero >= 3 && c_.dp * c_.cp > 1; }
 
 void TrainingJob::z3_begin_iteration() {
   const size_t ops = stages_[0].order.size();
@@ -27,8 +28,9 @@ void TrainingJob::z3_begin_iteration() {
 
 int TrainingJob::z3_count() const { return c_.tp * (1 + (c_.ep > 1 && c_.dp / c_.ep > 1 ? c_.ep : 0)); }
 
-// Per tensor-parallel rank: one collective over the stage's data-parallel replicas (the dense
-// parameters), and with expert groups one over each expert-data-parallel group (its experts).
+// Per tensor-parallel rank: one collective over the stage's data-parallel replicas and their
+// context-parallel ranks (the dense parameters: FSDP shards over dp x cp), and with expert
+// groups one over each expert-data-parallel group (its experts).
 int TrainingJob::z3_collectives(net::CollectiveKind kind, int s, uint64_t salt, const std::function<void()>& done) {
   const bool expert_groups = c_.ep > 1 && c_.dp / c_.ep > 1;
   int n = 0;
@@ -47,10 +49,8 @@ int TrainingJob::z3_collectives(net::CollectiveKind kind, int s, uint64_t salt, 
     });
   };
   for (int k = 0; k < c_.tp; ++k) {
-    std::vector<int> group;
-    for (int d = 0; d < c_.dp; ++d) group.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(k)]);
     const uint64_t sa = salt * 131 + static_cast<uint64_t>(k);
-    one(std::move(group), dp_bytes_ - expert_dp_bytes_, sa);
+    one(dp_group(s, k), dp_bytes_ - expert_dp_bytes_, sa);
     for (int j = 0; expert_groups && j < c_.ep; ++j) one(expert_dp_group(j, s, k), expert_dp_bytes_, sa * 67 + static_cast<uint64_t>(j) + 3);
   }
   return n;
