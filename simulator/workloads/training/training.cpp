@@ -527,6 +527,24 @@ void TrainingJob::op_done(int sl, size_t oi) {
   try_run(sl);
 }
 
+// A data-parallel collective of the job (gradients, ZeRO's gathers) on the fabric, kept in
+// dp_live_ (a failure moves it to the graveyard); `done` runs at its end unless a failure has
+// begun a new generation since, with the job's progress stamped for the watchdog.
+void TrainingJob::start_dp_collective(net::CollectiveKind kind, std::vector<int> group, double bytes, uint64_t salt, bool fused,
+                                      std::function<void(Engine&)> done) {
+  net::CollectiveOptions o;
+  o.salt = salt;
+  o.fused_ring_steps = fused;
+  auto coll = std::make_unique<net::Collective>(world_.fabric(), kind, std::move(group), bytes, o);
+  net::Collective* raw = coll.get();
+  dp_live_.push_back(std::move(coll));
+  raw->start([this, done = std::move(done), g = gen_](Engine& e) {
+    if (g != gen_) return;
+    progress_ns_ = e.now().count_ns();
+    done(e);
+  });
+}
+
 // Every replica finished stage s's backward: its gradients are all-reduced across the data
 // parallel replicas (under ZeRO reduce-scattered: each replica keeps the sum of its shard), one
 // collective per tensor-parallel rank, while other stages still work.
@@ -547,17 +565,10 @@ void TrainingJob::stage_backward_done(int s) {
   const bool expert_groups = edp > 1;
   stage_dp_left_[static_cast<size_t>(s)] = c_.tp * (1 + (expert_groups ? c_.ep : 0));
   const net::CollectiveKind kind = c_.zero >= 1 ? net::CollectiveKind::ReduceScatter : c_.dp_algorithm;
+  const bool fused = kind == net::CollectiveKind::AllReduceRing || kind == net::CollectiveKind::AllReduceAuto ||
+                     kind == net::CollectiveKind::ReduceScatter;
   auto reduce = [&](std::vector<int> group, double bytes, uint64_t salt) {
-    net::CollectiveOptions o;
-    o.salt = salt;
-    o.fused_ring_steps = kind == net::CollectiveKind::AllReduceRing || kind == net::CollectiveKind::AllReduceAuto ||
-                         kind == net::CollectiveKind::ReduceScatter;
-    auto coll = std::make_unique<net::Collective>(world_.fabric(), kind, std::move(group), bytes, o);
-    net::Collective* raw = coll.get();
-    dp_live_.push_back(std::move(coll));
-    raw->start([this, s, g = gen_](Engine&) {
-      if (g != gen_) return;
-      progress_ns_ = world_.engine().now().count_ns();
+    start_dp_collective(kind, std::move(group), bytes, salt, fused, [this, s](Engine&) {
       if (--stage_dp_left_[static_cast<size_t>(s)] == 0) stage_reduced();
     });
   };
@@ -588,15 +599,7 @@ void TrainingJob::optimizer_done() {
   const int edp = c_.dp / c_.ep;
   gather_left_ = c_.pp * c_.tp * (1 + (c_.ep > 1 && edp > 1 ? c_.ep : 0));
   auto gather = [&](std::vector<int> group, double bytes, uint64_t salt) {
-    net::CollectiveOptions o;
-    o.salt = salt;
-    o.fused_ring_steps = true;
-    auto coll = std::make_unique<net::Collective>(world_.fabric(), net::CollectiveKind::AllGather, std::move(group), bytes, o);
-    net::Collective* raw = coll.get();
-    dp_live_.push_back(std::move(coll));
-    raw->start([this, g = gen_](Engine& e) {
-      if (g != gen_) return;
-      progress_ns_ = e.now().count_ns();
+    start_dp_collective(net::CollectiveKind::AllGather, std::move(group), bytes, salt, true, [this](Engine& e) {
       if (--gather_left_ > 0) return;
       for (auto& c : dp_live_) flows_ += c->flows_started();
       iteration_end(e);

@@ -380,6 +380,8 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // data-parallel replicas, and with expert groups a device's experts over each one.
   int z3_collectives(net::CollectiveKind kind, int s, uint64_t salt, const std::function<void()>& done);
   int z3_count() const;  // how many that is
+  void start_dp_collective(net::CollectiveKind kind, std::vector<int> group, double bytes, uint64_t salt, bool fused,
+                           std::function<void(Engine&)> done);
   void z3_gather(int s, size_t op);
   bool z3_ready(int sl, size_t op) const;
   void z3_op_started(int sl, size_t op);

@@ -35,18 +35,8 @@ int TrainingJob::z3_collectives(net::CollectiveKind kind, int s, uint64_t salt, 
   const bool expert_groups = c_.ep > 1 && c_.dp / c_.ep > 1;
   int n = 0;
   auto one = [&](std::vector<int> group, double bytes, uint64_t sa) {
-    net::CollectiveOptions o;
-    o.salt = sa;
-    o.fused_ring_steps = true;
-    auto coll = std::make_unique<net::Collective>(world_.fabric(), kind, std::move(group), bytes, o);
-    net::Collective* raw = coll.get();
-    dp_live_.push_back(std::move(coll));
     ++n;
-    raw->start([this, done, g = gen_](Engine& e) {
-      if (g != gen_) return;
-      progress_ns_ = e.now().count_ns();
-      done();
-    });
+    start_dp_collective(kind, std::move(group), bytes, sa, true, [done](Engine&) { done(); });
   };
   for (int k = 0; k < c_.tp; ++k) {
     const uint64_t sa = salt * 131 + static_cast<uint64_t>(k);
