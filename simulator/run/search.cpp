@@ -140,25 +140,6 @@ double tpot_bound_ms(const serving::ServingConfig& c) {
   return w.bytes / (static_cast<double>(c.tensor_parallel) * bw) * 1e3;
 }
 
-// Whether a serving load may compute fewer tokens than its shortest prompt: prompts that share a
-// prefix, or conversations that resend their history, which a prefix cache may skip.
-bool may_reuse_prefixes(const Params& p) {
-  try {
-    const Params& w = p.section("workload");
-    if (w.has("conversation")) {
-      const Params& c = w.section("conversation");
-      if (c.has("turns") && c.integer("turns") > 1) return true;
-    }
-    if (w.has("shared_prefix")) {
-      const Params& s = w.section("shared_prefix");
-      if (s.has("tokens") && s.real("tokens") > 0) return true;
-    }
-    return false;
-  } catch (const std::exception&) {
-    return true;  // a load whose keys are not these: take no chances
-  }
-}
-
 // The datasheet dense peak a precision's GEMMs run at (weight-only INT4 computes in bf16).
 double datasheet_peak(const HardwareSpec& hw, Precision p) {
   const double fp8 = hw.peak_fp8_flops > 0 ? hw.peak_fp8_flops : hw.peak_bf16_flops;
@@ -169,13 +150,14 @@ double datasheet_peak(const HardwareSpec& hw, Precision p) {
   }
 }
 
-double ttft_bound_ms(const serving::ServingConfig& c, const Params& p) {
+double ttft_bound_ms(const serving::ServingConfig& c) {
   const ActiveWeights w = active_weights(c);
   const HardwareSpec& hw = c.prefill_pool ? c.prefill_pool->hardware : c.hardware;
   const double tp = c.prefill_pool ? c.prefill_pool->tensor_parallel : c.tensor_parallel;
   if (w.count <= 0) return 0;
   double ns = hw.hbm_bandwidth_Bps > 0 ? w.bytes / (tp * hw.hbm_bandwidth_Bps) * 1e9 : 0;
-  const double tokens = may_reuse_prefixes(p) || !c.workload ? 1.0 : static_cast<double>(c.workload->fewest_new_tokens());
+  // (The load's fewest: 1 where a shared prefix or a conversation's history may come from a cache.)
+  const double tokens = c.workload ? static_cast<double>(c.workload->fewest_new_tokens()) : 1.0;
   if (const double peak = datasheet_peak(hw, c.precision); peak > 0) ns = std::max(ns, 2 * w.count * tokens / (tp * peak) * 1e9);
   return ns * 1e-6;
 }
@@ -198,7 +180,7 @@ serving::ServingConfig config_of(const Params& p, const Registry& reg) { return 
 }  // namespace
 
 double tpot_lower_bound_ms(const Params& p, const Registry& reg) { return tpot_bound_ms(config_of(p, reg)); }
-double ttft_lower_bound_ms(const Params& p, const Registry& reg) { return ttft_bound_ms(config_of(p, reg), p); }
+double ttft_lower_bound_ms(const Params& p, const Registry& reg) { return ttft_bound_ms(config_of(p, reg)); }
 double deployment_capex_usd(const Params& p, const Registry& reg) { return capex_usd(config_of(p, reg), p); }
 
 SearchOutcome run_search(const SearchFile& file, const std::string& file_name, const Registry& reg, const SearchOptions& opt) {
@@ -293,7 +275,7 @@ SearchOutcome run_search(const SearchFile& file, const std::string& file_name, c
         if (!tpot_slo.empty())
           bound(tpot_slo, tpot_bound_ms(*config), "decode step", "its weights at the datasheet HBM bandwidth");
         if (!ttft_slo.empty())
-          bound(ttft_slo, ttft_bound_ms(*config, *sc.params), "first token",
+          bound(ttft_slo, ttft_bound_ms(*config), "first token",
                 "its prefill reads the weights once at the datasheet HBM bandwidth and computes the shortest prompt at the datasheet peak");
         if (r.status == SearchRow::Status::Infeasible && file.spec.budget_usd > 0) {
           const double usd = capex_usd(*config, *sc.params);

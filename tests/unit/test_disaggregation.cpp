@@ -237,6 +237,11 @@ TEST_CASE("an SLO no request could meet on the deployment is flagged: the shorte
   const std::string spread = "{kind: llmperf, requests: 20, input_tokens: {mean: 2000, sd: 100}, output_tokens: {mean: 8, sd: 0}, "
                              "arrival: {kind: poisson, rate: 5/s}}";
   CHECK(warnings(deployment_text(spread, "    slo: {ttft: 1us}\n")).find("(1 tokens to compute)") != std::string::npos);
+  // A shared prefix goes in front of the drawn input, which a cache never holds: the input is what
+  // is computed, less its tail where the two pass TinyLlama's 2048-token context (2047 - 1000).
+  const std::string prefixed = "{kind: llmperf, requests: 20, input_tokens: {mean: 2000, sd: 0}, output_tokens: {mean: 1, sd: 0}, "
+                               "shared_prefix: {tokens: 1000}, arrival: {kind: poisson, rate: 5/s}}";
+  CHECK(warnings(deployment_text(prefixed, "    slo: {ttft: 1us}\n")).find("(1047 tokens to compute)") != std::string::npos);
 }
 
 TEST_CASE("disaggregation's bad input: no decode pool left, pipeline-parallel replicas, or a KV copy mode without pools, is refused where it is written") {

@@ -342,9 +342,14 @@ class LlmperfSource final : public WorkloadSource {
   }
   int64_t truncated_to_context() const override { return truncated_; }
   const std::vector<RequestClass>& classes() const override { return classes_; }
-  // Fixed lengths (sd 0) give every prompt the mean's tokens; a spread may draw down to 1.
+  // Fixed lengths (sd 0) give every prompt the mean's tokens; a spread may draw down to 1. What a
+  // cache may hold comes before them and is not counted: a shared prefix is added in front of the
+  // drawn input (which loses its tail when the two pass the context), and a later turn's history
+  // is dropped before its new input is cut.
   int32_t fewest_new_tokens() const override {
-    return in_sd_ > 0 ? 1 : std::max<int32_t>(1, std::min<int32_t>(convert(static_cast<int32_t>(in_mean_)), max_context_ - 1));
+    if (in_sd_ > 0) return 1;
+    const int32_t room = max_context_ - 1 - (prefix_.tokens > 0 ? convert(static_cast<int32_t>(prefix_.tokens)) : 0);
+    return std::max<int32_t>(1, std::min<int32_t>(convert(static_cast<int32_t>(in_mean_)), room));
   }
   std::vector<std::string> warnings() const override {
     if (truncated_ == 0) return {};
