@@ -66,8 +66,37 @@ TEST_CASE("ZeRO-3: the same bytes with the fast-forward on and off") {
   testing::same_with_and_without_fast_forward(yaml);
 }
 
-TEST_CASE("ZeRO-3: refused with interleaved virtual stages and with token slicing") {
-  CHECK_THROWS_WITH_AS(run_text(star(3, 512, 4, 2, ", virtual_stages: 2")), doctest::Contains("zero"), ConfigError);
+TEST_CASE("ZeRO-3 with interleaved stages: an op gathers and reduce-scatters its chunk's share, 1/v of the rank's") {
+  // dp 2 x pp 2, two chunks a rank (one layer each), 2 micro-batches: 8 ops a rank an
+  // iteration. ZeRO-2 reduce-scatters and gathers once a stage; ZeRO-3 gathers before every op
+  // and reduce-scatters after every backward, each a ring of 2 (two flows) per stage.
+  auto job = [](int zero, int v) {
+    std::string y = star(zero, 512, 2, 2, ", pp: 2, virtual_stages: " + std::to_string(v));
+    y.replace(y.find("pp: 1, dp: 4"), 12, "dp: 2");
+    return run_text(y);
+  };
+  const Json z2 = job(2, 2), z3 = job(3, 2), z3v1 = job(3, 1);
+  const int per_iteration = 2 * (8 + 4 - 2) * 2;  // stages x (gathers + reduce-scatters - ZeRO-2's two) x flows
+  CHECK(training(z3)["flows"].get<int>() - training(z2)["flows"].get<int>() == 2 * per_iteration);
+  // The rank's parameters are the same with or without chunks, and so is the shard: a chunk's
+  // gather moves half of what an op of the uninterleaved job moves.
+  CHECK(training(z3)["memory_per_device"]["gradients_bytes"] == training(z3v1)["memory_per_device"]["gradients_bytes"]);
+  // The shard (half of a rank's two layers) and FSDP's two layers whole: 1.5 times ZeRO-2's weights.
+  const double w2 = training(z2)["memory_per_device"]["weights_bytes"].get<double>();
+  CHECK(training(z3)["memory_per_device"]["weights_bytes"].get<double>() == doctest::Approx(1.5 * w2).epsilon(1e-12));
+  // Bytes on a device's link: ZeRO-2's reduce-scatter and gather each send half of the rank's w2;
+  // ZeRO-3's 12 collectives each half of a chunk's w2 / 2: 3 w2 against w2 an iteration.
+  auto link_bytes = [](const Json& m) { return m["world"]["fabric"]["most_loaded_link"]["bytes"].get<double>(); };
+  CHECK(link_bytes(z3) - link_bytes(z2) == doctest::Approx(2 * (3 - 1) * w2).epsilon(1e-6));
+  // Fast-forward on and off alike, through failures.
+  std::string yaml = star(3, 512, 2, 40, ", pp: 2, virtual_stages: 2");
+  yaml.replace(yaml.find("pp: 1, dp: 4"), 12, "dp: 2");
+  testing::same_with_and_without_fast_forward(yaml + R"(faults:
+  - {name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 2s}, repair: {dist: fixed, mean: 100ms}}
+)");
+}
+
+TEST_CASE("ZeRO-3: refused with token slicing") {
   std::string sliced = star(3, 512, 4);
   sliced.replace(sliced.find("parallel: {"), 11, "slicing: {policy: uniform, slices: 2}, parallel: {schedule: gpipe, ");
   CHECK_THROWS_WITH_AS(run_text(sliced), doctest::Contains("zero"), ConfigError);

@@ -151,9 +151,6 @@ void check_training_shape(const TrainingConfig& c, const Params& job, const Para
     if (c.ep > 1)
       parallel.fail("cp", "context parallelism with expert parallelism is not modelled yet", "1 with expert_parallel > 1");
   }
-  if (c.zero >= 3 && c.virtual_stages > 1)
-    parallel.fail("zero", "ZeRO-3 gathers a stage's parameters per op, and interleaved chunks would gather one chunk's (not modelled yet)",
-                  "0, 1 or 2 with virtual_stages > 1");
   if (c.alltoall_overlap && c.ep == 1)
     job.section("moe").fail("alltoall_overlap", "without expert parallelism there are no all-to-alls to overlap",
                             "false, or parallel.expert_parallel > 1");
@@ -230,8 +227,8 @@ SLUICE_REGISTER(workload, training_workload) {
                    "ZeRO stage over the data-parallel replicas: 0 none; 1 optimizer state sharded (gradients reduce-scattered, "
                    "each replica updates its shard, parameters all-gathered: Megatron's distributed optimizer); 2 gradients "
                    "sharded too (memory; the same traffic); 3 parameters sharded too (FSDP): every forward and backward op "
-                   "all-gathers its stage's parameters (prefetched one op ahead), every backward op reduce-scatters its "
-                   "gradients, and nothing is gathered after Adam's step. With expert_parallel, every stage shards a device's experts "
+                   "all-gathers its stage's parameters (prefetched one op ahead; interleaved, its chunk's), every backward op "
+                   "reduce-scatters its gradients, and nothing is gathered after Adam's step. With expert_parallel, every stage shards a device's experts "
                    "over the replicas holding the same ones (dp / expert_parallel) and the rest over all; 3 gathers and "
                    "reduce-scatters each op's over both")
       .def("0")

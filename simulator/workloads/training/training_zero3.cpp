@@ -6,7 +6,9 @@
 // run in op order, one ahead: op j + 1's gather starts once every replica has started op j
 // (FSDP's prefetch; two ops' parameters held at most), so a gather hides under the op before
 // it when the compute is longer. Timed per stage op (every layer's gather as one collective);
-// memory counts FSDP's buffer of two layers (training_memory.cpp). With expert parallelism the
+// memory counts FSDP's buffer of two layers (training_memory.cpp). Interleaved, an op is one of
+// the rank's v chunks: its gather and reduce-scatter move 1/v of the rank's parameters (the
+// chunks taken as equal: the embedding's and the LM head's are not told apart). With expert parallelism the
 // shards follow ZeRO 1 and 2's: the dense parameters over all dp replicas, a device's experts
 // over the dp / ep replicas holding the same ones (none when ep = dp), each op's gather and
 // reduce-scatter one collective per group.
@@ -40,8 +42,10 @@ int TrainingJob::z3_collectives(net::CollectiveKind kind, int s, uint64_t salt, 
   };
   for (int k = 0; k < c_.tp; ++k) {
     const uint64_t sa = salt * 131 + static_cast<uint64_t>(k);
-    one(dp_group(s, k), dp_bytes_ - expert_dp_bytes_, sa);
-    for (int j = 0; expert_groups && j < c_.ep; ++j) one(expert_dp_group(j, s, k), expert_dp_bytes_, sa * 67 + static_cast<uint64_t>(j) + 3);
+    // Interleaved 1F1B: an op runs one of the rank's v chunks, and moves that chunk's share.
+    const double v = c_.virtual_stages;
+    one(dp_group(s, k), (dp_bytes_ - expert_dp_bytes_) / v, sa);
+    for (int j = 0; expert_groups && j < c_.ep; ++j) one(expert_dp_group(j, s, k), expert_dp_bytes_ / v, sa * 67 + static_cast<uint64_t>(j) + 3);
   }
   return n;
 }
