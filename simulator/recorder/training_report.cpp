@@ -178,9 +178,11 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                         "({:.1f}% of it); {} a device sends around its rings",
                         c.cp_comm, c.cp, c.sequence / c.cp, r.cp_exposed_ms, mean > 0 ? 100 * r.cp_exposed_ms / 1e3 / mean : 0.0,
                         format_bytes(r.cp_ring_bytes_per_device)));
-  if (c.zero > 0) summary(fmt::format("ZeRO-{}: the optimizer state{} sharded over the {}", c.zero, c.zero >= 2 ? " and the gradients" : "",
+  if (c.zero > 0) summary(fmt::format("ZeRO-{}: the optimizer state{} sharded over the {}{}", c.zero,
+                                      c.zero >= 3 ? ", the gradients and the parameters" : c.zero >= 2 ? " and the gradients" : "",
                                       c.cp > 1 ? fmt::format("{} data-parallel x context-parallel ranks", c.dp * c.cp)
-                                               : fmt::format("{} data-parallel replicas", c.dp)));
+                                               : fmt::format("{} data-parallel replicas", c.dp),
+                                      c.ep > 1 ? fmt::format(" (a device's experts over the {} holding the same ones)", c.dp / c.ep) : ""));
   summary(fmt::format("iteration {:.3f} s mean over {}; {:.0f} tokens/s; MFU {:.1f}%; bubble {:.1f}% (textbook {:.1f}%); {} all-reduce {:.1f} ms",
                       mean, r.iteration_s.size(), tokens_s, 100 * mfu, 100 * r.bubble_fraction, 100 * r.textbook_bubble,
                       c.cp > 1 ? "DP x CP" : "DP", r.dp_allreduce_ms));

@@ -96,6 +96,14 @@ TEST_CASE("ZeRO-3 with interleaved stages: an op gathers and reduce-scatters its
 )");
 }
 
+TEST_CASE("ZeRO-3 with nothing to shard over holds the weights whole, with no gathering buffer") {
+  std::string one = star(3, 512, 4, 2, ", pp: 4");
+  one.replace(one.find("pp: 1, dp: 4"), 12, "dp: 1");
+  std::string none = one;
+  none.replace(none.find("zero: 3"), 7, "zero: 0");
+  CHECK(training(run_text(one))["memory_per_device"]["weights_bytes"] == training(run_text(none))["memory_per_device"]["weights_bytes"]);
+}
+
 TEST_CASE("ZeRO-3: refused with token slicing") {
   std::string sliced = star(3, 512, 4);
   sliced.replace(sliced.find("parallel: {"), 11, "slicing: {policy: uniform, slices: 2}, parallel: {schedule: gpipe, ");

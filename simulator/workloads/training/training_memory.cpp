@@ -63,8 +63,10 @@ TrainingMemory training_memory(const TrainingConfig& c) {
   mem.weights = params * m.dtype_bytes;
   // ZeRO-3: the shard (the dense parameters over dp, a device's experts over dp / ep), plus
   // FSDP's buffer of two layers gathered whole (the one computing and the one prefetched).
-  if (c.zero >= 3)
-    mem.weights = sharded_params_per_device(c, m.dtype_bytes) + 2 * params / std::ceil(static_cast<double>(m.layers) / c.pp) * m.dtype_bytes;
+  // (A stage of one layer gathers no more than itself; with nothing to shard over, nothing is.)
+  if (c.zero >= 3 && c.dp * c.cp > 1)
+    mem.weights = sharded_params_per_device(c, m.dtype_bytes) +
+                  std::min(2 * params / std::ceil(static_cast<double>(m.layers) / c.pp), params) * m.dtype_bytes;
   // ZeRO shards the optimizer state (stage 1) and the gradients (stage 2) over the ranks that
   // hold the same parameters: dp x cp for the dense ones, dp / ep for a device's experts.
   mem.gradients = c.zero >= 2 ? sharded_params_per_device(c, m.dtype_bytes) : params * m.dtype_bytes;

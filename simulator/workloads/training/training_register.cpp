@@ -224,7 +224,7 @@ SLUICE_REGISTER(workload, training_workload) {
       .def("1")
       .range(1, 64);
   par_keys.integer("zero", &T::zero,
-                   "ZeRO stage over the data-parallel replicas: 0 none; 1 optimizer state sharded (gradients reduce-scattered, "
+                   "ZeRO stage over the data-parallel replicas (dp x cp with context parallelism): 0 none; 1 optimizer state sharded (gradients reduce-scattered, "
                    "each replica updates its shard, parameters all-gathered: Megatron's distributed optimizer); 2 gradients "
                    "sharded too (memory; the same traffic); 3 parameters sharded too (FSDP): every forward and backward op "
                    "all-gathers its stage's parameters (prefetched one op ahead; interleaved, its chunk's), every backward op "
