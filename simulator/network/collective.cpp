@@ -713,6 +713,15 @@ std::vector<int> ring_order(const Topology& topo) {
   return order;
 }
 
+void Graveyard::bury(std::unique_ptr<Collective> c) {
+  if (!c) return;
+  if (dead_.size() >= prune_at_) {  // amortised: a sweep each time the yard doubles
+    std::erase_if(dead_, [](const std::unique_ptr<Collective>& d) { return d->finished(); });
+    prune_at_ = std::max<size_t>(64, 2 * dead_.size());
+  }
+  dead_.push_back(std::move(c));
+}
+
 }  // namespace sluice::net
 
 namespace sluice {

@@ -4,6 +4,7 @@
 #pragma once
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -131,6 +132,19 @@ class Collective final : public FlowSink, public EventHandler {
   bool finished_ = false;
   SimTime started_at_, finished_at_;
   std::function<void(Engine&)> on_done_;
+};
+
+// Collectives a failure voided. Their flows may still be on the fabric and name them, so
+// they stay alive until they finish; finished ones are let go as more are buried (a long run
+// with many failures keeps only those still draining, not every one it ever voided).
+class Graveyard {
+ public:
+  void bury(std::unique_ptr<Collective> c);
+  size_t size() const { return dead_.size(); }
+
+ private:
+  std::vector<std::unique_ptr<Collective>> dead_;
+  size_t prune_at_ = 64;
 };
 
 // Runs one collective alone on an idle topology and returns how long it takes.

@@ -36,7 +36,7 @@ void ServingSim::replica_down(int r) {
       InFlight& f = inflight_[i];
       for (auto& ps : f.passes)
         for (auto* c : {&ps.collective, &ps.alltoall})  // their flows are still on the fabric, and name them
-          if (*c) graveyard_.push_back(std::move(*c));
+          if (*c) graveyard_.bury(std::move(*c));
       f.passes.clear();
       for (auto& q : f.parked) q.clear();
       f.swaps_pending = 0;

@@ -367,7 +367,7 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   void replica_up(int replica, int64_t now_ns);
   int64_t down_until_ns() const;  // where down time stops counting (see replica_down_ns)
   std::vector<uint32_t> epoch_;  // per engine
-  std::vector<std::unique_ptr<net::Collective>> graveyard_;  // collectives a failure voided, whose flows may still land
+  net::Graveyard graveyard_;  // collectives a failure voided, whose flows may still land
   std::vector<int64_t> down_since_ns_;  // per replica, -1 when serving
   std::vector<int64_t> outages_ns_;
   int64_t down_ns_ = 0;

@@ -394,7 +394,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   TrainingResults res_;
   // Failures.
   std::vector<int> devices_;
-  std::vector<std::unique_ptr<net::Collective>> graveyard_;  // collectives a failure voided, whose flows may still land
+  net::Graveyard graveyard_;  // collectives a failure voided, whose flows may still land
   uint32_t gen_ = 0;
   State state_ = State::Running;
   bool faults_ = false, restart_pending_ = false, decide_pending_ = false;

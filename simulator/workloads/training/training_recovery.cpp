@@ -89,20 +89,20 @@ void TrainingJob::fail_stop(World& w) {
   iterations_done_ = kept_iterations_;
   res_.iteration_s.resize(std::min(res_.iteration_s.size(), static_cast<size_t>(kept_iterations_)));
   for (auto& st : stages_) {
-    for (auto& c : st.tp_collectives) graveyard_.push_back(std::move(c));
-    for (auto& c : st.cp_ring) graveyard_.push_back(std::move(c));
+    for (auto& c : st.tp_collectives) graveyard_.bury(std::move(c));
+    for (auto& c : st.cp_ring) graveyard_.bury(std::move(c));
     st.tp_collectives.clear();
     st.cp_ring.clear();
   }
-  for (auto& c : dp_live_) graveyard_.push_back(std::move(c));
+  for (auto& c : dp_live_) graveyard_.bury(std::move(c));
   dp_live_.clear();
   for (auto& x : a2a_) {
     for (auto& c : x.live)
-      if (c) graveyard_.push_back(std::move(c));
+      if (c) graveyard_.bury(std::move(c));
     x.live.clear();
     for (auto& [oi, round] : x.rounds)  // rounds still on the fabric: their flows drain there
       for (auto& c : round.collectives)
-        if (c) graveyard_.push_back(std::move(c));
+        if (c) graveyard_.bury(std::move(c));
     x.rounds.clear();
   }
   for (auto& st : stages_) {
