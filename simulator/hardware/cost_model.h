@@ -114,7 +114,7 @@ struct MoeOptions {
   // tensor-parallel group as the dense MLP is, and computes the rows that all n replicas' tokens
   // route to them; every MoE layer's tokens go to their experts' replicas and back by two
   // all-to-alls between the replicas' devices of the same tensor-parallel rank, each of which
-  // sends 1/tp of its replica's tokens (sequence parallel). The MLP's tensor-parallel all-reduce
+  // sends 1/tp of its replica's (with context parallelism: its rank's) tokens (sequence parallel). The MLP's tensor-parallel all-reduce
   // stays. Exclusive with expert_parallel (serving's EP = tp).
   int data_parallel_ep = 1;
 };

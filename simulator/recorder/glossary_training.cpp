@@ -73,7 +73,7 @@ std::span<const MetricDef> training_metric_defs() {
       {"training", "context_parallel.ring_exposed_ms", "ms",
        "Mean per iteration: the time key/value exchanges held ops past their compute (p2p) or before their attention (allgather), summed over the ops of replica 0's pipeline rank with the most."},
       {"training", "context_parallel.ring_exposed_share", "fraction", "ring_exposed_ms over the mean iteration time."},
-      {"training", "moe.expert_parallel", "count", "Expert-parallel degree: data-parallel replicas the experts are spread over (1: every replica holds all)."},
+      {"training", "moe.expert_parallel", "count", "Expert-parallel degree: data-parallel replicas (with context parallelism, data-parallel x context-parallel ranks) the experts are spread over (1: every replica holds all)."},
       {"training", "moe.routing", "text", "The model of how tokens pick experts: uniform or zipf."},
       {"training", "moe.alltoall_overlap", "bool",
        "True when an op's all-to-alls run under the stage's next op (a forward beside a backward; moe.alltoall_overlap)."},

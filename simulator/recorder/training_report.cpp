@@ -182,13 +182,13 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                                       c.zero >= 3 ? ", the gradients and the parameters" : c.zero >= 2 ? " and the gradients" : "",
                                       c.cp > 1 ? fmt::format("{} data-parallel x context-parallel ranks", c.dp * c.cp)
                                                : fmt::format("{} data-parallel replicas", c.dp),
-                                      c.ep > 1 ? fmt::format(" (a device's experts over the {} holding the same ones)", c.dp / c.ep) : ""));
+                                      c.ep > 1 ? fmt::format(" (a device's experts over the {} holding the same ones)", c.dp * c.cp / c.ep) : ""));
   summary(fmt::format("iteration {:.3f} s mean over {}; {:.0f} tokens/s; MFU {:.1f}%; bubble {:.1f}% (textbook {:.1f}%); {} all-reduce {:.1f} ms",
                       mean, r.iteration_s.size(), tokens_s, 100 * mfu, 100 * r.bubble_fraction, 100 * r.textbook_bubble,
                       c.cp > 1 ? "DP x CP" : "DP", r.dp_allreduce_ms));
   if (c.ep > 1)
-    summary(fmt::format("expert parallelism over {} replicas: all-to-alls {:.1f} ms an iteration ({:.1f}% of it{}), {} a device dispatches and combines (its own experts' share included{})",
-                        c.ep, r.alltoall_ms, mean > 0 ? 100 * r.alltoall_ms / 1e3 / mean : 0.0,
+    summary(fmt::format("expert parallelism over {} {}: all-to-alls {:.1f} ms an iteration ({:.1f}% of it{}), {} a device dispatches and combines (its own experts' share included{})",
+                        c.ep, c.cp > 1 ? "data-parallel x context-parallel ranks" : "replicas", r.alltoall_ms, mean > 0 ? 100 * r.alltoall_ms / 1e3 / mean : 0.0,
                         c.alltoall_overlap ? ", partly under the next op's compute" : "", format_bytes(r.alltoall_bytes_per_device),
                         c.token_dispatcher == "alltoall" ? "; a row per token and expert" : ""));
   if (c.slicing_policy != "none")

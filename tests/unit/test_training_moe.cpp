@@ -245,6 +245,16 @@ TEST_CASE("moe training: skewed routing makes every step wait for the hot expert
   // The bytes each device sends in total are the routing's distinct destinations: fewer when
   // routing concentrates on a few experts.
   CHECK(z["moe"]["alltoall_bytes_per_device"].get<double>() < u["moe"]["alltoall_bytes_per_device"].get<double>());
+  // Memory is the fullest device's: d0 holds the hottest expert, at zipf_s 1 a share of
+  // 1 / (1 + 1/2 + 1/3 + 1/4) of the rows (under the 1/k cap), f = 4 times the mean device's.
+  // Its dispatched copies and expert MLPs (2sbh + 6sbf a row, k rows a token) grow f-fold, in
+  // each of the two MoE layers of the one micro-batch in flight.
+  const Json z1 = run_text(kStar, {"workloads.0.moe.routing=zipf"})["training"];
+  const double f = 4 / (1 + 1.0 / 2 + 1.0 / 3 + 1.0 / 4);
+  const double more = kLayers * 2 * (f - 1) * (2 * kTokens * kHidden + 6 * kTokens * 2048);
+  CHECK(z1["memory_per_device"]["activations_bytes"].get<double>() - u["memory_per_device"]["activations_bytes"].get<double>() ==
+        doctest::Approx(more).epsilon(1e-9));
+  CHECK(z1["memory_per_device"]["weights_bytes"] == u["memory_per_device"]["weights_bytes"]);
 }
 
 TEST_CASE("moe training: bad expert parallelism is refused at its key before anything runs") {
@@ -374,4 +384,70 @@ TEST_CASE("moe training: a device failing while its group's all-to-alls are on t
     CHECK(fast["training"]["iterations"] == 200);
     CHECK(fast["training"].dump() == slow["training"].dump());
   }
+}
+
+TEST_CASE("moe training: with context parallelism the EP groups are cut from the dp x cp ranks, context-parallel fastest") {
+  // dp 2 x cp 2 on four devices: replica d's CP ranks are devices 2d and 2d + 1 (u = 2d + c).
+  const std::vector<std::string> cp2{"workloads.0.parallel.dp=2", "workloads.0.parallel.cp=2"};
+  auto with = [&](const std::string& yaml, std::vector<std::string> sets, std::initializer_list<const char*> more) {
+    for (const char* m : more) sets.emplace_back(m);
+    return run_text(yaml, sets)["training"];
+  };
+  // EP2 = cp: the groups are each replica's two CP ranks, {d0, d1} and {d2, d3}; each rank sends
+  // its s / cp = 256 tokens, half of what dp 4's ranks send in the same groups.
+  const Json flat = with(kStar, {"workloads.0.parallel.expert_parallel=2"}, {});
+  const Json ep2 = with(kStar, cp2, {"workloads.0.parallel.expert_parallel=2"});
+  CHECK(ep2["moe"]["alltoall_bytes_per_device"].get<double>() ==
+        doctest::Approx(flat["moe"]["alltoall_bytes_per_device"].get<double>() / 2).epsilon(1e-12));
+  CHECK(ep2["moe"]["alltoall_ms"].get<double>() == doctest::Approx(flat["moe"]["alltoall_ms"].get<double>() / 2).epsilon(1e-3));
+  // Those pairs are the two servers of kTwoServersOfTwo, joined by 400 GB/s links: the exchanges
+  // go four times as fast there (across replicas, {d0, d2}, they would cross the 100 GB/s switch).
+  const Json near = with(sluice::testing::kTwoServersOfTwo + kStar.substr(kStar.find("workloads:")), cp2,
+                         {"workloads.0.parallel.expert_parallel=2"});
+  CHECK(near["moe"]["alltoall_ms"].get<double>() == doctest::Approx(ep2["moe"]["alltoall_ms"].get<double>() / 4).epsilon(1e-3));
+  // The ranks holding the same experts are u = 0, 2 and u = 1, 3 ({d0, d2}, {d1, d3}): ZeRO-1
+  // shards and reduces exactly as over dp 4 (dense over all four ranks, experts over pairs).
+  const Json z1 = with(kStar, cp2, {"workloads.0.parallel.expert_parallel=2", "workloads.0.parallel.zero=1"});
+  const Json z1flat = with(kStar, {"workloads.0.parallel.expert_parallel=2", "workloads.0.parallel.zero=1"}, {});
+  CHECK(z1["moe"]["expert_dp_bytes_per_device"] == z1flat["moe"]["expert_dp_bytes_per_device"]);
+  CHECK(z1["memory_per_device"]["optimizer_bytes"] == z1flat["memory_per_device"]["optimizer_bytes"]);
+  CHECK(z1["dp_allreduce_ms"].get<double>() == doctest::Approx(z1flat["dp_allreduce_ms"].get<double>()).epsilon(1e-4));
+  // On kTwoServersOfTwo the expert groups {d0, d2} and {d1, d3} cross the switch: their reduce
+  // takes as long as on the star (the pairs {d0, d1}, {d2, d3} would take the fast links).
+  const std::string two = sluice::testing::kTwoServersOfTwo + kStar.substr(kStar.find("workloads:"));
+  const Json z1dense = with(two, {"workloads.0.parallel.expert_parallel=2", "workloads.0.parallel.zero=1"}, {});
+  const Json z1near = with(two, cp2, {"workloads.0.parallel.expert_parallel=2", "workloads.0.parallel.zero=1"});
+  CHECK(z1near["dp_allreduce_ms"].get<double>() == doctest::Approx(z1dense["dp_allreduce_ms"].get<double>()).epsilon(1e-4));
+  // EP2 under cp 4 (one replica): two groups in the slot, {d0, d1} and {d2, d3}, both on the fast
+  // links, each rank sending s / 4; the experts' holders {d0, d2}, {d1, d3} reduce over the switch.
+  const std::vector<std::string> cp4{"workloads.0.parallel.dp=1", "workloads.0.parallel.cp=4", "workloads.0.parallel.expert_parallel=2"};
+  const Json star4 = with(kStar, cp4, {}), near4 = with(two, cp4, {});
+  CHECK(star4["moe"]["alltoall_bytes_per_device"].get<double>() ==
+        doctest::Approx(flat["moe"]["alltoall_bytes_per_device"].get<double>() / 4).epsilon(1e-12));
+  CHECK(star4["moe"]["alltoall_ms"].get<double>() == doctest::Approx(flat["moe"]["alltoall_ms"].get<double>() / 4).epsilon(1e-3));
+  CHECK(near4["moe"]["alltoall_ms"].get<double>() == doctest::Approx(star4["moe"]["alltoall_ms"].get<double>() / 4).epsilon(1e-3));
+  // EP4 = 2 cp: one group of both replicas' ranks, every expert on one device (nothing to reduce).
+  const Json all = with(kStar, {}, {});
+  const Json ep4 = with(kStar, cp2, {"workloads.0.parallel.expert_parallel=4"});
+  CHECK(ep4["moe"]["alltoall_bytes_per_device"].get<double>() ==
+        doctest::Approx(all["moe"]["alltoall_bytes_per_device"].get<double>() / 2).epsilon(1e-12));
+  CHECK(ep4["moe"]["alltoall_ms"].get<double>() == doctest::Approx(all["moe"]["alltoall_ms"].get<double>() / 2).epsilon(1e-3));
+  CHECK(ep4["moe"]["expert_dp_bytes_per_device"] == 0);
+  // A group larger than the dp x cp ranks, and overlap with context parallelism, are refused at their keys.
+  CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.parallel.dp=1", "workloads.0.parallel.cp=2", "workloads.0.parallel.expert_parallel=4"}),
+                       doctest::Contains("dp x cp = 1 x 2"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(kStar, {"workloads.0.parallel.dp=1", "workloads.0.parallel.cp=4", "workloads.0.parallel.expert_parallel=4",
+                                        "workloads.0.moe.alltoall_overlap=true"}),
+                       doctest::Contains("workloads[0].moe.alltoall_overlap"), ConfigError);
+  // The same bytes with the fast-forward on and off, through GPU failures and restarts, with ZeRO-3.
+  std::string yaml = kStar;
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"dp: 4,", "dp: 2, cp: 2,"},
+                                 {"expert_parallel: 4}", "expert_parallel: 2, zero: 3}"},
+                                 {"iterations: 2", "iterations: 40"}}) {
+    REQUIRE(yaml.find(from) != std::string::npos);
+    yaml.replace(yaml.find(from), from.size(), to);
+  }
+  sluice::testing::same_with_and_without_fast_forward(yaml + R"(faults:
+  - {name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 2s}, repair: {dist: fixed, mean: 100ms}}
+)");
 }

@@ -50,11 +50,11 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
     for (int s = 0; s < c_.pp; ++s) stages_[static_cast<size_t>(slot(d, s))].order = schedule_order(s);
   pending_.assign(static_cast<size_t>(slots * rank_units() * 2), 0);
   // Expert parallelism: 1/ep of the routed experts on each device, their gradients reduced over
-  // the dp / ep replicas that hold the same ones.
+  // the dp x cp / ep ranks that hold the same ones.
   params_per_device_ = params_per_device(c_);
   dp_bytes_ = params_per_device_ * c_.model.dtype_bytes;
   expert_dp_bytes_ = expert_params_per_device(c_) * c_.model.dtype_bytes;
-  a2a_.resize(static_cast<size_t>(c_.dp / c_.ep * c_.pp));
+  a2a_.resize(static_cast<size_t>(c_.dp / ep_slots() * c_.pp));
   // Adam's step streams the optimizer state of the parameters a device updates (its shard under ZeRO).
   // (A kernel's time like the cost model's: at an end of the error band, scaled as they are.)
   optimizer_ns_ = std::max<int64_t>(1, std::llround((c_.zero >= 1 ? sharded_params_per_device(c_) : params_per_device_) * c_.optimizer_bytes_per_param /
@@ -82,13 +82,13 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
   res_.optimizer_ms = optimizer_ns_ / 1e6;
   res_.memory = training_memory(c_);
   res_.dp_bytes_per_device = c_.dp * c_.cp > 1 ? dp_bytes_ : 0;
-  res_.expert_dp_bytes_per_device = c_.dp / c_.ep > 1 ? expert_dp_bytes_ : 0;
+  res_.expert_dp_bytes_per_device = c_.ep > 1 && expert_replicas() > 1 ? expert_dp_bytes_ : 0;
   // The all-to-alls' bytes per device and iteration: each unit's forward and backward on every
   // chunk of the busiest pipeline rank.
   for (int s = 0; s < K && c_.ep > 1; ++s) {
     double bytes = 0;
     for (int c = 0; c < v; ++c)
-      for (int u = 0; u < units_; ++u) bytes += exchanges_per_unit() * cost_.moe_alltoall_bytes(unit_tokens(u), c * K + s);
+      for (int u = 0; u < units_; ++u) bytes += exchanges_per_unit() * cost_.moe_alltoall_bytes(unit_tokens(u) / c_.cp, c * K + s);
     res_.alltoall_bytes_per_device = std::max(res_.alltoall_bytes_per_device, bytes);
   }
   // Context parallelism: the keys and values one device sends around the ring per iteration on
@@ -135,8 +135,11 @@ std::vector<int> TrainingJob::dp_group(int s, int k) const {
 }
 
 std::vector<int> TrainingJob::expert_dp_group(int j, int s, int k) const {
+  // The ranks u = d cp + c with u mod ep = j (expert_replicas() of them), in rank order.
   std::vector<int> group;
-  for (int d = j; d < c_.dp; d += c_.ep) group.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(k)]);
+  for (int d = 0; d < c_.dp; ++d)
+    for (int c = 0; c < c_.cp; ++c)
+      if ((d * c_.cp + c) % c_.ep == j) group.push_back(nodes_[static_cast<size_t>(slot(d, s))][static_cast<size_t>(c * c_.tp + k)]);
   return group;
 }
 
@@ -407,44 +410,49 @@ void TrainingJob::alltoall_arrive(int sl, size_t oi) {
   const int gs = ep_group_slot(sl);
   Exchange& x = a2a_[static_cast<size_t>(gs)];
   Exchange::Round& r = x.rounds[oi];
-  if (++r.arrived < c_.ep) return;
+  const int G = ep_slots();
+  if (++r.arrived < G) return;
   const Stage& st = stages_[static_cast<size_t>(sl)];
-  const int unit = st.order[oi].mb, vs = virtual_stage(sl, unit), s = sl % c_.pp, first = sl / c_.pp / c_.ep * c_.ep;
+  const int unit = st.order[oi].mb, vs = virtual_stage(sl, unit), s = sl % c_.pp, first = sl / c_.pp / G * G;
   const int64_t now = world_.engine().now().count_ns();
   if (x.flying++ == 0) x.flying_since_ns = now;
-  for (int j = 0; c_.alltoall_overlap && j < c_.ep; ++j) {  // members that went on computing beside it
+  for (int j = 0; c_.alltoall_overlap && j < G; ++j) {  // members that went on computing beside it
     Stage& m = stages_[static_cast<size_t>(slot(first + j, s))];
     if (m.released == static_cast<int>(oi)) m.xfer_start_ns = now;
   }
   x.live.clear();  // ended rounds' collectives (their callbacks are done)
-  r.left = c_.tp;
+  // The groups among these slots' ranks (G cp of them per tensor-parallel rank, ep a group).
+  const int groups = G * c_.cp / c_.ep;
+  r.left = c_.tp * groups;
   // A backward under full recomputation runs the forward's dispatch and combine again first.
   const int times = c_.recompute && !st.order[oi].forward ? 2 : 1;
-  const double bytes = times * cost_.moe_alltoall_bytes(unit_tokens(unit), vs);
-  for (int k = 0; k < c_.tp; ++k) {
-    std::vector<int> group;
-    for (int j = 0; j < c_.ep; ++j) group.push_back(nodes_[static_cast<size_t>(slot(first + j, s))][static_cast<size_t>(k)]);
-    net::CollectiveOptions o;
-    o.fused_count = times * cost_.moe_alltoall_count(vs);  // dispatch and combine of every MoE layer: a route latency each
-    o.a2a_weights = cost_.moe_alltoall_weights();  // hot experts' replicas receive more
-    o.salt = static_cast<uint64_t>(sl) * 131 + static_cast<uint64_t>(k);
-    r.collectives.push_back(std::make_unique<net::Collective>(world_.fabric(), net::CollectiveKind::AllToAll, group, bytes, o));
-    r.collectives.back()->start([this, gs, oi, first, s, g = gen_](Engine& e) {
-      if (g != gen_) return;
-      Exchange& done = a2a_[static_cast<size_t>(gs)];
-      auto it = done.rounds.find(oi);
-      if (--it->second.left > 0) return;
-      const int64_t end = e.now().count_ns();
-      if (--done.flying == 0) done.iteration_ns += end - done.flying_since_ns;
-      // The round is over: its collectives wait in `live` (this callback runs inside one of them).
-      for (auto& c : it->second.collectives) {
-        flows_ += c->flows_started();
-        done.live.push_back(std::move(c));
-      }
-      done.rounds.erase(it);
-      for (int j = 0; j < c_.ep; ++j) op_done(slot(first + j, s), oi);
-    });
-  }
+  const double bytes = times * cost_.moe_alltoall_bytes(unit_tokens(unit) / c_.cp, vs);  // a rank's s / cp tokens
+  for (int k = 0; k < c_.tp; ++k)
+    for (int grp = 0; grp < groups; ++grp) {
+      std::vector<int> group;
+      for (int u = grp * c_.ep; u < (grp + 1) * c_.ep; ++u)
+        group.push_back(nodes_[static_cast<size_t>(slot(first + u / c_.cp, s))][static_cast<size_t>(u % c_.cp * c_.tp + k)]);
+      net::CollectiveOptions o;
+      o.fused_count = times * cost_.moe_alltoall_count(vs);  // dispatch and combine of every MoE layer: a route latency each
+      o.a2a_weights = cost_.moe_alltoall_weights();  // hot experts' replicas receive more
+      o.salt = static_cast<uint64_t>(sl) * 131 + static_cast<uint64_t>(k) + static_cast<uint64_t>(grp) * 0x9E3779B1u;
+      r.collectives.push_back(std::make_unique<net::Collective>(world_.fabric(), net::CollectiveKind::AllToAll, group, bytes, o));
+      r.collectives.back()->start([this, gs, oi, first, s, G, g = gen_](Engine& e) {
+        if (g != gen_) return;
+        Exchange& done = a2a_[static_cast<size_t>(gs)];
+        auto it = done.rounds.find(oi);
+        if (--it->second.left > 0) return;
+        const int64_t end = e.now().count_ns();
+        if (--done.flying == 0) done.iteration_ns += end - done.flying_since_ns;
+        // The round is over: its collectives wait in `live` (this callback runs inside one of them).
+        for (auto& c : it->second.collectives) {
+          flows_ += c->flows_started();
+          done.live.push_back(std::move(c));
+        }
+        done.rounds.erase(it);
+        for (int j = 0; j < G; ++j) op_done(slot(first + j, s), oi);
+      });
+    }
 }
 
 // A stage's hand-offs leave in the order its ops finish, one at a time (a pipeline engine
@@ -561,8 +569,7 @@ void TrainingJob::stage_backward_done(int s) {
   }
   // Under expert parallelism the expert gradients (1/ep of the experts per device) are reduced
   // over the replicas that hold the same experts (the j-th of every EP group), the rest over all.
-  const int edp = c_.ep > 1 ? c_.dp / c_.ep : 0;  // expert-data-parallel group size
-  const bool expert_groups = edp > 1;
+  const bool expert_groups = c_.ep > 1 && expert_replicas() > 1;
   stage_dp_left_[static_cast<size_t>(s)] = c_.tp * (1 + (expert_groups ? c_.ep : 0));
   const net::CollectiveKind kind = c_.zero >= 1 ? net::CollectiveKind::ReduceScatter : c_.dp_algorithm;
   const bool fused = kind == net::CollectiveKind::AllReduceRing || kind == net::CollectiveKind::AllReduceAuto ||
@@ -574,7 +581,7 @@ void TrainingJob::stage_backward_done(int s) {
   };
   for (int k = 0; k < c_.tp; ++k) {
     std::vector<int> group = dp_group(s, k);
-    // Without expert groups (ep = dp) the experts' gradients need no reduction: each is on one replica.
+    // Without expert groups (ep = dp x cp) the experts' gradients need no reduction: each is on one rank.
     reduce(std::move(group), dp_bytes_ - expert_dp_bytes_, static_cast<uint64_t>(s * 1009 + k));
     for (int j = 0; expert_groups && j < c_.ep; ++j)
       reduce(expert_dp_group(j, s, k), expert_dp_bytes_, static_cast<uint64_t>(s * 1009 + k) * 67 + static_cast<uint64_t>(j) + 3);
@@ -593,11 +600,11 @@ void TrainingJob::stage_reduced() {
 // ZeRO: every replica updated its shard of the parameters; each stage's tensor-parallel rank
 // all-gathers them before the next iteration's forward, over the ranks that sharded them: the
 // dense ones over the data-parallel replicas, a device's experts over its expert-data-parallel
-// group (none when ep = dp: each expert's one holder updated it whole).
+// group (none when ep = dp x cp: each expert's one holder updated it whole).
 void TrainingJob::optimizer_done() {
   dp_live_.clear();
-  const int edp = c_.dp / c_.ep;
-  gather_left_ = c_.pp * c_.tp * (1 + (c_.ep > 1 && edp > 1 ? c_.ep : 0));
+  const bool expert_groups = c_.ep > 1 && expert_replicas() > 1;
+  gather_left_ = c_.pp * c_.tp * (1 + (expert_groups ? c_.ep : 0));
   auto gather = [&](std::vector<int> group, double bytes, uint64_t salt) {
     start_dp_collective(net::CollectiveKind::AllGather, std::move(group), bytes, salt, true, [this](Engine& e) {
       if (--gather_left_ > 0) return;
@@ -608,7 +615,7 @@ void TrainingJob::optimizer_done() {
   for (int s = 0; s < c_.pp; ++s)
     for (int k = 0; k < c_.tp; ++k) {
       gather(dp_group(s, k), dp_bytes_ - expert_dp_bytes_, static_cast<uint64_t>(s * 1009 + k) + 7);
-      for (int j = 0; c_.ep > 1 && edp > 1 && j < c_.ep; ++j)
+      for (int j = 0; expert_groups && j < c_.ep; ++j)
         gather(expert_dp_group(j, s, k), expert_dp_bytes_, (static_cast<uint64_t>(s * 1009 + k) * 67 + static_cast<uint64_t>(j) + 3) * 7 + 5);
     }
 }

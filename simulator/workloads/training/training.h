@@ -56,9 +56,11 @@ struct TrainingConfig {
   int zero = 0;
   // Expert parallelism of a mixture-of-experts model (Megatron-Core's EP): the experts spread
   // over groups of this many consecutive data-parallel replicas (1: every replica holds every
-  // expert). Every MoE layer's forward and backward moves its tokens by two all-to-alls inside
-  // the group; expert gradients are all-reduced over the expert-data-parallel group (the dp / ep
-  // replicas holding the same experts), the rest over all dp (CostModel: MoeOptions::data_parallel_ep).
+  // expert); with context parallelism, of consecutive dp x cp ranks, context-parallel fastest
+  // (Megatron-Core's folding). Every MoE layer's forward and backward moves its tokens by two
+  // all-to-alls inside the group; expert gradients are all-reduced over the expert-data-parallel
+  // group (the dp x cp / ep ranks holding the same experts), the rest over all dp x cp
+  // (CostModel: MoeOptions::data_parallel_ep).
   int ep = 1;
   MoeOptions::Routing routing = MoeOptions::Routing::Uniform;  // uniform or zipf over the experts
   double zipf_s = 1.0;
@@ -109,7 +111,7 @@ double params_per_device(const TrainingConfig& c);
 double expert_params_per_device(const TrainingConfig& c);
 // Of those, the ones whose optimizer state (ZeRO-1) and gradients (ZeRO-2) a device keeps:
 // ZeRO shards each parameter over the ranks that hold it, the dense ones over dp x cp, a
-// device's experts over its expert-data-parallel group of dp / ep (Megatron-Core's
+// device's experts over its expert-data-parallel group of dp x cp / ep (Megatron-Core's
 // distributed optimizer with expert parallelism). Times bytes_per_param: their bytes.
 double sharded_params_per_device(const TrainingConfig& c, double bytes_per_param = 1);
 // What one device writes of a checkpoint: the model's weights and fp32 Adam state (master,

@@ -176,14 +176,21 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // while a released op's all-to-alls were on the fabric: true when it is done, else the rest
   // is scheduled (at the rate it runs now) and false.
   bool finish_compute(int sl);
-  // Slot sl reached the all-to-alls of its current op. Once every replica of its EP group has
-  // (they run the same schedule, so the op's index names the same op on each), the group's
-  // dispatch and combine of every MoE layer of the op's stage start as one fused all-to-all per
-  // tensor-parallel rank (a route latency per layer, CollectiveOptions::fused_count); when all
-  // are done, every member's op is done.
+  // Slot sl reached the all-to-alls of its current op. Once every slot of its EP groups has
+  // (ep_slots() of them; they run the same schedule, so the op's index names the same op on
+  // each), the dispatch and combine of every MoE layer of the op's stage start as one fused
+  // all-to-all per EP group and tensor-parallel rank (a route latency per layer,
+  // CollectiveOptions::fused_count); when all are done, every member slot's op is done.
   void alltoall_arrive(int sl, size_t oi);
-  // The EP group of replica d (consecutive replicas) and a (group, pipeline rank) pair's index.
-  int ep_group_slot(int sl) const { return sl / c_.pp / c_.ep * c_.pp + sl % c_.pp; }
+  // Expert parallelism's groups, as Megatron-Core folds them: a stage's dp x cp ranks of one
+  // tensor-parallel rank, in rank order (context-parallel fastest: u = d cp + c), cut into
+  // groups of ep consecutive ranks. A group spans ep_slots() replicas (slots) whole, or, when
+  // ep < cp, a slot holds cp / ep groups. The ranks holding the same experts (u mod ep alike)
+  // are expert_replicas() many: the expert-data-parallel group.
+  int ep_slots() const { return std::max(1, c_.ep / c_.cp); }
+  int expert_replicas() const { return c_.dp * c_.cp / c_.ep; }
+  // A (group of slots, pipeline rank) pair's index, for slot sl.
+  int ep_group_slot(int sl) const { return sl / c_.pp / ep_slots() * c_.pp + sl % c_.pp; }
   // A unit's exchanges' worth of all-to-alls per iteration: its forward's and its backward's, and
   // the recomputed forward's under full recomputation.
   int exchanges_per_unit() const { return c_.recompute ? 3 : 2; }
@@ -348,11 +355,11 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   std::vector<int> stage_bwd_done_, stage_dp_left_;
   std::vector<std::unique_ptr<net::Collective>> dp_live_;
   double tokens_ = 0, params_per_device_ = 0, dp_bytes_ = 0;
-  // Expert parallelism: of dp_bytes_, the expert gradients' (reduced over dp / ep replicas).
+  // Expert parallelism: of dp_bytes_, the expert gradients' (reduced over the dp x cp / ep ranks holding the same experts).
   double expert_dp_bytes_ = 0;
-  // Per (EP group, pipeline rank): by op index (the members run the same schedule), members
-  // arrived at the op's all-to-alls, those still running, their start and collectives (one per
-  // tensor-parallel rank); the all-to-all time this iteration; the collectives, kept until a
+  // Per (group of ep_slots() slots, pipeline rank): by op index (the members run the same
+  // schedule), members arrived at the op's all-to-alls, those still running, their start and
+  // collectives (one per EP group and tensor-parallel rank); the all-to-all time this iteration; the collectives, kept until a
   // later round starts and finds them finished. Without alltoall_overlap, one round at a time.
   struct Exchange {
     struct Round {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "hardware/cost_model_experts.h"
 #include "workloads/training/training.h"
 
 namespace sluice::training {
@@ -17,12 +18,27 @@ double expert_params_per_device(const TrainingConfig& c) {
 
 double sharded_params_per_device(const TrainingConfig& c, double bytes_per_param) {
   const double experts = expert_params_per_device(c), dense = params_per_device(c) - experts;
-  return dense * bytes_per_param / (static_cast<double>(c.dp) * c.cp) + experts * bytes_per_param / (c.dp / c.ep);
+  return dense * bytes_per_param / (static_cast<double>(c.dp) * c.cp) + experts * bytes_per_param / (c.dp * c.cp / c.ep);
 }
 
 double checkpoint_bytes_per_device(const TrainingConfig& c) {
   // The whole model once (every expert: expert-parallel replicas hold different ones).
   return c.model.parameters() * (c.model.dtype_bytes + 12) / job_devices(c);
+}
+
+// The rows the busiest device's experts receive over the mean device's: 1 under uniform routing
+// or without expert parallelism; else ep times the largest share of the token-expert rows one
+// device's experts take (the cost model's placement: experts in order, E / ep a device).
+static double hottest_rows(const TrainingConfig& c) {
+  if (c.ep <= 1 || c.routing == MoeOptions::Routing::Uniform || !c.model.moe()) return 1;
+  MoeOptions mo;
+  mo.routing = c.routing;
+  mo.zipf_s = c.zipf_s;
+  mo.expert_parallel = mo.alltoall = true;
+  const ExpertPlacement place = ExpertPlacement::plan(c.model, mo, c.ep);
+  double most = 0;
+  for (const auto& shares : place.dev_share) most = std::max(most, ExpertPlacement::rows(shares, 1, 1));
+  return std::max(1.0, most * c.ep);
 }
 
 double layer_activation_bytes(const TrainingConfig& c) {
@@ -47,8 +63,10 @@ double layer_activation_bytes(const TrainingConfig& c) {
     // goes to, the dispatched copy of the token (2sbh, whole on every tensor-parallel rank: the
     // experts' TP gathers the rows before its GEMMs) and the expert's gated MLP inside (split),
     // plus the shared experts'. Under expert parallelism a device's experts receive, on average
-    // (uniform routing), as many rows as its own tokens send out.
-    const double k = m.experts_per_token, fe = m.expert_ffn;
+    // (uniform routing), as many rows as its own tokens send out; under skewed routing the
+    // device of the hottest experts receives more (ep times its experts' share of the rows), and
+    // memory is the fullest device's.
+    const double k = m.experts_per_token * hottest_rows(c), fe = m.expert_ffn;
     const double moe = 3 * sbh / tp + k * (2 * sbh + 6 * s * b * fe / tp) + m.shared_experts * 6 * s * b * fe / tp;
     const double dense_layers = std::min(m.dense_layers, m.layers);
     mlp_mean = (dense_layers * mlp_mean + (m.layers - dense_layers) * moe) / m.layers;
@@ -61,14 +79,14 @@ TrainingMemory training_memory(const TrainingConfig& c) {
   TrainingMemory mem;
   const double params = params_per_device(c);
   mem.weights = params * m.dtype_bytes;
-  // ZeRO-3: the shard (the dense parameters over dp, a device's experts over dp / ep), plus
+  // ZeRO-3: the shard (the dense parameters over dp, a device's experts over dp x cp / ep), plus
   // FSDP's buffer of two layers gathered whole (the one computing and the one prefetched).
   // (A stage of one layer gathers no more than itself; with nothing to shard over, nothing is.)
   if (c.zero >= 3 && c.dp * c.cp > 1)
     mem.weights = sharded_params_per_device(c, m.dtype_bytes) +
                   std::min(2 * params / std::ceil(static_cast<double>(m.layers) / c.pp), params) * m.dtype_bytes;
   // ZeRO shards the optimizer state (stage 1) and the gradients (stage 2) over the ranks that
-  // hold the same parameters: dp x cp for the dense ones, dp / ep for a device's experts.
+  // hold the same parameters: dp x cp for the dense ones, dp x cp / ep for a device's experts.
   mem.gradients = c.zero >= 2 ? sharded_params_per_device(c, m.dtype_bytes) : params * m.dtype_bytes;
   mem.optimizer = c.zero >= 1 ? sharded_params_per_device(c, 12) : params * 12;  // fp32 master weights, Adam's m and v
   const double layers = std::ceil(static_cast<double>(m.layers) / c.pp);

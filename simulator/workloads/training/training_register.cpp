@@ -138,18 +138,27 @@ void check_training_shape(const TrainingConfig& c, const Params& job, const Para
   if (c.ep > 1) {
     if (!c.model.moe())
       parallel.fail("expert_parallel", fmt::format("{} is a dense model: it has no experts to spread", c.model.name), "1");
-    if (c.dp % c.ep != 0)
+    if (c.cp == 1 && c.dp % c.ep != 0)
       parallel.fail("expert_parallel",
                     fmt::format("expert parallelism groups {} consecutive data-parallel replicas, and dp is {}", c.ep, c.dp),
                     "a divisor of dp");
+    // With context parallelism the groups are cut from the dp x cp ranks, context-parallel
+    // fastest (Megatron-Core's MoE folding): a group holds whole CP groups or an equal part of one.
+    if (c.cp > 1 && ((c.ep % c.cp != 0 && c.cp % c.ep != 0) || (c.dp * c.cp) % c.ep != 0))
+      parallel.fail("expert_parallel",
+                    fmt::format("expert parallelism groups {} consecutive ranks of the dp x cp = {} x {} ones (context-parallel "
+                                "fastest), and a group must hold whole context-parallel groups or an equal part of one",
+                                c.ep, c.dp, c.cp),
+                    fmt::format("a divisor of cp ({}), or a multiple of it that divides dp x cp ({})", c.cp, c.dp * c.cp));
+    if (c.cp > 1 && c.alltoall_overlap)
+      job.section("moe").fail("alltoall_overlap", "overlapping the all-to-alls with the next op is not modelled with context parallelism",
+                              "false with parallel.cp > 1");
   }
   if (c.cp > 1) {
     if (c.sequence % (2 * c.cp) != 0)
       parallel.fail("cp", fmt::format("context parallelism cuts each sequence into 2 x {} = {} equal chunks, and {} tokens do not divide",
                                       c.cp, 2 * c.cp, c.sequence),
                     fmt::format("a cp whose double divides the sequence ({} tokens)", c.sequence));
-    if (c.ep > 1)
-      parallel.fail("cp", "context parallelism with expert parallelism is not modelled yet", "1 with expert_parallel > 1");
   }
   if (c.alltoall_overlap && c.ep == 1)
     job.section("moe").fail("alltoall_overlap", "without expert parallelism there are no all-to-alls to overlap",
@@ -229,7 +238,7 @@ SLUICE_REGISTER(workload, training_workload) {
                    "sharded too (memory; the same traffic); 3 parameters sharded too (FSDP): every forward and backward op "
                    "all-gathers its stage's parameters (prefetched one op ahead; interleaved, its chunk's), every backward op "
                    "reduce-scatters its gradients, and nothing is gathered after Adam's step. With expert_parallel, every stage shards a device's experts "
-                   "over the replicas holding the same ones (dp / expert_parallel) and the rest over all; 3 gathers and "
+                   "over the replicas holding the same ones (dp x cp / expert_parallel) and the rest over all; 3 gathers and "
                    "reduce-scatters each op's over both")
       .def("0")
       .range(0, 3);
@@ -237,7 +246,10 @@ SLUICE_REGISTER(workload, training_workload) {
                    "a mixture-of-experts model's expert parallelism (Megatron-Core's EP): its routed experts spread over "
                    "groups of this many consecutive data-parallel replicas (dividing dp and the experts); every MoE layer's "
                    "forward and backward move its tokens to their experts' replicas and back by two all-to-alls (flows), and "
-                   "expert gradients are all-reduced over the dp / ep replicas holding the same experts. 1: off")
+                   "expert gradients are all-reduced over the dp / ep replicas holding the same experts. With cp the groups "
+                   "are cut from the dp x cp ranks, context-parallel fastest (Megatron-Core's MoE folding: a divisor of cp, or a "
+                   "multiple of it dividing dp x cp), each rank sending its s / cp tokens, and the expert gradients reduced over "
+                   "dp x cp / ep. 1: off")
       .def("1")
       .range(1, 65536);
   s.section("parallel", par, "tensor x pipeline x data parallelism and the pipeline schedule");

@@ -10,7 +10,7 @@
 // the rank's v chunks: its gather and reduce-scatter move 1/v of the rank's parameters (the
 // chunks taken as equal: the embedding's and the LM head's are not told apart). With expert parallelism the
 // shards follow ZeRO 1 and 2's: the dense parameters over all dp replicas, a device's experts
-// over the dp / ep replicas holding the same ones (none when ep = dp), each op's gather and
+// over the dp x cp / ep ranks holding the same ones (none when ep = dp x cp), each op's gather and
 // reduce-scatter one collective per group.
 #include "workloads/training/training_job.h"
 
@@ -28,13 +28,13 @@ void TrainingJob::z3_begin_iteration() {
   for (int s = 0; s < c_.pp; ++s) z3_gather(s, 0);
 }
 
-int TrainingJob::z3_count() const { return c_.tp * (1 + (c_.ep > 1 && c_.dp / c_.ep > 1 ? c_.ep : 0)); }
+int TrainingJob::z3_count() const { return c_.tp * (1 + (c_.ep > 1 && expert_replicas() > 1 ? c_.ep : 0)); }
 
 // Per tensor-parallel rank: one collective over the stage's data-parallel replicas and their
 // context-parallel ranks (the dense parameters: FSDP shards over dp x cp), and with expert
 // groups one over each expert-data-parallel group (its experts).
 int TrainingJob::z3_collectives(net::CollectiveKind kind, int s, uint64_t salt, const std::function<void()>& done) {
-  const bool expert_groups = c_.ep > 1 && c_.dp / c_.ep > 1;
+  const bool expert_groups = c_.ep > 1 && expert_replicas() > 1;
   int n = 0;
   auto one = [&](std::vector<int> group, double bytes, uint64_t sa) {
     ++n;
