@@ -182,7 +182,9 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                                       c.zero >= 3 ? ", the gradients and the parameters" : c.zero >= 2 ? " and the gradients" : "",
                                       c.cp > 1 ? fmt::format("{} data-parallel x context-parallel ranks", c.dp * c.cp)
                                                : fmt::format("{} data-parallel replicas", c.dp),
-                                      c.ep > 1 ? fmt::format(" (a device's experts over the {} holding the same ones)", c.dp * c.cp / c.ep) : ""));
+                                      c.ep <= 1                ? ""
+                                      : c.dp * c.cp == c.ep ? std::string(" (a device's experts on it alone: no other holds them)")
+                                                            : fmt::format(" (a device's experts over the {} holding the same ones)", c.dp * c.cp / c.ep)));
   summary(fmt::format("iteration {:.3f} s mean over {}; {:.0f} tokens/s; MFU {:.1f}%; bubble {:.1f}% (textbook {:.1f}%); {} all-reduce {:.1f} ms",
                       mean, r.iteration_s.size(), tokens_s, 100 * mfu, 100 * r.bubble_fraction, 100 * r.textbook_bubble,
                       c.cp > 1 ? "DP x CP" : "DP", r.dp_allreduce_ms));

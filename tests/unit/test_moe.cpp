@@ -228,13 +228,15 @@ TEST_CASE("moe: bad input is refused at its key before anything runs") {
                        doctest::Contains("experts_per_token"), ConfigError);
   // Too few devices to hold the experts: Qwen3-235B's 470 GB of weights on two H200s.
   CHECK_THROWS_WITH(run_text(kMixtral, {"model=qwen3-235b-a22b", "deployment.tensor_parallel=2"}), doctest::Contains("does not fit"));
-  // Training does not model latent attention yet: refused at the model, not costed as plain attention.
+  // Training DeepSeek-V3 (latent attention trains now) on one server: 671B parameters do not fit
+  // on eight devices, refused at the parallelism before anything runs.
   const std::string training = R"(name: t
 cluster: {topology: dgx-h200, hardware: h200}
 workloads:
   - {name: j, kind: training, model: deepseek-v3, parallel: {tp: 8, pp: 1, dp: 1}, sequence: 2048, iterations: 1}
 )";
-  CHECK_THROWS_WITH_AS(run_text(training), doctest::Contains("training does not yet model it"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(training), doctest::Contains("deepseek-v3 does not fit"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(training), doctest::Contains("workloads[0].parallel"), ConfigError);
 }
 
 TEST_CASE("moe: no expert gets more than every token: a share over 1/k is capped and spread over the rest") {

@@ -451,3 +451,22 @@ TEST_CASE("moe training: with context parallelism the EP groups are cut from the
   - {name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 2s}, repair: {dist: fixed, mean: 100ms}}
 )");
 }
+
+TEST_CASE("moe training: the pipeline rank holding the MoE layers holds their experts, not the mean rank's share") {
+  // The first of the two layers dense: over pp 2, rank 0 has no expert and rank 1 all of them.
+  // Memory is the heavier rank's: the mean share plus half a layer's routed experts / ep.
+  const std::vector<std::string> dense1{"workloads.0.model.dense_layers=1", "workloads.0.parallel.expert_parallel=2"};
+  auto with = [&](std::initializer_list<const char*> more) {
+    std::vector<std::string> s = dense1;
+    for (const char* m : more) s.emplace_back(m);
+    return run_text(kStar, s)["training"];
+  };
+  const Json one = with({}), two = with({"workloads.0.parallel.pp=2", "workloads.0.parallel.dp=2"});
+  const double layer = 4 * 3 * kHidden * 2048;  // one MoE layer's routed experts
+  CHECK(two["memory_per_device"]["weights_bytes"].get<double>() ==
+        doctest::Approx(one["memory_per_device"]["weights_bytes"].get<double>() / 2 + 2 * layer * 0.5 / 2).epsilon(1e-12));
+  // Both layers MoE: each rank holds one, the mean: no more than half.
+  const Json even1 = run_text(kStar, {"workloads.0.parallel.expert_parallel=2"})["training"];
+  const Json even2 = run_text(kStar, {"workloads.0.parallel.expert_parallel=2", "workloads.0.parallel.pp=2", "workloads.0.parallel.dp=2"})["training"];
+  CHECK(even2["memory_per_device"]["weights_bytes"] == even1["memory_per_device"]["weights_bytes"].get<double>() / 2);
+}

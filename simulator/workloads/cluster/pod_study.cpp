@@ -437,7 +437,7 @@ class PodStudy final : public Study {
         f.iteration_s = sum / static_cast<double>(r.iteration_ns.size()) / 1e9;
         f.iteration_s_min = static_cast<double>(lo) / 1e9;
         f.iteration_s_max = static_cast<double>(hi) / 1e9;
-        const double flops = f.tokens_per_iteration * (6 * jc.cfg.model.active_parameters() + 12.0 * jc.cfg.model.layers * jc.cfg.model.hidden * jc.cfg.sequence);
+        const double flops = f.tokens_per_iteration * training::model_flops_per_token(jc.cfg);
         f.mfu = flops / (f.iteration_s * jc.cfg.tp * jc.cfg.pp * jc.cfg.dp * hardware_.peak_bf16_flops);
       }
     }

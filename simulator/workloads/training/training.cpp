@@ -63,9 +63,7 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
   res_.devices = job_devices(c_);
   res_.peak_flops_per_device = c_.hardware.peak_bf16_flops;
   res_.tokens_per_iteration = tokens_ * m * c_.dp;
-  // A mixture of experts counts the parameters a token passes through (its k experts).
-  res_.model_flops_per_iteration = res_.tokens_per_iteration * (6 * c_.model.active_parameters() +
-                                                                12.0 * c_.model.layers * c_.model.hidden * c_.sequence);
+  res_.model_flops_per_iteration = res_.tokens_per_iteration * model_flops_per_token(c_);
   const int K = c_.pp, v = c_.virtual_stages;
   // Interleaving cuts the pipeline's fill and drain v-fold: (K-1)/v of a micro-batch's time.
   res_.textbook_bubble = static_cast<double>(K - 1) / (v * units_ + K - 1);

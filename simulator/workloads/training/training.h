@@ -104,7 +104,9 @@ struct TrainingConfig {
 
 // Devices a job runs on: tp x cp x pp x dp.
 inline int job_devices(const TrainingConfig& c) { return c.tp * c.cp * c.pp * c.dp; }
-// Parameters one device holds: its tp x pp share of the model, with 1/ep of the routed experts.
+// Parameters one device holds: its tp x pp share of the model, with 1/ep of the routed experts;
+// the pipeline rank holding the most MoE layers (a model with dense first layers, or layers that
+// do not divide over the stages) holds their experts (the rest is the mean rank's share).
 double params_per_device(const TrainingConfig& c);
 // Of those, the routed experts' (1/ep of them under expert parallelism; 0 without it, when
 // every device holds every expert and they shard like the rest).
@@ -125,6 +127,12 @@ double checkpoint_bytes_per_device(const TrainingConfig& c);
 // the experts a token visits (layers averaged over the model's dense and MoE layers). A GPT
 // layer (f = 4h): (34·s·b·h + 4·a·s·b) / tp.
 double layer_activation_bytes(const TrainingConfig& c);
+// Model FLOPs a token costs in an iteration (forward and backward), what MFU counts: 6 x the
+// parameters it passes through (a mixture of experts: its k experts'), plus attention's
+// 12 x layers x hidden x sequence (QK^T and AV, not halved for the causal mask, as Megatron
+// counts it); latent attention at its own widths, 6 x layers x sequence x heads x
+// (head_dim + rope + v_head_dim).
+double model_flops_per_token(const TrainingConfig& c);
 // The heaviest stage's memory per device; activations for the micro-batches a stage holds at
 // once (GPipe: all m; 1F1B: at most pp on the first stage): layer_activation_bytes per layer,
 // or 2·s·b·h per layer with full recomputation; / cp.

@@ -60,8 +60,12 @@ double TrainingJob::cp_kv_bytes(int vs) const {
   const ModelSpec& m = c_.model;
   // Keys and values of the tensor-parallel rank's heads (every rank at least one: Megatron
   // replicates the KV heads when tensor parallelism exceeds them).
-  const double heads = std::ceil(static_cast<double>(m.kv_heads) / c_.tp);
-  return static_cast<double>(c_.micro_batch_size) * c_.sequence * 2 * heads * m.head_dim * m.dtype_bytes * cost_.stage_range(vs).count;
+  // Latent attention goes around the ring as its up-projected keys (head_dim + rope) and values
+  // (v_head_dim) of the rank's heads (every query head has its own), as Megatron-Core's MLA runs
+  // context parallelism.
+  const double heads = std::ceil(static_cast<double>(m.mla() ? m.heads : m.kv_heads) / c_.tp);
+  const double per_head = m.mla() ? static_cast<double>(m.head_dim + m.qk_rope_head_dim + m.v_head_dim) : 2.0 * m.head_dim;
+  return static_cast<double>(c_.micro_batch_size) * c_.sequence * heads * per_head * m.dtype_bytes * cost_.stage_range(vs).count;
 }
 
 void TrainingJob::cp_begin(int sl, int64_t dur, int64_t attention) {

@@ -8,17 +8,48 @@
 
 namespace sluice::training {
 
+// A pipeline rank's parameters are taken as the mean rank's, but for the routed experts: a rank
+// holding more MoE layers than the mean (dense first layers elsewhere, layers that do not divide
+// over the stages) holds their experts too. The heaviest rank's experts beyond the mean, per
+// device (0 when every rank holds as many MoE layers).
+static double heaviest_experts_extra(const TrainingConfig& c) {
+  const ModelSpec& m = c.model;
+  if (!m.moe()) return 0;
+  const int stages = c.pp * c.virtual_stages;
+  int most = 0;
+  for (int s = 0; s < c.pp; ++s) {
+    int n = 0;
+    for (int k = 0; k < c.virtual_stages; ++k) {  // the rank's chunks
+      const LayerRange r = pipeline_stage_layers(m.layers, stages, k * c.pp + s);
+      n += m.moe_layers_in(r.first, r.count);
+    }
+    most = std::max(most, n);
+  }
+  const int total = m.moe_layers_in(0, m.layers);
+  if (most * c.pp == total) return 0;
+  const double layer = static_cast<double>(m.experts) * 3.0 * m.hidden * m.expert_ffn;  // one MoE layer's routed experts
+  return layer * (most - static_cast<double>(total) / c.pp) / c.ep / c.tp;
+}
+
 double params_per_device(const TrainingConfig& c) {
-  return (c.model.parameters() - c.model.routed_expert_parameters() * (1 - 1.0 / c.ep)) / (c.tp * c.pp);
+  // (Latent attention's down projections are whole on every tensor-parallel rank.)
+  return (c.model.parameters() - c.model.routed_expert_parameters() * (1 - 1.0 / c.ep)) / (c.tp * c.pp) + heaviest_experts_extra(c) +
+         (c.model.mla() ? c.model.replicated_parameters() * (1 - 1.0 / c.tp) / c.pp : 0.0);
 }
 
 double expert_params_per_device(const TrainingConfig& c) {
-  return c.ep > 1 ? c.model.routed_expert_parameters() / c.ep / (c.tp * c.pp) : 0;
+  return c.ep > 1 ? c.model.routed_expert_parameters() / c.ep / (c.tp * c.pp) + heaviest_experts_extra(c) : 0;
 }
 
 double sharded_params_per_device(const TrainingConfig& c, double bytes_per_param) {
   const double experts = expert_params_per_device(c), dense = params_per_device(c) - experts;
   return dense * bytes_per_param / (static_cast<double>(c.dp) * c.cp) + experts * bytes_per_param / (c.dp * c.cp / c.ep);
+}
+
+double model_flops_per_token(const TrainingConfig& c) {
+  const ModelSpec& m = c.model;
+  if (m.mla()) return 6 * m.active_parameters() + 6.0 * m.layers * c.sequence * m.heads * (m.head_dim + m.qk_rope_head_dim + m.v_head_dim);
+  return 6 * m.active_parameters() + 12.0 * m.layers * m.hidden * c.sequence;
 }
 
 double checkpoint_bytes_per_device(const TrainingConfig& c) {
@@ -49,7 +80,17 @@ double layer_activation_bytes(const TrainingConfig& c) {
   // and values (2sb x their widths: grouped-query attention keeps fewer keys and values) and
   // the output projection's input (2sb x the query width); FlashAttention keeps no s x s
   // scores, only each row's fp32 log-sum-exp. With h = a x head_dim and kv = a: 11sbh.
-  const double attention = 3 * sbh + 2 * s * b * (2 * q + 2 * kv) + 4 * a * s * b;
+  double attention = 3 * sbh + 2 * s * b * (2 * q + 2 * kv) + 4 * a * s * b;
+  // Latent attention (MLA, trained as Megatron-Core does, keys and values up-projected per head):
+  // the queries and keys of a x (head_dim + rope) each (the rotated key inside them), the values
+  // and the attention output of a x v_head_dim; and the query's bottleneck and the key-value
+  // latent, each the input of its norm and of its up projection (4sb x their widths, as the layer
+  // norms' 4sbh below). All split over the tensor-parallel ranks: with sequence parallelism the
+  // latents too are s / tp rows a rank.
+  if (m.mla()) {
+    const double qk = a * (m.head_dim + m.qk_rope_head_dim), v = a * m.v_head_dim;
+    attention = 3 * sbh + 2 * s * b * (2 * qk + 2 * v) + 4 * a * s * b + 4 * s * b * (m.q_lora_rank + m.kv_lora_rank);
+  }
   // An MLP of width f: its input 2sbh and dropout mask sbh, then a plain one (GPT's GeLU) keeps
   // the activation's input and the second matrix's input, 2sbf each (f = 4h: Korthikanti's
   // 19sbh); a gated one (SwiGLU) the gate's and the up projection's outputs and the down

@@ -131,10 +131,6 @@ SlicingConfig slicing_from_params(const Params& p, const Binding<SlicingConfig>&
 }  // namespace
 
 void check_training_shape(const TrainingConfig& c, const Params& job, const Params& parallel) {
-  // Training's attention costs and activation memory are plain attention's.
-  if (c.model.mla())
-    job.fail("model", fmt::format("{} has latent attention, and training does not yet model it", c.model.name),
-             "a model with plain attention (latent-attention models are served: the serving workload)");
   if (c.ep > 1) {
     if (!c.model.moe())
       parallel.fail("expert_parallel", fmt::format("{} is a dense model: it has no experts to spread", c.model.name), "1");
