@@ -148,6 +148,10 @@ struct CostOptions {
   // The world's fabric times every transfer (tensor-parallel all-reduces, pipeline hand-offs)
   // as flows: those operations cost no time here, and their bytes come from the functions below.
   bool comm_on_fabric = false;
+  // Megatron's sequence parallelism (training): the GEMMs every tensor-parallel rank runs whole
+  // (latent attention's query-bottleneck and latent down projections) run on the rank's 1/tp of
+  // the rows, as the rest of its non-GEMM work does there. Off (serving): on every row.
+  bool sequence_parallel = false;
   // The pytorch profiles' per-layer glue kernels {always, more when a layer runs several token
   // rows}; unset: the counts fitted to model_steps.csv (cost_model.cpp, glue_kernels()). Tests
   // refit them, e.g. on one model's steps to predict another's.

@@ -544,9 +544,10 @@ struct CostModel::Impl {
     auto dense = times(Ld);
     auto moe = times(Lm);
     if (mla) {
-      if (m.q_lora_rank > 0) layer(layer_gemm(Op::QA, lq_a, M));
+      const double Mdown = opt.sequence_parallel ? M / tp : M;  // the replicated down projections' rows
+      if (m.q_lora_rank > 0) layer(layer_gemm(Op::QA, lq_a, Mdown));
       layer(layer_gemm(Op::QB, lq_b, M));
-      layer(layer_gemm(Op::KVA, lkv_a, M));
+      layer(layer_gemm(Op::KVA, lkv_a, Mdown));
       layer(layer_gemm(Op::KVB, lkv_b, M));
     } else {
       layer(layer_gemm(Op::Qkv, qkv, M));

@@ -434,6 +434,12 @@ TEST_CASE("mla: the query bottleneck and latent down projections are whole on ev
   const IterationCost a = tp1.iteration(prefill(4096)), b = tp8.iteration(prefill(4096));
   for (const char* op : {"gemm.q_a", "gemm.kv_a"}) CHECK_MESSAGE(find_op(b, op)->flops == doctest::Approx(find_op(a, op)->flops), std::string(op));
   for (const char* op : {"gemm.q_b", "gemm.kv_b", "gemm.o"}) CHECK_MESSAGE(find_op(b, op)->flops == doctest::Approx(find_op(a, op)->flops / 8), std::string(op));
+  // Training's sequence parallelism runs them on a rank's 1/tp of the rows, like the rest.
+  CostOptions sp{8, 1, ""};
+  sp.sequence_parallel = true;
+  const IterationCost c = CostModel(round_device(), ds, sp).iteration(prefill(4096));
+  for (const char* op : {"gemm.q_a", "gemm.kv_a", "gemm.q_b", "gemm.kv_b", "gemm.o"})
+    CHECK_MESSAGE(find_op(c, op)->flops == doctest::Approx(find_op(a, op)->flops / 8), std::string(op));
   // The memory plan holds them whole too: (1536 x 7168 + 1536 + 7168 x 576 + 512) x 61 parameters.
   CHECK(ds.replicated_parameters() == doctest::Approx((1536.0 * 7168 + 1536 + 7168.0 * 576 + 512) * 61));
 }

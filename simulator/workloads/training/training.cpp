@@ -27,6 +27,7 @@ CostOptions cost_options(const TrainingConfig& c) {
   o.tables_device = c.tables_device;
   o.time_scale = c.cost_time_scale;
   o.comm_on_fabric = true;
+  o.sequence_parallel = true;
   o.moe.data_parallel_ep = c.ep;
   o.moe.routing = c.routing;
   o.moe.zipf_s = c.zipf_s;
