@@ -135,6 +135,10 @@ TEST_CASE("moe: expert parallelism's dispatch and combine are two all-to-alls of
   CHECK(find_op(cma.iteration(prefill(256)), "alltoall.moe") == nullptr);
   CHECK(cma.tp_allreduce_count(0) == 4);
   CHECK(cma.moe_alltoall_bytes(256, 0) == 0);
+  // Megatron-Core's alltoall token dispatcher sends a row per token and expert: 2, not 1.75.
+  CostOptions rows = o;
+  rows.moe.rows_per_expert = true;
+  CHECK(CostModel(round_device(), m, rows).moe_alltoall_bytes(256, 0) == doctest::Approx(2 * 2 * 64.0 * 2 * 1024 * 2));
 }
 
 TEST_CASE("moe: skewed routing makes the step wait for the busiest device, and EPLB spreads it") {
@@ -208,6 +212,13 @@ TEST_CASE("moe: a deployment's all-to-alls run on the fabric every iteration, an
   // All-reduce dispatch: no all-to-all.
   const Json ar = run_text(kMixtral, {"deployment.moe.dispatch=allreduce"})["serving"];
   CHECK_FALSE(ar["moe"].contains("alltoalls"));
+  // A row per token and expert (Megatron's alltoall dispatcher): 2 rows a token against 1.875
+  // devices at top-2 of 8 over 8: the all-to-alls carry more and take longer.
+  const Json rows = run_text(kMixtral, {"deployment.moe.token_dispatcher=alltoall"})["serving"];
+  CHECK(rows["moe"]["dispatch"] == "alltoall (a row per token and expert)");
+  CHECK(rows["moe"]["alltoall_ms_mean"].get<double>() > mo["alltoall_ms_mean"].get<double>());
+  CHECK_THROWS_WITH_AS(run_text(kMixtral, {"deployment.moe.dispatch=allreduce", "deployment.moe.token_dispatcher=alltoall"}),
+                       doctest::Contains("deployment.moe.token_dispatcher"), ConfigError);
   // Skewed routing: device 0 holds the hottest expert and computes the most.
   const Json skew = run_text(kMixtral, {"deployment.moe.routing=zipf", "deployment.moe.zipf_s=1.5"})["serving"];
   CHECK(skew["moe"]["device_load_max_over_mean"].get<double>() > 2);

@@ -126,6 +126,12 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
                      "of the tokens and sends each to its experts' devices and back: two all-to-alls per MoE layer, flows on "
                      "a topology, in place of the MLP's all-reduce; DeepEP's kernels)")
       .def("allreduce");
+  k.moe.choice<bool>("token_dispatcher", {{"flex", false}, {"alltoall", true}}, &MO::rows_per_expert,
+                     "what dispatch: alltoall sends: flex a token once to each device its experts are on, its outputs "
+                     "summed there and returned once (DeepEP's kernels); alltoall a row per token and expert, k a token, its "
+                     "own device's included (Megatron-Core's alltoall token dispatcher: up to k / distinct devices times the "
+                     "bytes)")
+      .def("flex");
   k.moe.choice<MO::Routing>("routing", {{"uniform", MO::Routing::Uniform}, {"zipf", MO::Routing::Zipf}, {"measured", MO::Routing::Measured}},
                             &MO::routing,
                             "the experts' share of the token-expert assignments: uniform, zipf (expert i's share "
@@ -372,12 +378,15 @@ static void check_moe(const ServingConfig& c, const Params& d) {
   const Params& ms = d.section("moe");
   const ModelSpec& m = c.model;
   if (!m.moe()) {
-    for (const char* k : {"expert_parallel", "dispatch", "routing", "zipf_s", "eplb", "redundant_experts", "expert_load", "expert_load_file",
+    for (const char* k : {"expert_parallel", "dispatch", "token_dispatcher", "routing", "zipf_s", "eplb", "redundant_experts", "expert_load", "expert_load_file",
                           "two_batch_overlap", "data_parallel_attention"})
       if (ms.given(k)) ms.fail(k, fmt::format("{} is a dense model: it has no experts", m.name), "leave deployment.moe out, or an MoE model");
     return;
   }
   if (const auto problem = moe_problem(m, mo, c.tensor_parallel)) ms.fail(problem->key, problem->problem, problem->valid);
+  if (mo.rows_per_expert && !(mo.expert_parallel && mo.alltoall))
+    ms.fail("token_dispatcher", "says what an all-to-all dispatch sends, and this deployment dispatches none",
+            "flex, or expert_parallel: true with dispatch: alltoall");
   if (mo.two_batch_overlap && c.pipeline_parallel > 1)
     ms.fail("two_batch_overlap", "overlaps a single stage's compute with its communication", "pipeline_parallel: 1, or false");
   if (mo.data_parallel_attention) {

@@ -180,7 +180,7 @@ ServingResults ServingSim::results() const {
     mo.active_parameters = c.model.active_parameters();
     mo.expert_parallel = c.moe.expert_parallel && c.tensor_parallel > 1;
     mo.dispatch = !mo.expert_parallel ? "none (every expert split over the tensor-parallel devices)"
-                  : c.moe.alltoall   ? "alltoall"
+                  : c.moe.alltoall   ? (c.moe.rows_per_expert ? "alltoall (a row per token and expert)" : "alltoall")
                                      : "allreduce";
     mo.routing = c.moe.routing == MoeOptions::Routing::Zipf       ? fmt::format("zipf s={}", c.moe.zipf_s)
                  : c.moe.routing == MoeOptions::Routing::Measured ? "measured"
