@@ -30,6 +30,19 @@ const std::string kStar = std::string(sluice::testing::kFourDeviceStar) + R"(wor
 
 constexpr double kHidden = 1024, kTokens = 512, kLayers = 2, kMicroBatches = 2;
 
+// kStar with each `from` replaced by its `to`, run with the fast-forward on and off through GPU
+// failures and restarts: the same bytes either way.
+void same_through_failures(std::initializer_list<std::pair<std::string, std::string>> edits) {
+  std::string yaml = kStar;
+  for (const auto& [from, to] : edits) {
+    REQUIRE(yaml.find(from) != std::string::npos);
+    yaml.replace(yaml.find(from), from.size(), to);
+  }
+  sluice::testing::same_with_and_without_fast_forward(yaml + R"(faults:
+  - {name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 2s}, repair: {dist: fixed, mean: 100ms}}
+)");
+}
+
 }  // namespace
 
 TEST_CASE("moe training: each pass's all-to-alls carry tokens x distinct expert devices x hidden x bytes, timed on the fabric") {
@@ -178,15 +191,7 @@ TEST_CASE("moe training: ZeRO-3 gathers and reduce-scatters each op's dense para
   CHECK(a3["memory_per_device"]["weights_bytes"].get<double>() == doctest::Approx(2 * ((held4 - E4) / 4 + E4) + 2 * held4).epsilon(1e-12));
   CHECK(a3["flows"].get<int>() - a2["flows"].get<int>() == 2 * (6 - 2) * 4);
   // The same bytes with the fast-forward on and off, through GPU failures and restarts.
-  std::string yaml = kStar;
-  for (const auto& [from, to] : {std::pair<std::string, std::string>{"expert_parallel: 4}", "expert_parallel: 2, zero: 3}"},
-                                 {"iterations: 2", "iterations: 40"}}) {
-    REQUIRE(yaml.find(from) != std::string::npos);
-    yaml.replace(yaml.find(from), from.size(), to);
-  }
-  sluice::testing::same_with_and_without_fast_forward(yaml + R"(faults:
-  - {name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 2s}, repair: {dist: fixed, mean: 100ms}}
-)");
+  same_through_failures({{"expert_parallel: 4}", "expert_parallel: 2, zero: 3}"}, {"iterations: 2", "iterations: 40"}});
 }
 
 TEST_CASE("moe training: an MoE layer keeps a dispatched copy and the expert's gated MLP for each expert a token visits") {
@@ -440,16 +445,7 @@ TEST_CASE("moe training: with context parallelism the EP groups are cut from the
                                         "workloads.0.moe.alltoall_overlap=true"}),
                        doctest::Contains("workloads[0].moe.alltoall_overlap"), ConfigError);
   // The same bytes with the fast-forward on and off, through GPU failures and restarts, with ZeRO-3.
-  std::string yaml = kStar;
-  for (const auto& [from, to] : {std::pair<std::string, std::string>{"dp: 4,", "dp: 2, cp: 2,"},
-                                 {"expert_parallel: 4}", "expert_parallel: 2, zero: 3}"},
-                                 {"iterations: 2", "iterations: 40"}}) {
-    REQUIRE(yaml.find(from) != std::string::npos);
-    yaml.replace(yaml.find(from), from.size(), to);
-  }
-  sluice::testing::same_with_and_without_fast_forward(yaml + R"(faults:
-  - {name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 2s}, repair: {dist: fixed, mean: 100ms}}
-)");
+  same_through_failures({{"dp: 4,", "dp: 2, cp: 2,"}, {"expert_parallel: 4}", "expert_parallel: 2, zero: 3}"}, {"iterations: 2", "iterations: 40"}});
 }
 
 TEST_CASE("moe training: the pipeline rank holding the MoE layers holds their experts, not the mean rank's share") {
