@@ -448,21 +448,31 @@ TEST_CASE("moe training: with context parallelism the EP groups are cut from the
   same_through_failures({{"dp: 4,", "dp: 2, cp: 2,"}, {"expert_parallel: 4}", "expert_parallel: 2, zero: 3}"}, {"iterations: 2", "iterations: 40"}});
 }
 
-TEST_CASE("moe training: the pipeline rank holding the MoE layers holds their experts, not the mean rank's share") {
-  // The first of the two layers dense: over pp 2, rank 0 has no expert and rank 1 all of them.
-  // Memory is the heavier rank's: the mean share plus half a layer's routed experts / ep.
+TEST_CASE("moe training: each pipeline rank holds its own layers and their experts, the first the embedding, the last the LM head") {
+  // tiny-moe by hand: a layer's attention 4h^2 and two norms 2h; a dense MLP 3h x 4096; a MoE
+  // layer's router h x 4 and 4 routed experts of 3h x 2048; a vocabulary of 8 rows of h.
+  const double h = kHidden, attn = 4 * h * h + 2 * h, dense = attn + 3 * h * 4096, routed = 4 * 3 * h * 2048;
+  const double moe = attn + h * 4 + routed, table = 8 * h;
   const std::vector<std::string> dense1{"workloads.0.model.dense_layers=1", "workloads.0.parallel.expert_parallel=2"};
   auto with = [&](std::initializer_list<const char*> more) {
     std::vector<std::string> s = dense1;
     for (const char* m : more) s.emplace_back(m);
     return run_text(kStar, s)["training"];
   };
-  const Json one = with({}), two = with({"workloads.0.parallel.pp=2", "workloads.0.parallel.dp=2"});
-  const double layer = 4 * 3 * kHidden * 2048;  // one MoE layer's routed experts
-  CHECK(two["memory_per_device"]["weights_bytes"].get<double>() ==
-        doctest::Approx(one["memory_per_device"]["weights_bytes"].get<double>() / 2 + 2 * layer * 0.5 / 2).epsilon(1e-12));
-  // Both layers MoE: each rank holds one, the mean: no more than half.
-  const Json even1 = run_text(kStar, {"workloads.0.parallel.expert_parallel=2"})["training"];
-  const Json even2 = run_text(kStar, {"workloads.0.parallel.expert_parallel=2", "workloads.0.parallel.pp=2", "workloads.0.parallel.dp=2"})["training"];
-  CHECK(even2["memory_per_device"]["weights_bytes"] == even1["memory_per_device"]["weights_bytes"].get<double>() / 2);
+  // pp 1: the one rank holds both layers, half the experts (ep 2), the embedding and the head.
+  const Json one = with({});
+  CHECK(one["memory_per_device"]["weights_bytes"].get<double>() == doctest::Approx(2 * (dense + moe - routed / 2 + 2 * table + h)).epsilon(1e-12));
+  // pp 2: rank 0 the dense layer and the embedding, two micro-batches' activations; rank 1 the
+  // MoE layer with half its experts, the head and the final norm, one micro-batch's. Rank 1
+  // holds more parameters, rank 0 more memory: memory is the fuller rank's.
+  const Json two = with({"workloads.0.parallel.pp=2", "workloads.0.parallel.dp=2"});
+  const double rank0 = dense + table, rank1 = moe - routed / 2 + table + h;
+  REQUIRE(rank1 > rank0);
+  CHECK(two["memory_per_device"]["weights_bytes"].get<double>() == doctest::Approx(2 * rank0).epsilon(1e-12));
+  // (rank 0: one layer, two micro-batches in flight; pp 1's rank: two layers, one.)
+  CHECK(two["memory_per_device"]["activations_bytes"].get<double>() == doctest::Approx(one["memory_per_device"]["activations_bytes"].get<double>()).epsilon(1e-12));
+  // With one micro-batch each rank keeps one micro-batch of one layer: rank 1's parameters win.
+  const Json m1 = with({"workloads.0.parallel.pp=2", "workloads.0.parallel.dp=2", "workloads.0.parallel.micro_batches=1"});
+  CHECK(m1["memory_per_device"]["weights_bytes"].get<double>() == doctest::Approx(2 * rank1).epsilon(1e-12));
+  CHECK(m1["memory_per_device"]["optimizer_bytes"].get<double>() == doctest::Approx(12 * rank1).epsilon(1e-12));
 }

@@ -4,6 +4,9 @@
 
 #include "test_support.h"
 
+#include "hardware/spec.h"
+#include "workloads/training/training.h"
+
 using namespace sluice;
 using sluice::testing::run_text;
 
@@ -128,4 +131,39 @@ TEST_CASE("interleaved 1F1B: a shape that cannot interleave is refused at parall
   CHECK_THROWS_WITH_AS(run_pipeline(1, 2, 8), doctest::Contains("virtual_stages"), std::exception);   // no pipeline
   // Token slicing runs GPipe-style, so it is refused with interleaving too (at parallel.schedule).
   CHECK_THROWS_WITH_AS(run_pipeline(4, 2, 8, "slicing: {policy: uniform, slices: 2},"), doctest::Contains("gpipe"), std::exception);
+}
+
+TEST_CASE("training: a pipeline rank holds its own layers, the first the embedding, the last the LM head and final norm") {
+  training::TrainingConfig c;
+  ModelSpec& m = c.model;
+  m.name = "t", m.layers = 6, m.hidden = 256, m.heads = 4, m.kv_heads = 4, m.head_dim = 64, m.ffn = 1024, m.vocab = 32000;
+  const double h = 256, layer = 4 * h * h + 3 * h * 1024 + 2 * h, table = 32000 * h;
+  c.tp = 2, c.pp = 4, c.dp = 1;
+  // Megatron's split of 6 layers over 4 ranks: 2, 2, 1, 1; everything over tp 2.
+  CHECK(training::rank_parameters(c, 0).total() == doctest::Approx((2 * layer + table) / 2).epsilon(1e-12));
+  CHECK(training::rank_parameters(c, 1).total() == doctest::Approx(2 * layer / 2).epsilon(1e-12));
+  CHECK(training::rank_parameters(c, 2).total() == doctest::Approx(layer / 2).epsilon(1e-12));
+  CHECK(training::rank_parameters(c, 3).total() == doctest::Approx((layer + table + h) / 2).epsilon(1e-12));
+  CHECK(training::heaviest_rank(c) == 0);
+  CHECK(training::params_per_device(c) == training::rank_parameters(c, 0).total());
+  CHECK(training::rank_parameters(c, 0).experts == 0);
+  // Together the ranks hold the model once; a tied embedding twice when the first and last
+  // ranks differ (the last keeps a copy for the logits), once on one rank.
+  auto sum = [&] {
+    double t = 0;
+    for (int r = 0; r < c.pp; ++r) t += training::rank_parameters(c, r).total() * c.tp;
+    return t;
+  };
+  CHECK(sum() == doctest::Approx(m.parameters()).epsilon(1e-12));
+  m.tied_embeddings = true;
+  CHECK(sum() == doctest::Approx(m.parameters() + table).epsilon(1e-12));
+  c.pp = 1;
+  CHECK(sum() == doctest::Approx(m.parameters()).epsilon(1e-12));
+  // Interleaved, 12 layers over 4 ranks of 2 chunks (8 stages: 2, 2, 2, 2, 1, 1, 1, 1): rank 0
+  // holds stages 0 and 4, three layers and the embedding; rank 3 stages 3 and 7 and the head.
+  m.tied_embeddings = false, m.layers = 12, c.pp = 4, c.virtual_stages = 2;
+  CHECK(training::rank_parameters(c, 0).total() == doctest::Approx((3 * layer + table) / 2).epsilon(1e-12));
+  CHECK(training::rank_parameters(c, 3).total() == doctest::Approx((3 * layer + table + h) / 2).epsilon(1e-12));
+  CHECK(training::heaviest_rank(c) == 3);
+  CHECK(sum() == doctest::Approx(m.parameters()).epsilon(1e-12));
 }

@@ -85,9 +85,11 @@ TEST_CASE("ZeRO-3 with interleaved stages: an op gathers and reduce-scatters its
   const double w2 = training(z2)["memory_per_device"]["weights_bytes"].get<double>();
   CHECK(training(z3)["memory_per_device"]["weights_bytes"].get<double>() == doctest::Approx(1.5 * w2).epsilon(1e-12));
   // Bytes on a device's link: ZeRO-2's reduce-scatter and gather each send half of the rank's w2;
-  // ZeRO-3's 12 collectives each half of a chunk's w2 / 2: 3 w2 against w2 an iteration.
+  // ZeRO-3's 12 collectives each half of a chunk's w2 / 2: 3 w2 against w2 an iteration. (w2 is
+  // the fuller rank's, rank 0 with its embedding; the busiest link is rank 1's, whose LM head
+  // and final norm are a hair more: 1 part in 10^5 of this model.)
   auto link_bytes = [](const Json& m) { return m["world"]["fabric"]["most_loaded_link"]["bytes"].get<double>(); };
-  CHECK(link_bytes(z3) - link_bytes(z2) == doctest::Approx(2 * (3 - 1) * w2).epsilon(1e-6));
+  CHECK(link_bytes(z3) - link_bytes(z2) == doctest::Approx(2 * (3 - 1) * w2).epsilon(2e-5));
   // Fast-forward on and off alike, through failures.
   std::string yaml = star(3, 512, 2, 40, ", pp: 2, virtual_stages: 2");
   yaml.replace(yaml.find("pp: 1, dp: 4"), 12, "dp: 2");

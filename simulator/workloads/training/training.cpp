@@ -55,6 +55,13 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
   params_per_device_ = params_per_device(c_);
   dp_bytes_ = params_per_device_ * c_.model.dtype_bytes;
   expert_dp_bytes_ = expert_params_per_device(c_) * c_.model.dtype_bytes;
+  stage_dense_bytes_.clear();
+  stage_expert_bytes_.clear();
+  for (int s = 0; s < c_.pp; ++s) {
+    const RankParameters p = rank_parameters(c_, s);
+    stage_dense_bytes_.push_back(p.dense * c_.model.dtype_bytes);
+    stage_expert_bytes_.push_back(p.experts * c_.model.dtype_bytes);
+  }
   a2a_.resize(static_cast<size_t>(c_.dp / ep_slots() * c_.pp));
   // Adam's step streams the optimizer state of the parameters a device updates (its shard under ZeRO).
   // (A kernel's time like the cost model's: at an end of the error band, scaled as they are.)
@@ -581,9 +588,9 @@ void TrainingJob::stage_backward_done(int s) {
   for (int k = 0; k < c_.tp; ++k) {
     std::vector<int> group = dp_group(s, k);
     // Without expert groups (ep = dp x cp) the experts' gradients need no reduction: each is on one rank.
-    reduce(std::move(group), dp_bytes_ - expert_dp_bytes_, static_cast<uint64_t>(s * 1009 + k));
+    reduce(std::move(group), stage_dense_bytes_[static_cast<size_t>(s)], static_cast<uint64_t>(s * 1009 + k));
     for (int j = 0; expert_groups && j < c_.ep; ++j)
-      reduce(expert_dp_group(j, s, k), expert_dp_bytes_, static_cast<uint64_t>(s * 1009 + k) * 67 + static_cast<uint64_t>(j) + 3);
+      reduce(expert_dp_group(j, s, k), stage_expert_bytes_[static_cast<size_t>(s)], static_cast<uint64_t>(s * 1009 + k) * 67 + static_cast<uint64_t>(j) + 3);
   }
 }
 
@@ -613,9 +620,10 @@ void TrainingJob::optimizer_done() {
   };
   for (int s = 0; s < c_.pp; ++s)
     for (int k = 0; k < c_.tp; ++k) {
-      gather(dp_group(s, k), dp_bytes_ - expert_dp_bytes_, static_cast<uint64_t>(s * 1009 + k) + 7);
+      gather(dp_group(s, k), stage_dense_bytes_[static_cast<size_t>(s)], static_cast<uint64_t>(s * 1009 + k) + 7);
       for (int j = 0; expert_groups && j < c_.ep; ++j)
-        gather(expert_dp_group(j, s, k), expert_dp_bytes_, (static_cast<uint64_t>(s * 1009 + k) * 67 + static_cast<uint64_t>(j) + 3) * 7 + 5);
+        gather(expert_dp_group(j, s, k), stage_expert_bytes_[static_cast<size_t>(s)],
+               (static_cast<uint64_t>(s * 1009 + k) * 67 + static_cast<uint64_t>(j) + 3) * 7 + 5);
     }
 }
 

@@ -104,9 +104,18 @@ struct TrainingConfig {
 
 // Devices a job runs on: tp x cp x pp x dp.
 inline int job_devices(const TrainingConfig& c) { return c.tp * c.cp * c.pp * c.dp; }
-// Parameters one device holds: its tp x pp share of the model, with 1/ep of the routed experts;
-// the pipeline rank holding the most MoE layers (a model with dense first layers, or layers that
-// do not divide over the stages) holds their experts (the rest is the mean rank's share).
+// Parameters one device of pipeline rank `rank` holds: its chunks' decoder layers split over
+// tp (latent attention's down projections whole), 1/ep of their routed experts (`experts`; with
+// ep = 1 they count as dense and shard with the rest), the embedding on the first rank, the LM
+// head and final norm on the last (a tied embedding on both when they differ, as Megatron holds it).
+struct RankParameters {
+  double dense = 0, experts = 0;
+  double total() const { return dense + experts; }
+};
+RankParameters rank_parameters(const TrainingConfig& c, int rank);
+// The pipeline rank holding the most parameters (the first of equals).
+int heaviest_rank(const TrainingConfig& c);
+// Parameters one device of the heaviest rank holds.
 double params_per_device(const TrainingConfig& c);
 // Of those, the routed experts' (1/ep of them under expert parallelism; 0 without it, when
 // every device holds every expert and they shard like the rest).
@@ -116,6 +125,8 @@ double expert_params_per_device(const TrainingConfig& c);
 // device's experts over its expert-data-parallel group of dp x cp / ep (Megatron-Core's
 // distributed optimizer with expert parallelism). Times bytes_per_param: their bytes.
 double sharded_params_per_device(const TrainingConfig& c, double bytes_per_param = 1);
+// The same for one rank's parameters.
+double sharded_params_per_device(const RankParameters& p, const TrainingConfig& c, double bytes_per_param = 1);
 // What one device writes of a checkpoint: the model's weights and fp32 Adam state (master,
 // m, v: 12 bytes a parameter) once, every expert included, spread evenly over all the job's
 // devices (Megatron's distributed checkpoint, PyTorch DCP).
@@ -133,9 +144,9 @@ double layer_activation_bytes(const TrainingConfig& c);
 // counts it); latent attention at its own widths, 6 x layers x sequence x heads x
 // (head_dim + rope + v_head_dim).
 double model_flops_per_token(const TrainingConfig& c);
-// The heaviest stage's memory per device; activations for the micro-batches a stage holds at
-// once (GPipe: all m; 1F1B: at most pp on the first stage): layer_activation_bytes per layer,
-// or 2·s·b·h per layer with full recomputation; / cp.
+// The fullest pipeline rank's memory per device: its parameters' states, and activations for the
+// micro-batches it holds at once (GPipe: all m; 1F1B: at most pp - r on rank r), of its own
+// layers: layer_activation_bytes per layer, or 2·s·b·h per layer with full recomputation; / cp.
 TrainingMemory training_memory(const TrainingConfig& c);
 // The job as its report names it (recorder/training_results.h).
 TrainingSetup training_setup(const TrainingConfig& c);

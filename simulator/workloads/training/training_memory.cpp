@@ -8,42 +8,62 @@
 
 namespace sluice::training {
 
-// A pipeline rank's parameters are taken as the mean rank's, but for the routed experts: a rank
-// holding more MoE layers than the mean (dense first layers elsewhere, layers that do not divide
-// over the stages) holds their experts too. The heaviest rank's experts beyond the mean, per
-// device (0 when every rank holds as many MoE layers).
-static double heaviest_experts_extra(const TrainingConfig& c) {
+// One decoder layer's parameters, as ModelSpec::parameters() counts them (a MoE layer's router,
+// shared and routed experts included): the model cut to that one layer, less what lies outside
+// the layers (the embedding, an untied LM head, the final norm, learned positions).
+static double one_layer_parameters(const ModelSpec& m, bool moe_layer) {
+  ModelSpec one = m;
+  one.layers = 1;
+  one.dense_layers = moe_layer ? 0 : 1;
+  one.learned_positions = false;
+  const double h = m.hidden;
+  return one.parameters() - static_cast<double>(m.vocab) * h * (m.tied_embeddings ? 1 : 2) - h * (m.layernorm ? 2 : 1);
+}
+
+RankParameters rank_parameters(const TrainingConfig& c, int rank) {
   const ModelSpec& m = c.model;
-  if (!m.moe()) return 0;
+  const double h = m.hidden, tp = c.tp;
+  const double dense_layer = one_layer_parameters(m, false);
+  const double moe_layer = m.moe() ? one_layer_parameters(m, true) : 0;
+  const double routed_layer = m.moe() ? static_cast<double>(m.experts) * 3.0 * h * m.expert_ffn : 0;  // of moe_layer
+  const double replicated_layer = m.mla() ? m.replicated_parameters() / m.layers : 0;
+  RankParameters out;
   const int stages = c.pp * c.virtual_stages;
-  int most = 0;
-  for (int s = 0; s < c.pp; ++s) {
-    int n = 0;
-    for (int k = 0; k < c.virtual_stages; ++k) {  // the rank's chunks
-      const LayerRange r = pipeline_stage_layers(m.layers, stages, k * c.pp + s);
-      n += m.moe_layers_in(r.first, r.count);
-    }
-    most = std::max(most, n);
+  for (int k = 0; k < c.virtual_stages; ++k) {  // the rank's chunks
+    const LayerRange r = pipeline_stage_layers(m.layers, stages, k * c.pp + rank);
+    const int moe = m.moe_layers_in(r.first, r.count), dense = r.count - moe;
+    out.dense += (dense * dense_layer + moe * (moe_layer - routed_layer)) / tp + r.count * replicated_layer * (1 - 1 / tp);
+    // The routed experts: 1/ep of them a device under expert parallelism (split over tp as the
+    // rest is); without it they shard with the dense parameters.
+    (c.ep > 1 ? out.experts : out.dense) += moe * routed_layer / c.ep / tp;
   }
-  const int total = m.moe_layers_in(0, m.layers);
-  if (most * c.pp == total) return 0;
-  const double layer = static_cast<double>(m.experts) * 3.0 * m.hidden * m.expert_ffn;  // one MoE layer's routed experts
-  return layer * (most - static_cast<double>(total) / c.pp) / c.ep / c.tp;
+  // Megatron's first stage holds the (vocabulary-parallel) embedding and the learned positions,
+  // the last the LM head and the final norm; a tied embedding is held on both when they differ
+  // (its gradients summed between them), once otherwise.
+  const double table = static_cast<double>(m.vocab) * h;
+  if (rank == 0) out.dense += (table + (m.learned_positions ? static_cast<double>(m.max_context) * h : 0.0)) / tp;
+  if (rank == c.pp - 1) out.dense += ((m.tied_embeddings && c.pp == 1 ? 0.0 : table) + h * (m.layernorm ? 2 : 1)) / tp;
+  return out;
 }
 
-double params_per_device(const TrainingConfig& c) {
-  // (Latent attention's down projections are whole on every tensor-parallel rank.)
-  return (c.model.parameters() - c.model.routed_expert_parameters() * (1 - 1.0 / c.ep)) / (c.tp * c.pp) + heaviest_experts_extra(c) +
-         (c.model.mla() ? c.model.replicated_parameters() * (1 - 1.0 / c.tp) / c.pp : 0.0);
+int heaviest_rank(const TrainingConfig& c) {
+  int best = 0;
+  double most = -1;
+  for (int r = 0; r < c.pp; ++r)
+    if (const double p = rank_parameters(c, r).total(); p > most) most = p, best = r;
+  return best;
 }
 
-double expert_params_per_device(const TrainingConfig& c) {
-  return c.ep > 1 ? c.model.routed_expert_parameters() / c.ep / (c.tp * c.pp) + heaviest_experts_extra(c) : 0;
+double params_per_device(const TrainingConfig& c) { return rank_parameters(c, heaviest_rank(c)).total(); }
+
+double expert_params_per_device(const TrainingConfig& c) { return rank_parameters(c, heaviest_rank(c)).experts; }
+
+double sharded_params_per_device(const RankParameters& p, const TrainingConfig& c, double bytes_per_param) {
+  return p.dense * bytes_per_param / (static_cast<double>(c.dp) * c.cp) + p.experts * bytes_per_param / (c.dp * c.cp / c.ep);
 }
 
 double sharded_params_per_device(const TrainingConfig& c, double bytes_per_param) {
-  const double experts = expert_params_per_device(c), dense = params_per_device(c) - experts;
-  return dense * bytes_per_param / (static_cast<double>(c.dp) * c.cp) + experts * bytes_per_param / (c.dp * c.cp / c.ep);
+  return sharded_params_per_device(rank_parameters(c, heaviest_rank(c)), c, bytes_per_param);
 }
 
 double model_flops_per_token(const TrainingConfig& c) {
@@ -115,33 +135,45 @@ double layer_activation_bytes(const TrainingConfig& c) {
   return per_device + mlp_mean;
 }
 
-TrainingMemory training_memory(const TrainingConfig& c) {
+// One pipeline rank's memory: its parameters' states and the activations its schedule keeps.
+static TrainingMemory rank_memory(const TrainingConfig& c, int rank) {
   const ModelSpec& m = c.model;
   TrainingMemory mem;
-  const double params = params_per_device(c);
+  const RankParameters p = rank_parameters(c, rank);
+  const double params = p.total();
+  int layers = 0;  // the rank's decoder layers, over its chunks
+  for (int k = 0; k < c.virtual_stages; ++k) layers += pipeline_stage_layers(m.layers, c.pp * c.virtual_stages, k * c.pp + rank).count;
   mem.weights = params * m.dtype_bytes;
   // ZeRO-3: the shard (the dense parameters over dp, a device's experts over dp x cp / ep), plus
   // FSDP's buffer of two layers gathered whole (the one computing and the one prefetched).
   // (A stage of one layer gathers no more than itself; with nothing to shard over, nothing is.)
   if (c.zero >= 3 && c.dp * c.cp > 1)
-    mem.weights = sharded_params_per_device(c, m.dtype_bytes) +
-                  std::min(2 * params / std::ceil(static_cast<double>(m.layers) / c.pp), params) * m.dtype_bytes;
+    mem.weights = sharded_params_per_device(p, c, m.dtype_bytes) + std::min(2 * params / layers, params) * m.dtype_bytes;
   // ZeRO shards the optimizer state (stage 1) and the gradients (stage 2) over the ranks that
   // hold the same parameters: dp x cp for the dense ones, dp x cp / ep for a device's experts.
-  mem.gradients = c.zero >= 2 ? sharded_params_per_device(c, m.dtype_bytes) : params * m.dtype_bytes;
-  mem.optimizer = c.zero >= 1 ? sharded_params_per_device(c, 12) : params * 12;  // fp32 master weights, Adam's m and v
-  const double layers = std::ceil(static_cast<double>(m.layers) / c.pp);
+  mem.gradients = c.zero >= 2 ? sharded_params_per_device(p, c, m.dtype_bytes) : params * m.dtype_bytes;
+  mem.optimizer = c.zero >= 1 ? sharded_params_per_device(p, c, 12) : params * 12;  // fp32 master weights, Adam's m and v
   // Context parallelism: each rank keeps its s / cp tokens' activations.
   const double per_layer = (c.recompute ? 2.0 * c.sequence * c.micro_batch_size * m.hidden : layer_activation_bytes(c)) / c.cp;
-  // 1F1B: the first stage holds pp micro-batches' activations at most; GPipe holds all m.
-  // Interleaved over v chunks: the first rank holds Kv + K - 1 chunks' worth (its warm-up and
-  // one more), each of layers / (Kv) layers: K (1 + (K-1)/(Kv)) micro-batches of its layers.
+  // Micro-batches in flight on pipeline rank r (Megatron's warm-up plus the one in its steady
+  // state). GPipe holds all m; 1F1B pp - r at most. Interleaved over v chunks, rank r holds
+  // Kv + K - 1 - 2r chunks (its warm-up and one more) at most, each of a chunk's layers:
+  // (Kv + K - 1 - 2r) / v micro-batches of all its layers.
   const int K = c.pp, v = c.virtual_stages;
   const double in_flight = c.schedule == Schedule::GPipe ? c.micro_batches
-                           : v > 1 ? std::min(static_cast<double>(c.micro_batches) * v, static_cast<double>(K * v + K - 1)) / v
-                                   : std::min(c.micro_batches, c.pp);
+                           : v > 1 ? std::min(static_cast<double>(c.micro_batches) * v, static_cast<double>(K * v + K - 1 - 2 * rank)) / v
+                                   : std::min(c.micro_batches, c.pp - rank);
   mem.activations = per_layer * layers * in_flight;
   return mem;
+}
+
+// The fullest pipeline rank's (the first of equals): the first holds the most activations, the
+// first and last the embedding and the LM head, a rank the most MoE layers their experts.
+TrainingMemory training_memory(const TrainingConfig& c) {
+  TrainingMemory best = rank_memory(c, 0);
+  for (int r = 1; r < c.pp; ++r)
+    if (const TrainingMemory mem = rank_memory(c, r); mem.total() > best.total()) best = mem;
+  return best;
 }
 
 }  // namespace sluice::training

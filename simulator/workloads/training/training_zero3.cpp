@@ -44,8 +44,9 @@ int TrainingJob::z3_collectives(net::CollectiveKind kind, int s, uint64_t salt, 
     const uint64_t sa = salt * 131 + static_cast<uint64_t>(k);
     // Interleaved 1F1B: an op runs one of the rank's v chunks, and moves that chunk's share.
     const double v = c_.virtual_stages;
-    one(dp_group(s, k), (dp_bytes_ - expert_dp_bytes_) / v, sa);
-    for (int j = 0; expert_groups && j < c_.ep; ++j) one(expert_dp_group(j, s, k), expert_dp_bytes_ / v, sa * 67 + static_cast<uint64_t>(j) + 3);
+    one(dp_group(s, k), stage_dense_bytes_[static_cast<size_t>(s)] / v, sa);
+    for (int j = 0; expert_groups && j < c_.ep; ++j)
+      one(expert_dp_group(j, s, k), stage_expert_bytes_[static_cast<size_t>(s)] / v, sa * 67 + static_cast<uint64_t>(j) + 3);
   }
   return n;
 }
