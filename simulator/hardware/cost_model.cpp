@@ -208,13 +208,12 @@ double CostModel::tp_allreduce_bytes(double tokens, int stage) const {
 
 int CostModel::tp_allreduce_count(int stage) const {
   if (impl_->tp <= 1) return 0;  // (data-parallel attention too: nothing is split over devices)
-  const LayerRange r = stage_range(stage);
-  return 2 * r.count - impl_->moe_ar_saved(r.first, r.count);
+  const CostModel::Impl::Span sp = impl_->span_of(stage_range(stage));  // (multi-token prediction's layers among them)
+  return static_cast<int>(2 * sp.L) - (impl_->moe_ar_saved(0, impl_->m.layers) > 0 ? static_cast<int>(sp.Lm) : 0);
 }
 
 int CostModel::moe_alltoall_count(int stage) const {
-  const LayerRange r = stage_range(stage);
-  return impl_->a2a ? 2 * impl_->m.moe_layers_in(r.first, r.count) : 0;
+  return impl_->a2a ? 2 * static_cast<int>(impl_->span_of(stage_range(stage)).Lm) : 0;
 }
 
 double CostModel::moe_alltoall_bytes(double tokens, int stage) const {

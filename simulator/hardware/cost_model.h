@@ -160,6 +160,11 @@ struct CostOptions {
   // Every kernel's time (not the collectives') multiplied by this: an end of the cost model's
   // error band (hardware/cost_band.h), set by CostSource::apply under a CostBandScope.
   double time_scale = 1;
+  // Training's multi-token prediction (DeepSeek-V3; Megatron-Core's mtp_num_layers): modules on
+  // the last stage, each one more decoder layer of the model's last kind (an MoE one where it has
+  // experts), its own embedding lookup of the shifted tokens, a 2h -> h projection (split over
+  // tp), and one more LM head over every token. 0: none (serving drafts with them instead).
+  int mtp_layers = 0;
 };
 
 // The layers one pipeline stage holds, and what else runs on it.
@@ -169,6 +174,7 @@ struct LayerRange {
   bool embedding = false;  // the token embedding gather (the first stage)
   bool lm_head = false;    // the final norm, LM head and sampling of the rows that sample (the last stage)
   bool send = false;       // hands its activations to a next stage (every stage but the last)
+  int mtp = 0;             // multi-token prediction modules after its layers (training's last stage; CostOptions::mtp_layers)
 };
 // Megatron's split of `layers` over `pp` stages: floor(layers / pp) each, the first layers % pp
 // stages one more; the embedding on the first stage, the LM head on the last.

@@ -51,6 +51,7 @@ struct CostModel::Impl {
     double L = 0;
     bool embed = false, head = false, send = false;
     double Lm = 0;  // of the L layers, those with an MoE block in place of the dense MLP
+    double mtp = 0;  // multi-token prediction modules (their layers among L): projection, embedding, LM head each
   };
   // spans[0]: the legacy costed stage (ceil(layers / pp) layers, the LM head, the embedding when
   // pp == 1, the send when pp > 1) that iteration() and iteration_ns() cost; then one span per
@@ -79,6 +80,7 @@ struct CostModel::Impl {
     int shape = -1;
   };
   GemmPlan qkv, o, up, down, lm;
+  GemmPlan mtp_proj;  // a multi-token prediction module's projection of [hidden; embedding], 2h -> h / tp
   // Latent attention (m.mla()): the query's bottleneck down (replicated) and up (split by heads),
   // the latent down (replicated) and its up-projection to keys and values (split by heads).
   GemmPlan lq_a, lq_b, lkv_a, lkv_b;
@@ -132,13 +134,14 @@ struct CostModel::Impl {
     spans.push_back(Span{static_cast<double>(layers_stage), pp == 1, true, pp > 1,
                          static_cast<double>(m.moe_layers_in(m.layers - layers_stage, layers_stage))});
     for (int s = 0; s < pp; ++s) {
-      const LayerRange r = pipeline_stage_layers(m.layers, pp, s);
+      LayerRange r = pipeline_stage_layers(m.layers, pp, s);
+      if (s == pp - 1) r.mtp = opt.mtp_layers;
       ranges.push_back(r);
       const Span sp = span_of(r);
       int at = -1;
       for (size_t i = 0; i < spans.size(); ++i)
         if (spans[i].L == sp.L && spans[i].embed == sp.embed && spans[i].head == sp.head && spans[i].send == sp.send &&
-            spans[i].Lm == sp.Lm)
+            spans[i].Lm == sp.Lm && spans[i].mtp == sp.mtp)
           at = static_cast<int>(i);
       if (at < 0) {
         at = static_cast<int>(spans.size());
@@ -198,6 +201,7 @@ struct CostModel::Impl {
     up = {hidden, (m.gated_ffn ? 2 : 1) * ffn};
     down = {ffn, hidden};
     lm = {hidden, vocab};
+    mtp_proj = {2 * hidden, hidden / tp};
     if (m.moe()) plan_experts();
 
     if (!opt.tables_dir.empty()) load_tables();
@@ -212,7 +216,9 @@ struct CostModel::Impl {
   }
 
   Span span_of(const LayerRange& r) const {
-    return Span{static_cast<double>(r.count), r.embedding, r.lm_head, r.send, static_cast<double>(m.moe_layers_in(r.first, r.count))};
+    // (A multi-token prediction module's layer is of the model's last layer's kind.)
+    const double mtp = r.mtp, mtp_moe = m.moe() ? mtp : 0.0;
+    return Span{r.count + mtp, r.embedding, r.lm_head, r.send, m.moe_layers_in(r.first, r.count) + mtp_moe, mtp};
   }
 
   // Mixture of experts: the router and shared experts' GEMMs, one expert's inner width on a
@@ -323,6 +329,7 @@ struct CostModel::Impl {
     if (have("gemm.csv")) {
       gemm = costtab::GemmTable::from_csv(csv("gemm.csv"));
       for (GemmPlan* g : {&qkv, &o, &up, &down, &lm}) g->shape = gemm->nearest(g->K, g->N, opt.max_shape_ratio);
+      if (opt.mtp_layers > 0) mtp_proj.shape = gemm->nearest(mtp_proj.K, mtp_proj.N, opt.max_shape_ratio);
       if (mla)
         for (GemmPlan* g : {&lq_a, &lq_b, &lkv_a, &lkv_b})
           if (g->N > 0) g->shape = gemm->nearest(g->K, g->N, opt.max_shape_ratio);
@@ -579,6 +586,15 @@ struct CostModel::Impl {
     }
     if (sp.embed)  // the embedding gather (first stage): a row of the table read and written per token
       sink(kernels_part(Op::Embed, 1, 2 * M * hidden * b));
+    if (sp.mtp > 0) {
+      // Multi-token prediction (training, all M tokens): each module gathers the embedding of the
+      // tokens one further on, projects them with the hidden states (its layer is among L), and
+      // runs the LM head over every token for its loss. (Its two input norms are not costed.)
+      auto mtp = times(sp.mtp);
+      mtp(kernels_part(Op::Embed, 1, 2 * M * hidden * b));
+      mtp(layer_gemm(Op::MtpProj, mtp_proj, M));
+      mtp(gemm_part(Op::LmHead, lm, M));
+    }
     if (sp.head && impl == Implementation::Fused)  // vLLM normalises every token, then selects the sampled rows
       sink(fused_part(Op::FinalNorm, M, 2 * hidden * b, 1));
     if (sp.send && !opt.comm_on_fabric) {
@@ -720,6 +736,7 @@ struct CostModel::Impl {
       case Op::Act: return m.gated_ffn ? "elementwise.silu_mul" : "elementwise.gelu";
       case Op::Residual: return "elementwise.residual_add";
       case Op::LmHead: return "lm_head";
+      case Op::MtpProj: return "gemm.mtp_proj";
       case Op::Sampling: return "sampling";
       case Op::AllReduce: return "allreduce";
       case Op::AllGather: return "allgather.logits";

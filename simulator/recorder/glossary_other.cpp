@@ -224,7 +224,7 @@ std::span<const MetricDef> other_metric_defs() {
       {"", "geometries[].iteration_s", "s", "Mean iteration time a world run of the job on this slice measured."},
       {"", "geometries[].tokens_per_iteration", "tokens", "Tokens per iteration of the job."},
       {"", "geometries[].mfu", "fraction", "Model FLOPs per iteration / (iteration time x chips x peak FLOP/s)."},
-      {"", "geometries[].memory_bytes", "bytes", "Memory per device on the heaviest stage."},
+      {"", "geometries[].memory_bytes", "bytes", "Memory per device on the fullest pipeline rank."},
       {"", "variants[].variant", "text", "The variant's name: fabric (ocs or static) / placement policy."},
       {"", "variants[].ocs", "bool", "True for the OCS pod, false for static wiring."},
       {"", "variants[].placement", "text", "The placement policy."},

@@ -19,6 +19,7 @@ std::span<const MetricDef> training_metric_defs() {
       {"training", "job.micro_batch_size", "count", "Sequences per micro-batch."},
       {"training", "job.sequence", "tokens", "Tokens per sequence."},
       {"training", "job.recompute", "bool", "True with full activation recomputation (one more forward inside the backward)."},
+      {"training", "job.mtp_layers", "count", "Multi-token prediction modules trained on the last pipeline stage (0: none)."},
       {"training", "job.dp_algorithm", "text", "The collective algorithm of the data-parallel gradient reduction."},
       {"training", "job.tp_algorithm", "text", "The collective algorithm of the tensor-parallel all-reduces (ring, NVLS or auto)."},
       {"training", "job.virtual_stages", "count", "Model chunks each pipeline rank holds (interleaved 1F1B); 1 is plain 1F1B or GPipe."},
@@ -55,11 +56,11 @@ std::span<const MetricDef> training_metric_defs() {
       {"training", "flows", "count", "Flows the job put on the fabric (all its transfers, every time they happened)."},
 
       // Memory.
-      {"training", "memory_per_device.weights_bytes", "bytes", "Weights per device on the heaviest stage."},
-      {"training", "memory_per_device.gradients_bytes", "bytes", "Gradients per device on the heaviest stage (sharded under ZeRO-2)."},
-      {"training", "memory_per_device.optimizer_bytes", "bytes", "Optimizer state per device on the heaviest stage (sharded under ZeRO-1 and up)."},
+      {"training", "memory_per_device.weights_bytes", "bytes", "Weights per device on the fullest pipeline rank (its own layers, the embedding on the first, the LM head on the last)."},
+      {"training", "memory_per_device.gradients_bytes", "bytes", "Gradients per device on the fullest pipeline rank (sharded under ZeRO-2)."},
+      {"training", "memory_per_device.optimizer_bytes", "bytes", "Optimizer state per device on the fullest pipeline rank (sharded under ZeRO-1 and up)."},
       {"training", "memory_per_device.activations_bytes", "bytes",
-       "Activations per device held at once on the heaviest stage (all micro-batches under GPipe, up to pp under 1F1B)."},
+       "Activations per device held at once on the fullest pipeline rank (all micro-batches under GPipe, up to pp - r on rank r under 1F1B)."},
       {"training", "memory_per_device.total_bytes", "bytes", "Weights + gradients + optimizer state + activations per device."},
       {"training", "memory_per_device.capacity_bytes", "bytes", "The device's HBM capacity."},
 

@@ -48,7 +48,7 @@ struct PodGeometry {
   double iteration_s = 0;
   double tokens_per_iteration = 0;
   double mfu = 0;
-  double memory_bytes = 0;  // per device, heaviest stage
+  double memory_bytes = 0;  // per device, the fullest pipeline rank
 };
 
 // The pod, its failure process and job stream, and one result per variant.

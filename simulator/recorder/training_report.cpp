@@ -28,6 +28,7 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                   {"micro_batch_size", c.micro_batch_size},
                   {"sequence", c.sequence},
                   {"recompute", c.recompute},
+                  {"mtp_layers", c.mtp_layers},
                   {"dp_algorithm", c.dp_algorithm},
                   {"tp_algorithm", c.tp_algorithm},
                   {"virtual_stages", c.virtual_stages},

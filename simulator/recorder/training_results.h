@@ -91,6 +91,7 @@ struct TrainingSetup {
   std::string schedule;  // "gpipe" or "1f1b"
   int micro_batches = 1, micro_batch_size = 1, sequence = 0;
   bool recompute = false;
+  int mtp_layers = 0;  // multi-token prediction modules trained
   std::string dp_algorithm, tp_algorithm;
   bool moe = false;
   std::string routing;  // the experts' load: "uniform" or "zipf"

@@ -375,7 +375,7 @@ class PodStudy final : public Study {
     jc.memory = training::training_memory(c);
     if (jc.memory.total() > c.hardware.hbm_bytes)
       cp.fail("parallel",
-              fmt::format("{}: {} with tp {} x pp {} x dp {} does not fit: each device of the heaviest stage needs {} (weights {}, "
+              fmt::format("{}: {} with tp {} x pp {} x dp {} does not fit: each device of the fullest pipeline rank needs {} (weights {}, "
                           "gradients {}, optimizer {}, activations {}) but {} has {}",
                           jc.name, c.model.name, c.tp, c.pp, c.dp, format_bytes(jc.memory.total()), format_bytes(jc.memory.weights),
                           format_bytes(jc.memory.gradients), format_bytes(jc.memory.optimizer), format_bytes(jc.memory.activations),

@@ -32,6 +32,7 @@ CostOptions cost_options(const TrainingConfig& c) {
   o.moe.routing = c.routing;
   o.moe.zipf_s = c.zipf_s;
   o.moe.rows_per_expert = c.rows_per_expert;
+  o.mtp_layers = c.mtp_layers;
   return o;
 }
 
@@ -364,7 +365,7 @@ void TrainingJob::tp_allreduces(int sl) {
     for (int c = 0; c < c_.cp; ++c) {
       net::CollectiveOptions o;
       o.fused_ring_steps = true;
-      o.fused_count = 2 * cost_.stage_range(s).count;
+      o.fused_count = 2 * (cost_.stage_range(s).count + cost_.stage_range(s).mtp);
       o.salt = static_cast<uint64_t>(sl) + static_cast<uint64_t>(c) * 0x9E3779B1u;
       std::vector<int> group(nodes.begin() + c * c_.tp, nodes.begin() + (c + 1) * c_.tp);
       st.tp_collectives.push_back(

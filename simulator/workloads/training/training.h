@@ -76,6 +76,10 @@ struct TrainingConfig {
   int sequence = 2048;
   int iterations = 1;          // 0: runs as long as the other workloads
   bool recompute = false;      // full activation recomputation (one more forward in the backward)
+  // Multi-token prediction modules trained beside the model (DeepSeek-V3: 1; Megatron-Core's
+  // mtp_num_layers), on the last pipeline stage: each one more decoder layer of the model's last
+  // kind, a 2h -> h projection, and its own pass through the shared embedding and LM head.
+  int mtp_layers = 0;
   net::CollectiveKind dp_algorithm = net::CollectiveKind::AllReduceRing;
   net::CollectiveKind tp_algorithm = net::CollectiveKind::AllReduceRing;  // ring, NVLS or auto
   std::string tables_dir;
@@ -117,10 +121,10 @@ RankParameters rank_parameters(const TrainingConfig& c, int rank);
 int heaviest_rank(const TrainingConfig& c);
 // Parameters one device of the heaviest rank holds.
 double params_per_device(const TrainingConfig& c);
-// Of those, the routed experts' (1/ep of them under expert parallelism; 0 without it, when
-// every device holds every expert and they shard like the rest).
+// The most routed experts' parameters a device holds, over the ranks (1/ep of its layers' under
+// expert parallelism; 0 without it, when every device holds every expert and they shard like the rest).
 double expert_params_per_device(const TrainingConfig& c);
-// Of those, the ones whose optimizer state (ZeRO-1) and gradients (ZeRO-2) a device keeps:
+// The most, over the ranks, of the parameters whose optimizer state (ZeRO-1) and gradients (ZeRO-2) a device keeps:
 // ZeRO shards each parameter over the ranks that hold it, the dense ones over dp x cp, a
 // device's experts over its expert-data-parallel group of dp x cp / ep (Megatron-Core's
 // distributed optimizer with expert parallelism). Times bytes_per_param: their bytes.

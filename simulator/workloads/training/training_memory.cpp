@@ -43,6 +43,15 @@ RankParameters rank_parameters(const TrainingConfig& c, int rank) {
   const double table = static_cast<double>(m.vocab) * h;
   if (rank == 0) out.dense += (table + (m.learned_positions ? static_cast<double>(m.max_context) * h : 0.0)) / tp;
   if (rank == c.pp - 1) out.dense += ((m.tied_embeddings && c.pp == 1 ? 0.0 : table) + h * (m.layernorm ? 2 : 1)) / tp;
+  // Multi-token prediction on the last rank (Megatron-Core's MTP block): each module a decoder
+  // layer of the last layer's kind, its 2h x h projection and three norms; it shares the LM head
+  // and the embedding, which the last rank then holds too (a copy, as a tied one is).
+  if (rank == c.pp - 1 && c.mtp_layers > 0) {
+    const bool moe_kind = m.moe();
+    const double layer = (moe_kind ? moe_layer - routed_layer : dense_layer) + 2 * h * h + 3 * h;
+    out.dense += c.mtp_layers * (layer / tp + replicated_layer * (1 - 1 / tp)) + (c.pp > 1 && !m.tied_embeddings ? table / tp : 0.0);
+    (c.ep > 1 ? out.experts : out.dense) += c.mtp_layers * (moe_kind ? routed_layer : 0.0) / c.ep / tp;
+  }
   return out;
 }
 
@@ -56,20 +65,36 @@ int heaviest_rank(const TrainingConfig& c) {
 
 double params_per_device(const TrainingConfig& c) { return rank_parameters(c, heaviest_rank(c)).total(); }
 
-double expert_params_per_device(const TrainingConfig& c) { return rank_parameters(c, heaviest_rank(c)).experts; }
+// (The most over the ranks: a rank of MoE layers may hold more experts, and under ZeRO a larger
+// shard, than the rank holding the most parameters, whose embedding or dense layers shard wider.)
+double expert_params_per_device(const TrainingConfig& c) {
+  double most = 0;
+  for (int r = 0; r < c.pp; ++r) most = std::max(most, rank_parameters(c, r).experts);
+  return most;
+}
 
 double sharded_params_per_device(const RankParameters& p, const TrainingConfig& c, double bytes_per_param) {
   return p.dense * bytes_per_param / (static_cast<double>(c.dp) * c.cp) + p.experts * bytes_per_param / (c.dp * c.cp / c.ep);
 }
 
 double sharded_params_per_device(const TrainingConfig& c, double bytes_per_param) {
-  return sharded_params_per_device(rank_parameters(c, heaviest_rank(c)), c, bytes_per_param);
+  double most = 0;
+  for (int r = 0; r < c.pp; ++r) most = std::max(most, sharded_params_per_device(rank_parameters(c, r), c, bytes_per_param));
+  return most;
 }
 
 double model_flops_per_token(const TrainingConfig& c) {
   const ModelSpec& m = c.model;
-  if (m.mla()) return 6 * m.active_parameters() + 6.0 * m.layers * c.sequence * m.heads * (m.head_dim + m.qk_rope_head_dim + m.v_head_dim);
-  return 6 * m.active_parameters() + 12.0 * m.layers * m.hidden * c.sequence;
+  // Multi-token prediction modules (Megatron counts them): each one's layer (the experts a token
+  // passes through), its projection and the LM head again, and the layer's attention.
+  double active = m.active_parameters();
+  if (c.mtp_layers > 0) {
+    const double h = m.hidden, idle = m.moe() ? static_cast<double>(m.experts - m.experts_per_token) * 3.0 * h * m.expert_ffn : 0.0;
+    active += c.mtp_layers * (one_layer_parameters(m, m.moe()) - idle + 2 * h * h + static_cast<double>(m.vocab) * h);
+  }
+  const double L = m.layers + c.mtp_layers;
+  if (m.mla()) return 6 * active + 6.0 * L * c.sequence * m.heads * (m.head_dim + m.qk_rope_head_dim + m.v_head_dim);
+  return 6 * active + 12.0 * L * m.hidden * c.sequence;
 }
 
 double checkpoint_bytes_per_device(const TrainingConfig& c) {
@@ -143,6 +168,7 @@ static TrainingMemory rank_memory(const TrainingConfig& c, int rank) {
   const double params = p.total();
   int layers = 0;  // the rank's decoder layers, over its chunks
   for (int k = 0; k < c.virtual_stages; ++k) layers += pipeline_stage_layers(m.layers, c.pp * c.virtual_stages, k * c.pp + rank).count;
+  if (rank == c.pp - 1) layers += c.mtp_layers;  // (their logits' activations are not counted)
   mem.weights = params * m.dtype_bytes;
   // ZeRO-3: the shard (the dense parameters over dp, a device's experts over dp x cp / ep), plus
   // FSDP's buffer of two layers gathered whole (the one computing and the one prefetched).

@@ -63,6 +63,7 @@ TrainingSetup training_setup(const TrainingConfig& c) {
   s.schedule = c.schedule == Schedule::GPipe ? "gpipe" : "1f1b";
   s.micro_batches = c.micro_batches, s.micro_batch_size = c.micro_batch_size, s.sequence = c.sequence;
   s.recompute = c.recompute;
+  s.mtp_layers = c.mtp_layers;
   s.dp_algorithm = net::collective_name(c.dp_algorithm);
   s.tp_algorithm = net::collective_name(c.tp_algorithm);
   s.moe = c.model.moe();
@@ -277,6 +278,13 @@ SLUICE_REGISTER(workload, training_workload) {
   keys.flag("recompute", &T::recompute,
             "full activation recomputation: activations kept per layer input only, one more forward in the backward")
       .def("false");
+  keys.integer("mtp_layers", &T::mtp_layers,
+               "multi-token prediction modules trained beside the model (DeepSeek-V3 trains 1; Megatron-Core's "
+               "mtp_num_layers), on the last pipeline stage: each one more decoder layer of the model's last kind "
+               "(an MoE one where it has experts), a 2h -> h projection and its own pass through the shared "
+               "embedding and LM head; its FLOPs count in MFU")
+      .def("0")
+      .range(0, 8);
   std::vector<std::pair<std::string, net::CollectiveKind>> allreduces;  // the registered all-reduces (`sluice list collective`)
   for (const auto* c : reg.in("collective"))
     if (c->name.rfind("allreduce-", 0) == 0) allreduces.emplace_back(c->name, *net::parse_collective(c->name));
@@ -354,7 +362,7 @@ SLUICE_REGISTER(workload, training_workload) {
             }
             const TrainingMemory mem = training_memory(c);
             if (mem.total() > c.hardware.hbm_bytes)
-              p.fail("parallel", fmt::format("{} does not fit: each device of the heaviest stage needs {} (weights {}, gradients {}, "
+              p.fail("parallel", fmt::format("{} does not fit: each device of the fullest pipeline rank needs {} (weights {}, gradients {}, "
                                              "optimizer {}, activations {}) but {} has {}",
                                              c.model.name, format_bytes(mem.total()), format_bytes(mem.weights), format_bytes(mem.gradients),
                                              format_bytes(mem.optimizer), format_bytes(mem.activations), c.hardware.name,
