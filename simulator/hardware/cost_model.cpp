@@ -526,14 +526,27 @@ LayerRange CostModel::stage_range(int stage) const {
   return im.ranges[static_cast<size_t>(stage)];
 }
 
-LayerRange pipeline_stage_layers(int layers, int pp, int stage) {
+LayerRange pipeline_stage_layers(int layers, int pp, int stage, int first_layers, int last_layers) {
   if (pp < 1 || layers < pp || stage < 0 || stage >= pp)
     throw std::invalid_argument(fmt::format("stage {} of {} layers over {} stages", stage, layers, pp));
-  // Megatron's split: every stage floor(layers / pp) layers, the first layers % pp one more.
-  const int base = layers / pp, extra = layers % pp;
+  // The ends Megatron lets a job set (decoder_first/last_pipeline_num_layers); the stages between
+  // take what is left, each at least one layer.
+  const int head = pp > 1 ? first_layers : 0, tail = pp > 1 ? last_layers : 0;
+  const int ends = (head > 0) + (tail > 0);
+  if (head < 0 || tail < 0 || layers - head - tail < pp - ends || (ends == pp && head + tail != layers))
+    throw std::invalid_argument(fmt::format("{} layers over {} stages with {} on the first and {} on the last", layers, pp, head, tail));
   LayerRange r;
-  r.count = base + (stage < extra ? 1 : 0);
-  r.first = stage * base + std::min(stage, extra);
+  if (head > 0 && stage == 0) {
+    r.count = head;
+  } else if (tail > 0 && stage == pp - 1) {
+    r.count = tail, r.first = layers - tail;
+  } else {
+    // Megatron's split of the rest: every stage floor(n / k) layers, the first n % k one more.
+    const int k = pp - ends, n = layers - head - tail, i = stage - (head > 0 ? 1 : 0);
+    const int base = n / k, extra = n % k;
+    r.count = base + (i < extra ? 1 : 0);
+    r.first = head + i * base + std::min(i, extra);
+  }
   r.embedding = stage == 0;
   r.lm_head = stage == pp - 1;
   r.send = stage < pp - 1;

@@ -165,6 +165,9 @@ struct CostOptions {
   // experts), its own embedding lookup of the shifted tokens, a 2h -> h projection (split over
   // tp), and one more LM head over every token. 0: none (serving drafts with them instead).
   int mtp_layers = 0;
+  // Decoder layers on the first and the last pipeline stage (0: Megatron's even split; see
+  // pipeline_stage_layers), e.g. fewer on a last stage that also runs the LM head and MTP.
+  int first_stage_layers = 0, last_stage_layers = 0;
 };
 
 // The layers one pipeline stage holds, and what else runs on it.
@@ -177,8 +180,10 @@ struct LayerRange {
   int mtp = 0;             // multi-token prediction modules after its layers (training's last stage; CostOptions::mtp_layers)
 };
 // Megatron's split of `layers` over `pp` stages: floor(layers / pp) each, the first layers % pp
-// stages one more; the embedding on the first stage, the LM head on the last.
-LayerRange pipeline_stage_layers(int layers, int pp, int stage);
+// stages one more; the embedding on the first stage, the LM head on the last. first_layers and
+// last_layers (> 0) set the ends' counts (Megatron's decoder_first/last_pipeline_num_layers),
+// the stages between splitting the rest so; throws when a stage would be left without a layer.
+LayerRange pipeline_stage_layers(int layers, int pp, int stage, int first_layers = 0, int last_layers = 0);
 
 // <catalog_root()>/results/calibration/<hw.calibration>, or "" when the device has none.
 std::string default_tables_dir(const HardwareSpec& hw);

@@ -134,7 +134,7 @@ struct CostModel::Impl {
     spans.push_back(Span{static_cast<double>(layers_stage), pp == 1, true, pp > 1,
                          static_cast<double>(m.moe_layers_in(m.layers - layers_stage, layers_stage))});
     for (int s = 0; s < pp; ++s) {
-      LayerRange r = pipeline_stage_layers(m.layers, pp, s);
+      LayerRange r = pipeline_stage_layers(m.layers, pp, s, opt.first_stage_layers, opt.last_stage_layers);
       if (s == pp - 1) r.mtp = opt.mtp_layers;
       ranges.push_back(r);
       const Span sp = span_of(r);

@@ -20,6 +20,7 @@ std::span<const MetricDef> training_metric_defs() {
       {"training", "job.sequence", "tokens", "Tokens per sequence."},
       {"training", "job.recompute", "bool", "True with full activation recomputation (one more forward inside the backward)."},
       {"training", "job.mtp_layers", "count", "Multi-token prediction modules trained on the last pipeline stage (0: none)."},
+      {"training", "job.stage_layers[]", "count", "Decoder layers on each pipeline rank, first to last (its interleaved chunks' together)."},
       {"training", "job.dp_algorithm", "text", "The collective algorithm of the data-parallel gradient reduction."},
       {"training", "job.tp_algorithm", "text", "The collective algorithm of the tensor-parallel all-reduces (ring, NVLS or auto)."},
       {"training", "job.virtual_stages", "count", "Model chunks each pipeline rank holds (interleaved 1F1B); 1 is plain 1F1B or GPipe."},
@@ -89,7 +90,7 @@ std::span<const MetricDef> training_metric_defs() {
       {"training", "moe.alltoall_bytes_per_device", "bytes",
        "Bytes one device's dispatches and combines address per iteration (forward, backward and recomputation; its own experts' share included)."},
       {"training", "moe.expert_dp_bytes_per_device", "bytes",
-       "Expert-gradient bytes per device reduced over the expert-data-parallel group (the replicas holding the same experts)."},
+       "Expert-gradient bytes per device reduced over the expert-data-parallel group (the replicas holding the same experts), on the pipeline rank with the most."},
 
       // Token slicing (TeraPipe).
       {"training", "slicing.policy", "text", "How each sequence is cut into token slices for the pipeline: none, uniform or terapipe."},

@@ -45,7 +45,7 @@ struct TrainingResults {
   // device's dispatches and combines address per iteration (forward, backward, and the
   // recomputed forward; the share bound for its own experts, which stays on it, included).
   double alltoall_ms = 0, alltoall_bytes_per_device = 0;
-  double expert_dp_bytes_per_device = 0;    // of dp_bytes_per_device, the expert gradients (over dp / ep replicas)
+  double expert_dp_bytes_per_device = 0;    // the expert gradients (over dp / ep replicas), the most over the pipeline ranks
   // Context parallelism: the time the key/value rings ran past their ops' compute, summed over
   // an iteration's ops on replica 0's busiest pipeline rank (mean per iteration), and the bytes
   // one device sends around its rings per iteration.
@@ -92,6 +92,7 @@ struct TrainingSetup {
   int micro_batches = 1, micro_batch_size = 1, sequence = 0;
   bool recompute = false;
   int mtp_layers = 0;  // multi-token prediction modules trained
+  std::vector<int> stage_layers;  // decoder layers on each pipeline rank (its chunks' together; MTP modules not counted)
   std::string dp_algorithm, tp_algorithm;
   bool moe = false;
   std::string routing;  // the experts' load: "uniform" or "zipf"

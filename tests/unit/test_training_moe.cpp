@@ -12,6 +12,7 @@
 #include "engine/run_control.h"
 #include "hardware/cost_model.h"
 #include "hardware/spec.h"
+#include "workloads/training/training.h"
 #include "run/runner.h"
 
 using namespace sluice;
@@ -475,4 +476,22 @@ TEST_CASE("moe training: each pipeline rank holds its own layers and their exper
   const Json m1 = with({"workloads.0.parallel.pp=2", "workloads.0.parallel.dp=2", "workloads.0.parallel.micro_batches=1"});
   CHECK(m1["memory_per_device"]["weights_bytes"].get<double>() == doctest::Approx(2 * rank1).epsilon(1e-12));
   CHECK(m1["memory_per_device"]["optimizer_bytes"].get<double>() == doctest::Approx(12 * rank1).epsilon(1e-12));
+}
+
+TEST_CASE("moe training: expert bytes and ZeRO's shard are the most over the ranks, not the rank with the most parameters") {
+  // tiny-moe with its first layer dense over pp 2, ep = dp = 4: rank 0 holds the dense layer
+  // (16.8M parameters, no expert), rank 1 the MoE layer (4.2M and a quarter of its 25.2M of
+  // experts). Rank 0 holds more; rank 1's experts, unsharded (ep = dp), make the larger shard.
+  training::TrainingConfig c;
+  ModelSpec& m = c.model;
+  m.name = "t", m.layers = 2, m.hidden = 1024, m.heads = 8, m.kv_heads = 8, m.head_dim = 128, m.ffn = 4096, m.vocab = 8;
+  m.experts = 4, m.experts_per_token = 2, m.expert_ffn = 2048, m.dense_layers = 1;
+  c.tp = 1, c.pp = 2, c.dp = 4, c.ep = 4;
+  const double h = kHidden, routed = 4 * 3 * h * 2048;
+  REQUIRE(training::heaviest_rank(c) == 0);
+  CHECK(training::rank_parameters(c, 0).experts == 0);
+  CHECK(training::expert_params_per_device(c) == doctest::Approx(routed / 4).epsilon(1e-12));
+  const training::RankParameters r1 = training::rank_parameters(c, 1);
+  CHECK(training::sharded_params_per_device(c) == doctest::Approx(r1.dense / 4 + r1.experts).epsilon(1e-12));
+  CHECK(training::sharded_params_per_device(c) > training::sharded_params_per_device(training::rank_parameters(c, 0), c));
 }

@@ -62,7 +62,7 @@ TEST_CASE("mtp training: the last stage runs one more layer, the module's projec
   CHECK(op_flops(b, "gemm.o") == doctest::Approx(2 * op_flops(a, "gemm.o")).epsilon(1e-12));
   CHECK(op_flops(b, "gemm.down") == doctest::Approx(2 * op_flops(a, "gemm.down")).epsilon(1e-12));
   // Its projection, 2h -> h split over tp 2, over every token; and an LM head over every token
-  // beside the sampled rows' one (the vocabulary split over tp 2).
+  // (the vocabulary split over tp 2; the plain slice samples no rows, so it has none).
   CHECK(op_flops(a, "gemm.mtp_proj") == 0);
   CHECK(op_flops(b, "gemm.mtp_proj") == doctest::Approx(2.0 * M * 2 * kH * kH / 2).epsilon(1e-12));
   CHECK(op_flops(b, "lm_head") - op_flops(a, "lm_head") == doctest::Approx(2.0 * M * kH * kV / 2).epsilon(1e-12));

@@ -4,6 +4,8 @@
 
 #include "test_support.h"
 
+#include "config/error.h"
+#include "hardware/cost_model.h"
 #include "hardware/spec.h"
 #include "workloads/training/training.h"
 
@@ -166,4 +168,50 @@ TEST_CASE("training: a pipeline rank holds its own layers, the first the embeddi
   CHECK(training::rank_parameters(c, 3).total() == doctest::Approx((3 * layer + table + h) / 2).epsilon(1e-12));
   CHECK(training::heaviest_rank(c) == 3);
   CHECK(sum() == doctest::Approx(m.parameters()).epsilon(1e-12));
+}
+
+TEST_CASE("training: the pipeline's end stages take the layers a job gives them, the stages between split the rest") {
+  // 61 layers over 16 stages: evenly, 13 stages of 4 and 3 of 3; with one on the last, 60 over 15.
+  auto counts = [](int first, int last) {
+    std::vector<int> n;
+    int next = 0;
+    for (int s = 0; s < 16; ++s) {
+      const LayerRange r = pipeline_stage_layers(61, 16, s, first, last);
+      CHECK(r.first == next);  // contiguous, in order
+      next += r.count;
+      n.push_back(r.count);
+    }
+    CHECK(next == 61);
+    return n;
+  };
+  CHECK(counts(0, 0) == std::vector<int>{4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3, 3, 3});
+  CHECK(counts(0, 1) == std::vector<int>{4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 1});
+  CHECK(counts(2, 3) == std::vector<int>{2, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3});
+  CHECK(counts(3, 3) == std::vector<int>{3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3, 3});  // 55 over 14: 13 of 4, 1 of 3
+  CHECK(pipeline_stage_layers(61, 16, 15, 0, 1).lm_head);
+  CHECK(pipeline_stage_layers(61, 16, 0, 2, 3).embedding);
+  CHECK_THROWS(pipeline_stage_layers(61, 16, 0, 0, 47));  // 14 left for 15 stages
+  CHECK_THROWS(pipeline_stage_layers(8, 2, 0, 3, 4));     // two stages: the ends are all of it
+  CHECK(pipeline_stage_layers(8, 2, 1, 3, 5).count == 5);
+
+  // A job's memory and report follow the split: 4 layers over pp 2 with 1 on the last.
+  std::string y = kStar + "0}}\n";
+  y.replace(y.find("pp: 1, dp: 4"), 12, "pp: 2, dp: 2, last_stage_layers: 1");
+  const Json t = run_text(y)["training"];
+  CHECK(t["job"]["stage_layers"] == Json::array({3, 1}));
+  std::string even = kStar + "0}}\n";
+  even.replace(even.find("pp: 1, dp: 4"), 12, "pp: 2, dp: 2");
+  const Json e = run_text(even)["training"];
+  CHECK(e["job"]["stage_layers"] == Json::array({2, 2}));
+  // Rank 0 now holds three layers: 3/2 of the even split's weights (the vocabulary of 8 aside).
+  CHECK(t["memory_per_device"]["weights_bytes"].get<double>() ==
+        doctest::Approx(1.5 * e["memory_per_device"]["weights_bytes"].get<double>()).epsilon(1e-4));
+  CHECK(t["iteration_s_mean"].get<double>() > e["iteration_s_mean"].get<double>());
+  // Refused at its key: no layer left for a stage between, a single stage, interleaving.
+  std::string bad = kStar + "0}}\n";
+  bad.replace(bad.find("pp: 1, dp: 4"), 12, "pp: 2, dp: 2, first_stage_layers: 1, last_stage_layers: 1");
+  CHECK_THROWS_WITH_AS(run_text(bad), doctest::Contains("last_stage_layers"), ConfigError);
+  std::string one = kStar + "0}}\n";
+  one.replace(one.find("dp: 4"), 5, "dp: 4, first_stage_layers: 2");
+  CHECK_THROWS_WITH_AS(run_text(one), doctest::Contains("first_stage_layers"), ConfigError);
 }

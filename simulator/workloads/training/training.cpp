@@ -33,6 +33,8 @@ CostOptions cost_options(const TrainingConfig& c) {
   o.moe.zipf_s = c.zipf_s;
   o.moe.rows_per_expert = c.rows_per_expert;
   o.mtp_layers = c.mtp_layers;
+  o.first_stage_layers = c.first_stage_layers;
+  o.last_stage_layers = c.last_stage_layers;
   return o;
 }
 

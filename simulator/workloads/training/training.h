@@ -80,6 +80,9 @@ struct TrainingConfig {
   // mtp_num_layers), on the last pipeline stage: each one more decoder layer of the model's last
   // kind, a 2h -> h projection, and its own pass through the shared embedding and LM head.
   int mtp_layers = 0;
+  // Decoder layers on the first and the last pipeline stage (0: the even split), as Megatron's
+  // decoder_first/last_pipeline_num_layers; the stages between split the rest.
+  int first_stage_layers = 0, last_stage_layers = 0;
   net::CollectiveKind dp_algorithm = net::CollectiveKind::AllReduceRing;
   net::CollectiveKind tp_algorithm = net::CollectiveKind::AllReduceRing;  // ring, NVLS or auto
   std::string tables_dir;

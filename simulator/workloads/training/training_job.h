@@ -355,11 +355,12 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   std::vector<int> stage_bwd_done_, stage_dp_left_;
   std::vector<std::unique_ptr<net::Collective>> dp_live_;
   double tokens_ = 0, params_per_device_ = 0, dp_bytes_ = 0;
-  // Expert parallelism: of dp_bytes_, the expert gradients' (reduced over the dp x cp / ep ranks holding the same experts).
+  // Expert parallelism: the expert gradients' bytes (reduced over the dp x cp / ep ranks holding
+  // the same experts), the most over the pipeline ranks (reported).
   double expert_dp_bytes_ = 0;
   // Per pipeline rank, what a device's data-parallel collectives carry: its dense parameters'
   // bytes and its experts' (the first rank holds the embedding, the last the LM head, a rank
-  // its layers' experts); dp_bytes_ and expert_dp_bytes_ are the heaviest rank's (reported).
+  // its layers' experts); dp_bytes_ is the rank holding the most parameters' (reported).
   std::vector<double> stage_dense_bytes_, stage_expert_bytes_;
   // Per (group of ep_slots() slots, pipeline rank): by op index (the members run the same
   // schedule), members arrived at the op's all-to-alls, those still running, their start and

@@ -30,7 +30,7 @@ RankParameters rank_parameters(const TrainingConfig& c, int rank) {
   RankParameters out;
   const int stages = c.pp * c.virtual_stages;
   for (int k = 0; k < c.virtual_stages; ++k) {  // the rank's chunks
-    const LayerRange r = pipeline_stage_layers(m.layers, stages, k * c.pp + rank);
+    const LayerRange r = pipeline_stage_layers(m.layers, stages, k * c.pp + rank, c.first_stage_layers, c.last_stage_layers);
     const int moe = m.moe_layers_in(r.first, r.count), dense = r.count - moe;
     out.dense += (dense * dense_layer + moe * (moe_layer - routed_layer)) / tp + r.count * replicated_layer * (1 - 1 / tp);
     // The routed experts: 1/ep of them a device under expert parallelism (split over tp as the
@@ -167,7 +167,7 @@ static TrainingMemory rank_memory(const TrainingConfig& c, int rank) {
   const RankParameters p = rank_parameters(c, rank);
   const double params = p.total();
   int layers = 0;  // the rank's decoder layers, over its chunks
-  for (int k = 0; k < c.virtual_stages; ++k) layers += pipeline_stage_layers(m.layers, c.pp * c.virtual_stages, k * c.pp + rank).count;
+  for (int k = 0; k < c.virtual_stages; ++k) layers += pipeline_stage_layers(m.layers, c.pp * c.virtual_stages, k * c.pp + rank, c.first_stage_layers, c.last_stage_layers).count;
   if (rank == c.pp - 1) layers += c.mtp_layers;  // (their logits' activations are not counted)
   mem.weights = params * m.dtype_bytes;
   // ZeRO-3: the shard (the dense parameters over dp, a device's experts over dp x cp / ep), plus

@@ -64,6 +64,12 @@ TrainingSetup training_setup(const TrainingConfig& c) {
   s.micro_batches = c.micro_batches, s.micro_batch_size = c.micro_batch_size, s.sequence = c.sequence;
   s.recompute = c.recompute;
   s.mtp_layers = c.mtp_layers;
+  for (int r = 0; r < c.pp; ++r) {
+    int n = 0;
+    for (int k = 0; k < c.virtual_stages; ++k)
+      n += pipeline_stage_layers(c.model.layers, c.pp * c.virtual_stages, k * c.pp + r, c.first_stage_layers, c.last_stage_layers).count;
+    s.stage_layers.push_back(n);
+  }
   s.dp_algorithm = net::collective_name(c.dp_algorithm);
   s.tp_algorithm = net::collective_name(c.tp_algorithm);
   s.moe = c.model.moe();
@@ -192,6 +198,21 @@ void check_training_shape(const TrainingConfig& c, const Params& job, const Para
                                                   c.micro_batches),
                     fmt::format("micro_batches a multiple of {}", c.pp));
   }
+  for (const auto& [key, n] : {std::pair<const char*, int>{"first_stage_layers", c.first_stage_layers}, {"last_stage_layers", c.last_stage_layers}}) {
+    if (n == 0) continue;
+    if (c.pp < 2) parallel.fail(key, "sets a pipeline end's layers, and this job has one stage", "0, or pp >= 2");
+    if (c.virtual_stages > 1) parallel.fail(key, "is not modelled with interleaving", "0, or virtual_stages: 1");
+  }
+  if (c.pp >= 2 && (c.first_stage_layers > 0 || c.last_stage_layers > 0)) {
+    const int ends = (c.first_stage_layers > 0) + (c.last_stage_layers > 0);
+    const int rest = c.model.layers - c.first_stage_layers - c.last_stage_layers;
+    if (rest < c.pp - ends || (ends == c.pp && rest != 0))
+      parallel.fail(c.last_stage_layers > 0 ? "last_stage_layers" : "first_stage_layers",
+                    fmt::format("{} of {}'s {} layers on the ends leave {} for the {} stages between", c.first_stage_layers + c.last_stage_layers,
+                                c.model.name, c.model.layers, rest, c.pp - ends),
+                    ends == c.pp ? fmt::format("first_stage_layers + last_stage_layers = {}", c.model.layers)
+                                 : fmt::format("at most {} on the ends together (a layer for each stage between)", c.model.layers - (c.pp - ends)));
+  }
   if (c.sequence > c.model.max_context)
     job.fail("sequence", fmt::format("longer than {}'s context of {} tokens", c.model.name, c.model.max_context),
              fmt::format("at most {}", c.model.max_context));
@@ -229,6 +250,16 @@ SLUICE_REGISTER(workload, training_workload) {
                    "j mod pp; the bubble shrinks v-fold for v times the hand-offs. 1: plain 1F1B")
       .def("1")
       .range(1, 64);
+  par_keys.integer("first_stage_layers", &T::first_stage_layers,
+                   "decoder layers on the first pipeline stage (Megatron's decoder_first_pipeline_num_layers), the stages "
+                   "between splitting the rest evenly; 0: the even split")
+      .def("0")
+      .range(0, 1024);
+  par_keys.integer("last_stage_layers", &T::last_stage_layers,
+                   "decoder layers on the last pipeline stage (Megatron's decoder_last_pipeline_num_layers): fewer where it "
+                   "also runs the LM head and MTP modules; 0: the even split")
+      .def("0")
+      .range(0, 1024);
   par_keys.integer("zero", &T::zero,
                    "ZeRO stage over the data-parallel replicas (dp x cp with context parallelism): 0 none; 1 optimizer state sharded (gradients reduce-scattered, "
                    "each replica updates its shard, parameters all-gathered: Megatron's distributed optimizer); 2 gradients "
