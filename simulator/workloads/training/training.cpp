@@ -58,8 +58,6 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
   params_per_device_ = params_per_device(c_);
   dp_bytes_ = params_per_device_ * c_.model.dtype_bytes;
   expert_dp_bytes_ = expert_params_per_device(c_) * c_.model.dtype_bytes;
-  stage_dense_bytes_.clear();
-  stage_expert_bytes_.clear();
   for (int s = 0; s < c_.pp; ++s) {
     const RankParameters p = rank_parameters(c_, s);
     stage_dense_bytes_.push_back(p.dense * c_.model.dtype_bytes);
@@ -367,7 +365,7 @@ void TrainingJob::tp_allreduces(int sl) {
     for (int c = 0; c < c_.cp; ++c) {
       net::CollectiveOptions o;
       o.fused_ring_steps = true;
-      o.fused_count = 2 * (cost_.stage_range(s).count + cost_.stage_range(s).mtp);
+      o.fused_count = 2 * layers_run(s);
       o.salt = static_cast<uint64_t>(sl) + static_cast<uint64_t>(c) * 0x9E3779B1u;
       std::vector<int> group(nodes.begin() + c * c_.tp, nodes.begin() + (c + 1) * c_.tp);
       st.tp_collectives.push_back(

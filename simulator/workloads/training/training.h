@@ -120,6 +120,8 @@ struct RankParameters {
   double total() const { return dense + experts; }
 };
 RankParameters rank_parameters(const TrainingConfig& c, int rank);
+// Decoder layers pipeline rank `rank` holds, over its chunks (MTP modules not counted).
+int rank_layers(const TrainingConfig& c, int rank);
 // The pipeline rank holding the most parameters (the first of equals).
 int heaviest_rank(const TrainingConfig& c);
 // Parameters one device of the heaviest rank holds.

@@ -65,8 +65,7 @@ double TrainingJob::cp_kv_bytes(int vs) const {
   // context parallelism.
   const double heads = std::ceil(static_cast<double>(m.mla() ? m.heads : m.kv_heads) / c_.tp);
   const double per_head = m.mla() ? static_cast<double>(m.head_dim + m.qk_rope_head_dim + m.v_head_dim) : 2.0 * m.head_dim;
-  return static_cast<double>(c_.micro_batch_size) * c_.sequence * heads * per_head * m.dtype_bytes *
-         (cost_.stage_range(vs).count + cost_.stage_range(vs).mtp);  // (a multi-token prediction layer attends too)
+  return static_cast<double>(c_.micro_batch_size) * c_.sequence * heads * per_head * m.dtype_bytes * layers_run(vs);
 }
 
 void TrainingJob::cp_begin(int sl, int64_t dur, int64_t attention) {
@@ -98,7 +97,7 @@ void TrainingJob::cp_start(int sl) {
     for (int c = 0; c < c_.cp; ++c) ring.push_back(nodes[static_cast<size_t>(c * c_.tp + k)]);
     net::CollectiveOptions o;
     o.fused_ring_steps = true;
-    o.fused_count = times * (cost_.stage_range(vs).count + cost_.stage_range(vs).mtp);  // every layer's ring pays its steps' latencies
+    o.fused_count = times * layers_run(vs);  // every layer's ring pays its steps' latencies
     o.salt = static_cast<uint64_t>(sl) * 257 + static_cast<uint64_t>(k) + 11;
     o.channels = 1;  // one ring through the CP ranks in order (ring attention's neighbours)
     st.cp_ring.push_back(std::make_unique<net::Collective>(world_.fabric(), net::CollectiveKind::AllGather, std::move(ring), bytes, o));

@@ -194,6 +194,12 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // A unit's exchanges' worth of all-to-alls per iteration: its forward's and its backward's, and
   // the recomputed forward's under full recomputation.
   int exchanges_per_unit() const { return c_.recompute ? 3 : 2; }
+  // The layers (virtual) stage vs runs: its decoder layers and, on the last, the multi-token
+  // prediction modules' (each a layer's all-reduces, ring attention and latencies).
+  int layers_run(int vs) const {
+    const LayerRange r = cost_.stage_range(vs);
+    return r.count + r.mtp;
+  }
 
   // A stage's hand-offs leave in the order its ops finish, one at a time (a pipeline engine
   // posts them on one NCCL stream, whose send kernels run in turn); each waits for the one

@@ -55,6 +55,13 @@ RankParameters rank_parameters(const TrainingConfig& c, int rank) {
   return out;
 }
 
+int rank_layers(const TrainingConfig& c, int rank) {
+  int n = 0;
+  for (int k = 0; k < c.virtual_stages; ++k)
+    n += pipeline_stage_layers(c.model.layers, c.pp * c.virtual_stages, k * c.pp + rank, c.first_stage_layers, c.last_stage_layers).count;
+  return n;
+}
+
 int heaviest_rank(const TrainingConfig& c) {
   int best = 0;
   double most = -1;
@@ -166,9 +173,7 @@ static TrainingMemory rank_memory(const TrainingConfig& c, int rank) {
   TrainingMemory mem;
   const RankParameters p = rank_parameters(c, rank);
   const double params = p.total();
-  int layers = 0;  // the rank's decoder layers, over its chunks
-  for (int k = 0; k < c.virtual_stages; ++k) layers += pipeline_stage_layers(m.layers, c.pp * c.virtual_stages, k * c.pp + rank, c.first_stage_layers, c.last_stage_layers).count;
-  if (rank == c.pp - 1) layers += c.mtp_layers;  // (their logits' activations are not counted)
+  const int layers = rank_layers(c, rank) + (rank == c.pp - 1 ? c.mtp_layers : 0);  // its layers and, on the last rank, the MTP modules (their logits not counted)
   mem.weights = params * m.dtype_bytes;
   // ZeRO-3: the shard (the dense parameters over dp, a device's experts over dp x cp / ep), plus
   // FSDP's buffer of two layers gathered whole (the one computing and the one prefetched).

@@ -64,12 +64,7 @@ TrainingSetup training_setup(const TrainingConfig& c) {
   s.micro_batches = c.micro_batches, s.micro_batch_size = c.micro_batch_size, s.sequence = c.sequence;
   s.recompute = c.recompute;
   s.mtp_layers = c.mtp_layers;
-  for (int r = 0; r < c.pp; ++r) {
-    int n = 0;
-    for (int k = 0; k < c.virtual_stages; ++k)
-      n += pipeline_stage_layers(c.model.layers, c.pp * c.virtual_stages, k * c.pp + r, c.first_stage_layers, c.last_stage_layers).count;
-    s.stage_layers.push_back(n);
-  }
+  for (int r = 0; r < c.pp; ++r) s.stage_layers.push_back(rank_layers(c, r));
   s.dp_algorithm = net::collective_name(c.dp_algorithm);
   s.tp_algorithm = net::collective_name(c.tp_algorithm);
   s.moe = c.model.moe();
