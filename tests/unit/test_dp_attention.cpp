@@ -185,7 +185,6 @@ TEST_CASE("dp attention: bad input is refused at its key before anything runs") 
     CHECK_THROWS_WITH_AS(run_text(kDisagg, sets), doctest::Contains("data_parallel_attention"), ConfigError);
   };
   refused({"workloads.0.deployment.moe.dispatch=allreduce"}, "all-to-all");
-  refused({"workloads.0.deployment.moe.two_batch_overlap=true"}, "two-batch overlap");
   refused({"workloads.0.deployment.tensor_parallel=1", "workloads.0.deployment.replicas=9"}, "there is one");
   refused({"workloads.0.deployment.prefill_pool=null", "workloads.0.deployment.prefill_replicas=0", "workloads.0.deployment.replicas=1"},
           "prefill_pool");

@@ -152,7 +152,7 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
   k.moe.flag("two_batch_overlap", &MO::two_batch_overlap,
              "two-batch overlap (DeepSeek, SGLang): on a topology, an iteration runs as two micro-batches whose all-reduces "
              "and all-to-alls proceed under the other's compute; each half reads the weights again (alltoall dispatch, "
-             "pipeline_parallel 1)")
+             "pipeline_parallel 1; with data_parallel_attention, each device splits its own sequences into the halves)")
       .def("false");
   k.moe.flag("data_parallel_attention", &MO::data_parallel_attention,
              "data-parallel attention (SGLang's enable_dp_attention, DeepSeek's MLA DP): each of the tensor_parallel "
@@ -195,7 +195,10 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
   k.autoscaling.time_ns("cooldown", &A::cooldown_ns, "after a change, no other for this long").def("60s").nonneg();
   auto& d = k.deployment;
   d.integer("replicas", &C::replicas, "model replicas behind the router").def("1").range(1, 1e5);  // 1e6 took 1.8 GB to build
-  d.integer("tensor_parallel", &C::tensor_parallel, "GPUs per pipeline stage (in a world they may span servers: multi-node tensor parallelism)").def("1").range(1, 64);
+  d.integer("tensor_parallel", &C::tensor_parallel, "GPUs per pipeline stage (in a world they may span servers: multi-node tensor parallelism; under "
+            "moe.data_parallel_attention, the decode engine's data-parallel and expert-parallel width, e.g. DeepSeek's 144)")
+      .def("1")
+      .range(1, 1024);
   d.integer("pipeline_parallel", &C::pipeline_parallel, "pipeline stages per replica").def("1").range(1, 256);
   d.choice<Precision>("precision", precision_names(), &C::precision,
                       "the decoder layers' weights and GEMMs: bf16 (the model's dtype), fp8 (E4M3 weights and per-token "
@@ -390,9 +393,6 @@ static void check_moe(const ServingConfig& c, const Params& d) {
   if (mo.two_batch_overlap && c.pipeline_parallel > 1)
     ms.fail("two_batch_overlap", "overlaps a single stage's compute with its communication", "pipeline_parallel: 1, or false");
   if (mo.data_parallel_attention) {
-    if (mo.two_batch_overlap)
-      ms.fail("data_parallel_attention", "is not modelled with two-batch overlap (its micro-batches would split each device's own sequences)",
-              "false, or two_batch_overlap: false");
     if (c.pipeline_parallel > 1)
       ms.fail("data_parallel_attention", "deals each stage's sequences over its devices, and pipeline stages are not modelled with it",
               "pipeline_parallel: 1, or false");
@@ -478,7 +478,10 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   if (c.preemption == PreemptionMode::Swap && c.hardware.pcie_Bps <= 0)
     d.fail("preemption", fmt::format("swap needs a host link, but {} has no pcie_bandwidth", c.hardware.name),
            "recompute, or hardware with pcie_bandwidth > 0");
-  if (c.model.heads % c.tensor_parallel != 0 || (c.model.kv_heads % c.tensor_parallel != 0 && c.tensor_parallel % c.model.kv_heads != 0))
+  // (Under data-parallel attention every device runs all the heads of its own sequences.)
+  const bool whole_heads = c.moe.data_parallel_attention && c.model.moe();
+  if (!whole_heads &&
+      (c.model.heads % c.tensor_parallel != 0 || (c.model.kv_heads % c.tensor_parallel != 0 && c.tensor_parallel % c.model.kv_heads != 0)))
     d.fail("tensor_parallel", fmt::format("{} has {} heads and {} KV heads; tensor parallelism must split them evenly",
                                           c.model.name, c.model.heads, c.model.kv_heads),
            "a divisor of the head count");

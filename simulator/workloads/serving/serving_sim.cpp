@@ -315,14 +315,29 @@ void ServingSim::try_start(int ri) {
   const bool overlap = cfg_.moe.two_batch_overlap && cfg_.model.moe() && fabric_.active() && pp_ == 1 && slices.empty() &&
                        work_.size() >= 2;
   if (overlap) {
-    halves_[0].clear();
-    halves_[1].clear();
-    for (size_t i = 0; i < work_.size(); ++i) halves_[i % 2].push_back(work_[i]);
-    compute_ns = stage_times(ri, halves_[0]);
-    compute_ns += stage_times(ri, halves_[1]);
+    for (int h = 0; h < 2; ++h) {
+      halves_[h].clear();
+      half_ranks_[h].clear();
+    }
+    if (ranks_.empty()) {
+      for (size_t i = 0; i < work_.size(); ++i) halves_[i % 2].push_back(work_[i]);
+    } else {
+      // Data-parallel attention: each device splits its own sequences into the two halves
+      // (alternately, in batch order), so each half keeps the device a sequence's KV is on.
+      const int dp = tp_of(ri);
+      half_parity_.assign(static_cast<size_t>(dp), 0);
+      for (size_t i = 0; i < work_.size(); ++i) {
+        const int32_t r = ranks_[i] >= 0 && ranks_[i] < dp ? ranks_[i] : static_cast<int32_t>(i % static_cast<size_t>(dp));
+        const int h = half_parity_[static_cast<size_t>(r)]++ & 1;
+        halves_[h].push_back(work_[i]);
+        half_ranks_[h].push_back(r);
+      }
+    }
+    compute_ns = stage_times(ri, halves_[0], half_ranks_[0]);
+    compute_ns += stage_times(ri, halves_[1], half_ranks_[1]);
     stage_ns_[0] = pass_ns_[0] = compute_ns;
   } else if (slices.empty()) {
-    compute_ns = stage_times(ri, work_);  // each stage's own layers, into stage_ns_
+    compute_ns = stage_times(ri, work_, ranks_);  // each stage's own layers, into stage_ns_
     for (int s = 0; s < pp_; ++s) pass_ns_[static_cast<size_t>(s)] = stage_ns_[static_cast<size_t>(s)];
   } else {
     int c = work_[0].context;
@@ -442,15 +457,15 @@ void ServingSim::launch_iteration(int ri, int64_t dur_ns, int64_t occupied_ns, d
   last_activity_ns_ = std::max(last_activity_ns_, now + dur_ns);
 }
 
-double ServingSim::stage_times(int ri, std::span<const SeqWork> work) {
+double ServingSim::stage_times(int ri, std::span<const SeqWork> work, std::span<const int32_t> ranks) {
   stage_ns_.resize(static_cast<size_t>(pp_));
   double sum = 0;
   for (int s = 0; s < pp_; ++s) {
     // pp = 1: the whole model (iteration_ns); else the stage's own layers, the embedding on
     // the first, the LM head on the last.
-    // (Data-parallel attention: the sequences on the devices that hold them, ranks_ beside work_.)
-    const bool ranked = !ranks_.empty() && work.data() == work_.data() && work.size() == ranks_.size();
-    const double t = pp_ == 1 ? (ranked ? cost_of(ri).iteration_ns(work, ranks_) : cost_of(ri).iteration_ns(work)) : cost_.stage_ns(work, s);
+    // (Data-parallel attention: the sequences on the devices that hold them, ranks beside work.)
+    const bool ranked = !ranks.empty() && work.size() == ranks.size();
+    const double t = pp_ == 1 ? (ranked ? cost_of(ri).iteration_ns(work, ranks) : cost_of(ri).iteration_ns(work)) : cost_.stage_ns(work, s);
     if (!std::isfinite(t) || t < 0)
       throw std::runtime_error(fmt::format("the cost model returned {} ns for stage {} of an iteration of {} sequences", t, s, work.size()));
     stage_ns_[static_cast<size_t>(s)] = t;

@@ -441,7 +441,7 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   void start_compute(int engine, int pass, int stage);
   // Each pipeline stage's compute time of the batch in work_ (its own layers) on engine ri,
   // into stage_ns_; returns their sum.
-  double stage_times(int ri, std::span<const SeqWork> work);
+  double stage_times(int ri, std::span<const SeqWork> work, std::span<const int32_t> ranks = {});
   std::vector<double> stage_ns_;
   std::vector<double> pass_ns_;  // per pass (slice) and stage of the iteration being started
   // One slice of an iteration's batch on its way through the stages (an unsliced iteration
@@ -488,6 +488,8 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   // overlap); both end in stage_comm_done.
   void start_comm(int ri, int k);
   std::vector<SeqWork> halves_[2];  // two-batch overlap's micro-batches
+  std::vector<int32_t> half_ranks_[2];  // (with data-parallel attention: each half's devices)
+  std::vector<uint32_t> half_parity_;   // (and how many of each device's sequences are dealt so far)
   int64_t overlapped_ = 0;          // iterations run with two-batch overlap
   // Speculative decoding: the drafter, and the decode steps of the batch being started that
   // verify drafts (their contexts, for the drafter's passes; prefill chunks the drafter also runs).
