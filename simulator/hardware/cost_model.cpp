@@ -265,7 +265,9 @@ template <class Each>
 void dp_shares(const CostModel::Impl& im, std::span<const SeqWork> batch, std::span<const int32_t> ranks, Each&& each) {
   // One pass to bucket the sequences by device (stable: each device's in batch order), not a
   // pass over the batch per device: at DeepSeek's DP 144 that was 144 passes of ~10k rows a step.
-  thread_local std::vector<SeqWork> own;  // (reused: the serving hot path calls this every step)
+  // (Reused: the serving hot path calls this every step. So `each` must not call dp_shares again:
+  // a nested call would overwrite the spans and cursors this one is walking.)
+  thread_local std::vector<SeqWork> own;
   thread_local std::vector<uint32_t> at, dev;
   const size_t dp = static_cast<size_t>(im.dp), n = batch.size();
   dev.resize(n);

@@ -117,8 +117,8 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
   using MO = MoeOptions;
   k.moe.flag("expert_parallel", &MO::expert_parallel,
              "experts spread whole over each stage's tensor-parallel devices, experts / tensor_parallel on each (expert "
-             "parallelism, EP = tensor_parallel, as vLLM's enable_expert_parallel); false: every expert split over them as "
-             "the dense MLP is")
+             "parallelism, EP = tensor_parallel, as vLLM's enable_expert_parallel; under eplb, (experts + redundant_experts) "
+             "/ tensor_parallel slots); false: every expert split over them as the dense MLP is")
       .def("false");
   k.moe.choice<bool>("dispatch", {{"allreduce", false}, {"alltoall", true}}, &MO::alltoall,
                      "how tokens reach their experts under expert parallelism: allreduce (every device holds every token; "

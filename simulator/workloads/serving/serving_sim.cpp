@@ -312,8 +312,8 @@ void ServingSim::try_start(int ri) {
   double compute_ns = 0;
   // Two-batch overlap: the sequences as two micro-batches (alternately), each computed apart
   // (so each reads the weights), their communication under the other's compute (start_compute).
-  const bool overlap = cfg_.moe.two_batch_overlap && cfg_.model.moe() && fabric_.active() && pp_ == 1 && slices.empty() &&
-                       work_.size() >= 2;
+  bool overlap = cfg_.moe.two_batch_overlap && cfg_.model.moe() && fabric_.active() && pp_ == 1 && slices.empty() &&
+                 work_.size() >= 2;
   if (overlap) {
     for (int h = 0; h < 2; ++h) {
       halves_[h].clear();
@@ -332,7 +332,12 @@ void ServingSim::try_start(int ri) {
         halves_[h].push_back(work_[i]);
         half_ranks_[h].push_back(r);
       }
+      // No device holds two sequences: the second half is empty, and nothing overlaps (the
+      // step runs whole, its communication after its compute).
+      overlap = !halves_[1].empty();
     }
+  }
+  if (overlap) {
     compute_ns = stage_times(ri, halves_[0], half_ranks_[0]);
     compute_ns += stage_times(ri, halves_[1], half_ranks_[1]);
     stage_ns_[0] = pass_ns_[0] = compute_ns;
