@@ -134,6 +134,8 @@ std::span<const MetricDef> other_metric_defs() {
       {"", "world.flows.max_concurrent", "count", "The most flows active at once."},
       {"", "world.fabric.routing", "text", "Path selection: ecmp (a hash picks one equal-cost path per flow) or adaptive (flows split)."},
       {"", "world.fabric.hash_seed", "id", "ECMP's hash seed (0: the built-in one)."},
+      {"", "world.fabric.flow_quantum_ns", "ns",
+       "Present when cluster.flow_quantum is set: every flow's end was rounded up to a multiple of it (flows ending within it shared one rate recomputation)."},
       {"", "world.fabric.flows_split", "count", "Flows split over equal-cost paths by adaptive routing."},
       {"", "world.fabric.shared_bottleneck_fraction", "fraction",
        "Of the completed unsplit flows, those that at some time ran below their bottleneck link's capacity because another flow shared it."},

@@ -66,6 +66,7 @@ struct Cluster {
   int64_t ocs_reconfigure_ns = 0;  // OCS pods: circuits programmed during the run carry traffic this long after (mirrors settle)
   bool adaptive_routing = false;   // flows split evenly over equal-cost paths (AR, packet spraying); else ECMP by hash
   int64_t hash_seed = 0;           // ECMP's hash seed (0: the built-in choice)
+  int64_t flow_quantum_ns = 0;     // flow ends rounded up to this grid (0: exact; FlowSim::set_quantum)
   // Storage servers on the fabric (checkpoints written to them as flows): how many, each one's
   // link, its price; their topology nodes once added (world_study.cpp adds them).
   int storage_servers = 0;
