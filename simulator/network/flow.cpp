@@ -213,6 +213,10 @@ std::pair<int, int> FlowSim::reroute(const std::vector<int>& links, int64_t pena
   for (uint32_t f : hit) {
     Flow& fl = flows_[f];
     if (fl.state != State::Sending || fl.path.empty()) continue;
+    // A flow that has sent its last byte (its end rounded up to the flow quantum, or due at
+    // this instant) has nothing to move: it ends where it is.
+    settle(fl, now);
+    if (fl.left_bytes <= 0) continue;
     const int src = topo_.link(fl.path.front()).src, dst = topo_.link(fl.path.back()).dst;
     np.clear();
     router_.route(src, dst, fl.tag * 0x9E3779B97F4A7C15ull + f, np);
@@ -223,7 +227,6 @@ std::pair<int, int> FlowSim::reroute(const std::vector<int>& links, int64_t pena
       ++stalled;
       continue;
     }
-    settle(fl, now);
     detach(f);
     const Fixed b = to_fixed(fl.left_bytes);
     for (int l : fl.path) link_bytes_[static_cast<size_t>(l)] -= b;
@@ -312,8 +315,10 @@ void FlowSim::settle(Flow& f, int64_t now_ns) {
 void FlowSim::schedule_finish(uint32_t f, int64_t now_ns) {
   Flow& fl = flows_[f];
   fl.gen = (fl.gen + 1) & kGenMask;
-  if (fl.rate_Bps <= 0) return;  // stalled: no completion until a link comes back
-  const double dt = fl.left_bytes / fl.rate_Bps * 1e9;
+  // Stalled: no completion until a link comes back; but a flow with no bytes left (waiting out
+  // the flow quantum when its link failed) ends at its rounded end all the same.
+  if (fl.rate_Bps <= 0 && fl.left_bytes > 0) return;
+  const double dt = fl.left_bytes > 0 ? fl.left_bytes / fl.rate_Bps * 1e9 : 0.0;
   const int64_t d = static_cast<int64_t>(std::ceil(dt - 1e-3));
   int64_t end = (SimTime::ns(now_ns) + SimTime::ns(d < 0 ? 0 : d)).count_ns();
   if (quantum_ns_ > 1) end = (end + quantum_ns_ - 1) / quantum_ns_ * quantum_ns_;

@@ -125,7 +125,7 @@ void World::report(Recorder& rec) const {
            {"flows_split", fs.sprayed},
            {"shared_bottleneck_fraction",
             fs.unsplit_completed > 0 ? static_cast<double>(fs.shared_bottleneck) / static_cast<double>(fs.unsplit_completed) : 0.0}};
-    if (cluster_.flow_quantum_ns > 0) r["flow_quantum_ns"] = cluster_.flow_quantum_ns;  // (only when set: exact runs' outputs unchanged)
+    if (cluster_.flow_quantum_ns > 1) r["flow_quantum_ns"] = cluster_.flow_quantum_ns;  // (only when set: exact runs' outputs unchanged)
     // The most loaded link is the busiest for its bandwidth (bytes carried over capacity x
     // run time), so a 50 GB/s uplink outranks an NVLink port that moved more bytes.
     const auto lb = flows_.carried_link_bytes();

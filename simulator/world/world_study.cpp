@@ -92,10 +92,11 @@ Binding<Cluster> cluster_keys(Schema& cluster) {
       .def("0")
       .range(0, 9e15);
   b.time_ns("flow_quantum", &Cluster::flow_quantum_ns,
-            "every flow's end rounded up to a multiple of this, so flows ending within it share one rate recomputation "
-            "(0: exact). A knob trading accuracy for speed where a step starts thousands of flows at once (a 144-way "
-            "all-to-all: 20,592 flows): each flow ends late by less than it; training's steady-state fast-forward is off "
-            "with it")
+            "every flow's end rounded up to a multiple of this (at most 1ms), so flows ending within it share one rate "
+            "recomputation (0ns: exact). A knob trading accuracy for speed where a step starts thousands of flows at once "
+            "(a 144-way all-to-all: 20,592 flows): each flow's end moves by less than it, and the flow keeps its share of "
+            "its links until then, so flows waiting on one another can be late by several; training's steady-state "
+            "fast-forward is off with it")
       .def("0ns")
       .range(0, 1e6);  // at most 1 ms: it is paid per flow
   b.integer("storage_servers", &Cluster::storage_servers,

@@ -16,6 +16,7 @@
 #include "hardware/cost_model.h"
 #include "hardware/cost_model_experts.h"
 #include "hardware/spec.h"
+#include "workloads/serving/serving_sim.h"
 
 using namespace sluice;
 using sluice::testing::run_text;
@@ -185,16 +186,15 @@ TEST_CASE("deepseek deployment: why a two-batch-overlap half splits each GPU's o
     all.push_back(SeqWork{1, i % 2 == 0 ? 32000 : 100, true});
     ranks.push_back(i % 2);
   }
-  // By GPU: each half 4 long on GPU 0 and 4 short on GPU 1 (in batch order).
-  std::vector<SeqWork> h0, h1;
-  std::vector<int32_t> r0, r1;
-  int seen[2] = {0, 0};
-  for (size_t i = 0; i < all.size(); ++i) {
-    const bool first = seen[ranks[i]]++ % 2 == 0;
-    (first ? h0 : h1).push_back(all[i]);
-    (first ? r0 : r1).push_back(ranks[i]);
-  }
-  const double by_gpu = cost.iteration_ns(h0, r0) + cost.iteration_ns(h1, r1);
+  // By GPU (the simulator's split, serving::two_batch_halves): each half 4 long on GPU 0 and
+  // 4 short on GPU 1.
+  std::vector<SeqWork> halves[2];
+  std::vector<int32_t> half_ranks[2];
+  std::vector<uint32_t> parity;
+  REQUIRE(serving::two_batch_halves(all, ranks, 2, halves, half_ranks, parity));
+  CHECK(halves[0].size() == 8);
+  CHECK(std::count(half_ranks[0].begin(), half_ranks[0].end(), 0) == 4);
+  const double by_gpu = cost.iteration_ns(halves[0], half_ranks[0]) + cost.iteration_ns(halves[1], half_ranks[1]);
   // By position (even, odd): one half all GPU 0's long sequences, the other GPU 1's short ones.
   std::vector<SeqWork> e, od;
   std::vector<int32_t> re, ro;
@@ -207,4 +207,43 @@ TEST_CASE("deepseek deployment: why a two-batch-overlap half splits each GPU's o
   // And a half's cost is its busiest GPU's own part plus the experts over all its tokens: the
   // ranks decide which GPU a sequence is on (the same half, dealt round-robin instead, differs).
   CHECK(cost.iteration_ns(e, re) != doctest::Approx(cost.iteration_ns(e)));
+}
+
+TEST_CASE("deepseek deployment: two-batch overlap's halves, by position or each device's own sequences alternately") {
+  auto seqs = [](int n) {
+    std::vector<SeqWork> w;
+    for (int i = 0; i < n; ++i) w.push_back(SeqWork{1, 100 + i, true});
+    return w;
+  };
+  std::vector<SeqWork> halves[2];
+  std::vector<int32_t> half_ranks[2];
+  std::vector<uint32_t> parity;
+  auto contexts = [&](int h) {
+    std::vector<int> c;
+    for (const SeqWork& w : halves[h]) c.push_back(w.context);
+    return c;
+  };
+  // Tensor-parallel attention (no ranks): alternately by position.
+  CHECK(serving::two_batch_halves(seqs(5), {}, 8, halves, half_ranks, parity));
+  CHECK(contexts(0) == std::vector<int>{100, 102, 104});
+  CHECK(contexts(1) == std::vector<int>{101, 103});
+  CHECK(half_ranks[0].empty());
+  // Two devices, their sequences alternating in the batch: by position, one half would hold
+  // device 0's and the other device 1's; by device, each half holds two of each.
+  const std::vector<int32_t> alternating = {0, 1, 0, 1, 0, 1, 0, 1};
+  CHECK(serving::two_batch_halves(seqs(8), alternating, 2, halves, half_ranks, parity));
+  CHECK(contexts(0) == std::vector<int>{100, 101, 104, 105});
+  CHECK(contexts(1) == std::vector<int>{102, 103, 106, 107});
+  CHECK(half_ranks[0] == std::vector<int32_t>{0, 1, 0, 1});
+  CHECK(half_ranks[1] == std::vector<int32_t>{0, 1, 0, 1});
+  // A padding row (-1) or a rank out of range is on device position mod dp, as the cost model
+  // deals it.
+  CHECK(serving::two_batch_halves(seqs(4), std::vector<int32_t>{0, 0, 1, -1}, 2, halves, half_ranks, parity));
+  CHECK(half_ranks[0] == std::vector<int32_t>{0, 1});
+  CHECK(half_ranks[1] == std::vector<int32_t>{0, 1});  // position 3 -> device 1, its second sequence: half 1
+  CHECK(contexts(1) == std::vector<int>{101, 103});
+  // No device holds two: the second half is empty, and the step does not overlap.
+  CHECK_FALSE(serving::two_batch_halves(seqs(4), std::vector<int32_t>{0, 1, 2, 3}, 4, halves, half_ranks, parity));
+  CHECK(halves[1].empty());
+  CHECK(halves[0].size() == 4);
 }

@@ -35,6 +35,26 @@ int kv_shards(const ServingConfig& cfg, const PoolSpec* pool) {
   return data_parallel_attention(cfg, pool) ? 1 : (pool ? pool->tensor_parallel : cfg.tensor_parallel) * cfg.pipeline_parallel;
 }
 
+bool two_batch_halves(std::span<const SeqWork> work, std::span<const int32_t> ranks, int dp, std::vector<SeqWork> (&halves)[2],
+                      std::vector<int32_t> (&half_ranks)[2], std::vector<uint32_t>& parity) {
+  for (int h = 0; h < 2; ++h) {
+    halves[h].clear();
+    half_ranks[h].clear();
+  }
+  if (ranks.empty()) {
+    for (size_t i = 0; i < work.size(); ++i) halves[i % 2].push_back(work[i]);
+  } else {
+    parity.assign(static_cast<size_t>(dp), 0);
+    for (size_t i = 0; i < work.size(); ++i) {
+      const int32_t r = i < ranks.size() && ranks[i] >= 0 && ranks[i] < dp ? ranks[i] : static_cast<int32_t>(i % static_cast<size_t>(dp));
+      const int h = parity[static_cast<size_t>(r)]++ & 1;
+      halves[h].push_back(work[i]);
+      half_ranks[h].push_back(r);
+    }
+  }
+  return !halves[0].empty() && !halves[1].empty();
+}
+
 double kv_bytes_per_token_per_gpu(const ServingConfig& cfg, const PoolSpec* pool) {
   const int tp = data_parallel_attention(cfg, pool) ? 1 : pool ? pool->tensor_parallel : cfg.tensor_parallel;
   return cfg.model.kv_bytes_per_token_per_gpu(tp, cfg.pipeline_parallel) +

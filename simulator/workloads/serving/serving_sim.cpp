@@ -314,29 +314,9 @@ void ServingSim::try_start(int ri) {
   // (so each reads the weights), their communication under the other's compute (start_compute).
   bool overlap = cfg_.moe.two_batch_overlap && cfg_.model.moe() && fabric_.active() && pp_ == 1 && slices.empty() &&
                  work_.size() >= 2;
-  if (overlap) {
-    for (int h = 0; h < 2; ++h) {
-      halves_[h].clear();
-      half_ranks_[h].clear();
-    }
-    if (ranks_.empty()) {
-      for (size_t i = 0; i < work_.size(); ++i) halves_[i % 2].push_back(work_[i]);
-    } else {
-      // Data-parallel attention: each device splits its own sequences into the two halves
-      // (alternately, in batch order), so each half keeps the device a sequence's KV is on.
-      const int dp = tp_of(ri);
-      half_parity_.assign(static_cast<size_t>(dp), 0);
-      for (size_t i = 0; i < work_.size(); ++i) {
-        const int32_t r = ranks_[i] >= 0 && ranks_[i] < dp ? ranks_[i] : static_cast<int32_t>(i % static_cast<size_t>(dp));
-        const int h = half_parity_[static_cast<size_t>(r)]++ & 1;
-        halves_[h].push_back(work_[i]);
-        half_ranks_[h].push_back(r);
-      }
-      // No device holds two sequences: the second half is empty, and nothing overlaps (the
-      // step runs whole, its communication after its compute).
-      overlap = !halves_[1].empty();
-    }
-  }
+  // (Under data-parallel attention each device splits its own sequences, and a step where no
+  // device holds two runs whole: its second half would be empty.)
+  if (overlap) overlap = two_batch_halves(work_, ranks_, tp_of(ri), halves_, half_ranks_, half_parity_);
   if (overlap) {
     compute_ns = stage_times(ri, halves_[0], half_ranks_[0]);
     compute_ns += stage_times(ri, halves_[1], half_ranks_[1]);

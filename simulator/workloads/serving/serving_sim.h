@@ -54,6 +54,13 @@ bool data_parallel_attention(const ServingConfig& cfg, const PoolSpec* pool = nu
 // The devices one sequence's KV cache is spread over (or copied on): a replica's tp × pp, or 1
 // under data-parallel attention.
 int kv_shards(const ServingConfig& cfg, const PoolSpec* pool = nullptr);
+// Two-batch overlap's micro-batches of a step's sequences `work`: alternately by position, or
+// under data-parallel attention (`ranks` beside work: each sequence's device, -1 or out of
+// [0, dp) for position mod dp) each device's own sequences alternately, so a half keeps every
+// sequence on its device (half_ranks). `parity` is scratch (dp counters). Returns whether both
+// halves hold a sequence: where no device holds two, the second is empty and nothing overlaps.
+bool two_batch_halves(std::span<const SeqWork> work, std::span<const int32_t> ranks, int dp, std::vector<SeqWork> (&halves)[2],
+                      std::vector<int32_t> (&half_ranks)[2], std::vector<uint32_t>& parity);
 
 
 struct MemoryPlan {
