@@ -179,10 +179,11 @@ TEST_CASE("moe training: ZeRO-3 gathers and reduce-scatters each op's dense para
   CHECK(z3["memory_per_device"]["weights_bytes"].get<double>() == doctest::Approx(2 * (D / 4 + E / 2) + 2 * held).epsilon(1e-12));
   CHECK(z3["memory_per_device"]["gradients_bytes"] == z2["memory_per_device"]["gradients_bytes"]);
   CHECK(z3["memory_per_device"]["optimizer_bytes"] == z2["memory_per_device"]["optimizer_bytes"]);
-  // Flows an iteration: each of the 4 ops (2 micro-batches, forward and backward) gathers, each of
-  // the 2 backward ops reduce-scatters, each over a ring of 4 (dense) and two rings of 2 (the
-  // pairs' experts): 6 x (4 + 2 x 2); ZeRO-2 reduce-scatters and gathers once: 2 x (4 + 2 x 2).
-  CHECK(z3["flows"].get<int>() - z2["flows"].get<int>() == 2 * (6 - 2) * (4 + 2 * 2));
+  // Flows an iteration: each of the 4 ops (2 micro-batches, forward and backward) gathers each of
+  // its 2 layers, each of the 2 backward ops reduce-scatters each layer's gradients, each over a
+  // ring of 4 (dense) and two rings of 2 (the pairs' experts): 2 x 6 x (4 + 2 x 2); ZeRO-2
+  // reduce-scatters and gathers once: 2 x (4 + 2 x 2).
+  CHECK(z3["flows"].get<int>() - z2["flows"].get<int>() == 2 * (2 * 6 - 2) * (4 + 2 * 2));
   CHECK(z3["iteration_s_mean"].get<double>() > z2["iteration_s_mean"].get<double>());  // this small job's gathers do not hide
   // EP = dp: every expert on one replica, whole, gathered by no one: rings of 4 only.
   const char* ep4 = "workloads.0.parallel.expert_parallel=4";
@@ -190,7 +191,7 @@ TEST_CASE("moe training: ZeRO-3 gathers and reduce-scatters each op's dense para
   const double E4 = 4 * 3 * kHidden * 2048 * kLayers / 4;
   const double held4 = run(ep4, "workloads.0.parallel.zero=0")["memory_per_device"]["weights_bytes"].get<double>() / 2;
   CHECK(a3["memory_per_device"]["weights_bytes"].get<double>() == doctest::Approx(2 * ((held4 - E4) / 4 + E4) + 2 * held4).epsilon(1e-12));
-  CHECK(a3["flows"].get<int>() - a2["flows"].get<int>() == 2 * (6 - 2) * 4);
+  CHECK(a3["flows"].get<int>() - a2["flows"].get<int>() == 2 * (2 * 6 - 2) * 4);
   // The same bytes with the fast-forward on and off, through GPU failures and restarts.
   same_through_failures({{"expert_parallel: 4}", "expert_parallel: 2, zero: 3}"}, {"iterations: 2", "iterations: 40"}});
 }

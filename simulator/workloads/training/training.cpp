@@ -292,6 +292,7 @@ void TrainingJob::start_iteration() {
       st.outbox.clear();
       st.sending = false;
       st.cp_exposed_ns = 0;
+      st.seg_wait = false;
     }
   observe_start();
   if (zero3()) z3_begin_iteration();
@@ -300,14 +301,17 @@ void TrainingJob::start_iteration() {
 
 void TrainingJob::try_run(int sl) {
   Stage& st = stages_[static_cast<size_t>(sl)];
-  if (st.busy || st.next >= st.order.size()) return;
+  if (st.busy) {
+    if (st.seg_wait) z3_resume(sl);  // ZeRO-3: its op waits for a layer's gather
+    return;
+  }
+  if (st.next >= st.order.size()) return;
   const Op op = st.order[st.next];
   if (!(op.forward ? st.f_in : st.b_in)[static_cast<size_t>(op.mb)]) return;
-  if (zero3() && !z3_ready(sl, st.next)) return;  // its parameters are still being gathered
+  if (zero3() && !z3_ready(sl, z3_unit(sl % c_.pp, st.next))) return;  // its first layer's parameters are still being gathered
   const int64_t now = world_.engine().now().count_ns();
   if (st.released >= 0) st.busy_ns += now - st.last_end_ns;  // waiting beside its released op's all-to-alls
   st.busy = true;
-  if (zero3()) z3_op_started(sl, st.next);
   st.running = st.next;
   ++st.next;
   const int s = virtual_stage(sl, op.mb);
@@ -315,11 +319,16 @@ void TrainingJob::try_run(int sl) {
   const int slice = op.mb % n_slices_;
   const int64_t dur = op.forward ? fwd_ns(s, slice) : bwd_ns(s, slice);
   if (cp()) {
+    if (zero3()) z3_begin_op(sl, dur, false);  // one unit: the op's gather was its whole chunk's
     const int64_t attention = cp_attn_ns_[static_cast<size_t>(s)];
     cp_begin(sl, dur, op.forward ? attention : backward_of(attention));
     return;
   }
   const int64_t ns = slowed(dur, slot_first_device(sl), static_cast<size_t>(c_.tp));
+  if (zero3()) {  // in layers, each after its gather
+    z3_begin_op(sl, ns, true);
+    return;
+  }
   if (c_.alltoall_overlap) {  // counted as it runs: slower while a released op's all-to-alls fly
     st.work_left_ns = static_cast<double>(ns);
     st.work_at_ns = now;
@@ -348,6 +357,7 @@ bool TrainingJob::finish_compute(int sl) {
 
 void TrainingJob::compute_done(int sl) {
   if (c_.alltoall_overlap && !finish_compute(sl)) return;
+  if (zero3() && z3_layer_done(sl)) return;  // the op's next layer started, or waits for its gather
   if (cp()) cp_part_done(sl, false);
   else tp_allreduces(sl);
 }
@@ -388,7 +398,7 @@ void TrainingJob::comm_done(int sl) {
     if (release_to_exchange(sl, oi)) {
       const int64_t now = world_.engine().now().count_ns();
       st.busy = false;
-      st.busy_ns += now - st.op_start_ns;
+      st.busy_ns += now - st.op_start_ns - st.op_wait_ns;
       st.last_end_ns = now;
       st.released = static_cast<int>(oi);
       st.released_start_ns = st.op_start_ns;
@@ -514,7 +524,7 @@ void TrainingJob::op_done(int sl, size_t oi) {
     }
   } else {
     st.busy = false;
-    st.busy_ns += now - st.op_start_ns;
+    st.busy_ns += now - st.op_start_ns - st.op_wait_ns;  // (ZeRO-3: less its waits for gathers)
     st.last_end_ns = now;
   }
   ++st.done;
@@ -537,7 +547,6 @@ void TrainingJob::op_done(int sl, size_t oi) {
   } else if (j > 0) {
     send(sl, slot(d, (j - 1) % c_.pp), (j - 1) / c_.pp * units_ + unit, true);
   }
-  if (!op.forward && zero3()) z3_backward_done(sl, oi);  // before the stage's end below: its reduce-scatter counts
   if (st.done == st.order.size()) stage_backward_done(s);  // its last op (a backward, or a released op's exchange after it)
   try_run(sl);
 }

@@ -54,6 +54,9 @@ struct TrainingConfig {
   // shard, the parameters all-gathered); 2 the gradients sharded too (memory only: the same
   // traffic as 1); 3 the parameters sharded too (training_zero3.cpp).
   int zero = 0;
+  // ZeRO-3: layers whose gathers may run ahead of the one computing (FSDP prefetches one; each
+  // more hides more of a pipeline's waits and holds one more layer's parameters whole).
+  int zero3_prefetch = 1;
   // Expert parallelism of a mixture-of-experts model (Megatron-Core's EP): the experts spread
   // over groups of this many consecutive data-parallel replicas (1: every replica holds every
   // expert); with context parallelism, of consecutive dp x cp ranks, context-parallel fastest

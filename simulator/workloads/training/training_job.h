@@ -93,6 +93,12 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     int64_t xfer_start_ns = -1, xfer_end_ns = -1;
     double work_left_ns = 0;
     int64_t work_at_ns = 0;
+    // ZeRO-3 (training_zero3.cpp): the running op's compute in layers, each waiting for its own
+    // gather: the layer computing (or next to), how many, the op's whole compute (ns), whether it
+    // waits for a gather and since when, and the op's time spent so waiting (not busy).
+    int seg = 0, segs = 1;
+    bool seg_wait = false;
+    int64_t seg_total_ns = 0, seg_wait_since_ns = 0, op_wait_ns = 0;
   };
 
   int slot(int d, int s) const { return d * c_.pp + s; }
@@ -388,22 +394,39 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   int64_t a2a_ns_total_ = 0;
   int64_t optimizer_ns_ = 0, iter_start_ns_ = 0, last_backward_ns_ = 0, dp_ns_total_ = 0;
   int gather_left_ = 0;  // ZeRO: parameter all-gathers still running
-  // ZeRO-3 (training_zero3.cpp): per stage, the ops whose parameters are gathered and the
-  // gather's collectives still running; per (stage, op), the replicas that started it and that
-  // finished its backward; per stage, its gradient reduce-scatters still running.
-  std::vector<int> z3_gathered_, z3_gather_left_, z3_started_, z3_bwd_done_, z3_rs_left_;
+  // ZeRO-3 (training_zero3.cpp), by gathering unit (a layer of an op: a stage's units numbered
+  // in op order, z3_base_ the first of each op, pp x (ops + 1)): per stage, the units whose
+  // parameters are gathered and the gather's collectives still running; per (stage, unit), the
+  // replicas that started it and that finished its backward; per stage, its gradient
+  // reduce-scatters still running.
+  std::vector<int> z3_base_, z3_gathered_, z3_gather_left_, z3_started_, z3_bwd_done_, z3_rs_left_;
+  // Per stage: the next unit to gather, and the units every replica has started (a prefix).
+  std::vector<int> z3_next_, z3_all_started_;
   bool zero3() const;
   void z3_begin_iteration();
-  // Starts stage s's collectives of one kind (returns how many): the dense parameters over its
-  // data-parallel replicas, and with expert groups a device's experts over each one.
-  int z3_collectives(net::CollectiveKind kind, int s, uint64_t salt, const std::function<void()>& done);
+  int z3_unit(int s, size_t op) const { return z3_base_[static_cast<size_t>(s) * (stages_[0].order.size() + 1) + op]; }
+  int z3_units(int s) const { return z3_unit(s, stages_[0].order.size()); }
+  // Starts stage s's collectives of one kind (returns how many) for one unit of its op `op`: the
+  // dense parameters over its data-parallel replicas, and with expert groups a device's experts
+  // over each one.
+  int z3_collectives(net::CollectiveKind kind, int s, size_t op, uint64_t salt, const std::function<void()>& done);
   int z3_count() const;  // how many that is
+  // The running op of slot sl: its compute begins, in layers (an op takes its first once that
+  // layer is gathered); a layer's compute ended (false: that was the op's last); a waiting layer
+  // starts if its gather is done.
+  void z3_begin_op(int sl, int64_t ns, bool compute);  // (compute false: the op computes itself, whole: context parallelism)
+  void z3_unit_started(int s, int unit);
+  bool z3_layer_done(int sl);
+  void z3_resume(int sl);
+  void z3_layer(int sl);
   void start_dp_collective(net::CollectiveKind kind, std::vector<int> group, double bytes, uint64_t salt, bool fused,
                            std::function<void(Engine&)> done);
-  void z3_gather(int s, size_t op);
-  bool z3_ready(int sl, size_t op) const;
-  void z3_op_started(int sl, size_t op);
-  void z3_backward_done(int sl, size_t op);
+  void z3_gather(int s, int unit);
+  // Stage s's next gather, if none is on the fabric (one stream: FSDP's all-gathers run in turn)
+  // and it is at most zero3_prefetch units ahead of those every replica has started.
+  void z3_try_gather(int s);
+  bool z3_ready(int sl, int unit) const;
+  void z3_backward_done(int s, int unit);
   int stages_reduced_ = 0, iterations_done_ = 0, pid_ = 0;
   double bubble_sum_ = 0;
   BusyProfile busy_profile_;  // each iteration over its span at its stages' mean busy fraction (peak power)

@@ -176,10 +176,12 @@ static TrainingMemory rank_memory(const TrainingConfig& c, int rank) {
   const int layers = rank_layers(c, rank) + (rank == c.pp - 1 ? c.mtp_layers : 0);  // its layers and, on the last rank, the MTP modules (their logits not counted)
   mem.weights = params * m.dtype_bytes;
   // ZeRO-3: the shard (the dense parameters over dp, a device's experts over dp x cp / ep), plus
-  // FSDP's buffer of two layers gathered whole (the one computing and the one prefetched).
-  // (A stage of one layer gathers no more than itself; with nothing to shard over, nothing is.)
+  // FSDP's buffer of the layers gathered whole: the one computing and those prefetched
+  // (zero3_prefetch: FSDP's one). (A stage of few layers gathers no more than itself; with
+  // nothing to shard over, nothing is.)
   if (c.zero >= 3 && c.dp * c.cp > 1)
-    mem.weights = sharded_params_per_device(p, c, m.dtype_bytes) + std::min(2 * params / layers, params) * m.dtype_bytes;
+    mem.weights = sharded_params_per_device(p, c, m.dtype_bytes) +
+                  std::min((1 + c.zero3_prefetch) * params / layers, params) * m.dtype_bytes;
   // ZeRO shards the optimizer state (stage 1) and the gradients (stage 2) over the ranks that
   // hold the same parameters: dp x cp for the dense ones, dp x cp / ep for a device's experts.
   mem.gradients = c.zero >= 2 ? sharded_params_per_device(p, c, m.dtype_bytes) : params * m.dtype_bytes;

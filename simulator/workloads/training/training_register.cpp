@@ -152,6 +152,9 @@ void check_training_shape(const TrainingConfig& c, const Params& job, const Para
       job.section("moe").fail("alltoall_overlap", "overlapping the all-to-alls with the next op is not modelled with context parallelism",
                               "false with parallel.cp > 1");
   }
+  if (parallel.given("zero3_prefetch") && c.zero < 3)
+    parallel.fail("zero3_prefetch", fmt::format("only ZeRO-3 gathers parameters layer by layer, and zero is {}", c.zero),
+                  "zero: 3, or no zero3_prefetch");
   if (c.cp > 1) {
     if (c.sequence % (2 * c.cp) != 0)
       parallel.fail("cp", fmt::format("context parallelism cuts each sequence into 2 x {} = {} equal chunks, and {} tokens do not divide",
@@ -259,12 +262,19 @@ SLUICE_REGISTER(workload, training_workload) {
                    "ZeRO stage over the data-parallel replicas (dp x cp with context parallelism): 0 none; 1 optimizer state sharded (gradients reduce-scattered, "
                    "each replica updates its shard, parameters all-gathered: Megatron's distributed optimizer); 2 gradients "
                    "sharded too (memory; the same traffic); 3 parameters sharded too (FSDP): every forward and backward op "
-                   "all-gathers its stage's parameters (prefetched one op ahead; interleaved, its chunk's), every backward op "
-                   "reduce-scatters its gradients, and nothing is gathered after Adam's step. With expert_parallel, every stage shards a device's experts "
+                   "all-gathers its stage's parameters layer by layer before each layer computes (prefetched zero3_prefetch layers "
+                   "ahead; interleaved, its chunk's; with cp, an op's whole), every layer's backward reduce-scatters its gradients, "
+                   "and nothing is gathered after Adam's step. With expert_parallel, every stage shards a device's experts "
                    "over the replicas holding the same ones (dp x cp / expert_parallel) and the rest over all; 3 gathers and "
-                   "reduce-scatters each op's over both")
+                   "reduce-scatters each layer's over both")
       .def("0")
       .range(0, 3);
+  par_keys.integer("zero3_prefetch", &T::zero3_prefetch,
+                   "ZeRO-3: how many layers' gathers may run ahead of the layer computing (FSDP's forward and backward "
+                   "prefetch is one; DeepSpeed's prefetch bucket may hold more). Each holds one more layer's parameters "
+                   "whole, and lets more of an op's gathers run while its stage waits for its pipeline input")
+      .def("1")
+      .range(1, 1024);
   par_keys.integer("expert_parallel", &T::ep,
                    "a mixture-of-experts model's expert parallelism (Megatron-Core's EP): its routed experts spread over "
                    "groups of this many consecutive data-parallel replicas (dividing dp and the experts); every MoE layer's "
