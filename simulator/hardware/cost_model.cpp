@@ -205,7 +205,21 @@ double CostModel::tp_allreduce_bytes(double tokens) const {
 }
 
 double CostModel::tp_allreduce_bytes(double tokens, int stage) const {
-  return impl_->tp > 1 ? tp_allreduce_count(stage) * tokens * impl_->hidden * impl_->b : 0.0;
+  const Impl& im = *impl_;
+  if (im.tp <= 1) return 0.0;
+  double per_token = tp_allreduce_count(stage);
+  // Training's expert parallelism splits each expert over tp as the dense MLP is (Megatron-Core's
+  // expert tensor parallelism equal to tp): an MoE layer's MLP all-reduce becomes the all-gather
+  // over tp of the rows its device's experts receive and the reduce-scatter of their outputs, the
+  // bytes of an all-reduce of those rows (k a token under even routing; the busiest device's
+  // under skew, as its compute is), and a shared expert's output is all-reduced as a dense MLP's.
+  if (im.pool > 1) {
+    const double Lm = im.span_of(stage_range(stage)).Lm;
+    double rows = 0;  // a replica's token-expert rows per token on the busiest device of its EP group
+    for (const auto& sh : im.experts.dev_share) rows = std::max(rows, ExpertPlacement::rows(sh, im.pool, im.m.experts_per_token));
+    per_token += Lm * (rows - 1 + (im.m.shared_experts > 0 ? 1 : 0));
+  }
+  return per_token * tokens * im.hidden * im.b;
 }
 
 int CostModel::tp_allreduce_count(int stage) const {

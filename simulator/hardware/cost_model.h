@@ -250,7 +250,10 @@ class CostModel {
   // Bytes each device of a stage all-reduces per iteration of `tokens` new tokens (the sum of
   // the stage's per-layer tensor-parallel all-reduces; 0 without tensor parallelism).
   double tp_allreduce_bytes(double tokens) const;
-  // The same for pipeline stage `stage`'s own layers.
+  // The same for pipeline stage `stage`'s own layers. Training's expert parallelism (experts split
+  // over tp): an MoE layer's MLP all-reduce moves the rows its device's experts receive (k a
+  // token, the busiest device's under skew), gathered and reduce-scattered over tp, and a
+  // shared expert's output all-reduced besides.
   double tp_allreduce_bytes(double tokens, int stage) const;
   // All-reduces per iteration on stage `stage` (two per layer, one on an MoE layer whose tokens
   // move by all-to-all).

@@ -192,8 +192,16 @@ TEST_CASE("moe training: ZeRO-3 gathers and reduce-scatters each op's dense para
   const double held4 = run(ep4, "workloads.0.parallel.zero=0")["memory_per_device"]["weights_bytes"].get<double>() / 2;
   CHECK(a3["memory_per_device"]["weights_bytes"].get<double>() == doctest::Approx(2 * ((held4 - E4) / 4 + E4) + 2 * held4).epsilon(1e-12));
   CHECK(a3["flows"].get<int>() - a2["flows"].get<int>() == 2 * (2 * 6 - 2) * 4);
-  // The same bytes with the fast-forward on and off, through GPU failures and restarts.
+  // The same bytes with the fast-forward on and off, through GPU failures and restarts; and so
+  // with the all-to-alls overlapped (an op's layers then count their work as it runs).
   same_through_failures({{"expert_parallel: 4}", "expert_parallel: 2, zero: 3}"}, {"iterations: 2", "iterations: 40"}});
+  same_through_failures({{"expert_parallel: 4}", "expert_parallel: 2, zero: 3}"},
+                         {"cost_tables: none,", "cost_tables: none, moe: {alltoall_overlap: true},"},
+                         {"iterations: 2", "iterations: 40"}});
+  const Json over = run_text(kStar, {ep2, "workloads.0.parallel.zero=3", "workloads.0.moe.alltoall_overlap=true"})["training"];
+  CHECK(over["iteration_s_mean"].get<double>() <= z3["iteration_s_mean"].get<double>());
+  CHECK(over["bubble_fraction"].get<double>() >= 0);
+  CHECK(over["bubble_fraction"].get<double>() < 1);
 }
 
 TEST_CASE("moe training: an MoE layer keeps a dispatched copy and the expert's gated MLP for each expert a token visits") {
@@ -241,6 +249,33 @@ TEST_CASE("moe training: a device's experts compute the rows every replica of it
   CHECK(cm.moe_alltoall_count(0) == 64);
   CHECK(cm.moe_alltoall_bytes(4096, 0) == doctest::Approx(64 * 4096 * 1.75 * 4096 * 2).epsilon(1e-12));
   for (double rows : cm.expert_tokens_per_device(4096)) CHECK(rows == doctest::Approx(4096 * 2).epsilon(1e-12));
+}
+
+TEST_CASE("moe training: with tensor parallelism an MoE layer's MLP all-reduce moves the rows its experts receive") {
+  // Experts split over tp as the dense MLP is: the MLP's all-reduce of the M tokens becomes the
+  // all-gather over tp of the k M rows the device's experts receive and the reduce-scatter of
+  // their outputs (an all-reduce's bytes of those rows). Mixtral: 32 layers, all MoE, top-2, no
+  // shared expert: the attention's M and the experts' 2 M a layer.
+  const HardwareSpec h = load_hardware("h200");
+  CostOptions o;
+  o.tensor_parallel = 2;
+  o.moe.data_parallel_ep = 4;
+  const double row = 4096 * 4096 * 2.0;  // M x hidden x bf16
+  CHECK(CostModel(h, load_model("mixtral-8x7b"), o).tp_allreduce_bytes(4096, 0) == doctest::Approx((32 + 32 * 2) * row).epsilon(1e-12));
+  // Without expert parallelism the experts' MLP is a dense one's: two all-reduces of M a layer.
+  CostOptions dense;
+  dense.tensor_parallel = 2;
+  CHECK(CostModel(h, load_model("mixtral-8x7b"), dense).tp_allreduce_bytes(4096, 0) == doctest::Approx(64 * row).epsilon(1e-12));
+  // Skewed routing: the hottest device's rows (the step waits for it, as for its compute).
+  CostOptions hot = o;
+  hot.moe.routing = MoeOptions::Routing::Zipf;
+  CHECK(CostModel(h, load_model("mixtral-8x7b"), hot).tp_allreduce_bytes(4096, 0) > 100 * row);
+  // DeepSeek-V3: 3 dense layers (two all-reduces each), 58 MoE ones with 8 rows a token and the
+  // shared expert's output all-reduced besides the attention's: 6 + 58 x (1 + 8 + 1) (hidden 7168).
+  CostOptions ds = o;
+  ds.moe.data_parallel_ep = 8;
+  const double row7 = 4096 * 7168 * 2.0;
+  CHECK(CostModel(h, load_model("deepseek-v3"), ds).tp_allreduce_bytes(4096, 0) == doctest::Approx((6 + 58 * 10) * row7).epsilon(1e-12));
 }
 
 TEST_CASE("moe training: skewed routing makes every step wait for the hot experts' replica") {

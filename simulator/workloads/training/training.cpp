@@ -547,6 +547,7 @@ void TrainingJob::op_done(int sl, size_t oi) {
   } else if (j > 0) {
     send(sl, slot(d, (j - 1) % c_.pp), (j - 1) / c_.pp * units_ + unit, true);
   }
+  if (!op.forward && zero3() && cp()) z3_backward_done(s, z3_unit(s, oi));  // (without cp, layer by layer in z3_layer_done)
   if (st.done == st.order.size()) stage_backward_done(s);  // its last op (a backward, or a released op's exchange after it)
   try_run(sl);
 }

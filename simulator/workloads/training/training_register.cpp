@@ -272,7 +272,8 @@ SLUICE_REGISTER(workload, training_workload) {
   par_keys.integer("zero3_prefetch", &T::zero3_prefetch,
                    "ZeRO-3: how many layers' gathers may run ahead of the layer computing (FSDP's forward and backward "
                    "prefetch is one; DeepSpeed's prefetch bucket may hold more). Each holds one more layer's parameters "
-                   "whole, and lets more of an op's gathers run while its stage waits for its pipeline input")
+                   "whole, and lets more of an op's gathers run while its stage waits for its pipeline input. With cp an op "
+                   "gathers whole, and this counts ops (memory still counts layers)")
       .def("1")
       .range(1, 1024);
   par_keys.integer("expert_parallel", &T::ep,

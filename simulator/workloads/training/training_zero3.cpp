@@ -12,7 +12,10 @@
 // compute where it is longer, and where it is not the op waits for them layer by layer (time
 // not counted busy). A layer's share of an op's parameters and compute is 1/layers of them (the
 // embedding's and the LM head's ride with the stage's layers, not as units of their own). With
-// context parallelism an op is one unit, gathered whole (its compute runs beside its ring).
+// context parallelism an op is one unit, gathered whole (its compute runs beside its ring) and
+// reduce-scattered at its end, and zero3_prefetch counts ops: the timing then holds whole chunks
+// where memory counts FSDP's 1 + zero3_prefetch layers (an approximation of the overlap, not of
+// the bytes moved).
 // Interleaved, an op is one of the rank's v chunks: its layers move 1/v of the rank's parameters
 // (the chunks taken as equal). With expert parallelism the shards follow ZeRO 1 and 2's: the
 // dense parameters over all dp replicas, a device's experts over the dp x cp / ep ranks holding
@@ -92,7 +95,7 @@ void TrainingJob::z3_gather(int s, int unit) {
   const size_t ops = stages_[0].order.size();
   const size_t op = z3_op_of(&z3_base_[static_cast<size_t>(s) * (ops + 1)], ops, unit);
   z3_gather_left_[static_cast<size_t>(s)] = z3_count();
-  z3_collectives(net::CollectiveKind::AllGather, s, op, (static_cast<uint64_t>(s) * 65537 + static_cast<uint64_t>(unit)) * 2,
+  z3_collectives(net::CollectiveKind::AllGather, s, op, (static_cast<uint64_t>(s) << 33) + static_cast<uint64_t>(unit) * 2,
                  [this, s, unit] {
                    if (--z3_gather_left_[static_cast<size_t>(s)] > 0) return;
                    z3_gathered_[static_cast<size_t>(s)] = unit + 1;
@@ -143,7 +146,9 @@ void TrainingJob::z3_layer(int sl) {
 bool TrainingJob::z3_layer_done(int sl) {
   Stage& st = stages_[static_cast<size_t>(sl)];
   const int s = sl % c_.pp;
-  if (!st.order[st.running].forward) z3_backward_done(s, z3_unit(s, st.running) + st.seg);  // this layer's gradients
+  // This layer's gradients (with context parallelism, at the op's end: ring attention's last
+  // block may still be computing after this event, op_done).
+  if (!st.order[st.running].forward && !cp()) z3_backward_done(s, z3_unit(s, st.running) + st.seg);
   if (++st.seg >= st.segs) return false;
   if (z3_ready(sl, z3_unit(s, st.running) + st.seg)) {
     z3_layer(sl);
@@ -158,7 +163,8 @@ void TrainingJob::z3_resume(int sl) {
   Stage& st = stages_[static_cast<size_t>(sl)];
   if (!z3_ready(sl, z3_unit(sl % c_.pp, st.running) + st.seg)) return;
   st.seg_wait = false;
-  st.op_wait_ns += world_.engine().now().count_ns() - st.seg_wait_since_ns;
+  // Not busy; but beside a released op's all-to-alls a stage counts as busy, as between ops.
+  if (st.released < 0) st.op_wait_ns += world_.engine().now().count_ns() - st.seg_wait_since_ns;
   z3_layer(sl);
 }
 
@@ -169,7 +175,7 @@ void TrainingJob::z3_backward_done(int s, int unit) {
   const size_t ops = stages_[0].order.size();
   const size_t op = z3_op_of(&z3_base_[static_cast<size_t>(s) * (ops + 1)], ops, unit);
   z3_rs_left_[static_cast<size_t>(s)] += z3_count();
-  z3_collectives(net::CollectiveKind::ReduceScatter, s, op, (static_cast<uint64_t>(s) * 65537 + static_cast<uint64_t>(unit)) * 2 + 1, [this, s] {
+  z3_collectives(net::CollectiveKind::ReduceScatter, s, op, (static_cast<uint64_t>(s) << 33) + static_cast<uint64_t>(unit) * 2 + 1, [this, s] {
     if (--z3_rs_left_[static_cast<size_t>(s)] == 0 && stage_bwd_done_[static_cast<size_t>(s)] == c_.dp) stage_reduced();
   });
 }
