@@ -197,7 +197,8 @@ Implementation implementation_from_name(const std::string& name) {
 
 double CostModel::tp_allreduce_bytes(double tokens) const {
   // Two all-reduces per layer (after attention and after the MLP) of tokens x hidden; one on
-  // an MoE layer whose tokens move by all-to-all.
+  // an MoE layer whose tokens move by all-to-all. (Serving's: training's expert parallelism,
+  // whose experts' rows move instead, goes by the stage, below.)
   const Impl& im = *impl_;
   if (im.tp <= 1) return 0.0;
   const int moe = im.moe_ar_saved(im.m.layers - im.layers_stage, im.layers_stage);

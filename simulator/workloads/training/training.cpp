@@ -375,7 +375,7 @@ void TrainingJob::tp_allreduces(int sl) {
     for (int c = 0; c < c_.cp; ++c) {
       net::CollectiveOptions o;
       o.fused_ring_steps = true;
-      o.fused_count = 2 * layers_run(s);
+      o.fused_count = tp_rings(s);
       o.salt = static_cast<uint64_t>(sl) + static_cast<uint64_t>(c) * 0x9E3779B1u;
       std::vector<int> group(nodes.begin() + c * c_.tp, nodes.begin() + (c + 1) * c_.tp);
       st.tp_collectives.push_back(

@@ -206,6 +206,14 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     const LayerRange r = cost_.stage_range(vs);
     return r.count + r.mtp;
   }
+  // The tensor-parallel collectives a pass of virtual stage vs runs (each a ring's latencies):
+  // two a layer, and with expert parallelism a shared expert's output on each MoE layer besides
+  // (CostModel::tp_allreduce_bytes carries their bytes).
+  int tp_rings(int vs) const {
+    const LayerRange r = cost_.stage_range(vs);
+    const bool shared = c_.ep > 1 && c_.model.shared_experts > 0;
+    return 2 * layers_run(vs) + (shared ? c_.model.moe_layers_in(r.first, r.count) : 0);
+  }
 
   // A stage's hand-offs leave in the order its ops finish, one at a time (a pipeline engine
   // posts them on one NCCL stream, whose send kernels run in turn); each waits for the one

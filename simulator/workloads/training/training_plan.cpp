@@ -53,8 +53,7 @@ void TrainingJob::measure_tp_ring() {
 double TrainingJob::tp_ns(double tokens, int s) const {
   const double n = c_.tp;
   if (c_.tp < 2) return 0;
-  const int layers = layers_run(s);
-  return 2 * (n - 1) / n * cost_.tp_allreduce_bytes(tokens, s) * ring_ns_per_byte_ + 2 * (n - 1) * 2 * layers * ring_latency_ns_;
+  return 2 * (n - 1) / n * cost_.tp_allreduce_bytes(tokens, s) * ring_ns_per_byte_ + 2 * (n - 1) * tp_rings(s) * ring_latency_ns_;
 }
 
 // One direction of the slowest boundary for `tokens` tokens: each rank's share of the activations.

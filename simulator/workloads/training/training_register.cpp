@@ -155,6 +155,21 @@ void check_training_shape(const TrainingConfig& c, const Params& job, const Para
   if (parallel.given("zero3_prefetch") && c.zero < 3)
     parallel.fail("zero3_prefetch", fmt::format("only ZeRO-3 gathers parameters layer by layer, and zero is {}", c.zero),
                   "zero: 3, or no zero3_prefetch");
+  if (c.zero >= 3 && c.cp == 1 && c.dp > 1 && c.model.layers >= c.pp * c.virtual_stages) {
+    // Prefetching as many layers as an op runs would gather a layer for the next op while this
+    // op still holds it: FSDP keeps such a layer, it does not gather it twice.
+    const int chunks = c.pp * c.virtual_stages;
+    int fewest = c.model.layers;
+    for (int vs = 0; vs < chunks; ++vs)
+      fewest = std::min(fewest, pipeline_stage_layers(c.model.layers, chunks, vs, c.first_stage_layers, c.last_stage_layers).count +
+                                    (vs == chunks - 1 ? c.mtp_layers : 0));
+    if (c.zero3_prefetch >= fewest && !(fewest == 1 && c.zero3_prefetch == 1))
+      parallel.fail("zero3_prefetch",
+                    fmt::format("an op runs as few as {} layers, and prefetching {} would gather a layer for the next op while "
+                                "this one still holds it",
+                                fewest, c.zero3_prefetch),
+                    fewest > 1 ? fmt::format("1..{}", fewest - 1) : std::string("1 (an op of one layer)"));
+  }
   if (c.cp > 1) {
     if (c.sequence % (2 * c.cp) != 0)
       parallel.fail("cp", fmt::format("context parallelism cuts each sequence into 2 x {} = {} equal chunks, and {} tokens do not divide",
