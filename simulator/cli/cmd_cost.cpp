@@ -27,7 +27,8 @@ struct CostArgs {
   int batch = 1, tp = 1, pp = 1, slices = 0, drafts = 0;
   long context = -1, prefill = 0, tokens = 0;
   bool json = false, loo = false, fused = false;
-  bool expert_parallel = false;
+  bool expert_parallel = false, eplb = false;
+  int redundant_experts = 0;
   std::string dispatch = "allreduce", precision = "bf16", kv_cache_dtype = "auto";
 };
 
@@ -164,7 +165,7 @@ int run_cost(const CostArgs& a) {
   const CostSource source = resolve_tables(a, hw);
   source.apply(opt);
   opt.fused_elementwise = a.fused;
-  if (a.expert_parallel || a.dispatch != "allreduce") {
+  if (a.expert_parallel || a.dispatch != "allreduce" || a.eplb || a.redundant_experts > 0) {
     if (!m.moe())
       throw ConfigError(kCommandLine, "--expert-parallel", "", fmt::format("{} is a dense model: it has no experts", m.name),
                         "an MoE model (deepseek-v3, mixtral-8x7b, qwen3-235b-a22b, llama4-scout)");
@@ -173,11 +174,18 @@ int run_cost(const CostArgs& a) {
   }
   opt.moe.expert_parallel = a.expert_parallel;
   opt.moe.alltoall = a.dispatch == "alltoall";
+  opt.moe.eplb = a.eplb;
+  opt.moe.redundant_experts = a.redundant_experts;
   if (m.moe())
     if (const auto problem = moe_problem(m, opt.moe, a.tp)) {
-      const bool dispatch = problem->key == "dispatch";
-      throw ConfigError(kCommandLine, dispatch ? "--dispatch" : "--tp", dispatch ? a.dispatch : std::to_string(a.tp), problem->problem,
-                        problem->valid);
+      // The problem's key, as this command spells it.
+      const std::string& k = problem->key;
+      const std::string flag = k == "dispatch" ? "--dispatch" : k == "eplb" ? "--eplb" : k == "redundant_experts" ? "--redundant-experts" : "--tp";
+      const std::string value = k == "dispatch" ? a.dispatch
+                                : k == "eplb" ? std::string(a.eplb ? "true" : "false")
+                                : k == "redundant_experts" ? std::to_string(a.redundant_experts)
+                                                           : std::to_string(a.tp);
+      throw ConfigError(kCommandLine, flag, value, problem->problem, problem->valid);
     }
   {
     bool found = false;
@@ -257,6 +265,8 @@ int run_cost(const CostArgs& a) {
                              {"kv_cache_dtype", m.kv_fp8 ? "fp8" : "auto"},
                              {"expert_parallel", a.expert_parallel},
                              {"dispatch", a.dispatch},
+                             {"eplb", a.eplb},
+                             {"redundant_experts", a.redundant_experts},
                              {"stage_layers", cm->stage_layers()},
                              {"tables_dir", opt.tables_dir},
                              {"tables_derived_from", opt.tables_device ? opt.tables_device->name : ""},
@@ -306,6 +316,10 @@ int run_cost(const CostArgs& a) {
   else what = fmt::format("decode, batch {} at context {}", a.batch, batch.front().context);
   std::cout << fmt::format("{} on {}: {}; tp {}, pp {} ({} of {} layers on the costed last stage)\n", m.name, hw.name,
                            what, a.tp, a.pp, cm->stage_layers(), m.layers);
+  if (a.expert_parallel)
+    std::cout << fmt::format("experts: spread whole over the {} devices ({} a device), dispatch by {}{}\n", a.tp,
+                             (m.experts + a.redundant_experts) / a.tp, a.dispatch,
+                             a.eplb ? fmt::format(", placed by EPLB with {} redundant copies", a.redundant_experts) : "");
   std::cout << fmt::format("costs: {}{}\n", source.describe(hw),
                            source.derived() ? fmt::format("; launch floors swapped, not measured on {}", hw.name) : "");
   if (opt.tables_dir.empty())
@@ -377,6 +391,12 @@ void add_cost(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--kv-cache-dtype", a->kv_cache_dtype, "auto (the model's dtype; default) or fp8");
   cmd->add_flag("--expert-parallel", a->expert_parallel,
                 "an MoE model's experts spread whole over the --tp devices (expert parallelism), not each split over them");
+  cmd->add_flag("--eplb", a->eplb,
+                "with --expert-parallel: DeepSeek's expert-parallel load balancing (experts placed hottest first on the least "
+                "loaded device; with --redundant-experts the hottest copied)");
+  cmd->add_option("--redundant-experts", a->redundant_experts,
+                  "with --eplb: copies of the hottest experts (experts + copies must divide over the --tp devices)")
+      ->check(CLI::Range(0, 4096));
   cmd->add_option("--dispatch", a->dispatch,
                   "with --expert-parallel: allreduce (every device holds every token; default) or alltoall (tokens sent to "
                   "their experts' devices and back, analytic over the interconnect)");

@@ -240,6 +240,25 @@ EOF
     said "--lengths"
     ;;
 
+  cost_eplb)
+    # EPLB's slots divide where the experts do not: Mixtral's 8 experts and 8 copies over 16
+    # devices, one a device.
+    expect 0 "$S" cost --model mixtral-8x7b --tp 16 --expert-parallel --eplb --redundant-experts 8 --dispatch alltoall \
+      --batch 64 --context 2048 --json
+    grep -q '"redundant_experts": 8' out || fail "no redundant_experts in the JSON"
+    grep -q '"eplb": true' out || fail "no eplb in the JSON"
+    expect 0 "$S" cost --model mixtral-8x7b --tp 16 --expert-parallel --eplb --redundant-experts 8 --dispatch alltoall
+    grep -q "placed by EPLB with 8 redundant copies" out || { cat out; fail "the experts' line is missing"; }
+    # Without EPLB they must divide; copies need EPLB and must make up a multiple of the devices:
+    # each refused at its own flag.
+    expect 2 "$S" cost --model mixtral-8x7b --tp 16 --expert-parallel --dispatch alltoall
+    said "--tp"
+    expect 2 "$S" cost --model deepseek-v3 --precision fp8 --tp 8 --expert-parallel --redundant-experts 8
+    said "--redundant-experts"
+    expect 2 "$S" cost --model mixtral-8x7b --tp 16 --expert-parallel --eplb --redundant-experts 4 --dispatch alltoall
+    said "--redundant-experts"
+    ;;
+
   monkey_nothing)
     # A monkey with nothing to fail exits 2 before running anything, not 0 after 0 runs.
     expect 2 "$S" monkey "$R/scenarios/spine-failure.yaml" --classes ocs
