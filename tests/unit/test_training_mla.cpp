@@ -37,10 +37,11 @@ TEST_CASE("mla training: a layer keeps the up-projected queries, keys and values
   const double qk = kA * (kD + kR), v = kA * kV;
   const double attention = 3 * kS * kH + 2 * kS * (2 * qk + 2 * v) + 4 * kA * kS + 4 * kS * (kQl + kKvl);
   const double layer = attention + 4 * kS * kH + 3 * kS * kH + 6 * kS * kF;
-  CHECK(t["memory_per_device"]["activations_bytes"].get<double>() == doctest::Approx(kL * layer).epsilon(1e-12));
+  const double loss = kS * 8 * 4;  // the loss's fp32 softmax of the logits (vocab 8)
+  CHECK(t["memory_per_device"]["activations_bytes"].get<double>() == doctest::Approx(kL * layer + loss).epsilon(1e-12));
   // Under TP2 (sequence parallel) all of it splits.
   const Json t2 = run_text(kTwo, {"workloads.0.parallel.tp=2", "workloads.0.parallel.dp=2"})["training"];
-  CHECK(t2["memory_per_device"]["activations_bytes"].get<double>() == doctest::Approx(kL * layer / 2).epsilon(1e-12));
+  CHECK(t2["memory_per_device"]["activations_bytes"].get<double>() == doctest::Approx((kL * layer + loss) / 2).epsilon(1e-12));
   // Weights under TP2: half of every parameter but the down projections (query bottleneck and
   // latent with its rotary key, and their norms), which every rank holds whole.
   const double down = kL * (kH * kQl + kQl + kH * (kKvl + kR) + kKvl);

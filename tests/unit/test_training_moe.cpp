@@ -211,7 +211,8 @@ TEST_CASE("moe training: an MoE layer keeps a dispatched copy and the expert's g
   // receive as many rows as its tokens send).
   const double s = 512, sbh = s * kHidden;
   const double layer = 11 * sbh + 4 * 8 * s + 4 * sbh + 3 * sbh + 2 * (2 * sbh + 6 * s * 2048);
-  CHECK(run_text(kStar)["training"]["memory_per_device"]["activations_bytes"].get<double>() == doctest::Approx(kLayers * layer).epsilon(1e-12));
+  const double loss = s * 8 * 4;  // the last rank's fp32 softmax of the logits (vocab 8)
+  CHECK(run_text(kStar)["training"]["memory_per_device"]["activations_bytes"].get<double>() == doctest::Approx(kLayers * layer + loss).epsilon(1e-12));
   // At TP2 everything is split but the dispatched copies, which the experts' tensor-parallel
   // group gathers whole onto each rank before its GEMMs.
   const std::string tp2 = sluice::testing::kTwoServersOfTwo + R"(workloads:
@@ -221,10 +222,10 @@ TEST_CASE("moe training: an MoE layer keeps a dispatched copy and the expert's g
      parallel: {tp: 2, pp: 1, dp: 2, micro_batches: 2, expert_parallel: 2}}
 )";
   CHECK(run_text(tp2)["training"]["memory_per_device"]["activations_bytes"].get<double>() ==
-        doctest::Approx(kLayers * ((layer - 2 * 2 * sbh) / 2 + 2 * 2 * sbh)).epsilon(1e-12));
+        doctest::Approx(kLayers * ((layer - 2 * 2 * sbh) / 2 + 2 * 2 * sbh) + loss / 2).epsilon(1e-12));
   // One shared expert every token also passes through: its gated MLP's 6·s·2048 more a layer.
   CHECK(run_text(kStar, {"workloads.0.model.shared_experts=1"})["training"]["memory_per_device"]["activations_bytes"].get<double>() ==
-        doctest::Approx(kLayers * (layer + 6 * s * 2048)).epsilon(1e-12));
+        doctest::Approx(kLayers * (layer + 6 * s * 2048) + loss).epsilon(1e-12));
 }
 
 TEST_CASE("moe training: a device's experts compute the rows every replica of its group routes to them") {
@@ -506,8 +507,10 @@ TEST_CASE("moe training: each pipeline rank holds its own layers and their exper
   const double rank0 = dense + table, rank1 = moe - routed / 2 + table + h;
   REQUIRE(rank1 > rank0);
   CHECK(two["memory_per_device"]["weights_bytes"].get<double>() == doctest::Approx(2 * rank0).epsilon(1e-12));
-  // (rank 0: one layer, two micro-batches in flight; pp 1's rank: two layers, one.)
-  CHECK(two["memory_per_device"]["activations_bytes"].get<double>() == doctest::Approx(one["memory_per_device"]["activations_bytes"].get<double>()).epsilon(1e-12));
+  // (rank 0: one layer, two micro-batches in flight; pp 1's rank: two layers, one, and the
+  // loss's softmax of its logits, s x vocab 8 x 4 bytes.)
+  CHECK(two["memory_per_device"]["activations_bytes"].get<double>() ==
+        doctest::Approx(one["memory_per_device"]["activations_bytes"].get<double>() - 512 * 8 * 4).epsilon(1e-12));
   // With one micro-batch each rank keeps one micro-batch of one layer: rank 1's parameters win.
   const Json m1 = with({"workloads.0.parallel.pp=2", "workloads.0.parallel.dp=2", "workloads.0.parallel.micro_batches=1"});
   CHECK(m1["memory_per_device"]["weights_bytes"].get<double>() == doctest::Approx(2 * rank1).epsilon(1e-12));

@@ -115,6 +115,11 @@ TEST_CASE("mtp training: an MoE module's layer adds its dispatch and combine, an
         doctest::Approx(1.5 * plain["moe"]["alltoall_bytes_per_device"].get<double>()).epsilon(1e-12));
   CHECK(mtp["iteration_s_mean"].get<double>() > plain["iteration_s_mean"].get<double>());
   CHECK(mtp["memory_per_device"]["weights_bytes"].get<double>() > plain["memory_per_device"]["weights_bytes"].get<double>());
+  // Activations: the module's layer as a third, and its head's fp32 softmax of the logits (512
+  // tokens x vocab 8 x 4 bytes) beside the main head's.
+  const double loss = 512 * 8 * 4;
+  const auto act = [](const Json& t) { return t["memory_per_device"]["activations_bytes"].get<double>(); };
+  CHECK(act(mtp) == doctest::Approx(1.5 * (act(plain) - loss) + 2 * loss).epsilon(1e-12));
   // The module's work makes each iteration longer: fewer tokens a second.
   CHECK(mtp["tokens_per_s"].get<double>() < plain["tokens_per_s"].get<double>());
   CHECK_THROWS_WITH_AS(run_text(kMoeStar, {"workloads.0.mtp_layers=9"}), doctest::Contains("workloads[0].mtp_layers"), ConfigError);

@@ -52,22 +52,26 @@ TEST_CASE("ZeRO shards the optimizer state (stage 1) and the gradients (stage 2)
 TEST_CASE("activation memory: Korthikanti's accounting with FlashAttention's kernels, by the MLP's kind and width, by hand") {
   // flat: 4 layers, h 4096, 32 heads, a gated MLP of 16384; one micro-batch of 512 tokens in
   // flight (1F1B, one stage). Per layer: attention 11sbh + the log-sum-exp 4asb (no s x s scores),
-  // layer norms 4sbh, the MLP's input and mask 3sbh and, gated, 6sbf (plain: 4sbf).
-  const double s = 512, h = 4096, a = 32, f = 16384, sbh = s * h;
+  // layer norms 4sbh, the MLP's input and mask 3sbh and, gated, 6sbf (plain: 4sbf). The one
+  // rank is the last: the loss keeps the fp32 softmax of one micro-batch's logits, s x vocab x 4.
+  const double s = 512, h = 4096, a = 32, f = 16384, sbh = s * h, loss = s * 8 * 4;
   const auto act = [](const Json& t) { return t["memory_per_device"]["activations_bytes"].get<double>(); };
-  CHECK(act(run_zero(0)) == doctest::Approx(4 * (18 * sbh + 6 * s * f + 4 * a * s)).epsilon(1e-12));
+  CHECK(act(run_zero(0)) == doctest::Approx(4 * (18 * sbh + 6 * s * f + 4 * a * s) + loss).epsilon(1e-12));
   const std::string plain = std::string(kStar) + "0}}\n";
   const Json p = run_text(plain, {"workloads.0.model.gated_ffn=false", "workloads.0.model.ffn=16384"})["training"];
-  CHECK(act(p) == doctest::Approx(4 * (18 * sbh + 4 * s * f + 4 * a * s)).epsilon(1e-12));
+  CHECK(act(p) == doctest::Approx(4 * (18 * sbh + 4 * s * f + 4 * a * s) + loss).epsilon(1e-12));
   // Grouped-query attention: 8 key/value heads of 128 keep a quarter of the keys and values
   // (2sb x 1024 each instead of 2sbh): the attention's 11sbh becomes 7sbh + 2 x 2sb x 1024.
   const Json g = run_text(plain, {"workloads.0.model.kv_heads=8"})["training"];
-  CHECK(act(g) == doctest::Approx(4 * (7 * sbh + 4 * s * 1024 + 4 * sbh + 3 * sbh + 6 * s * f + 4 * a * s)).epsilon(1e-12));
+  CHECK(act(g) == doctest::Approx(4 * (7 * sbh + 4 * s * 1024 + 4 * sbh + 3 * sbh + 6 * s * f + 4 * a * s) + loss).epsilon(1e-12));
   // Full recomputation keeps each layer's input, 2sbh.
-  CHECK(act(run_text(plain, {"workloads.0.recompute=true"})["training"]) == doctest::Approx(4 * 2 * sbh).epsilon(1e-12));
-  // Tensor parallelism (two devices a server) splits all of it.
+  CHECK(act(run_text(plain, {"workloads.0.recompute=true"})["training"]) == doctest::Approx(4 * 2 * sbh + loss).epsilon(1e-12));
+  // Tensor parallelism (two devices a server) splits all of it, the vocabulary too.
   CHECK(act(run_text(sluice::testing::kTwoServersOfTwo + kTwoByTwoJob)["training"]) ==
-        doctest::Approx(4 * (18 * sbh + 6 * s * f + 4 * a * s) / 2).epsilon(1e-12));
+        doctest::Approx((4 * (18 * sbh + 6 * s * f + 4 * a * s) + loss) / 2).epsilon(1e-12));
+  // GPipe keeps every micro-batch's activations and softmax until the backwards (two here).
+  const Json gp = run_text(std::string(kStar) + "0, schedule: gpipe}}\n")["training"];
+  CHECK(act(gp) == doctest::Approx(2 * (4 * (18 * sbh + 6 * s * f + 4 * a * s) + loss)).epsilon(1e-12));
 }
 
 TEST_CASE("ZeRO's reduce-scatter and all-gather move what the ring all-reduce moves: the iteration differs by the optimizer's step") {

@@ -158,7 +158,9 @@ double layer_activation_bytes(const TrainingConfig& c);
 double model_flops_per_token(const TrainingConfig& c);
 // The fullest pipeline rank's memory per device: its parameters' states, and activations for the
 // micro-batches it holds at once (GPipe: all m; 1F1B: at most pp - r on rank r), of its own
-// layers: layer_activation_bytes per layer, or 2·s·b·h per layer with full recomputation; / cp.
+// layers: layer_activation_bytes per layer, or 2·s·b·h per layer with full recomputation; / cp;
+// on the last rank the loss's fp32 softmax of each head's logits (s·b / cp x vocab / tp x 4 bytes)
+// for the micro-batches whose backward has not run.
 TrainingMemory training_memory(const TrainingConfig& c);
 // The job as its report names it (recorder/training_results.h).
 TrainingSetup training_setup(const TrainingConfig& c);

@@ -197,6 +197,16 @@ static TrainingMemory rank_memory(const TrainingConfig& c, int rank) {
                            : v > 1 ? std::min(static_cast<double>(c.micro_batches) * v, static_cast<double>(K * v + K - 1 - 2 * rank)) / v
                                    : std::min(c.micro_batches, c.pp - rank);
   mem.activations = per_layer * layers * in_flight;
+  // The loss: the last rank keeps, for every micro-batch whose backward has not run, the fp32
+  // softmax of its logits that the cross-entropy's backward needs (Megatron's vocabulary-parallel
+  // cross-entropy upcasts the bf16 logits: s·b / cp tokens x vocab / tp), one for the main head
+  // and one for each multi-token prediction module. GPipe holds all m; 1F1B and interleaving run
+  // the last chunk's backward right after its forward, so one.
+  if (rank == c.pp - 1) {
+    const double tokens = static_cast<double>(c.sequence) * c.micro_batch_size / c.cp;
+    const double held = c.schedule == Schedule::GPipe ? c.micro_batches : 1;
+    mem.activations += held * (1 + c.mtp_layers) * tokens * static_cast<double>(m.vocab) / c.tp * 4;
+  }
   return mem;
 }
 
