@@ -34,6 +34,7 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                   {"tp_algorithm", c.tp_algorithm},
                   {"virtual_stages", c.virtual_stages},
                   {"zero", c.zero},
+                  {"zero3_prefetch", c.zero3_prefetch},
                   {"cost_source", c.cost_source},
                   {"backward", "2x the forward time (the forward operations' FLOPs x2 at the same measured efficiency; no backward tables)"}};
   m["iterations"] = r.iteration_s.size();

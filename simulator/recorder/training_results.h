@@ -86,7 +86,7 @@ struct TrainingResults {
 struct TrainingSetup {
   std::string model, hardware, cost_source;
   double hbm_bytes = 0;
-  int tp = 1, pp = 1, dp = 1, ep = 1, cp = 1, virtual_stages = 1, zero = 0;
+  int tp = 1, pp = 1, dp = 1, ep = 1, cp = 1, virtual_stages = 1, zero = 0, zero3_prefetch = 1;
   std::string cp_comm;  // context parallelism's key/value exchange: "p2p" or "allgather"
   std::string schedule;  // "gpipe" or "1f1b"
   int micro_batches = 1, micro_batch_size = 1, sequence = 0;

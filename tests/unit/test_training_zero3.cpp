@@ -80,7 +80,9 @@ TEST_CASE("ZeRO-3 prefetch: each layer more holds one more layer whole and lets 
   // The shard (g) and 1 + p of the 4 layers whole (a layer is g here: P / 4 parameters in bf16),
   // at most the stage's 4; prefetching 4 would gather a layer for the next op while this one
   // holds it (refused).
-  CHECK(weights(run_text(star(3, 512, 1, 2, ", zero3_prefetch: 2"))) == doctest::Approx(4 * g));
+  const Json p2 = run_text(star(3, 512, 1, 2, ", zero3_prefetch: 2"));
+  CHECK(weights(p2) == doctest::Approx(4 * g));
+  CHECK(training(p2)["job"]["zero3_prefetch"] == 2);  // reported with the job
   CHECK(weights(run_text(star(3, 512, 1, 2, ", zero3_prefetch: 3"))) == doctest::Approx(5 * g));
   CHECK_THROWS_WITH_AS(run_text(star(3, 512, 1, 2, ", zero3_prefetch: 4")), doctest::Contains("1..3"), ConfigError);
   // Compute-bound on one stage, every gather hides either way: only the first layer's shows.

@@ -60,6 +60,7 @@ TrainingSetup training_setup(const TrainingConfig& c) {
   s.cp_comm = c.cp_comm == TrainingConfig::CpComm::AllGather ? "allgather" : "p2p";
   s.virtual_stages = c.virtual_stages;
   s.zero = c.zero;
+  s.zero3_prefetch = c.zero3_prefetch;
   s.schedule = c.schedule == Schedule::GPipe ? "gpipe" : "1f1b";
   s.micro_batches = c.micro_batches, s.micro_batch_size = c.micro_batch_size, s.sequence = c.sequence;
   s.recompute = c.recompute;
