@@ -414,6 +414,12 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   void z3_begin_iteration();
   int z3_unit(int s, size_t op) const { return z3_base_[static_cast<size_t>(s) * (stages_[0].order.size() + 1) + op]; }
   int z3_units(int s) const { return z3_unit(s, stages_[0].order.size()); }
+  // Stage s's unit `unit` in the per-(stage, unit) counts (z3_started_, z3_bwd_done_: pp rows of
+  // the most units a stage has), and the op of its schedule the unit belongs to.
+  size_t z3_at(int s, int unit) const {
+    return static_cast<size_t>(s) * (z3_started_.size() / static_cast<size_t>(c_.pp)) + static_cast<size_t>(unit);
+  }
+  size_t z3_op(int s, int unit) const;
   // Starts stage s's collectives of one kind (returns how many) for one unit of its op `op`: the
   // dense parameters over its data-parallel replicas, and with expert groups a device's experts
   // over each one.

@@ -76,12 +76,11 @@ int TrainingJob::z3_collectives(net::CollectiveKind kind, int s, size_t op, uint
   return n;
 }
 
-namespace {
-// The op of stage s's schedule that unit u belongs to (base: the stage's first units of each op).
-size_t z3_op_of(const int* base, size_t ops, int u) {
-  return static_cast<size_t>(std::upper_bound(base, base + ops + 1, u) - base) - 1;
+size_t TrainingJob::z3_op(int s, int unit) const {
+  const size_t ops = stages_[0].order.size();
+  const int* base = &z3_base_[static_cast<size_t>(s) * (ops + 1)];
+  return static_cast<size_t>(std::upper_bound(base, base + ops + 1, unit) - base) - 1;
 }
-}  // namespace
 
 void TrainingJob::z3_try_gather(int s) {
   const auto i = static_cast<size_t>(s);
@@ -92,10 +91,8 @@ void TrainingJob::z3_try_gather(int s) {
 }
 
 void TrainingJob::z3_gather(int s, int unit) {
-  const size_t ops = stages_[0].order.size();
-  const size_t op = z3_op_of(&z3_base_[static_cast<size_t>(s) * (ops + 1)], ops, unit);
   z3_gather_left_[static_cast<size_t>(s)] = z3_count();
-  z3_collectives(net::CollectiveKind::AllGather, s, op, (static_cast<uint64_t>(s) << 33) + static_cast<uint64_t>(unit) * 2,
+  z3_collectives(net::CollectiveKind::AllGather, s, z3_op(s, unit), (static_cast<uint64_t>(s) << 33) + static_cast<uint64_t>(unit) * 2,
                  [this, s, unit] {
                    if (--z3_gather_left_[static_cast<size_t>(s)] > 0) return;
                    z3_gathered_[static_cast<size_t>(s)] = unit + 1;
@@ -123,7 +120,7 @@ void TrainingJob::z3_begin_op(int sl, int64_t ns, bool compute) {
 
 void TrainingJob::z3_unit_started(int s, int unit) {
   // (Every replica starts its units in order, so the counts fill up in order: a prefix.)
-  if (++z3_started_[static_cast<size_t>(s) * z3_started_.size() / static_cast<size_t>(c_.pp) + static_cast<size_t>(unit)] == c_.dp) {
+  if (++z3_started_[z3_at(s, unit)] == c_.dp) {
     z3_all_started_[static_cast<size_t>(s)] = unit + 1;
     z3_try_gather(s);
   }
@@ -170,12 +167,9 @@ void TrainingJob::z3_resume(int sl) {
 
 // Every replica finished unit's backward: its gradients are reduce-scattered.
 void TrainingJob::z3_backward_done(int s, int unit) {
-  const size_t at = static_cast<size_t>(s) * z3_bwd_done_.size() / static_cast<size_t>(c_.pp) + static_cast<size_t>(unit);
-  if (++z3_bwd_done_[at] < c_.dp) return;
-  const size_t ops = stages_[0].order.size();
-  const size_t op = z3_op_of(&z3_base_[static_cast<size_t>(s) * (ops + 1)], ops, unit);
+  if (++z3_bwd_done_[z3_at(s, unit)] < c_.dp) return;
   z3_rs_left_[static_cast<size_t>(s)] += z3_count();
-  z3_collectives(net::CollectiveKind::ReduceScatter, s, op, (static_cast<uint64_t>(s) << 33) + static_cast<uint64_t>(unit) * 2 + 1, [this, s] {
+  z3_collectives(net::CollectiveKind::ReduceScatter, s, z3_op(s, unit), (static_cast<uint64_t>(s) << 33) + static_cast<uint64_t>(unit) * 2 + 1, [this, s] {
     if (--z3_rs_left_[static_cast<size_t>(s)] == 0 && stage_bwd_done_[static_cast<size_t>(s)] == c_.dp) stage_reduced();
   });
 }
