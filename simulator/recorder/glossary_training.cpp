@@ -30,7 +30,7 @@ std::span<const MetricDef> training_metric_defs() {
        "ZeRO-3: layers whose gathers may run ahead of the one computing (1, FSDP's prefetch, unless set; it counts ops with context parallelism)."},
       {"training", "job.cost_source", "text",
        "Where compute times come from: measured calibration tables, tables derived from another device's and scaled, or the roofline model."},
-      {"training", "job.backward", "text", "How the backward pass is costed, in words (twice the forward's time)."},
+      {"training", "job.backward", "text", "How the backward pass is costed, in words (twice the forward's time, three times recomputing but for the LM head; the loss's own kernels)."},
 
       // Iterations and efficiency.
       {"training", "iterations", "count", "Iterations completed and kept (those a failure lost are not counted)."},
@@ -52,6 +52,7 @@ std::span<const MetricDef> training_metric_defs() {
        "Per pipeline stage (of replica 0): busy time over the iteration's time, for the last iteration."},
       {"training", "per_micro_batch_ms.forward", "ms", "Forward compute of one micro-batch on the slowest stage (all its chunks and slices)."},
       {"training", "per_micro_batch_ms.backward", "ms", "Backward compute of one micro-batch on the slowest stage (all its chunks and slices)."},
+      {"training", "per_micro_batch_ms.loss", "ms", "The cross-entropy loss of one micro-batch on the last pipeline stage, forward and backward (Megatron's vocabulary-parallel loss, memory-bound over the rank's vocab / tp logits of every LM head); part of that stage's forward and backward."},
       {"training", "dp_allreduce_ms", "ms",
        "Mean per iteration of the data-parallel gradient reduction's exposed time: from the last backward to the last gradient reduced."},
       {"training", "optimizer_ms", "ms",

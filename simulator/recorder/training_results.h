@@ -25,6 +25,7 @@ struct TrainingResults {
   double bubble_fraction = 0;               // mean over stages of 1 - compute / pipeline span (F/B phase only)
   double textbook_bubble = 0;               // (K-1)/(m+K-1)
   double forward_ms = 0, backward_ms = 0;   // one micro-batch on the slowest stage (compute only; all its slices)
+  double loss_ms = 0;  // one micro-batch's cross-entropy on the last stage, forward and backward (in its forward_ms and backward_ms)
   // Token slicing: the slices' lengths, the formula's pass time T = m sum a + (K-1) max t of
   // the m micro-batches (t: the slowest stage's forward + backward of a slice plus its
   // hand-offs; a: what a stage is held per slice, see plan_slices) for these slices and for the

@@ -86,6 +86,7 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
     res_.cp_attention_ms = std::max(res_.cp_attention_ms, a / 1e6);
     res_.backward_ms = std::max(res_.backward_ms, b / 1e6);
   }
+  res_.loss_ms = loss_ns_ / 1e6;
   res_.optimizer_ms = optimizer_ns_ / 1e6;
   res_.memory = training_memory(c_);
   res_.dp_bytes_per_device = c_.dp * c_.cp > 1 ? dp_bytes_ : 0;

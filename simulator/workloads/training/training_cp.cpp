@@ -54,6 +54,15 @@ void TrainingJob::plan_cp() {
       cp_attn_ns_[static_cast<size_t>(vs)] = std::clamp<int64_t>(std::llround(a), 0, total - 1);
     }
   }
+  // The last stage's loss over the rank's 2l tokens a sequence, and every backward (pass_of).
+  bwd_ns_.assign(fwd_ns_.size(), 0);
+  loss_ns_ = 0;
+  for (int vs = 0; vs < VS; ++vs) {
+    const PassNs p = pass_of(vs, 2.0 * b * static_cast<double>(l), fwd_ns_[static_cast<size_t>(vs)]);
+    fwd_ns_[static_cast<size_t>(vs)] = p.forward;
+    bwd_ns_[static_cast<size_t>(vs)] = p.backward;
+    loss_ns_ += p.loss;
+  }
 }
 
 double TrainingJob::cp_kv_bytes(int vs) const {

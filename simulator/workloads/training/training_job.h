@@ -110,9 +110,23 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // chunk to the first rank's next).
   int neighbour(int sl, int step) const { return sl - sl % c_.pp + (sl % c_.pp + step + c_.pp) % c_.pp; }
   int64_t fwd_ns(int s, int slice) const { return fwd_ns_[static_cast<size_t>(s * n_slices_ + slice)]; }
-  int64_t bwd_ns(int s, int slice) const { return backward_of(fwd_ns(s, slice)); }
+  int64_t bwd_ns(int s, int slice) const { return bwd_ns_[static_cast<size_t>(s * n_slices_ + slice)]; }
   // A pass's backward from its forward: twice it, three times recomputing.
   int64_t backward_of(int64_t forward_ns) const { return forward_ns * (c_.recompute ? 3 : 2); }
+  // One pass of virtual stage vs over `rows` tokens whose layers' forward (the LM heads over
+  // every row on the last) the cost model gives as `layers_ns`: its forward and backward as the
+  // schedule runs them, and the loss within them. The backward is twice the forward (three
+  // times recomputing) but for the last stage's LM heads (never recomputed: Megatron's full
+  // recomputation checkpoints the decoder layers) and the cross-entropy (loss_ns), whose
+  // backward is its own.
+  struct PassNs {
+    int64_t forward = 0, backward = 0, loss = 0;  // loss: the cross-entropy's forward + backward
+  };
+  PassNs pass_of(int vs, double rows, int64_t layers_ns) const;
+  // Megatron's vocabulary-parallel cross-entropy over `rows` tokens of every LM head on the last
+  // stage (the main one and each MTP module's) over the rank's vocab / tp logits: forward and
+  // backward, ns (training_plan.cpp says which kernels).
+  std::pair<double, double> loss_ns(double rows) const;
   // A stage's forward of a slice as the schedule runs it: the cost model's ns, at least 1.
   static int64_t pass_ns(double cost_ns) { return std::max<int64_t>(1, std::llround(cost_ns)); }
   double unit_tokens(int unit) const {
@@ -367,7 +381,8 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   std::vector<int> expert_dp_group(int j, int s, int k) const;
   std::vector<Stage> stages_;
   std::vector<int> pending_;             // flows left per (stage slot, micro-batch, direction)
-  std::vector<int64_t> fwd_ns_;           // per (stage, slice): stage x slices + slice
+  std::vector<int64_t> fwd_ns_, bwd_ns_;  // per (stage, slice): stage x slices + slice
+  int64_t loss_ns_ = 0;                   // one micro-batch's cross-entropy, forward and backward (all its slices)
   std::map<std::pair<int, int>, std::vector<double>> stage_cache_;  // slice_stage_ns by (tokens, prefix), for schedule_ns
   std::vector<int> slice_len_;            // tokens per slice (one slice: the sequence)
   int n_slices_ = 1, units_ = 1;          // slices per micro-batch; passes per stage and direction

@@ -71,7 +71,7 @@ double TrainingJob::handoff_ns(double tokens) const {
 // than compute, as over one 25 Gb/s NIC, they queue). Returns the last stage op's end.
 double TrainingJob::schedule_ns(const std::vector<int>& lengths) {
   const int K = c_.pp, n = static_cast<int>(lengths.size()), U = c_.micro_batches * n, b = c_.micro_batch_size;
-  std::vector<int64_t> fwd(static_cast<size_t>(K * n));
+  std::vector<int64_t> fwd(static_cast<size_t>(K * n)), bwd(fwd.size());
   std::vector<double> tp(static_cast<size_t>(K * n)), x(static_cast<size_t>(n));
   std::vector<double> tx_free(static_cast<size_t>(K), 0), rx_free(static_cast<size_t>(K), 0);
   // A hand-off of slice i from stage `from` to `to`, sent at t: when it has arrived.
@@ -92,7 +92,9 @@ double TrainingJob::schedule_ns(const std::vector<int>& lengths) {
       it = stage_cache_.emplace(key, st).first;
     }
     for (int s = 0; s < K; ++s) {
-      fwd[static_cast<size_t>(s * n + i)] = pass_ns(it->second[static_cast<size_t>(s)]);
+      const PassNs p = pass_of(s, static_cast<double>(b) * l, pass_ns(it->second[static_cast<size_t>(s)]));
+      fwd[static_cast<size_t>(s * n + i)] = p.forward;
+      bwd[static_cast<size_t>(s * n + i)] = p.backward;
       tp[static_cast<size_t>(s * n + i)] = tp_ns(static_cast<double>(b) * l, s);
     }
     x[static_cast<size_t>(i)] = handoff_ns(static_cast<double>(b) * l);
@@ -112,8 +114,8 @@ double TrainingJob::schedule_ns(const std::vector<int>& lengths) {
         if (op.forward && s > 0) ready = arriveF[at];
         else if (!op.forward) ready = s == K - 1 ? endF[at] : arriveB[at];
         if (ready < 0) break;
-        const int64_t f = fwd[static_cast<size_t>(s * n + i)];
-        const double end = std::max(free_at[static_cast<size_t>(s)], ready) + static_cast<double>(op.forward ? f : backward_of(f)) +
+        const int64_t f = op.forward ? fwd[static_cast<size_t>(s * n + i)] : bwd[static_cast<size_t>(s * n + i)];
+        const double end = std::max(free_at[static_cast<size_t>(s)], ready) + static_cast<double>(f) +
                            tp[static_cast<size_t>(s * n + i)];
         if (op.forward) endF[at] = end;
         free_at[static_cast<size_t>(s)] = end;
@@ -130,7 +132,8 @@ double TrainingJob::schedule_ns(const std::vector<int>& lengths) {
 // stage's forward time of each: slice i of l tokens after c costs f(l, c) on every stage
 // (cost model: the stage's own layers, attention over the c cached tokens, the LM head over
 // every token on the last stage; for the formula also its tensor-parallel all-reduces), its
-// backward 2f (3f recomputing). The policies choose
+// backward 2f (3f recomputing; the formula leaves out the loss and the LM head's exemption from
+// recomputation, pass_of: it only proposes, and schedule_ns, which judges, has them). The policies choose
 // lengths by TeraPipe's formula over the m micro-batches, T = m sum a + (K-1) max t, with
 // f, b the slowest stage's and x the slice's hand-off: t = f + b + 2x (one slice's way down
 // and back up the pipeline) and a = max(f, x) + max(b, x) (a stage sends while it computes
@@ -197,12 +200,51 @@ void TrainingJob::plan_slices() {
   n_slices_ = static_cast<int>(lengths.size());
   slice_len_ = lengths;
   fwd_ns_.assign(static_cast<size_t>(VS * n_slices_), 0);
+  bwd_ns_.assign(fwd_ns_.size(), 0);
+  loss_ns_ = 0;
   int c = 0;
   for (int i = 0; i < n_slices_; ++i) {
-    cost_.slice_stage_ns(b, lengths[static_cast<size_t>(i)], c, true, st);
-    for (int s = 0; s < VS; ++s) fwd_ns_[static_cast<size_t>(s * n_slices_ + i)] = pass_ns(st[static_cast<size_t>(s)]);
-    c += lengths[static_cast<size_t>(i)];
+    const int l = lengths[static_cast<size_t>(i)];
+    cost_.slice_stage_ns(b, l, c, true, st);
+    for (int s = 0; s < VS; ++s) {
+      const PassNs p = pass_of(s, static_cast<double>(b) * l, pass_ns(st[static_cast<size_t>(s)]));
+      fwd_ns_[static_cast<size_t>(s * n_slices_ + i)] = p.forward;
+      bwd_ns_[static_cast<size_t>(s * n_slices_ + i)] = p.backward;
+      loss_ns_ += p.loss;
+    }
+    c += l;
   }
+}
+
+// Megatron's vocabulary-parallel cross-entropy (tensor_parallel.vocab_parallel_cross_entropy,
+// its default: cross_entropy_loss_fusion off) on each LM head's logits, the rank's vocab / tp of
+// them a token, every kernel memory-bound (at the device's copy ceiling, a kernel's floor each):
+//   forward: the logits cast to fp32 (b + 4 bytes a logit), their max (4), the max subtracted
+//     (4 + 4), exp in place (4 + 4), its sum (4), the division by the sum (4 + 4): 38 bytes a
+//     bf16 logit in six kernels; the fp32 softmax is what the backward keeps (training memory
+//     counts it);
+//   backward: the softmax scaled in place by the loss's gradient (4 + 4) and cast back for the
+//     LM head's backward (4 + b): 14 bytes in two.
+// The one-hot subtraction, the targets' gather and the three tensor-parallel all-reduces of
+// per-token scalars are a token's work, not a logit's: left out.
+std::pair<double, double> TrainingJob::loss_ns(double rows) const {
+  const ModelSpec& m = c_.model;
+  const double b = m.dtype_bytes, heads = 1.0 + c_.mtp_layers;
+  const double logits = static_cast<double>(m.vocab) / c_.tp * heads;  // a token's, every head's
+  const bool cast = b < 4;
+  const double fwd_bytes = (cast ? b + 4 : 0) + 4 + 8 + 8 + 4 + 8, bwd_bytes = 8 + (cast ? 4 + b : 0);
+  const double f = cost_.elementwise("loss.forward", "", rows, logits * fwd_bytes, heads * (cast ? 6 : 5)).ns;
+  const double g = cost_.elementwise("loss.backward", "", rows, logits * bwd_bytes, heads * (cast ? 2 : 1)).ns;
+  return {f, g};
+}
+
+auto TrainingJob::pass_of(int vs, double rows, int64_t layers_ns) const -> PassNs {
+  if (!cost_.stage_range(vs).lm_head) return {layers_ns, backward_of(layers_ns), 0};
+  const auto [lf, lb] = loss_ns(rows);
+  const int64_t loss_f = std::llround(lf), loss_b = std::llround(lb);
+  // The heads' GEMMs: their backward (input and weight gradients) twice their forward, recomputing or not.
+  const int64_t heads = std::clamp<int64_t>(std::llround(cost_.lm_head_ns(rows) * (1 + c_.mtp_layers)), 0, layers_ns);
+  return {layers_ns + loss_f, backward_of(layers_ns - heads) + 2 * heads + loss_b, loss_f + loss_b};
 }
 
 auto TrainingJob::schedule_order(int s, int m) const -> std::vector<Op> {

@@ -1,0 +1,62 @@
+// The training loss: Megatron's vocabulary-parallel cross-entropy on the last stage, costed as
+// the memory-bound kernels it runs (38 bytes a bf16 logit forward, 14 backward), and the LM
+// head's GEMMs left out of full recomputation (Megatron checkpoints the decoder layers only).
+// By hand on one H200 of the star, without tables (the roofline: the device's effective
+// bandwidth for every kernel, each far above a launch's floor here).
+#include <doctest/doctest.h>
+
+#include "test_support.h"
+
+#include "hardware/spec.h"
+#include "run/runner.h"
+
+using namespace sluice;
+using sluice::testing::run_text;
+
+namespace {
+
+// One device, one micro-batch of `sequence` tokens of a 2-layer model with a `vocab` vocabulary.
+std::string one_device(int vocab, bool recompute, int sequence = 2048) {
+  const std::string s = std::to_string(sequence);
+  return std::string(sluice::testing::kFourDeviceStar) + "workloads:\n  - {name: j, kind: training, sequence: " + s +
+         ", cost_tables: none, iterations: 1, recompute: " + (recompute ? "true" : "false") +
+         ",\n     model: {name: flat, layers: 2, hidden: 4096, heads: 32, kv_heads: 32, ffn: 16384, vocab: " +
+         std::to_string(vocab) + ", max_context: " + s + "},\n     parallel: {tp: 1, pp: 1, dp: 1, micro_batches: 1}}\n";
+}
+
+const Json& per_mb(const Json& m) { return m["training"]["per_micro_batch_ms"]; }
+
+}  // namespace
+
+TEST_CASE("Training loss: the cross-entropy moves 52 bytes a logit, in the last stage's forward and backward") {
+  const double bw = load_hardware("h200").effective_bandwidth_Bps();
+  const double S = 2048, V = 128000;
+  const Json big = run_text(one_device(128000, false));
+  const double loss_ms = per_mb(big)["loss"].get<double>();
+  // Forward: cast (2 + 4), max (4), subtract (8), exp (8), sum (4), divide (8) = 38 bytes a
+  // logit; backward: scale (8), cast back (4 + 2) = 14.
+  CHECK(loss_ms == doctest::Approx(52 * S * V / bw * 1e3).epsilon(1e-6));
+  // Twice the tokens, twice the loss.
+  CHECK(per_mb(run_text(one_device(128000, false, 4096)))["loss"].get<double>() == doctest::Approx(2 * loss_ms).epsilon(1e-6));
+  // A tiny vocabulary: six and two kernels at a launch's floor, next to nothing.
+  CHECK(per_mb(run_text(one_device(8, false)))["loss"].get<double>() < 0.02);
+}
+
+TEST_CASE("Training loss: full recomputation repeats the decoder layers' forward, not the LM head's nor the loss") {
+  const Json plain = run_text(one_device(128000, false)), rc = run_text(one_device(128000, true));
+  const double f = per_mb(plain)["forward"].get<double>(), b = per_mb(plain)["backward"].get<double>();
+  const double b_rc = per_mb(rc)["backward"].get<double>(), loss = per_mb(plain)["loss"].get<double>();
+  CHECK(per_mb(rc)["forward"].get<double>() == doctest::Approx(f));
+  const double bw = load_hardware("h200").effective_bandwidth_Bps();
+  const double loss_f = 38 * 2048 * 128000.0 / bw * 1e3, loss_b = loss - loss_f;
+  // Without recomputation the backward is twice the layers' and heads' forward plus the loss's own.
+  CHECK(b == doctest::Approx(2 * (f - loss_f) + loss_b).epsilon(1e-6));
+  // Recomputing adds the layers' forward once more, less the head's: the head's GEMM over the
+  // 2048 x 128000 logits (2 S h V FLOPs) is what is not recomputed, at least its FLOPs' time at
+  // the device's effective ceiling and a good part of this small model's forward.
+  const double head = (f - loss_f) - (b_rc - b);
+  const double head_flops_ms = 2 * 2048 * 4096 * 128000.0 / load_hardware("h200").effective_flops() * 1e3;
+  CHECK(head >= head_flops_ms * (1 - 1e-6));
+  CHECK(head <= 1.5 * head_flops_ms);
+  CHECK(b_rc < 3 * (f - loss_f) + loss_b - 0.5 * head);
+}
