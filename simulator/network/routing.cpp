@@ -276,7 +276,9 @@ void Router::route_walk(int src, int dst, uint64_t salt, int part, std::vector<i
     }
     size_t pick = 0;
     if (cand_.size() > 1) {
-      const uint64_t h = route_hash(pair, salt ^ seed_mix_, static_cast<uint64_t>(hop));
+      // (The hash seed is ECMP's, a switch's hash function: a sprayed part's per-hop offset
+      // leaves it out, so adaptive routing does not depend on it.)
+      const uint64_t h = route_hash(pair, part < 0 ? salt ^ seed_mix_ : salt, static_cast<uint64_t>(hop));
       pick = part < 0 ? h % cand_.size() : (static_cast<uint64_t>(part) + h) % cand_.size();
     }
     const int e = cand_[pick];

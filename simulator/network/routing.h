@@ -47,6 +47,7 @@ class Router {
   void route_part(int src, int dst, uint64_t salt, int part, std::vector<int>& out);
   // ECMP's hash seed: 0 is the built-in choice; another seed re-draws every equal-cost choice
   // (a switch vendor's hash function and seed), so the luck of a placement can be swept.
+  // Adaptive routing's sprayed parts (route_part) do not hash with it.
   void set_hash_seed(uint64_t seed) { seed_mix_ = seed == 0 ? 0 : route_hash(seed, 0x5EEDull, 0x48A54ull); }
   // Sum of the per-hop latencies of a route.
   int64_t latency_ns(const std::vector<int>& path) const;
