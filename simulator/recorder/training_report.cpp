@@ -64,6 +64,7 @@ void report_training(const training::TrainingResults& r, const training::Trainin
   m["stage_busy_fraction"] = busy;
   m["per_micro_batch_ms"] = Json{{"forward", r.forward_ms}, {"backward", r.backward_ms}, {"loss", r.loss_ms}};
   m["dp_allreduce_ms"] = r.dp_allreduce_ms;
+  m["embedding_grads_bytes_per_device"] = r.embedding_grads_bytes_per_device;
   m["optimizer_ms"] = r.optimizer_ms;
   m["memory_per_device"] = Json{{"weights_bytes", r.memory.weights}, {"gradients_bytes", r.memory.gradients},
                                 {"optimizer_bytes", r.memory.optimizer}, {"activations_bytes", r.memory.activations},

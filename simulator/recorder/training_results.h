@@ -55,6 +55,7 @@ struct TrainingResults {
   double optimizer_ms = 0;
   TrainingMemory memory;
   double dp_bytes_per_device = 0;
+  double embedding_grads_bytes_per_device = 0;  // the word embedding's gradient all-reduced between the first and last pipeline rank
   uint64_t flows = 0;
   int64_t fast_forwarded = 0;     // iterations counted by the steady-state fast-forward (not a metric: results do not depend on it)
   int64_t checkpoints_replayed = 0;  // checkpoint writes counted at once (not a metric)

@@ -60,3 +60,38 @@ TEST_CASE("Training loss: full recomputation repeats the decoder layers' forward
   CHECK(head <= 1.5 * head_flops_ms);
   CHECK(b_rc < 3 * (f - loss_f) + loss_b - 0.5 * head);
 }
+
+namespace {
+
+// Two pipeline ranks of two replicas on the star (d0, d1 the first rank; d2, d3 the last), a
+// `vocab`-token vocabulary, its LM head tied to the embedding or not.
+std::string two_ranks(bool tied, const std::string& job = "") {
+  return std::string(sluice::testing::kFourDeviceStar) +
+         "workloads:\n  - {name: j, kind: training, sequence: 1024, cost_tables: none, iterations: 1" + job +
+         ",\n     model: {name: flat, layers: 4, hidden: 4096, heads: 32, kv_heads: 32, ffn: 16384, vocab: 32000, max_context: 1024, "
+         "tied_embeddings: " + (tied ? "true" : "false") + "},\n     parallel: {tp: 1, pp: 2, dp: 2, micro_batches: 2}}\n";
+}
+
+}  // namespace
+
+TEST_CASE("Tied embeddings: the first and last pipeline ranks all-reduce the embedding's gradient after the data-parallel reduction") {
+  const Json tied = run_text(two_ranks(true)), untied = run_text(two_ranks(false));
+  const double B = 32000.0 * 4096 * 2;  // vocab x hidden, bf16
+  CHECK(tied["training"]["embedding_grads_bytes_per_device"].get<double>() == B);
+  CHECK(untied["training"]["embedding_grads_bytes_per_device"].get<double>() == 0);
+  // The pairs (d0, d2) and (d1, d3) share no link: a two-rank ring moves B/2 each way twice at
+  // 100 GB/s, after both ranks' own reductions and before the optimizer steps: B / 100 GB/s more.
+  const double dt = tied["training"]["iteration_s_mean"].get<double>() - untied["training"]["iteration_s_mean"].get<double>();
+  CHECK(dt == doctest::Approx(B / 100e9).epsilon(1e-6));
+  CHECK(tied["training"]["dp_allreduce_ms"].get<double>() - untied["training"]["dp_allreduce_ms"].get<double>() ==
+        doctest::Approx(B / 100e9 * 1e3).epsilon(1e-6));
+  // MTP modules on the last rank read the embedding too (DeepSeek-V3's shared embedding): the
+  // same all-reduce with an untied head.
+  CHECK(run_text(two_ranks(false, ", mtp_layers: 1"))["training"]["embedding_grads_bytes_per_device"].get<double>() == B);
+  // One pipeline rank holds the one table: nothing to all-reduce.
+  const Json one = run_text(std::string(sluice::testing::kFourDeviceStar) +
+                            "workloads:\n  - {name: j, kind: training, sequence: 1024, cost_tables: none, iterations: 1,\n"
+                            "     model: {name: flat, layers: 4, hidden: 4096, heads: 32, kv_heads: 32, ffn: 16384, vocab: 32000, "
+                            "max_context: 1024, tied_embeddings: true},\n     parallel: {tp: 1, pp: 1, dp: 4, micro_batches: 2}}\n");
+  CHECK(one["training"]["embedding_grads_bytes_per_device"].get<double>() == 0);
+}

@@ -91,6 +91,8 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
   res_.memory = training_memory(c_);
   res_.dp_bytes_per_device = c_.dp * c_.cp > 1 ? dp_bytes_ : 0;
   res_.expert_dp_bytes_per_device = c_.ep > 1 && expert_replicas() > 1 ? expert_dp_bytes_ : 0;
+  res_.embedding_grads_bytes_per_device =
+      embedding_group() ? static_cast<double>(c_.model.vocab) / c_.tp * c_.model.hidden * c_.model.dtype_bytes : 0.0;
   // The all-to-alls' bytes per device and iteration: each unit's forward and backward on every
   // chunk of the busiest pipeline rank.
   for (int s = 0; s < K && c_.ep > 1; ++s) {
@@ -273,7 +275,7 @@ void TrainingJob::start_iteration() {
   const int64_t now = world_.engine().now().count_ns();
   iter_start_ns_ = now;
   progress_ns_ = now;
-  stages_reduced_ = 0;
+  stages_reduced_ = ends_reduced_ = embedding_left_ = 0;
   stage_bwd_done_.assign(static_cast<size_t>(c_.pp), 0);
   stage_dp_left_.assign(static_cast<size_t>(c_.pp), 0);
   last_backward_ns_ = 0;
@@ -578,11 +580,11 @@ void TrainingJob::stage_backward_done(int s) {
   last_backward_ns_ = std::max(last_backward_ns_, world_.engine().now().count_ns());
   if (++stage_bwd_done_[static_cast<size_t>(s)] < c_.dp) return;
   if (zero3()) {  // every backward op's gradients were reduce-scattered as it ended
-    if (z3_rs_left_[static_cast<size_t>(s)] == 0) stage_reduced();
+    if (z3_rs_left_[static_cast<size_t>(s)] == 0) stage_reduced(s);
     return;
   }
   if (c_.dp * c_.cp == 1) {
-    stage_reduced();
+    stage_reduced(s);
     return;
   }
   // Under expert parallelism the expert gradients (1/ep of the experts per device) are reduced
@@ -594,7 +596,7 @@ void TrainingJob::stage_backward_done(int s) {
                      kind == net::CollectiveKind::ReduceScatter;
   auto reduce = [&](std::vector<int> group, double bytes, uint64_t salt) {
     start_dp_collective(kind, std::move(group), bytes, salt, fused, [this, s](Engine&) {
-      if (--stage_dp_left_[static_cast<size_t>(s)] == 0) stage_reduced();
+      if (--stage_dp_left_[static_cast<size_t>(s)] == 0) stage_reduced(s);
     });
   };
   for (int k = 0; k < c_.tp; ++k) {
@@ -606,13 +608,29 @@ void TrainingJob::stage_backward_done(int s) {
   }
 }
 
-void TrainingJob::stage_reduced() {
-  if (++stages_reduced_ < c_.pp) return;
+void TrainingJob::stage_reduced(int s) {
+  // The embedding group's all-reduce counts as one more rank to wait for.
+  if (embedding_group() && s >= 0 && (s == 0 || s == c_.pp - 1) && ++ends_reduced_ == 2) embedding_allreduce();
+  if (++stages_reduced_ < c_.pp + (embedding_group() ? 1 : 0)) return;
   const int64_t now = world_.engine().now().count_ns();
   dp_ns_total_ += now - last_backward_ns_;
   for (auto& c : dp_live_) flows_ += c->flows_started();
   // ZeRO 1-2 all-gather the updated parameters after the step; ZeRO-3 gathers them per op.
   schedule(c_.zero >= 1 && c_.zero < 3 && c_.dp * c_.cp > 1 ? kOptimizerDone : kIterationEnd, slowed(optimizer_ns_, 0, devices_.size()));
+}
+
+void TrainingJob::embedding_allreduce() {
+  const double bytes = static_cast<double>(c_.model.vocab) / c_.tp * c_.model.hidden * c_.model.dtype_bytes;
+  const int pairs = c_.dp * c_.cp * c_.tp;
+  embedding_left_ = pairs;
+  for (int d = 0, g = 0; d < c_.dp; ++d)
+    for (int i = 0; i < c_.cp * c_.tp; ++i, ++g) {
+      std::vector<int> pair{nodes_[static_cast<size_t>(slot(d, 0))][static_cast<size_t>(i)],
+                            nodes_[static_cast<size_t>(slot(d, c_.pp - 1))][static_cast<size_t>(i)]};
+      start_dp_collective(net::CollectiveKind::AllReduceRing, std::move(pair), bytes, static_cast<uint64_t>(g) * 131 + 11, true, [this](Engine&) {
+        if (--embedding_left_ == 0) stage_reduced(-1);
+      });
+    }
 }
 
 // ZeRO: every replica updated its shard of the parameters; each stage's tensor-parallel rank

@@ -244,7 +244,15 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   void stage_backward_done(int s);
 
   void optimizer_done();
-  void stage_reduced();
+  // Pipeline rank s's gradients are reduced over its data-parallel group; once every rank's (and
+  // the embedding group's) are, the optimizer steps.
+  void stage_reduced(int s);
+  // Megatron's embedding group (finalize_model_grads, after the data-parallel reduction): with
+  // pp > 1 the first and last pipeline ranks both hold the word embedding when the LM head is
+  // tied to it or MTP modules read it, and all-reduce its gradient (vocab / tp x hidden a
+  // device, the gradients' dtype) between them, one pair per (replica, CP rank, TP rank).
+  bool embedding_group() const { return c_.pp > 1 && (c_.model.tied_embeddings || c_.mtp_layers > 0); }
+  void embedding_allreduce();
 
   void iteration_end(Engine& e);
 
@@ -457,6 +465,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   bool z3_ready(int sl, int unit) const;
   void z3_backward_done(int s, int unit);
   int stages_reduced_ = 0, iterations_done_ = 0, pid_ = 0;
+  int ends_reduced_ = 0, embedding_left_ = 0;  // the first and last ranks reduced; embedding all-reduces in flight
   double bubble_sum_ = 0;
   BusyProfile busy_profile_;  // each iteration over its span at its stages' mean busy fraction (peak power)
   bool done_ = false;

@@ -170,7 +170,7 @@ void TrainingJob::z3_backward_done(int s, int unit) {
   if (++z3_bwd_done_[z3_at(s, unit)] < c_.dp) return;
   z3_rs_left_[static_cast<size_t>(s)] += z3_count();
   z3_collectives(net::CollectiveKind::ReduceScatter, s, z3_op(s, unit), (static_cast<uint64_t>(s) << 33) + static_cast<uint64_t>(unit) * 2 + 1, [this, s] {
-    if (--z3_rs_left_[static_cast<size_t>(s)] == 0 && stage_bwd_done_[static_cast<size_t>(s)] == c_.dp) stage_reduced();
+    if (--z3_rs_left_[static_cast<size_t>(s)] == 0 && stage_bwd_done_[static_cast<size_t>(s)] == c_.dp) stage_reduced(s);
   });
 }
 
