@@ -41,7 +41,7 @@ std::span<const MetricDef> training_metric_defs() {
       {"training", "tokens_per_s", "tokens/s",
        "Training throughput: tokens per iteration (micro_batch_size x sequence x micro_batches x dp) / mean iteration time."},
       {"training", "mfu", "fraction",
-       "Model FLOPs utilization: model FLOPs per iteration (6 x active parameters x tokens + 12 x layers x hidden x sequence x tokens; "
+       "Model FLOPs utilization: model FLOPs per iteration (6 x active parameters x tokens, the embedding's lookup and learned positions left out and the LM head counted once, tied or not, as Megatron counts them; + 12 x layers x hidden x sequence x tokens; "
        "latent attention: 6 x layers x sequence x heads x (head_dim + rope + v_head_dim) x tokens in place of the 12 x ... term) / "
        "(mean iteration time x devices x bf16 peak FLOP/s)."},
       {"training", "bubble_fraction", "fraction",

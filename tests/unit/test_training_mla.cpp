@@ -53,9 +53,9 @@ TEST_CASE("mla training: MFU counts attention at latent attention's own widths")
   // The parameters a token passes through (the model's, by hand): per layer the query bottleneck
   // down and up (with its norm), the latent down (with the rotary key) and its norm, the latent's
   // up projection to keys and values, the output projection, a gated MLP and two RMSNorms; then
-  // the untied embedding and LM head (vocab 8) and the final norm.
+  // the LM head (vocab 8; the untied embedding's lookup is no GEMM: not counted) and the final norm.
   const double attn = kH * kQl + kQl * kA * (kD + kR) + kQl + kH * (kKvl + kR) + kKvl + kKvl * kA * (kD + kV) + kA * kV * kH;
-  const double params = kL * (attn + 3 * kH * kF + 2 * kH) + 8 * kH * 2 + kH;
+  const double params = kL * (attn + 3 * kH * kF + 2 * kH) + 8 * kH + kH;
   // MFU x devices x peak = model FLOPs per second = tokens/s x (6 params + 6 L s a (d + r + v)).
   const Json t = run_text(kStar)["training"];
   const double per_token = 6 * params + 6 * kL * kS * kA * (kD + kR + kV);

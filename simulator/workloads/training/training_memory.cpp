@@ -92,11 +92,16 @@ double sharded_params_per_device(const TrainingConfig& c, double bytes_per_param
 
 double model_flops_per_token(const TrainingConfig& c) {
   const ModelSpec& m = c.model;
+  // Megatron's count (num_floating_point_operations): 6 a token for every GEMM weight a token
+  // passes through, the LM head's logits once (6 V h); the embedding's lookup (an untied model's
+  // second table) and learned positions are gathers, not GEMMs, and are not counted.
+  const double h = m.hidden;
+  double active = m.active_parameters() - (m.tied_embeddings ? 0.0 : static_cast<double>(m.vocab) * h) -
+                  (m.learned_positions ? static_cast<double>(m.max_context) * h : 0.0);
   // Multi-token prediction modules (Megatron counts them): each one's layer (the experts a token
   // passes through), its projection and the LM head again, and the layer's attention.
-  double active = m.active_parameters();
   if (c.mtp_layers > 0) {
-    const double h = m.hidden, idle = m.moe() ? static_cast<double>(m.experts - m.experts_per_token) * 3.0 * h * m.expert_ffn : 0.0;
+    const double idle = m.moe() ? static_cast<double>(m.experts - m.experts_per_token) * 3.0 * h * m.expert_ffn : 0.0;
     active += c.mtp_layers * (one_layer_parameters(m, m.moe()) - idle + 2 * h * h + static_cast<double>(m.vocab) * h);
   }
   const double L = m.layers + c.mtp_layers;

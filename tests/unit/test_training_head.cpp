@@ -1,14 +1,17 @@
-// The training loss: Megatron's vocabulary-parallel cross-entropy on the last stage, costed as
-// the memory-bound kernels it runs (38 bytes a bf16 logit forward, 14 backward), and the LM
-// head's GEMMs left out of full recomputation (Megatron checkpoints the decoder layers only).
-// By hand on one H200 of the star, without tables (the roofline: the device's effective
-// bandwidth for every kernel, each far above a launch's floor here).
+// The model's ends in training: the loss (Megatron's vocabulary-parallel cross-entropy on the
+// last stage, costed as the memory-bound kernels it runs: 38 bytes a bf16 logit forward, 14
+// backward), the LM head's GEMMs left out of full recomputation (Megatron checkpoints the
+// decoder layers only), the embedding group's gradient all-reduce between the first and last
+// pipeline rank, and the model FLOPs MFU counts (the logits once, no lookups). By hand on the
+// star's H200s, without tables (the roofline: the device's effective bandwidth for every
+// kernel, each far above a launch's floor where it says so).
 #include <doctest/doctest.h>
 
 #include "test_support.h"
 
 #include "hardware/spec.h"
 #include "run/runner.h"
+#include "workloads/training/training.h"
 
 using namespace sluice;
 using sluice::testing::run_text;
@@ -94,4 +97,19 @@ TEST_CASE("Tied embeddings: the first and last pipeline ranks all-reduce the emb
                             "     model: {name: flat, layers: 4, hidden: 4096, heads: 32, kv_heads: 32, ffn: 16384, vocab: 32000, "
                             "max_context: 1024, tied_embeddings: true},\n     parallel: {tp: 1, pp: 1, dp: 4, micro_batches: 2}}\n");
   CHECK(one["training"]["embedding_grads_bytes_per_device"].get<double>() == 0);
+}
+
+TEST_CASE("Model FLOPs count the LM head's logits once: tied or not, the same FLOPs a token (the lookup is no GEMM)") {
+  training::TrainingConfig c;
+  c.model = load_model("llama3-8b");
+  c.sequence = 8192;
+  const double untied = training::model_flops_per_token(c);
+  c.model.tied_embeddings = true;
+  CHECK(training::model_flops_per_token(c) == doctest::Approx(untied).epsilon(1e-12));
+  // Megatron's formula by hand: 6 a GEMM weight a token (the decoder layers and the logits,
+  // V h), 12 L h s of attention.
+  const ModelSpec& m = c.model;
+  const double h = m.hidden, V = static_cast<double>(m.vocab);
+  const double layers = m.parameters() - V * h - h;  // tied: one table; less the final norm
+  CHECK(untied == doctest::Approx(6 * (layers + h + V * h) + 12.0 * m.layers * h * 8192).epsilon(1e-12));
 }
