@@ -12,9 +12,23 @@ template <class Layer>
 void CostModel::Impl::layer_elementwise(double M, Layer& layer, bool act) const {
   // One token's k (or v) on this device, as the cache holds it (latent attention: half its latent).
   const double kv_row = mla ? latent / 2 * kvb : KV * hd * kvb;
+  // The widths the rotary turns a token: every query head's and every KV head's whole head,
+  // or under latent attention only the rope part (qk_rope_head_dim) of each query head and the
+  // one rotary key all heads share.
+  const double rope_q = mla ? H * m.qk_rope_head_dim : H * hd, rope_k = mla ? m.qk_rope_head_dim : KV * hd;
+  // Latent attention's own norms: RMSNorm over the query's bottleneck (q_lora_rank) and over the
+  // latent (kv_lora_rank), each on the rows its replicated down projection produced.
+  const double Mdown = opt.sequence_parallel ? M / tp : M;
+  auto latent_norms = [&](bool fused) {
+    for (const int w : {m.q_lora_rank, m.kv_lora_rank}) {
+      if (w <= 0) continue;
+      layer(fused ? fused_part(Op::Norm, Mdown, 2 * w * b, 1) : elem_part(Op::Norm, e_norm, Mdown, 2 * w * b, 1, 1, true));
+    }
+  };
   if (impl == Implementation::Fused) {
     layer(fused_part(Op::Norm, M, 4 * hidden * b, 2));  // reads x and residual, writes both
-    if (!m.learned_positions) layer(fused_part(Op::Rope, M, 2 * (H + KV) * hd * b, 1));
+    if (mla) latent_norms(true);
+    if (!m.learned_positions) layer(fused_part(Op::Rope, M, 2 * (rope_q + rope_k) * b, 1));
     if (act) layer(fused_part(Op::Act, M, (m.gated_ffn ? 3 : 2) * ffn * b, 1));
     layer(fused_part(Op::KvWrite, M, 4 * kv_row, 1));
     return;
@@ -26,11 +40,13 @@ void CostModel::Impl::layer_elementwise(double M, Layer& layer, bool act) const 
   } else {
     layer(elem_part(Op::Norm, e_norm, M, 2 * hidden * b, 2, 1, m.layernorm));
   }
+  if (mla) latent_norms(false);  // (as the table's norm, moved to their widths, in either PyTorch profile)
   if (!m.learned_positions) {
-    if (impl == Implementation::PytorchNaive)  // per call: 12 kernels over the step's positions x hd/2 angles
-      layer(kernels_part(Op::RopeAngles, 2 * 12, M * hd / 2 * 4 * 2));
-    layer(elem_part(Op::Rope, e_rope, M, 2 * H * hd * b, 1, 7));
-    layer(elem_part(Op::Rope, e_rope, M, 2 * KV * hd * b, 1, 7));
+    const double angles = mla ? m.qk_rope_head_dim : hd;  // the rotary's width
+    if (impl == Implementation::PytorchNaive)  // per call: 12 kernels over the step's positions x angles/2
+      layer(kernels_part(Op::RopeAngles, 2 * 12, M * angles / 2 * 4 * 2));
+    layer(elem_part(Op::Rope, e_rope, M, 2 * rope_q * b, 1, 7));
+    layer(elem_part(Op::Rope, e_rope, M, 2 * rope_k * b, 1, 7));
   }
   layer(kernels_part(Op::KvWrite, 2, 2 * M * kv_row));  // cache[:, :, pos:pos+T] = k (and v)
   if (!act) {

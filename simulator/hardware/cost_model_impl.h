@@ -527,6 +527,11 @@ struct CostModel::Impl {
   //     rebuilds its angle table (12 small kernels: arange, pow, outer product, cat, cos, sin and
   //     casts; physics) before the same 7 kernels.
   //   fused: fused add+RMSNorm x2, one rotary kernel over q and k, one SiLU*mul, one cache write.
+  //   Latent attention (any profile): its two RMSNorms more (the query bottleneck's and the
+  //   latent's, on the down projections' rows), and the rotary over the rope part of each query
+  //   head and the one shared rotary key only. (Not costed: the concatenation of the rope and
+  //   non-rope parts into whole query and key heads that a non-absorbed prefill or training
+  //   step copies.)
   template <class Layer>
   void layer_elementwise(double M, Layer& layer, bool act = true) const;  // (cost_model_elementwise.h)
   // The glue kernels no table holds, per layer (cost_model_elementwise.h: fitted to model_steps.csv).

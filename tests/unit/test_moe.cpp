@@ -455,6 +455,25 @@ TEST_CASE("mla: the query bottleneck and latent down projections are whole on ev
   CHECK(ds.replicated_parameters() == doctest::Approx((1536.0 * 7168 + 1536 + 7168.0 * 576 + 512) * 61));
 }
 
+TEST_CASE("mla: the rotary turns only the rope part of each query head and the one shared key, and the two latent norms are costed") {
+  // DeepSeek-V3 at TP 8 (16 query heads a GPU), 4096 tokens, bf16 activations, 61 layers.
+  const ModelSpec ds = load_model("deepseek-v3");
+  CostOptions fused{8, 1, ""};
+  fused.implementation = Implementation::Fused;
+  const IterationCost f = CostModel(round_device(), ds, fused).iteration(prefill(4096));
+  const double T = 4096, L = 61, b = 2;
+  // One rotary kernel over q_pe (16 heads x 64) and k_pe (64), read and written.
+  CHECK(find_op(f, "elementwise.rope")->bytes == doctest::Approx(L * T * 2 * (16 * 64 + 64) * b));
+  // The two fused add+RMSNorms (x and residual read, both written) and the query bottleneck's
+  // (1536) and the latent's (512) norms (read, written): four kernels a layer.
+  CHECK(find_op(f, "elementwise.rmsnorm")->bytes == doctest::Approx(L * (2 * T * 4 * 7168 * b + T * 2 * (1536 + 512) * b)));
+  CHECK(find_op(f, "elementwise.rmsnorm")->kernels == doctest::Approx(4 * L));
+  // PyTorch's profile: the rotary on q and on k (7 kernels each) at the same widths.
+  const IterationCost lean = CostModel(round_device(), ds, CostOptions{8, 1, ""}).iteration(prefill(4096));
+  CHECK(find_op(lean, "elementwise.rope")->bytes == doctest::Approx(L * T * 2 * (16 * 64 + 64) * b));
+  CHECK(find_op(lean, "elementwise.rope")->kernels == doctest::Approx(14 * L));
+}
+
 TEST_CASE("moe: measured routing takes each expert's logged count, from a list or a file, and refuses bad counts where they are") {
   // Counts in the Zipf shares' proportions give Zipf routing's step, device for device.
   std::string zipf_counts;
