@@ -27,7 +27,7 @@ struct CostArgs {
   int batch = 1, tp = 1, pp = 1, slices = 0, drafts = 0;
   long context = -1, prefill = 0, tokens = 0;
   bool json = false, loo = false, fused = false;
-  bool expert_parallel = false, eplb = false;
+  bool expert_parallel = false, eplb = false, dp_attention = false;
   int redundant_experts = 0;
   std::string dispatch = "allreduce", precision = "bf16", kv_cache_dtype = "auto";
 };
@@ -165,7 +165,7 @@ int run_cost(const CostArgs& a) {
   const CostSource source = resolve_tables(a, hw);
   source.apply(opt);
   opt.fused_elementwise = a.fused;
-  if (a.expert_parallel || a.dispatch != "allreduce" || a.eplb || a.redundant_experts > 0) {
+  if (a.expert_parallel || a.dispatch != "allreduce" || a.eplb || a.redundant_experts > 0 || a.dp_attention) {
     if (!m.moe())
       throw ConfigError(kCommandLine, "--expert-parallel", "", fmt::format("{} is a dense model: it has no experts", m.name),
                         "an MoE model (deepseek-v3, mixtral-8x7b, qwen3-235b-a22b, llama4-scout)");
@@ -176,15 +176,21 @@ int run_cost(const CostArgs& a) {
   opt.moe.alltoall = a.dispatch == "alltoall";
   opt.moe.eplb = a.eplb;
   opt.moe.redundant_experts = a.redundant_experts;
+  opt.moe.data_parallel_attention = a.dp_attention;
   if (m.moe())
     if (const auto problem = moe_problem(m, opt.moe, a.tp)) {
       // The problem's key, as this command spells it.
       const std::string& k = problem->key;
-      const std::string flag = k == "dispatch" ? "--dispatch" : k == "eplb" ? "--eplb" : k == "redundant_experts" ? "--redundant-experts" : "--tp";
-      const std::string value = k == "dispatch" ? a.dispatch
-                                : k == "eplb" ? std::string(a.eplb ? "true" : "false")
-                                : k == "redundant_experts" ? std::to_string(a.redundant_experts)
-                                                           : std::to_string(a.tp);
+      const std::string flag = k == "dispatch"                  ? "--dispatch"
+                               : k == "eplb"                    ? "--eplb"
+                               : k == "redundant_experts"       ? "--redundant-experts"
+                               : k == "data_parallel_attention" ? "--dp-attention"
+                                                                : "--tp";
+      const std::string value = k == "dispatch"                  ? a.dispatch
+                                : k == "eplb"                    ? std::string(a.eplb ? "true" : "false")
+                                : k == "redundant_experts"       ? std::to_string(a.redundant_experts)
+                                : k == "data_parallel_attention" ? std::string("true")
+                                                                 : std::to_string(a.tp);
       throw ConfigError(kCommandLine, flag, value, problem->problem, problem->valid);
     }
   {
@@ -239,9 +245,20 @@ int run_cost(const CostArgs& a) {
   for (const auto& o : it.ops) by_source[o.source] += o.ns;
   // Memory one GPU needs for this batch: its weight shard, the KV cache of every sequence
   // (context + new tokens), and the transient activations of this forward pass.
+  // (EPLB's redundant copies are weights too. Data-parallel attention: every device holds all
+  // but the routed experts whole and the whole-head KV cache of its own sequences, dealt
+  // round-robin as the step deals them: the fullest device's.)
+  const int copies = a.eplb ? a.redundant_experts : 0;
   double kv_tokens = 0;
-  for (const auto& q : batch) kv_tokens += q.context + q.new_tokens + q.drafts;
-  const double mem_weights = m.weight_bytes_per_gpu(a.tp, a.pp), mem_kv = kv_tokens * m.kv_bytes_per_token_per_gpu(a.tp, a.pp),
+  std::vector<double> own(static_cast<size_t>(a.dp_attention ? a.tp : 1), 0.0);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const auto& q = batch[i];
+    own[i % own.size()] += static_cast<double>(q.context + q.new_tokens + q.drafts);
+    kv_tokens += q.context + q.new_tokens + q.drafts;
+  }
+  const double mem_weights = a.dp_attention ? m.weight_bytes_dp_attention(a.tp, copies) : m.weight_bytes_per_gpu(a.tp, a.pp, copies),
+               mem_kv = a.dp_attention ? *std::max_element(own.begin(), own.end()) * m.kv_bytes_per_token_per_gpu(1, a.pp)
+                                       : kv_tokens * m.kv_bytes_per_token_per_gpu(a.tp, a.pp),
                mem_act = m.activation_bytes(tokens) / a.tp, mem_total = mem_weights + mem_kv + mem_act;
 
   if (a.json) {
@@ -267,6 +284,7 @@ int run_cost(const CostArgs& a) {
                              {"dispatch", a.dispatch},
                              {"eplb", a.eplb},
                              {"redundant_experts", a.redundant_experts},
+                             {"dp_attention", a.dp_attention},
                              {"stage_layers", cm->stage_layers()},
                              {"tables_dir", opt.tables_dir},
                              {"tables_derived_from", opt.tables_device ? opt.tables_device->name : ""},
@@ -320,6 +338,10 @@ int run_cost(const CostArgs& a) {
     std::cout << fmt::format("experts: spread whole over the {} devices ({} a device), dispatch by {}{}\n", a.tp,
                              (m.experts + a.redundant_experts) / a.tp, a.dispatch,
                              a.eplb ? fmt::format(", placed by EPLB with {} redundant copies", a.redundant_experts) : "");
+  if (a.dp_attention)
+    std::cout << fmt::format("attention: data-parallel over the {} devices (each runs every head, the dense and shared MLPs "
+                             "and the LM head over its own sequences, dealt round-robin; the step waits for the busiest)\n",
+                             a.tp);
   std::cout << fmt::format("costs: {}{}\n", source.describe(hw),
                            source.derived() ? fmt::format("; launch floors swapped, not measured on {}", hw.name) : "");
   if (opt.tables_dir.empty())
@@ -352,7 +374,8 @@ int run_cost(const CostArgs& a) {
   }
   std::cout << fmt::format("\nmemory per GPU: weights {:.3f} GB + KV cache {:.3f} GB ({:.0f} tokens) + activations {:.3f} GB "
                            "= {:.3f} GB ({:.2f} GiB) of {:.2f} GiB the runtime reports ({:.0f} MiB on the device)\n",
-                           mem_weights / 1e9, mem_kv / 1e9, kv_tokens, mem_act / 1e9, mem_total / 1e9, mem_total / kGiB,
+                           mem_weights / 1e9, mem_kv / 1e9, a.dp_attention ? *std::max_element(own.begin(), own.end()) : kv_tokens,
+                           mem_act / 1e9, mem_total / 1e9, mem_total / kGiB,
                            hw.hbm_bytes / kGiB, hw.hbm_physical_bytes / (1024.0 * 1024.0));
   return 0;
 }
@@ -394,6 +417,10 @@ void add_cost(CLI::App& app, CliContext& ctx) {
   cmd->add_flag("--eplb", a->eplb,
                 "with --expert-parallel: DeepSeek's expert-parallel load balancing (experts placed hottest first on the least "
                 "loaded device; with --redundant-experts the hottest copied)");
+  cmd->add_flag("--dp-attention", a->dp_attention,
+                "with --expert-parallel --dispatch alltoall: data-parallel attention (SGLang's enable_dp_attention, "
+                "DeepSeek's decode): each of the --tp devices attends over its own sequences with every head, the "
+                "experts spread over the same devices");
   cmd->add_option("--redundant-experts", a->redundant_experts,
                   "with --eplb: copies of the hottest experts (experts + copies must divide over the --tp devices)")
       ->check(CLI::Range(0, 4096));

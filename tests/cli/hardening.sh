@@ -259,6 +259,39 @@ EOF
     said "--redundant-experts"
     ;;
 
+  cost_dp_attention)
+    # Data-parallel attention in `sluice cost`: each of the 16 devices attends over its own 16 of
+    # the 256 sequences with every head (DeepSeek's decode layout). The step is shorter than
+    # tensor-parallel attention's (no all-reduce; each device reads its own latents), and the
+    # memory is the fullest device's: its own sequences' whole-head cache, every weight but the
+    # routed experts'.
+    expect 0 "$S" cost --model deepseek-v3 --precision fp8 --tp 16 --expert-parallel --dispatch alltoall --dp-attention \
+      --batch 256 --context 2048 --json
+    cp out dp.json
+    expect 0 "$S" cost --model deepseek-v3 --precision fp8 --tp 16 --expert-parallel --dispatch alltoall --batch 256 --context 2048 --json
+    cp out tp.json
+    /usr/bin/python3 - dp.json tp.json <<'PY' || fail "data-parallel attention's step or memory is wrong"
+import json, sys
+dp, tp = (json.load(open(f)) for f in sys.argv[1:3])
+assert dp["dp_attention"] is True and tp["dp_attention"] is False
+assert dp["total_ns"] < tp["total_ns"], (dp["total_ns"], tp["total_ns"])
+assert not any(o["op"].startswith("allreduce") for o in dp["ops"]), [o["op"] for o in dp["ops"]]
+# 16 sequences of 2049 tokens, 61 layers of a 576-wide latent in bf16 (the KV cache's dtype).
+kv = 16 * 2049 * 61 * 576 * 2
+assert abs(dp["memory_per_gpu"]["kv_bytes"] - kv) < 1e-6 * kv, (dp["memory_per_gpu"]["kv_bytes"], kv)
+# Tensor-parallel attention keeps every sequence's latent on every device: 16 times as much.
+assert abs(tp["memory_per_gpu"]["kv_bytes"] - 16 * kv) < 1e-6 * kv, (tp["memory_per_gpu"]["kv_bytes"], 16 * kv)
+assert dp["memory_per_gpu"]["weights_bytes"] > tp["memory_per_gpu"]["weights_bytes"]
+PY
+    expect 0 "$S" cost --model deepseek-v3 --precision fp8 --tp 16 --expert-parallel --dispatch alltoall --dp-attention
+    grep -q "attention: data-parallel over the 16 devices" out || { cat out; fail "the attention line is missing"; }
+    # It needs the tokens moved by all-to-all and more than one device: refused at its flag.
+    expect 2 "$S" cost --model deepseek-v3 --precision fp8 --tp 16 --expert-parallel --dp-attention
+    said "--dp-attention"
+    expect 2 "$S" cost --model deepseek-v3 --precision fp8 --tp 1 --expert-parallel --dispatch alltoall --dp-attention
+    said "--dp-attention"
+    ;;
+
   monkey_nothing)
     # A monkey with nothing to fail exits 2 before running anything, not 0 after 0 runs.
     expect 2 "$S" monkey "$R/scenarios/spine-failure.yaml" --classes ocs
