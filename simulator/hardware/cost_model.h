@@ -64,8 +64,9 @@ Implementation implementation_from_name(const std::string& name);
 
 // How a deployment runs a mixture-of-experts model's MoE layers (ignored for a dense model).
 struct MoeOptions {
-  // Experts spread whole over the tensor-parallel devices, each holding experts / tp of them (expert parallelism, EP = tp, as vLLM's enable_expert_parallel);
-  // false: every expert split over them as the dense MLP is.
+  // Experts spread whole over the tensor-parallel devices, each holding experts / tp of them
+  // ((experts + redundant_experts) / tp with EPLB's copies; expert parallelism, EP = tp, as
+  // vLLM's enable_expert_parallel); false: every expert split over them as the dense MLP is.
   bool expert_parallel = false;
   // How tokens reach their experts under expert parallelism:
   //   allreduce  every device holds every token (tensor-parallel attention); each runs its
