@@ -200,8 +200,21 @@ void Router::route(int src, int dst, uint64_t salt, std::vector<int>& out) {
     for (size_t i = at; i < out.size(); ++i) down |= !t_.link(out[i]).up;
     if (!down) return;
     out.resize(at);  // a failed link on the dimension-order route: the shortest healthy path instead
+    route_walk(src, dst, salt, -1, out);
+    return;
   }
+  const RouteKey key{static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32 | static_cast<uint32_t>(dst), salt};
+  if (const auto it = route_cache_.find(key); it != route_cache_.end()) {
+    const auto first = route_pool_.begin() + it->second.first;
+    out.insert(out.end(), first, first + it->second.second);
+    return;
+  }
+  const size_t at = out.size();
   route_walk(src, dst, salt, -1, out);
+  const size_t n = out.size() - at;
+  if (route_pool_.size() + n > kRoutePoolMax) return;
+  route_cache_.emplace(key, std::make_pair(static_cast<uint32_t>(route_pool_.size()), static_cast<uint32_t>(n)));
+  route_pool_.insert(route_pool_.end(), out.begin() + static_cast<std::ptrdiff_t>(at), out.end());
 }
 
 Router::Dist Router::distances(int src, int dst) {

@@ -54,6 +54,8 @@ class Router {
   bool dimension_order() const { return dor_; }
   // Forgets cached distances after links were added or torn down (OCS reprogramming).
   void invalidate() {
+    route_cache_.clear();
+    route_pool_.clear();
     dist_.clear();
     partial_.clear();
     weights_.clear();
@@ -155,6 +157,22 @@ class Router {
   int32_t stamp_ = 0;
   std::vector<int> cand_;
   uint64_t seed_mix_ = 0;
+  // Hashed routes already walked (route(), shortest-path routing): the same (src, dst, salt)
+  // walks the same links until invalidate(), and a training iteration's collectives and
+  // hand-offs ask for the same ones every micro-batch. The links of each in route_pool_ (at
+  // most kRoutePoolMax of them; past that, routes are walked again rather than kept).
+  struct RouteKey {
+    uint64_t ends, salt;  // src << 32 | dst
+    bool operator==(const RouteKey& o) const { return ends == o.ends && salt == o.salt; }
+  };
+  struct RouteKeyHash {
+    size_t operator()(const RouteKey& k) const {
+      return static_cast<size_t>((k.ends * 0x9E3779B97F4A7C15ull) ^ ((k.salt + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull));
+    }
+  };
+  static constexpr size_t kRoutePoolMax = size_t{1} << 24;
+  std::unordered_map<RouteKey, std::pair<uint32_t, uint32_t>, RouteKeyHash> route_cache_;
+  std::vector<int32_t> route_pool_;
 };
 
 }  // namespace sluice::net

@@ -245,7 +245,21 @@ TEST_CASE("routing: routes do not depend on the order a router is asked in, and 
   size_t differ = 0;
   for (size_t k = 0; k < asks.size(); ++k) differ += a[k] != b[k];
   CHECK(differ == 0);
-  // Fail the first route's second link (a leaf uplink), both ways, and tell the router.
+  // Asked again, each route comes from the router's kept routes: the same hops, and after them
+  // the links of the route asked after it, where the caller's vector already holds some.
+  differ = 0;
+  for (size_t k = 0; k + 1 < asks.size(); ++k) {
+    std::vector<int> both{-7};
+    forward.route(asks[k][0], asks[k][1], static_cast<uint64_t>(asks[k][2]), both);
+    forward.route(asks[k + 1][0], asks[k + 1][1], static_cast<uint64_t>(asks[k + 1][2]), both);
+    std::vector<int> want{-7};
+    want.insert(want.end(), a[k].begin(), a[k].end());
+    want.insert(want.end(), a[k + 1].begin(), a[k + 1].end());
+    differ += both != want;
+  }
+  CHECK(differ == 0);
+  // Fail the first route's second link (a leaf uplink), both ways, and tell the router (it
+  // forgets the routes it kept).
   const int failed = a[0].at(1);
   int back = -1;
   for (int e : t.out_links(t.link(failed).dst))

@@ -64,7 +64,7 @@ void same(const Ran& a, const Ran& b) {
 }
 
 // 32 GPUs on four leaves (16-port switches) joined by two spines: a TP2 x PP2 x DP4 job on
-// servers 0-1 whose gradient rings cross the spines, a small chat deployment on server 3.
+// servers 0-1 (a pipeline rank a server: its hand-offs cross the spines), a small chat deployment on server 3.
 // The job's shape, shared by the tests' jobs (each adds its name, iterations, place, recovery).
 const char* kTinyJob = R"(
     kind: training
@@ -100,10 +100,12 @@ const char* kChat = R"(
     place: {devices: [24-25]}
 )";
 
+// (The spine fails at an instant when pipeline hand-offs are on it: only they cross the spines,
+// each pair's on one path every micro-batch, tens of microseconds each.)
 const char* kFaults = R"(
 faults:
   - {name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 60s}, repair: {dist: fixed, mean: 1s}}
-  - {kind: trace, events: ["3s switch:spine0 down", "7s switch:spine0 up"]}
+  - {kind: trace, events: ["3.019s switch:spine0 down", "7s switch:spine0 up"]}
 )";
 
 }  // namespace

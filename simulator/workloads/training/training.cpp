@@ -505,7 +505,10 @@ void TrainingJob::start_send(int from, int to, int mb, bool grad) {
   const double bytes = cost_.activation_bytes(unit_tokens(mb)) / static_cast<double>(a.size());
   const uint64_t tag = (static_cast<uint64_t>(to) << 32) | (static_cast<uint64_t>(mb) << 1) | (grad ? 1u : 0u);
   const uint64_t gtag = tag | (static_cast<uint64_t>(gen_ & 0xFF) << 56);
-  for (size_t k = 0; k < a.size(); ++k) world_.fabric().start(a[k], b[k], bytes, this, gtag, tag * 31 + k);
+  // (Its route's salt is the pair's and the direction's, not the micro-batch's: NCCL sends
+  // between two ranks over the same connection every time, so ECMP hashes them onto one path.)
+  const uint64_t salt = ((static_cast<uint64_t>(to) << 32) | (grad ? 1u : 0u)) * 31;
+  for (size_t k = 0; k < a.size(); ++k) world_.fabric().start(a[k], b[k], bytes, this, gtag, salt + k);
   flows_ += a.size();
 }
 

@@ -15,8 +15,9 @@
 //     attention runs: G + R + A, the gather exposed.
 // A backward passes the keys and values again and their gradients back (twice the forward's
 // bytes; three times with full recomputation, whose forward passes them once more), and its
-// attention is twice the forward's (three times), as every op's backward is (no backward
-// tables: FlashAttention's backward is nearer 2.5 times its forward). The CP ranks of a slot run
+// attention is twice the forward's (three times), as every op's backward is but for the last
+// stage's loss and LM head (pass_of; no backward tables: FlashAttention's backward is nearer 2.5
+// times its forward). The CP ranks of a slot run
 // in lock step (the ring couples them every layer): the op takes the slowest rank's time.
 #include "workloads/training/training_job.h"
 

@@ -161,7 +161,8 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // stage's forward time of each: slice i of l tokens after c costs f(l, c) on every stage
   // (cost model: the stage's own layers, attention over the c cached tokens, the LM head over
   // every token on the last stage; for the formula also its tensor-parallel all-reduces), its
-  // backward 2f (3f recomputing). The policies choose
+  // backward 2f (3f recomputing; the schedule itself also has the loss and the LM head's
+  // exemption from recomputation, pass_of). The policies choose
   // lengths by TeraPipe's formula over the m micro-batches, T = m sum a + (K-1) max t, with
   // f, b the slowest stage's and x the slice's hand-off: t = f + b + 2x (one slice's way down
   // and back up the pipeline) and a = max(f, x) + max(b, x) (a stage sends while it computes

@@ -1,7 +1,9 @@
-// ZeRO stage 3 (FSDP's full sharding): each replica holds 1/dp of its stage's parameters (1/(dp
-// x cp) with context parallelism: every CP rank holds the stage's parameters, so they shard too), so
-// every forward and backward op all-gathers them over the data-parallel replicas layer by layer
-// (FSDP wraps each transformer block as a unit), and reduce-scatters each layer's gradients as its
+// ZeRO stage 3 (FSDP's full sharding). (An op's layers are equal shares of its compute: the last
+// stage's loss and LM head are spread over its layers, not timed after the last one.) Each
+// replica holds 1/dp of its stage's parameters (1/(dp x cp) with context parallelism: every CP
+// rank holds the stage's parameters, so they shard too), so every forward and backward op
+// all-gathers them over the data-parallel replicas layer by layer (FSDP wraps each transformer
+// block as a unit), and reduce-scatters each layer's gradients as its
 // backward ends (each replica keeps the sum of its shard); Adam's step runs on the shard and no
 // all-gather follows it. An op's compute runs in its layers' order, each layer once its own gather
 // is done; the gathers of a stage run in that order, one at a time (FSDP's all-gathers share one
