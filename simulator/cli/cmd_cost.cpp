@@ -167,7 +167,13 @@ int run_cost(const CostArgs& a) {
   opt.fused_elementwise = a.fused;
   if (a.expert_parallel || a.dispatch != "allreduce" || a.eplb || a.redundant_experts > 0 || a.dp_attention) {
     if (!m.moe())
-      throw ConfigError(kCommandLine, "--expert-parallel", "", fmt::format("{} is a dense model: it has no experts", m.name),
+      throw ConfigError(kCommandLine,
+                        a.expert_parallel           ? "--expert-parallel"
+                        : a.dp_attention            ? "--dp-attention"
+                        : a.dispatch != "allreduce" ? "--dispatch"
+                        : a.eplb                    ? "--eplb"
+                                                    : "--redundant-experts",
+                        "", fmt::format("{} is a dense model: it has no experts", m.name),
                         "an MoE model (deepseek-v3, mixtral-8x7b, qwen3-235b-a22b, llama4-scout)");
     if (a.dispatch != "allreduce" && a.dispatch != "alltoall")
       throw ConfigError(kCommandLine, "--dispatch", a.dispatch, "not a dispatch", "allreduce or alltoall");

@@ -211,8 +211,16 @@ void Router::route(int src, int dst, uint64_t salt, std::vector<int>& out) {
   }
   const size_t at = out.size();
   route_walk(src, dst, salt, -1, out);
+  // Kept the second time it is asked for: the first only marks it seen.
+  if (seen_.empty()) seen_.resize(kSeen);
+  const uint64_t h = RouteKeyHash{}(key) | 1;
+  Seen& seen = seen_[static_cast<size_t>(h >> 11) & (kSeen - 1)];
+  if (seen.hash != h || seen.epoch != seen_epoch_) {
+    seen = Seen{h, seen_epoch_};
+    return;
+  }
   const size_t n = out.size() - at;
-  if (route_pool_.size() + n > kRoutePoolMax) return;
+  if (route_pool_.size() + n > kRoutePoolMax || route_cache_.size() >= kRoutesKept) return;
   route_cache_.emplace(key, std::make_pair(static_cast<uint32_t>(route_pool_.size()), static_cast<uint32_t>(n)));
   route_pool_.insert(route_pool_.end(), out.begin() + static_cast<std::ptrdiff_t>(at), out.end());
 }

@@ -48,14 +48,16 @@ class Router {
   // ECMP's hash seed: 0 is the built-in choice; another seed re-draws every equal-cost choice
   // (a switch vendor's hash function and seed), so the luck of a placement can be swept.
   // Adaptive routing's sprayed parts (route_part) do not hash with it.
-  void set_hash_seed(uint64_t seed) { seed_mix_ = seed == 0 ? 0 : route_hash(seed, 0x5EEDull, 0x48A54ull); }
+  void set_hash_seed(uint64_t seed) {
+    seed_mix_ = seed == 0 ? 0 : route_hash(seed, 0x5EEDull, 0x48A54ull);
+    forget_routes();
+  }
   // Sum of the per-hop latencies of a route.
   int64_t latency_ns(const std::vector<int>& path) const;
   bool dimension_order() const { return dor_; }
   // Forgets cached distances after links were added or torn down (OCS reprogramming).
   void invalidate() {
-    route_cache_.clear();
-    route_pool_.clear();
+    forget_routes();
     dist_.clear();
     partial_.clear();
     weights_.clear();
@@ -159,8 +161,16 @@ class Router {
   uint64_t seed_mix_ = 0;
   // Hashed routes already walked (route(), shortest-path routing): the same (src, dst, salt)
   // walks the same links until invalidate(), and a training iteration's collectives and
-  // hand-offs ask for the same ones every micro-batch. The links of each in route_pool_ (at
-  // most kRoutePoolMax of them; past that, routes are walked again rather than kept).
+  // hand-offs ask for the same ones every micro-batch. A route is kept the second time it is
+  // asked for (seen_, a fixed table of the keys asked once, by hash: serving's per-request
+  // salts, asked once each, never fill the map), its links in route_pool_; at most
+  // kRoutesKept routes and kRoutePoolMax links (past either, routes are walked, not kept):
+  // about 200 MB at most beside seen_'s 12 MB.
+  void forget_routes() {
+    route_cache_.clear();
+    route_pool_.clear();
+    ++seen_epoch_;
+  }
   struct RouteKey {
     uint64_t ends, salt;  // src << 32 | dst
     bool operator==(const RouteKey& o) const { return ends == o.ends && salt == o.salt; }
@@ -170,9 +180,15 @@ class Router {
       return static_cast<size_t>((k.ends * 0x9E3779B97F4A7C15ull) ^ ((k.salt + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull));
     }
   };
-  static constexpr size_t kRoutePoolMax = size_t{1} << 24;
+  static constexpr size_t kRoutePoolMax = size_t{1} << 24, kRoutesKept = size_t{1} << 21, kSeen = size_t{1} << 20;
   std::unordered_map<RouteKey, std::pair<uint32_t, uint32_t>, RouteKeyHash> route_cache_;
   std::vector<int32_t> route_pool_;
+  struct Seen {
+    uint64_t hash = 0;
+    uint32_t epoch = 0;
+  };
+  std::vector<Seen> seen_;  // kSeen slots once a route is asked for
+  uint32_t seen_epoch_ = 1;
 };
 
 }  // namespace sluice::net

@@ -283,8 +283,17 @@ assert abs(dp["memory_per_gpu"]["kv_bytes"] - kv) < 1e-6 * kv, (dp["memory_per_g
 assert abs(tp["memory_per_gpu"]["kv_bytes"] - 16 * kv) < 1e-6 * kv, (tp["memory_per_gpu"]["kv_bytes"], 16 * kv)
 assert dp["memory_per_gpu"]["weights_bytes"] > tp["memory_per_gpu"]["weights_bytes"]
 PY
+    # 17 sequences over 16 devices: the fullest holds two (sequences 0 and 16), and its cache is
+    # what the memory counts.
+    expect 0 "$S" cost --model deepseek-v3 --precision fp8 --tp 16 --expert-parallel --dispatch alltoall --dp-attention \
+      --batch 17 --context 2048 --json
+    /usr/bin/python3 -c "import json; kv = json.load(open('out'))['memory_per_gpu']['kv_bytes']; assert abs(kv - 2 * 2049 * 61 * 576 * 2) < 1, kv" ||
+      fail "the fullest device's cache is not two sequences'"
     expect 0 "$S" cost --model deepseek-v3 --precision fp8 --tp 16 --expert-parallel --dispatch alltoall --dp-attention
     grep -q "attention: data-parallel over the 16 devices" out || { cat out; fail "the attention line is missing"; }
+    # A dense model has no experts: refused at the flag given.
+    expect 2 "$S" cost --model llama3-8b --tp 8 --dp-attention
+    said "--dp-attention"
     # It needs the tokens moved by all-to-all and more than one device: refused at its flag.
     expect 2 "$S" cost --model deepseek-v3 --precision fp8 --tp 16 --expert-parallel --dp-attention
     said "--dp-attention"
