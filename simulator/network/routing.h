@@ -165,7 +165,7 @@ class Router {
   // asked for (seen_, a fixed table of the keys asked once, by hash: serving's per-request
   // salts, asked once each, never fill the map), its links in route_pool_; at most
   // kRoutesKept routes and kRoutePoolMax links (past either, routes are walked, not kept):
-  // about 200 MB at most beside seen_'s 12 MB.
+  // about 200 MB at most beside seen_'s 16 MB.
   void forget_routes() {
     route_cache_.clear();
     route_pool_.clear();
