@@ -5,6 +5,7 @@
 #include <cmath>
 #include <iostream>
 #include <map>
+#include <utility>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -185,19 +186,16 @@ int run_cost(const CostArgs& a) {
   opt.moe.data_parallel_attention = a.dp_attention;
   if (m.moe())
     if (const auto problem = moe_problem(m, opt.moe, a.tp)) {
-      // The problem's key, as this command spells it.
-      const std::string& k = problem->key;
-      const std::string flag = k == "dispatch"                  ? "--dispatch"
-                               : k == "eplb"                    ? "--eplb"
-                               : k == "redundant_experts"       ? "--redundant-experts"
-                               : k == "data_parallel_attention" ? "--dp-attention"
-                                                                : "--tp";
-      const std::string value = k == "dispatch"                  ? a.dispatch
-                                : k == "eplb"                    ? std::string(a.eplb ? "true" : "false")
-                                : k == "redundant_experts"       ? std::to_string(a.redundant_experts)
-                                : k == "data_parallel_attention" ? std::string("true")
-                                                                 : std::to_string(a.tp);
-      throw ConfigError(kCommandLine, flag, value, problem->problem, problem->valid);
+      // The problem's key, as this command spells it, and its value (anything else: --tp).
+      const std::pair<const char*, std::pair<const char*, std::string>> flags[] = {
+          {"dispatch", {"--dispatch", a.dispatch}},
+          {"eplb", {"--eplb", a.eplb ? "true" : "false"}},
+          {"redundant_experts", {"--redundant-experts", std::to_string(a.redundant_experts)}},
+          {"data_parallel_attention", {"--dp-attention", "true"}}};
+      std::pair<const char*, std::string> at{"--tp", std::to_string(a.tp)};
+      for (const auto& [key, flag] : flags)
+        if (problem->key == key) at = flag;
+      throw ConfigError(kCommandLine, at.first, at.second, problem->problem, problem->valid);
     }
   {
     bool found = false;
@@ -262,9 +260,9 @@ int run_cost(const CostArgs& a) {
     own[i % own.size()] += static_cast<double>(q.context + q.new_tokens + q.drafts);
     kv_tokens += q.context + q.new_tokens + q.drafts;
   }
+  const double device_kv_tokens = a.dp_attention ? *std::max_element(own.begin(), own.end()) : kv_tokens;
   const double mem_weights = a.dp_attention ? m.weight_bytes_dp_attention(a.tp, copies) : m.weight_bytes_per_gpu(a.tp, a.pp, copies),
-               mem_kv = a.dp_attention ? *std::max_element(own.begin(), own.end()) * m.kv_bytes_per_token_per_gpu(1, a.pp)
-                                       : kv_tokens * m.kv_bytes_per_token_per_gpu(a.tp, a.pp),
+               mem_kv = device_kv_tokens * m.kv_bytes_per_token_per_gpu(a.dp_attention ? 1 : a.tp, a.pp),
                mem_act = m.activation_bytes(tokens) / a.tp, mem_total = mem_weights + mem_kv + mem_act;
 
   if (a.json) {
@@ -380,7 +378,7 @@ int run_cost(const CostArgs& a) {
   }
   std::cout << fmt::format("\nmemory per GPU: weights {:.3f} GB + KV cache {:.3f} GB ({:.0f} tokens) + activations {:.3f} GB "
                            "= {:.3f} GB ({:.2f} GiB) of {:.2f} GiB the runtime reports ({:.0f} MiB on the device)\n",
-                           mem_weights / 1e9, mem_kv / 1e9, a.dp_attention ? *std::max_element(own.begin(), own.end()) : kv_tokens,
+                           mem_weights / 1e9, mem_kv / 1e9, device_kv_tokens,
                            mem_act / 1e9, mem_total / 1e9, mem_total / kGiB,
                            hw.hbm_bytes / kGiB, hw.hbm_physical_bytes / (1024.0 * 1024.0));
   return 0;

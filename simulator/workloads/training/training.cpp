@@ -91,8 +91,7 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
   res_.memory = training_memory(c_);
   res_.dp_bytes_per_device = c_.dp * c_.cp > 1 ? dp_bytes_ : 0;
   res_.expert_dp_bytes_per_device = c_.ep > 1 && expert_replicas() > 1 ? expert_dp_bytes_ : 0;
-  res_.embedding_grads_bytes_per_device =
-      embedding_group() ? static_cast<double>(c_.model.vocab) / c_.tp * c_.model.hidden * c_.model.dtype_bytes : 0.0;
+  res_.embedding_grads_bytes_per_device = embedding_grad_bytes();
   // The all-to-alls' bytes per device and iteration: each unit's forward and backward on every
   // chunk of the busiest pipeline rank.
   for (int s = 0; s < K && c_.ep > 1; ++s) {
@@ -623,9 +622,8 @@ void TrainingJob::stage_reduced(int s) {
 }
 
 void TrainingJob::embedding_allreduce() {
-  const double bytes = static_cast<double>(c_.model.vocab) / c_.tp * c_.model.hidden * c_.model.dtype_bytes;
-  const int pairs = c_.dp * c_.cp * c_.tp;
-  embedding_left_ = pairs;
+  const double bytes = embedding_grad_bytes();
+  embedding_left_ = c_.dp * c_.cp * c_.tp;
   for (int d = 0, g = 0; d < c_.dp; ++d)
     for (int i = 0; i < c_.cp * c_.tp; ++i, ++g) {
       std::vector<int> pair{nodes_[static_cast<size_t>(slot(d, 0))][static_cast<size_t>(i)],

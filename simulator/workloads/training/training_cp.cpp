@@ -58,12 +58,8 @@ void TrainingJob::plan_cp() {
   // The last stage's loss over the rank's 2l tokens a sequence, and every backward (pass_of).
   bwd_ns_.assign(fwd_ns_.size(), 0);
   loss_ns_ = 0;
-  for (int vs = 0; vs < VS; ++vs) {
-    const PassNs p = pass_of(vs, 2.0 * b * static_cast<double>(l), fwd_ns_[static_cast<size_t>(vs)]);
-    fwd_ns_[static_cast<size_t>(vs)] = p.forward;
-    bwd_ns_[static_cast<size_t>(vs)] = p.backward;
-    loss_ns_ += p.loss;
-  }
+  for (int vs = 0; vs < VS; ++vs)
+    set_pass(static_cast<size_t>(vs), vs, 2.0 * b * static_cast<double>(l), fwd_ns_[static_cast<size_t>(vs)]);
 }
 
 double TrainingJob::cp_kv_bytes(int vs) const {

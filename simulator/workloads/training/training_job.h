@@ -123,6 +123,13 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     int64_t forward = 0, backward = 0, loss = 0;  // loss: the cross-entropy's forward + backward
   };
   PassNs pass_of(int vs, double rows, int64_t layers_ns) const;
+  // pass_of's figures into fwd_ns_ and bwd_ns_ at `at`, its loss added to loss_ns_ (the plans').
+  void set_pass(size_t at, int vs, double rows, int64_t layers_ns) {
+    const PassNs p = pass_of(vs, rows, layers_ns);
+    fwd_ns_[at] = p.forward;
+    bwd_ns_[at] = p.backward;
+    loss_ns_ += p.loss;
+  }
   // Megatron's vocabulary-parallel cross-entropy over `rows` tokens of every LM head on the last
   // stage (the main one and each MTP module's) over the rank's vocab / tp logits: forward and
   // backward, ns (training_plan.cpp says which kernels).
@@ -253,6 +260,10 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // tied to it or MTP modules read it, and all-reduce its gradient (vocab / tp x hidden a
   // device, the gradients' dtype) between them, one pair per (replica, CP rank, TP rank).
   bool embedding_group() const { return c_.pp > 1 && (c_.model.tied_embeddings || c_.mtp_layers > 0); }
+  // What each device of the group all-reduces: its vocab / tp rows of the table (0 without a group).
+  double embedding_grad_bytes() const {
+    return embedding_group() ? static_cast<double>(c_.model.vocab) / c_.tp * c_.model.hidden * c_.model.dtype_bytes : 0.0;
+  }
   void embedding_allreduce();
 
   void iteration_end(Engine& e);

@@ -206,12 +206,8 @@ void TrainingJob::plan_slices() {
   for (int i = 0; i < n_slices_; ++i) {
     const int l = lengths[static_cast<size_t>(i)];
     cost_.slice_stage_ns(b, l, c, true, st);
-    for (int s = 0; s < VS; ++s) {
-      const PassNs p = pass_of(s, static_cast<double>(b) * l, pass_ns(st[static_cast<size_t>(s)]));
-      fwd_ns_[static_cast<size_t>(s * n_slices_ + i)] = p.forward;
-      bwd_ns_[static_cast<size_t>(s * n_slices_ + i)] = p.backward;
-      loss_ns_ += p.loss;
-    }
+    for (int s = 0; s < VS; ++s)
+      set_pass(static_cast<size_t>(s * n_slices_ + i), s, static_cast<double>(b) * l, pass_ns(st[static_cast<size_t>(s)]));
     c += l;
   }
 }
