@@ -130,8 +130,9 @@ faults:
         std::printf("  with flow ends rounded up to %.0f us (cluster.flow_quantum):\n", quantum_ns / 1e3);
         std::printf("  wall time        %10.2f s   (simulated time %+.4f%% against exact)\n", wall, 100 * (ms / exact_ms - 1));
       }
-      std::printf("  flows            %10llu, %llu rate recomputations; simulated %.3f ms\n", static_cast<unsigned long long>(sim.stats().started),
-                  static_cast<unsigned long long>(sim.stats().recomputes), ms);
+      std::printf("  flows            %10llu, %llu rate recomputations re-filling %.1f M flows; simulated %.3f ms\n",
+                  static_cast<unsigned long long>(sim.stats().started), static_cast<unsigned long long>(sim.stats().recomputes),
+                  sim.stats().flows_rated / 1e6, ms);
       std::printf("  peak RSS         %10.1f MiB (so far in this process)\n", peak_rss_mib());
       ok = ok && c.finished();
     }

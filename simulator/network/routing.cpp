@@ -1,9 +1,15 @@
 #include "network/routing.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
+#include <new>
 #include <queue>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include <fmt/format.h>
 
@@ -84,19 +90,63 @@ void Router::ensure_weights() {
   arc_at_[static_cast<size_t>(n)] = static_cast<int32_t>(arc_.size());
 }
 
-const std::vector<int32_t>& Router::dist_to(int dst, bool complete) {
-  auto it = dist_.find(dst);
-  if (it != dist_.end() && (!complete || !partial_.count(dst))) return it->second;
+Router::DistArena::~DistArena() {
+  for (const Chunk& c : chunks_) std::free(c.p);
+}
+
+int32_t* Router::DistArena::take(size_t n) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t bytes = (n * sizeof(int32_t) + 63) / 64 * 64;
+  while (chunk_ < chunks_.size() && used_ + bytes > chunks_[chunk_].bytes) ++chunk_, used_ = 0;
+  if (chunk_ == chunks_.size()) {
+    // Room for 32 vectors, whole huge pages, at most 64 MiB unless one vector needs more.
+    const size_t want = std::max(bytes, std::min<size_t>(64 * kHuge / 2, 32 * bytes));
+    const size_t size = (want + kHuge - 1) / kHuge * kHuge;
+    void* p = std::aligned_alloc(kHuge, size);
+    if (!p) throw std::bad_alloc();
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    madvise(p, size, MADV_HUGEPAGE);  // a hint: without it the chunk is ordinary pages
+#endif
+    chunks_.push_back(Chunk{p, size});
+    used_ = 0;
+  }
+  int32_t* p = reinterpret_cast<int32_t*>(static_cast<char*>(chunks_[chunk_].p) + used_);
+  used_ += bytes;
+  return p;
+}
+
+Router::DistState& Router::dist_state(int dst) {
+  auto [it, fresh] = dist_.try_emplace(dst);
+  DistState& s = it->second;
+  if (fresh) {
+    s.dst = dst;
+    s.dist.reset(arena_, static_cast<size_t>(t_.node_count()));
+    s.dist.set(static_cast<size_t>(dst), 0);
+  }
+  return s;
+}
+
+void Router::settle(DistState& s, int64_t bound, bool complete, int until) {
   constexpr int32_t kInf = std::numeric_limits<int32_t>::max();
   constexpr int32_t kDown = 1 << 26;  // weight() of a torn-down circuit
-  const size_t n = static_cast<size_t>(t_.node_count());
-  std::vector<int32_t> dist(n, kInf);
+  if (s.finished) {
+    if (!(complete && s.partial)) return;
+    // Stopped at a torn-down circuit, and a route needs what lies beyond: again, complete.
+    const int dst = s.dst;
+    s = DistState{};
+    s.dst = dst;
+    s.dist.reset(arena_, static_cast<size_t>(t_.node_count()));
+    s.dist.set(static_cast<size_t>(dst), 0);
+  }
+  if (bound < s.settled_below) return;
   // Dijkstra from dst over the links out of each node (weights are symmetric, so distances
-  // from dst are distances to dst). Without `complete` it stops before settling any node at
-  // or beyond a torn-down circuit's weight: those stay unknown, and a route that needs one
-  // asks again with `complete`. The queue holds (distance << 32 | node) in one integer; a
-  // node is settled once, marked with this run's stamp.
+  // from dst are distances to dst), resumed from where it stopped. The queue holds
+  // (distance << 32 | node) in one integer; a node is settled once, marked with this call's
+  // stamp (a node settled by an earlier call lies in a bucket below next_bucket: any entry of
+  // it left in the frontier is stale and skipped by its distance).
   ensure_weights();
+  const size_t n = static_cast<size_t>(t_.node_count());
+  DistVec& dist = s.dist;
   if (settled_.size() != n) settled_.assign(n, 0), stamp_ = 0;
   if (++stamp_ == std::numeric_limits<int32_t>::max()) std::fill(settled_.begin(), settled_.end(), 0), stamp_ = 1;
   const int32_t stamp = stamp_;
@@ -105,33 +155,49 @@ const std::vector<int32_t>& Router::dist_to(int dst, bool complete) {
   // neighbours into bucket k + 1 or later, so the nodes of one bucket never shorten each other
   // and may be settled in any order (Dial's algorithm with buckets as wide as the lightest
   // link): the same distances as a heap, in O(1) a node. Longer distances (hosts, torn-down
-  // circuits) go to the heap, after every bucket.
+  // circuits) go to the heap, after every bucket. Without buckets (a link lighter than their
+  // width) the heap does it all, to the end.
   auto& q = heap_;
   q.clear();
   const auto later = std::greater<uint64_t>();
-  dist[static_cast<size_t>(dst)] = 0;
   if (buckets_.size() < kBuckets) buckets_.resize(kBuckets);
   const bool bucketed = min_weight_ >= kBucketWidth;
+  size_t hi = s.next_bucket;  // past the last bucket holding anything
+  auto push = [&](int32_t d, uint32_t v) {
+    if (d < kBucketed && bucketed) {
+      const size_t k = static_cast<size_t>(d / kBucketWidth);
+      buckets_[k].push_back(v);
+      hi = std::max(hi, k + 1);
+    } else {
+      q.push_back(static_cast<uint64_t>(d) << 32 | v);
+      std::push_heap(q.begin(), q.end(), later);
+    }
+  };
+  // The frontier: every node with a tentative distance (the destination alone at first).
+  if (s.next_bucket == 0) {
+    push(0, static_cast<uint32_t>(s.dst));
+  } else {
+    for (size_t v = 0; v < n; ++v) {
+      const int32_t d = dist[v];
+      if (d != kInf && d >= s.settled_below) push(d, static_cast<uint32_t>(v));
+    }
+  }
   auto relax = [&](int v, int32_t d) {
     const Arc* a = arc_.data() + arc_at_[static_cast<size_t>(v)];
     const Arc* end = arc_.data() + arc_at_[static_cast<size_t>(v) + 1];
     for (; a != end; ++a) {
       const int64_t nd = static_cast<int64_t>(d) + a->w;
-      int32_t& dw = dist[static_cast<size_t>(a->to)];
-      if (nd < dw) {
-        dw = static_cast<int32_t>(std::min<int64_t>(nd, kInf - 1));
-        if (dw < kBucketed && bucketed) {
-          buckets_[static_cast<size_t>(dw / kBucketWidth)].push_back(static_cast<uint32_t>(a->to));
-        } else {
-          q.push_back(static_cast<uint64_t>(dw) << 32 | static_cast<uint32_t>(a->to));
-          std::push_heap(q.begin(), q.end(), later);
-        }
+      if (nd < dist[static_cast<size_t>(a->to)]) {
+        const int32_t dw = static_cast<int32_t>(std::min<int64_t>(nd, kInf - 1));
+        dist.set(static_cast<size_t>(a->to), dw);
+        push(dw, static_cast<uint32_t>(a->to));
       }
     }
   };
-  if (bucketed) buckets_[0].push_back(static_cast<uint32_t>(dst));
-  else q.push_back(static_cast<uint64_t>(dst));
-  for (size_t b = 0; b < kBuckets; ++b) {
+  // The buckets up to the one holding `bound` (all of them when bucketed is off or the bound is past them).
+  size_t last = !bucketed || bound >= kBucketed ? kBuckets : static_cast<size_t>(bound / kBucketWidth) + 1;
+  size_t b = s.next_bucket;
+  for (; b < last && b < hi; ++b) {
     auto& bucket = buckets_[b];
     for (size_t i = 0; i < bucket.size(); ++i) {  // (a node relaxed from this bucket lands in a later one)
       const int v = static_cast<int>(bucket[i]);
@@ -140,7 +206,21 @@ const std::vector<int32_t>& Router::dist_to(int dst, bool complete) {
       relax(v, dist[static_cast<size_t>(v)]);
     }
     bucket.clear();
+    if (until >= 0 && dist[static_cast<size_t>(until)] / kBucketWidth <= static_cast<int32_t>(b)) {  // settled: stop here
+      last = ++b;
+      break;
+    }
   }
+  if (b < last) b = last;  // the buckets past hi are empty
+  if (b < kBuckets) {
+    // Stopped between buckets: what is left stays in the vector as tentative distances.
+    for (size_t k = b; k < hi; ++k) buckets_[k].clear();
+    q.clear();
+    s.next_bucket = b;
+    s.settled_below = static_cast<int64_t>(b) * kBucketWidth;
+    return;
+  }
+  s.next_bucket = kBuckets;
   bool stopped = false;
   while (!q.empty()) {
     const uint64_t top = q.front();
@@ -158,11 +238,43 @@ const std::vector<int32_t>& Router::dist_to(int dst, bool complete) {
   }
   if (stopped)
     for (size_t v = 0; v < n; ++v)
-      if (settled_[v] != stamp) dist[v] = kInf;  // tentative, not settled: unknown
-  if (stopped) partial_[dst] = 1;
-  else partial_.erase(dst);
-  dist_[dst] = std::move(dist);
-  return dist_[dst];
+      if (settled_[v] != stamp && dist[v] >= kBucketed) dist.set(v, kInf);  // tentative, not settled: unknown
+  q.clear();
+  s.finished = true;
+  s.partial = stopped;
+  s.settled_below = std::numeric_limits<int64_t>::max();
+}
+
+void Router::settle_node(DistState& s, int v) {
+  while (!s.finished && s.dist[static_cast<size_t>(v)] >= s.settled_below) settle(s, std::numeric_limits<int64_t>::max(), false, v);
+}
+
+void Router::settle_for(Dist& d, int src) {
+  // A node w can be a candidate of the walk from src only if its composed distance is at most
+  // D = d[src], so term i is needed up to D - via_w[i]. D is found term by term, lightest
+  // term first: with an upper bound U on it (a term's exact distance to src, a near node's),
+  // term i is settled up to U - via_w[i] and lowers U only if src is settled by then (else
+  // its distance to src is above U). Every term ends settled past D - via_w[i].
+  constexpr int64_t kInf = std::numeric_limits<int32_t>::max();
+  if (d.whole_state) {
+    settle_node(*d.whole_state, src);
+    return;
+  }
+  int64_t U = kInf;
+  if (src == d.dst) U = 0;
+  for (int i = 0; i < d.nears; ++i)
+    if (d.near[static_cast<size_t>(i)].first == src) U = std::min<int64_t>(U, d.near[static_cast<size_t>(i)].second);
+  std::array<int, Dist::kMaxTerms> order{};
+  for (int i = 0; i < d.vias; ++i) order[static_cast<size_t>(i)] = i;
+  std::sort(order.begin(), order.begin() + d.vias, [&d](int a, int b) { return d.via_w[static_cast<size_t>(a)] < d.via_w[static_cast<size_t>(b)]; });
+  for (int k = 0; k < d.vias; ++k) {
+    const size_t i = static_cast<size_t>(order[static_cast<size_t>(k)]);
+    DistState& t = *d.via_state[i];
+    if (U == kInf) settle_node(t, src);
+    else settle(t, U - d.via_w[i], false);
+    const int32_t x = t.dist[static_cast<size_t>(src)];
+    if (x != kInf && (t.finished || x < t.settled_below)) U = std::min<int64_t>(U, d.via_w[i] + static_cast<int64_t>(x));
+  }
 }
 
 void Router::route_dor(int src, int dst, uint64_t salt, std::vector<int>& out) const {
@@ -204,25 +316,65 @@ void Router::route(int src, int dst, uint64_t salt, std::vector<int>& out) {
     return;
   }
   const RouteKey key{static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32 | static_cast<uint32_t>(dst), salt};
-  if (const auto it = route_cache_.find(key); it != route_cache_.end()) {
-    const auto first = route_pool_.begin() + it->second.first;
-    out.insert(out.end(), first, first + it->second.second);
+  const uint64_t h = RouteKeyHash{}(key) | 1;
+  if (const Kept* k = find_kept(key, h)) {
+    const auto first = route_pool_.begin() + (k->at_len >> 8);
+    out.insert(out.end(), first, first + (k->at_len & 0xFFu));
     return;
   }
   const size_t at = out.size();
   route_walk(src, dst, salt, -1, out);
   // Kept the second time it is asked for: the first only marks it seen.
   if (seen_.empty()) seen_.resize(kSeen);
-  const uint64_t h = RouteKeyHash{}(key) | 1;
   Seen& seen = seen_[static_cast<size_t>(h >> 11) & (kSeen - 1)];
   if (seen.hash != h || seen.epoch != seen_epoch_) {
     seen = Seen{h, seen_epoch_};
     return;
   }
   const size_t n = out.size() - at;
-  if (route_pool_.size() + n > kRoutePoolMax || route_cache_.size() >= kRoutesKept) return;
-  route_cache_.emplace(key, std::make_pair(static_cast<uint32_t>(route_pool_.size()), static_cast<uint32_t>(n)));
+  if (n > kMaxKeptHops || route_pool_.size() + n > kRoutePoolMax || kept_n_ >= kRoutesKept) return;
+  keep(key, h, static_cast<uint32_t>(route_pool_.size()), static_cast<uint32_t>(n));
   route_pool_.insert(route_pool_.end(), out.begin() + static_cast<std::ptrdiff_t>(at), out.end());
+}
+
+namespace {
+// A kept route's first slot: the key's hash mixed again (its low bits alone follow the low
+// bits of the ends and the salt, which would crowd linear probing).
+size_t kept_slot(uint64_t h, size_t mask) {
+  h ^= h >> 33;
+  h *= 0xFF51AFD7ED558CCDull;
+  h ^= h >> 33;
+  return static_cast<size_t>(h) & mask;
+}
+}  // namespace
+
+const Router::Kept* Router::find_kept(const RouteKey& key, uint64_t h) const {
+  if (kept_n_ == 0) return nullptr;
+  const size_t mask = kept_.size() - 1;
+  for (size_t i = kept_slot(h, mask);; i = (i + 1) & mask) {
+    const Kept& k = kept_[i];
+    if (k.epoch != seen_epoch_) return nullptr;
+    if (k.key == key) return &k;
+  }
+}
+
+void Router::keep(const RouteKey& key, uint64_t h, uint32_t at, uint32_t len) {
+  if (2 * (kept_n_ + 1) > kept_.size()) {  // grow: the slots of this epoch again, in a table twice as large
+    std::vector<Kept> old(std::max<size_t>(1024, 2 * kept_.size()));
+    old.swap(kept_);
+    const size_t mask = kept_.size() - 1;
+    for (const Kept& k : old)
+      if (k.epoch == seen_epoch_) {
+        size_t i = kept_slot(RouteKeyHash{}(k.key) | 1, mask);
+        while (kept_[i].epoch == seen_epoch_) i = (i + 1) & mask;
+        kept_[i] = k;
+      }
+  }
+  const size_t mask = kept_.size() - 1;
+  size_t i = kept_slot(h, mask);
+  while (kept_[i].epoch == seen_epoch_) i = (i + 1) & mask;
+  kept_[i] = Kept{key, at << 8 | len, seen_epoch_};
+  ++kept_n_;
 }
 
 Router::Dist Router::distances(int src, int dst) {
@@ -243,11 +395,17 @@ Router::Dist Router::distances(int src, int dst) {
       const int32_t wu = weights_[static_cast<size_t>(e)];
       // A dead end's terms leave room for the terms of dst's links after this one.
       if (!dist_.count(u) && compose_dead_end(u, dst, wu, static_cast<int>(links.size() - i - 1), d)) continue;
-      d.add_term(wu, &dist_to(u, false));
+      d.add_term(wu, &dist_state(u));
     }
+    settle_for(d, src);
   } else {
-    d.whole = &dist_to(dst, false);
-    if ((*d.whole)[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max()) d.whole = &dist_to(dst, true);
+    d.whole_state = &dist_state(dst);
+    d.whole = &d.whole_state->dist;
+    settle_for(d, src);
+    if ((*d.whole)[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max()) {
+      settle(*d.whole_state, std::numeric_limits<int64_t>::max(), true);
+      settle_for(d, src);
+    }
   }
   if (d[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max())
     throw TopologyError(fmt::format("no route from '{}' to '{}'", t_.node(src).name, t_.node(dst).name));
@@ -270,9 +428,9 @@ bool Router::compose_dead_end(int u, int dst, int32_t wu, int rest, Dist& d) {
     c.add_near(a->to, wu + a->w);
     for (const Arc* b = arc_.data() + arc_at_[static_cast<size_t>(a->to)], *be = arc_.data() + arc_at_[static_cast<size_t>(a->to) + 1]; b != be; ++b) {
       if (b->to == u) continue;
-      const std::vector<int32_t>* v = &dist_to(b->to, false);
+      DistState* v = &dist_state(b->to);
       bool known = false;
-      for (int i = 0; i < c.vias; ++i) known = known || c.via[static_cast<size_t>(i)] == v;
+      for (int i = 0; i < c.vias; ++i) known = known || c.via_state[static_cast<size_t>(i)] == v;
       if (!known && c.vias + rest >= Dist::kMaxTerms) return false;
       c.add_term(wu + a->w + b->w, v);
     }

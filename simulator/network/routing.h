@@ -59,7 +59,7 @@ class Router {
   void invalidate() {
     forget_routes();
     dist_.clear();
-    partial_.clear();
+    arena_.reset();
     weights_.clear();
     link_dst_.clear();
     arc_.clear();
@@ -71,6 +71,60 @@ class Router {
   void route_dor(int src, int dst, uint64_t salt, std::vector<int>& out) const;
   // The shortest-path walk: part < 0 picks by hash, else route_part's choice.
   void route_walk(int src, int dst, uint64_t salt, int part, std::vector<int>& out);
+  // Distances to one destination, settled as far as routes have needed them: a Dijkstra
+  // (Dial's buckets) that stops once it has settled every node up to the distance a route
+  // asks for, and resumes from its frontier when a route needs more. A node nearer than
+  // `settled_below` holds its exact distance; any other holds a tentative one (never below
+  // its true distance) or the max. A walk from src reads only nodes no farther than src
+  // as candidates (dist(w) + w(v, w) == dist(v) <= dist(src)), so with every node up to
+  // dist(src) settled it finds the same candidates as a finished run would give, and a
+  // route inside one plane of a 100k-GPU rail-optimized fat-tree settles about its plane
+  // instead of the whole cluster. The frontier is not kept: it is every node with a
+  // tentative distance, found again by a scan of the vector when the run resumes.
+  // Where distance vectors live: chunks of memory the router keeps (on Linux, asked for in
+  // huge pages), carved in order and reused after invalidate(). A 100k-GPU fat-tree asks for
+  // thousands of half-megabyte vectors; from malloc each page of each was a fault of its own.
+  class DistArena {
+   public:
+    DistArena() = default;
+    DistArena(const DistArena&) = delete;
+    DistArena& operator=(const DistArena&) = delete;
+    ~DistArena();
+    int32_t* take(size_t n);  // n int32s, uninitialised, valid until reset()
+    void reset() { chunk_ = 0, used_ = 0; }
+
+   private:
+    struct Chunk {
+      void* p;
+      size_t bytes;
+    };
+    std::vector<Chunk> chunks_;
+    size_t chunk_ = 0, used_ = 0;  // the chunk being carved, and its bytes taken
+  };
+  // A distance per node, the max (unknown) where none was written.
+  class DistVec {
+   public:
+    void reset(DistArena& a, size_t n) {
+      p_ = a.take(n);
+      n_ = n;
+      std::fill(p_, p_ + n, std::numeric_limits<int32_t>::max());
+    }
+    int32_t operator[](size_t v) const { return p_[v]; }
+    void set(size_t v, int32_t d) { p_[v] = d; }
+    size_t size() const { return n_; }
+
+   private:
+    int32_t* p_ = nullptr;
+    size_t n_ = 0;
+  };
+  struct DistState {
+    int dst = -1;
+    DistVec dist;
+    size_t next_bucket = 0;          // the buckets below it are done
+    int64_t settled_below = 0;       // next_bucket's first distance; the max once finished
+    bool finished = false;           // every bucket and the heap done (or stopped at a torn-down circuit)
+    bool partial = false;            // finished, but stopped before a torn-down circuit's weight
+  };
   // Distances to a destination as a walk reads them: the destination's own Dijkstra, or (a
   // device whose neighbours are switches, with no torn-down link in the weights) composed
   // from its neighbours' distances over its first hop, min_u w(dst,u) + d(u, .): the same
@@ -85,9 +139,11 @@ class Router {
     static constexpr int kMaxVia = 4;     // a device with more neighbours keeps its own Dijkstra
     static constexpr int kMaxTerms = 12;  // distance vectors composed
     static constexpr int kMaxNear = 20;   // single nodes at a fixed distance (a dead end and its devices)
-    const std::vector<int32_t>* whole = nullptr;
+    const DistVec* whole = nullptr;
+    DistState* whole_state = nullptr;
     std::array<int32_t, kMaxTerms> via_w{};                    // a path's weight to a switch ...
-    std::array<const std::vector<int32_t>*, kMaxTerms> via{};  // ... and that switch's distances
+    std::array<const DistVec*, kMaxTerms> via{};               // ... and that switch's distances
+    std::array<DistState*, kMaxTerms> via_state{};             // ... as far as they are settled
     std::array<std::pair<int32_t, int32_t>, kMaxNear> near{};  // (node, distance)
     int vias = 0, nears = 0, dst = -1;
     int32_t near_lo = std::numeric_limits<int32_t>::max(), near_hi = -1;
@@ -104,7 +160,8 @@ class Router {
           if (near[static_cast<size_t>(i)].first == static_cast<int32_t>(w)) best = std::min<int64_t>(best, near[static_cast<size_t>(i)].second);
       return static_cast<int32_t>(best);
     }
-    void add_term(int32_t w, const std::vector<int32_t>* v) {
+    void add_term(int32_t w, DistState* s) {
+      const DistVec* v = &s->dist;
       for (int i = 0; i < vias; ++i)
         if (via[static_cast<size_t>(i)] == v) {
           via_w[static_cast<size_t>(i)] = std::min(via_w[static_cast<size_t>(i)], w);
@@ -112,6 +169,7 @@ class Router {
         }
       if (vias == kMaxTerms) throw std::logic_error("Router::Dist: more composed terms than it holds");
       via_w[static_cast<size_t>(vias)] = w;
+      via_state[static_cast<size_t>(vias)] = s;
       via[static_cast<size_t>(vias++)] = v;
     }
     void add_near(int32_t node, int32_t w) {
@@ -127,18 +185,26 @@ class Router {
   bool compose_dead_end(int u, int dst, int32_t wu, int rest, Dist& d);
   Dist distances(int src, int dst);
   void ensure_weights();
-  // Distances to dst. Unless `complete`, only those below a torn-down circuit's weight
-  // (the rest are left unknown, the max): what every route over live links needs, without
-  // exploring the whole of a large pod whose idle circuits are down.
-  const std::vector<int32_t>& dist_to(int dst, bool complete);
+  // The state of dst's distances, created (nothing settled) when first asked.
+  DistState& dist_state(int dst);
+  // Settles every node of s at distance <= bound (all of them, and the heap past the buckets,
+  // when bound reaches past the buckets), or fewer: only up to the bucket where node `until`
+  // (when >= 0) is settled. Unless `complete`, the heap stops before a torn-down circuit's
+  // weight (the rest left unknown, the max): what every route over live links needs,
+  // without exploring the whole of a large pod whose idle circuits are down.
+  void settle(DistState& s, int64_t bound, bool complete, int until = -1);
+  // Settles s until node v is settled (or s is finished).
+  void settle_node(DistState& s, int v);
+  // Settles every term of d as far as a walk from src reads it.
+  void settle_for(Dist& d, int src);
   int32_t weight(int link) const;
   int32_t static_weight(int link) const;
   std::vector<int32_t> static_w_;  // static_weight() per link (links added later: computed when asked)
   const Topology& t_;
   bool dor_ = false;
   std::vector<int> torus_link_;  // node * 6 + 2 * dim + (0: +, 1: -) -> link id, -1 when none
-  std::unordered_map<int, std::vector<int32_t>> dist_;
-  std::unordered_map<int, char> partial_;
+  DistArena arena_;                          // (before dist_: outlives the vectors it holds)
+  std::unordered_map<int, DistState> dist_;  // (references stay valid as it grows)
   std::vector<int32_t> weights_;  // weight() per link, until invalidate() (links added, failed or torn down)
   bool weights_down_ = false;     // some link in weights_ is torn down (weight 1 << 26)
   std::vector<int> link_dst_;     // each link's far end, beside its weight
@@ -152,10 +218,10 @@ class Router {
   std::vector<Arc> arc_;
   std::vector<int32_t> arc_at_;
   std::vector<uint64_t> heap_;  // the Dijkstra's queue beyond its buckets, (distance << 32 | node), kept for its capacity
-  // The Dijkstra's buckets of nodes by distance / kBucketWidth (see dist_to), kept for their capacity.
+  // The Dijkstra's buckets of nodes by distance / kBucketWidth (see settle), kept for their capacity.
   std::vector<std::vector<uint32_t>> buckets_;
   int32_t min_weight_ = 0;  // the lightest link's weight (buckets need it at least their width)
-  std::vector<int32_t> settled_;  // the Dijkstra's settled marks: the run's stamp (no clearing between runs)
+  std::vector<int32_t> settled_;  // the Dijkstra's settled marks: a settle() call's stamp (no clearing between calls)
   int32_t stamp_ = 0;
   std::vector<int> cand_;
   uint64_t seed_mix_ = 0;
@@ -167,9 +233,9 @@ class Router {
   // kRoutesKept routes and kRoutePoolMax links (past either, routes are walked, not kept):
   // about 200 MB at most beside seen_'s 16 MB.
   void forget_routes() {
-    route_cache_.clear();
+    kept_n_ = 0;
     route_pool_.clear();
-    ++seen_epoch_;
+    ++seen_epoch_;  // (a kept slot of an older epoch is empty)
   }
   struct RouteKey {
     uint64_t ends, salt;  // src << 32 | dst
@@ -181,7 +247,19 @@ class Router {
     }
   };
   static constexpr size_t kRoutePoolMax = size_t{1} << 24, kRoutesKept = size_t{1} << 21, kSeen = size_t{1} << 20;
-  std::unordered_map<RouteKey, std::pair<uint32_t, uint32_t>, RouteKeyHash> route_cache_;
+  // The kept routes: an open-addressed table (linear probing, at most half full) of slots of
+  // this epoch, each its key and its links' place in route_pool_ (at << 8 | count); one
+  // probe or two per lookup where a node-based map chased three pointers.
+  struct Kept {
+    RouteKey key{};
+    uint32_t at_len = 0;
+    uint32_t epoch = 0;
+  };
+  static constexpr size_t kMaxKeptHops = 255;  // a longer route is walked every time
+  const Kept* find_kept(const RouteKey& key, uint64_t h) const;
+  void keep(const RouteKey& key, uint64_t h, uint32_t at, uint32_t len);
+  std::vector<Kept> kept_;
+  size_t kept_n_ = 0;
   std::vector<int32_t> route_pool_;
   struct Seen {
     uint64_t hash = 0;

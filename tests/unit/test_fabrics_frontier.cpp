@@ -278,3 +278,38 @@ TEST_CASE("routing: routes do not depend on the order a router is asked in, and 
   for (size_t k = 0; k < asks.size(); ++k) differ += forward.route(asks[k][0], asks[k][1], static_cast<uint64_t>(asks[k][2])) != a[k];
   CHECK(differ == 0);
 }
+
+TEST_CASE("routing: distances settled only as far as each route needs give the routes of distances settled to the end") {
+  // A router settles a destination's distances only up to the source a route starts from, and
+  // resumes when a farther source asks. Its routes must be those of a router whose distances
+  // were all settled first (each destination asked for once from a host, the farthest kind of
+  // node: it settles every switch and device), on a multi-plane fat-tree with three tiers
+  // (where a plane's routes leave the other planes unsettled) and on a fat-tree with hosts.
+  for (const char* yaml : {"{catalog: multi-plane, servers: 48, planes: 4, tiers: 3, switch_radix: 8, host_cpus: 2}",
+                           "{catalog: fat-tree, servers: 16, tiers: 3, switch_radix: 8, host_cpus: 2}"}) {
+    CAPTURE(yaml);
+    const Topology t = load(yaml);
+    const auto& d = t.devices();
+    int host = -1;
+    for (int v = 0; v < t.node_count() && host < 0; ++v)
+      if (t.node(v).kind == NodeKind::Host) host = v;
+    REQUIRE(host >= 0);
+    // Near sources and far ones interleaved, for every destination: asked near first, a
+    // destination's distances stop early and resume for the far ones.
+    std::vector<std::array<int, 3>> asks;
+    for (size_t j = 0; j < d.size(); j += 3)
+      for (size_t i : {j ^ 1u, (j + d.size() / 2) % d.size(), j ^ 2u, (j + 8) % d.size(), (j * 7 + 5) % d.size()})
+        if (i < d.size() && i != j) asks.push_back({d[i], d[j], static_cast<int>(i * 977 + j)});
+    Router lazy(t), settled(t);
+    for (size_t j = 0; j < d.size(); j += 3) settled.route(host, d[j], 1);
+    size_t differ = 0, hops = 0;
+    for (const auto& a : asks) {
+      const auto p = lazy.route(a[0], a[1], static_cast<uint64_t>(a[2]));
+      differ += p != settled.route(a[0], a[1], static_cast<uint64_t>(a[2]));
+      hops += p.size();
+    }
+    CHECK(asks.size() > 100);
+    CHECK(hops > 3 * asks.size());
+    CHECK(differ == 0);
+  }
+}
