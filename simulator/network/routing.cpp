@@ -16,7 +16,7 @@
 namespace sluice::net {
 
 namespace {
-// Dijkstra's buckets (dist_to): as wide as the lightest link (static_weight's 1024), as many as
+// Dijkstra's buckets (settle): as wide as the lightest link (static_weight's 1024), as many as
 // cover the distances of ordinary routes (4,096 buckets: 4 M, some 4,000 hops).
 constexpr int32_t kBucketWidth = 1024;
 constexpr size_t kBuckets = 4096;
@@ -142,8 +142,8 @@ void Router::settle(DistState& s, int64_t bound, bool complete, int until) {
   // Dijkstra from dst over the links out of each node (weights are symmetric, so distances
   // from dst are distances to dst), resumed from where it stopped. The queue holds
   // (distance << 32 | node) in one integer; a node is settled once, marked with this call's
-  // stamp (a node settled by an earlier call lies in a bucket below next_bucket: any entry of
-  // it left in the frontier is stale and skipped by its distance).
+  // stamp (a node settled by an earlier call lies below settled_below: the scan that rebuilds
+  // the frontier never pushes it again, and nothing can shorten it).
   ensure_weights();
   const size_t n = static_cast<size_t>(t_.node_count());
   DistVec& dist = s.dist;

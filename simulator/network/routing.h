@@ -75,7 +75,8 @@ class Router {
   // (Dial's buckets) that stops once it has settled every node up to the distance a route
   // asks for, and resumes from its frontier when a route needs more. A node nearer than
   // `settled_below` holds its exact distance; any other holds a tentative one (never below
-  // its true distance) or the max. A walk from src reads only nodes no farther than src
+  // its true distance) or the max (so does, once a run finished partial, every node past a
+  // torn-down circuit: unknown). A walk from src reads only nodes no farther than src
   // as candidates (dist(w) + w(v, w) == dist(v) <= dist(src)), so with every node up to
   // dist(src) settled it finds the same candidates as a finished run would give, and a
   // route inside one plane of a 100k-GPU rail-optimized fat-tree settles about its plane
@@ -235,7 +236,11 @@ class Router {
   void forget_routes() {
     kept_n_ = 0;
     route_pool_.clear();
-    ++seen_epoch_;  // (a kept slot of an older epoch is empty)
+    if (++seen_epoch_ == 0) {  // wrapped: 0 marks a slot never written, so start clean at 1
+      std::fill(kept_.begin(), kept_.end(), Kept{});
+      std::fill(seen_.begin(), seen_.end(), Seen{});
+      seen_epoch_ = 1;
+    }  // (else a kept or seen slot of an older epoch is empty)
   }
   struct RouteKey {
     uint64_t ends, salt;  // src << 32 | dst

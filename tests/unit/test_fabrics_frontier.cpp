@@ -311,5 +311,33 @@ TEST_CASE("routing: distances settled only as far as each route needs give the r
     CHECK(asks.size() > 100);
     CHECK(hops > 3 * asks.size());
     CHECK(differ == 0);
+    // Switches as destinations (each its own Dijkstra, not composed), and adaptive routing's
+    // parts and spray widths, from fresh routers the same two ways.
+    std::vector<int> sw;
+    for (int v = 0; v < t.node_count(); ++v)
+      if (t.node(v).kind == NodeKind::Switch) sw.push_back(v);
+    REQUIRE(sw.size() > 4);
+    Router lazy_sw(t), settled_sw(t), lazy_part(t), settled_part(t);
+    for (int x : sw) settled_sw.route(host, x, 1);
+    for (size_t j = 0; j < d.size(); j += 3) settled_part.route(host, d[j], 1);
+    size_t differ_sw = 0, differ_part = 0, parts = 0;
+    for (size_t k = 0; k < sw.size(); ++k)
+      for (size_t i : {k, k * 5 + 3, k * 11 + 1}) {
+        const int src = d[i % d.size()];
+        differ_sw += lazy_sw.route(src, sw[k], i) != settled_sw.route(src, sw[k], i);
+      }
+    for (const auto& a : asks) {
+      const int w = lazy_part.spray_width(a[0], a[1]);
+      differ_part += w != settled_part.spray_width(a[0], a[1]);
+      for (int part = 0; part < w; ++part, ++parts) {
+        std::vector<int> x, y;
+        lazy_part.route_part(a[0], a[1], static_cast<uint64_t>(a[2]), part, x);
+        settled_part.route_part(a[0], a[1], static_cast<uint64_t>(a[2]), part, y);
+        differ_part += x != y;
+      }
+    }
+    CHECK(differ_sw == 0);
+    CHECK(parts > asks.size());
+    CHECK(differ_part == 0);
   }
 }
