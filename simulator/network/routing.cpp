@@ -115,15 +115,17 @@ int32_t* Router::DistArena::take(size_t n) {
   return p;
 }
 
+void Router::start_state(DistState& s, int dst) {
+  s = DistState{};
+  s.dst = dst;
+  s.dist.reset(arena_, static_cast<size_t>(t_.node_count()));
+  s.dist.set(static_cast<size_t>(dst), 0);
+}
+
 Router::DistState& Router::dist_state(int dst) {
   auto [it, fresh] = dist_.try_emplace(dst);
-  DistState& s = it->second;
-  if (fresh) {
-    s.dst = dst;
-    s.dist.reset(arena_, static_cast<size_t>(t_.node_count()));
-    s.dist.set(static_cast<size_t>(dst), 0);
-  }
-  return s;
+  if (fresh) start_state(it->second, dst);
+  return it->second;
 }
 
 void Router::settle(DistState& s, int64_t bound, bool complete, int until) {
@@ -132,11 +134,7 @@ void Router::settle(DistState& s, int64_t bound, bool complete, int until) {
   if (s.finished) {
     if (!(complete && s.partial)) return;
     // Stopped at a torn-down circuit, and a route needs what lies beyond: again, complete.
-    const int dst = s.dst;
-    s = DistState{};
-    s.dst = dst;
-    s.dist.reset(arena_, static_cast<size_t>(t_.node_count()));
-    s.dist.set(static_cast<size_t>(dst), 0);
+    start_state(s, s.dst);
   }
   if (bound < s.settled_below) return;
   // Dijkstra from dst over the links out of each node (weights are symmetric, so distances
@@ -256,8 +254,8 @@ void Router::settle_for(Dist& d, int src) {
   // term i is settled up to U - via_w[i] and lowers U only if src is settled by then (else
   // its distance to src is above U). Every term ends settled past D - via_w[i].
   constexpr int64_t kInf = std::numeric_limits<int32_t>::max();
-  if (d.whole_state) {
-    settle_node(*d.whole_state, src);
+  if (d.whole) {
+    settle_node(*d.whole, src);
     return;
   }
   int64_t U = kInf;
@@ -269,7 +267,7 @@ void Router::settle_for(Dist& d, int src) {
   std::sort(order.begin(), order.begin() + d.vias, [&d](int a, int b) { return d.via_w[static_cast<size_t>(a)] < d.via_w[static_cast<size_t>(b)]; });
   for (int k = 0; k < d.vias; ++k) {
     const size_t i = static_cast<size_t>(order[static_cast<size_t>(k)]);
-    DistState& t = *d.via_state[i];
+    DistState& t = *d.via[i];
     if (U == kInf) settle_node(t, src);
     else settle(t, U - d.via_w[i], false);
     const int32_t x = t.dist[static_cast<size_t>(src)];
@@ -316,7 +314,7 @@ void Router::route(int src, int dst, uint64_t salt, std::vector<int>& out) {
     return;
   }
   const RouteKey key{static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32 | static_cast<uint32_t>(dst), salt};
-  const uint64_t h = RouteKeyHash{}(key) | 1;
+  const uint64_t h = kept_hash(key);
   if (const Kept* k = find_kept(key, h)) {
     const auto first = route_pool_.begin() + (k->at_len >> 8);
     out.insert(out.end(), first, first + (k->at_len & 0xFFu));
@@ -365,7 +363,7 @@ void Router::keep(const RouteKey& key, uint64_t h, uint32_t at, uint32_t len) {
     const size_t mask = kept_.size() - 1;
     for (const Kept& k : old)
       if (k.epoch == seen_epoch_) {
-        size_t i = kept_slot(RouteKeyHash{}(k.key) | 1, mask);
+        size_t i = kept_slot(kept_hash(k.key), mask);
         while (kept_[i].epoch == seen_epoch_) i = (i + 1) & mask;
         kept_[i] = k;
       }
@@ -399,13 +397,10 @@ Router::Dist Router::distances(int src, int dst) {
     }
     settle_for(d, src);
   } else {
-    d.whole_state = &dist_state(dst);
-    d.whole = &d.whole_state->dist;
+    d.whole = &dist_state(dst);
     settle_for(d, src);
-    if ((*d.whole)[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max()) {
-      settle(*d.whole_state, std::numeric_limits<int64_t>::max(), true);
-      settle_for(d, src);
-    }
+    if (d.whole->dist[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max())
+      settle(*d.whole, std::numeric_limits<int64_t>::max(), true);  // to the end, past torn-down circuits
   }
   if (d[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max())
     throw TopologyError(fmt::format("no route from '{}' to '{}'", t_.node(src).name, t_.node(dst).name));
@@ -430,7 +425,7 @@ bool Router::compose_dead_end(int u, int dst, int32_t wu, int rest, Dist& d) {
       if (b->to == u) continue;
       DistState* v = &dist_state(b->to);
       bool known = false;
-      for (int i = 0; i < c.vias; ++i) known = known || c.via_state[static_cast<size_t>(i)] == v;
+      for (int i = 0; i < c.vias; ++i) known = known || c.via[static_cast<size_t>(i)] == v;
       if (!known && c.vias + rest >= Dist::kMaxTerms) return false;
       c.add_term(wu + a->w + b->w, v);
     }

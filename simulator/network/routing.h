@@ -71,17 +71,6 @@ class Router {
   void route_dor(int src, int dst, uint64_t salt, std::vector<int>& out) const;
   // The shortest-path walk: part < 0 picks by hash, else route_part's choice.
   void route_walk(int src, int dst, uint64_t salt, int part, std::vector<int>& out);
-  // Distances to one destination, settled as far as routes have needed them: a Dijkstra
-  // (Dial's buckets) that stops once it has settled every node up to the distance a route
-  // asks for, and resumes from its frontier when a route needs more. A node nearer than
-  // `settled_below` holds its exact distance; any other holds a tentative one (never below
-  // its true distance) or the max (so does, once a run finished partial, every node past a
-  // torn-down circuit: unknown). A walk from src reads only nodes no farther than src
-  // as candidates (dist(w) + w(v, w) == dist(v) <= dist(src)), so with every node up to
-  // dist(src) settled it finds the same candidates as a finished run would give, and a
-  // route inside one plane of a 100k-GPU rail-optimized fat-tree settles about its plane
-  // instead of the whole cluster. The frontier is not kept: it is every node with a
-  // tentative distance, found again by a scan of the vector when the run resumes.
   // Where distance vectors live: chunks of memory the router keeps (on Linux, asked for in
   // huge pages), carved in order and reused after invalidate(). A 100k-GPU fat-tree asks for
   // thousands of half-megabyte vectors; from malloc each page of each was a fault of its own.
@@ -107,17 +96,25 @@ class Router {
    public:
     void reset(DistArena& a, size_t n) {
       p_ = a.take(n);
-      n_ = n;
       std::fill(p_, p_ + n, std::numeric_limits<int32_t>::max());
     }
     int32_t operator[](size_t v) const { return p_[v]; }
     void set(size_t v, int32_t d) { p_[v] = d; }
-    size_t size() const { return n_; }
 
    private:
     int32_t* p_ = nullptr;
-    size_t n_ = 0;
   };
+  // Distances to one destination, settled as far as routes have needed them: a Dijkstra
+  // (Dial's buckets) that stops once it has settled every node up to the distance a route
+  // asks for, and resumes from its frontier when a route needs more. A node nearer than
+  // `settled_below` holds its exact distance; any other holds a tentative one (never below
+  // its true distance) or the max (so does, once a run finished partial, every node past a
+  // torn-down circuit: unknown). A walk from src reads only nodes no farther than src
+  // as candidates (dist(w) + w(v, w) == dist(v) <= dist(src)), so with every node up to
+  // dist(src) settled it finds the same candidates as a finished run would give, and a
+  // route inside one plane of a 100k-GPU rail-optimized fat-tree settles about its plane
+  // instead of the whole cluster. The frontier is not kept: it is every node with a
+  // tentative distance, found again by a scan of the vector when the run resumes.
   struct DistState {
     int dst = -1;
     DistVec dist;
@@ -140,20 +137,18 @@ class Router {
     static constexpr int kMaxVia = 4;     // a device with more neighbours keeps its own Dijkstra
     static constexpr int kMaxTerms = 12;  // distance vectors composed
     static constexpr int kMaxNear = 20;   // single nodes at a fixed distance (a dead end and its devices)
-    const DistVec* whole = nullptr;
-    DistState* whole_state = nullptr;
+    DistState* whole = nullptr;
     std::array<int32_t, kMaxTerms> via_w{};                    // a path's weight to a switch ...
-    std::array<const DistVec*, kMaxTerms> via{};               // ... and that switch's distances
-    std::array<DistState*, kMaxTerms> via_state{};             // ... as far as they are settled
+    std::array<DistState*, kMaxTerms> via{};                   // ... and that switch's distances
     std::array<std::pair<int32_t, int32_t>, kMaxNear> near{};  // (node, distance)
     int vias = 0, nears = 0, dst = -1;
     int32_t near_lo = std::numeric_limits<int32_t>::max(), near_hi = -1;
     int32_t operator[](size_t w) const {
-      if (whole) return (*whole)[w];
+      if (whole) return whole->dist[w];
       if (static_cast<int>(w) == dst) return 0;
       int64_t best = std::numeric_limits<int32_t>::max();
       for (int i = 0; i < vias; ++i) {
-        const int32_t x = (*via[static_cast<size_t>(i)])[w];
+        const int32_t x = via[static_cast<size_t>(i)]->dist[w];
         if (x != std::numeric_limits<int32_t>::max()) best = std::min<int64_t>(best, static_cast<int64_t>(via_w[static_cast<size_t>(i)]) + x);
       }
       if (static_cast<int32_t>(w) >= near_lo && static_cast<int32_t>(w) <= near_hi)
@@ -161,8 +156,7 @@ class Router {
           if (near[static_cast<size_t>(i)].first == static_cast<int32_t>(w)) best = std::min<int64_t>(best, near[static_cast<size_t>(i)].second);
       return static_cast<int32_t>(best);
     }
-    void add_term(int32_t w, DistState* s) {
-      const DistVec* v = &s->dist;
+    void add_term(int32_t w, DistState* v) {
       for (int i = 0; i < vias; ++i)
         if (via[static_cast<size_t>(i)] == v) {
           via_w[static_cast<size_t>(i)] = std::min(via_w[static_cast<size_t>(i)], w);
@@ -170,7 +164,6 @@ class Router {
         }
       if (vias == kMaxTerms) throw std::logic_error("Router::Dist: more composed terms than it holds");
       via_w[static_cast<size_t>(vias)] = w;
-      via_state[static_cast<size_t>(vias)] = s;
       via[static_cast<size_t>(vias++)] = v;
     }
     void add_near(int32_t node, int32_t w) {
@@ -188,6 +181,8 @@ class Router {
   void ensure_weights();
   // The state of dst's distances, created (nothing settled) when first asked.
   DistState& dist_state(int dst);
+  // s as a fresh run to dst: every distance unknown but dst's own 0, nothing settled.
+  void start_state(DistState& s, int dst);
   // Settles every node of s at distance <= bound (all of them, and the heap past the buckets,
   // when bound reaches past the buckets), or fewer: only up to the bucket where node `until`
   // (when >= 0) is settled. Unless `complete`, the heap stops before a torn-down circuit's
@@ -261,6 +256,7 @@ class Router {
     uint32_t epoch = 0;
   };
   static constexpr size_t kMaxKeptHops = 255;  // a longer route is walked every time
+  static uint64_t kept_hash(const RouteKey& key) { return RouteKeyHash{}(key) | 1; }  // (never 0: a Seen slot's empty hash)
   const Kept* find_kept(const RouteKey& key, uint64_t h) const;
   void keep(const RouteKey& key, uint64_t h, uint32_t at, uint32_t len);
   std::vector<Kept> kept_;
