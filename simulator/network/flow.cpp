@@ -56,6 +56,8 @@ uint32_t FlowSim::alloc() {
   }
   if (flows_.size() >= (1u << 31)) throw std::overflow_error("too many concurrent flows");
   flows_.emplace_back();
+  flow_mark_.push_back(0);
+  flow_frozen_.push_back(0);
   return static_cast<uint32_t>(flows_.size() - 1);
 }
 
@@ -143,11 +145,17 @@ void FlowSim::begin(uint32_t f) {
 // Puts a flow on every link of its path, unrated (key +infinity) until the next recomputation.
 void FlowSim::attach(uint32_t f) {
   Flow& fl = flows_[f];
-  fl.pos.resize(fl.path.size());
+  if (fl.path.size() > fl.pos_cap) {
+    const size_t cap = std::bit_ceil(fl.path.size());
+    if (pos_.size() + cap > std::numeric_limits<uint32_t>::max()) throw std::overflow_error("too many concurrent flow hops");
+    fl.pos_base = static_cast<uint32_t>(pos_.size());
+    fl.pos_cap = static_cast<uint32_t>(cap);
+    pos_.resize(pos_.size() + cap);
+  }
   for (size_t h = 0; h < fl.path.size(); ++h) {
     const int l = fl.path[h];
     auto& lf = link_flows_[static_cast<size_t>(l)];
-    lf.push_back(LinkFlow{kInf, f, static_cast<uint32_t>(h)});
+    lf.push_back(LinkFlow{kInf, f, fl.pos_base + static_cast<uint32_t>(h)});
     heap_fix(l, lf.size() - 1);
     mark_dirty(l);
     grown_.push_back(l);
@@ -328,7 +336,7 @@ void FlowSim::schedule_finish(uint32_t f, int64_t now_ns) {
 
 void FlowSim::heap_place(std::vector<LinkFlow>& h, size_t i, const LinkFlow& e) {
   h[i] = e;
-  flows_[e.flow].pos[e.hop] = static_cast<uint32_t>(i);
+  pos_[e.slot] = static_cast<uint32_t>(i);
 }
 
 // Restores the heap order around entry i of a link's heap after its key changed.
@@ -381,7 +389,7 @@ void FlowSim::detach(uint32_t f) {
     const int l = fl.path[h];
     const size_t li = static_cast<size_t>(l);
     auto& lf = link_flows_[li];
-    const size_t p = fl.pos[h];
+    const size_t p = pos_[fl.pos_base + h];
     const LinkFlow moved = lf.back();
     lf.pop_back();
     if (p < lf.size()) {
@@ -411,7 +419,8 @@ void FlowSim::recompute() {
   ++epoch_;
   if (epoch_ == 0) {  // wrapped: clear marks
     std::fill(link_mark_.begin(), link_mark_.end(), 0);
-    for (auto& f : flows_) f.mark = f.frozen = 0;
+    std::fill(flow_mark_.begin(), flow_mark_.end(), 0);
+    std::fill(flow_frozen_.begin(), flow_frozen_.end(), 0);
     epoch_ = 1;
   }
   double bound = level_bound_;
@@ -433,9 +442,9 @@ void FlowSim::recompute() {
   // The flows to re-fill: those at or above the level on a changed link, then on their links ...
   for (size_t i = 0; i < comp_links_.size(); ++i) {
     for_each_at_least(comp_links_[i], level, [this](uint32_t f) {
-      Flow& fl = flows_[f];
-      if (fl.mark == epoch_) return;
-      fl.mark = epoch_;
+      if (flow_mark_[f] == epoch_) return;
+      flow_mark_[f] = epoch_;
+      const Flow& fl = flows_[f];
       comp_flows_.push_back(f);
       for (int l : fl.path)
         if (link_mark_[static_cast<size_t>(l)] != epoch_) {
@@ -491,9 +500,9 @@ void FlowSim::recompute() {
     }
     const bool below = share < cap_[li] * (1 - 1e-12);  // the bottleneck is shared (or partly taken)
     for_each_at_least(l, level, [this, share, below](uint32_t f) {
+      if (flow_frozen_[f] == epoch_) return;
+      flow_frozen_[f] = epoch_;
       Flow& fl = flows_[f];
-      if (fl.frozen == epoch_) return;
-      fl.frozen = epoch_;
       fl.new_rate_Bps = share;
       fl.shared |= below;
       for (int l2 : fl.path) {
@@ -511,8 +520,9 @@ void FlowSim::recompute() {
     for (size_t h = 0; h < fl.path.size(); ++h) {
       const size_t li = static_cast<size_t>(fl.path[h]);
       load_[li] += delta;
-      link_flows_[li][fl.pos[h]].key = fl.new_rate_Bps;
-      heap_fix(fl.path[h], fl.pos[h]);
+      const uint32_t p = pos_[fl.pos_base + h];
+      link_flows_[li][p].key = fl.new_rate_Bps;
+      heap_fix(fl.path[h], p);
     }
     fl.keyed = true;
     if (fl.new_rate_Bps != fl.rate_Bps) {

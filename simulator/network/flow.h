@@ -140,11 +140,14 @@ class FlowSim final : public EventHandler {
   struct LinkFlow {
     double key;     // the flow's rate; +infinity until its first rating
     uint32_t flow;
-    uint32_t hop;   // index of the link in the flow's path
+    uint32_t slot;  // pos_[slot]: where this entry sits in its heap (the flow's pos_base + hop)
   };
   struct Flow {
     std::vector<int> path;
-    std::vector<uint32_t> pos;  // index of this flow in link_flows_[path[h]]
+    // Its entries' places in the link heaps: pos_[pos_base + h] is its index in
+    // link_flows_[path[h]]; pos_cap slots are reserved (a power of two, kept for reuse).
+    uint32_t pos_base = 0;
+    uint32_t pos_cap = 0;
     double left_bytes = 0;
     double rate_Bps = 0;
     double new_rate_Bps = 0;
@@ -153,8 +156,6 @@ class FlowSim final : public EventHandler {
     FlowSink* sink = nullptr;
     uint64_t tag = 0;
     uint32_t gen = 0;
-    uint32_t mark = 0;
-    uint32_t frozen = 0;
     State state = State::Free;
     bool keyed = false;  // its link-heap keys hold rate_Bps (false until its first rating)
     bool shared = false; // it ran below its bottleneck link's capacity at some rating
@@ -186,6 +187,13 @@ class FlowSim final : public EventHandler {
   std::vector<uint32_t> free_;
   // Exact sums of rates (fixed point, 2^-16 B/s): adding and removing a rate never drifts.
   std::vector<std::vector<LinkFlow>> link_flows_;  // per link, a max-heap of its flows by rate
+  // Every flow's heap positions in one array: a heap move writes its slot straight from the
+  // entry, with no load of the flow's own record first (that dependent miss was most of the
+  // cost of heap maintenance on a million flows).
+  std::vector<uint32_t> pos_;
+  // Per flow, the recomputation (epoch_) that last found it and froze it. Apart from the flow
+  // records so that the checks, several per flow and recomputation, read a dense array.
+  std::vector<uint32_t> flow_mark_, flow_frozen_;
   std::vector<FixedSum> load_;   // per link: exact sum of its flows' current rates
   std::vector<FixedSum> part_;   // per link, during a recompute: the part of load_ being re-filled
   std::vector<double> cap_, rem_;
