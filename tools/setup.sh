@@ -4,6 +4,8 @@
 set -euo pipefail
 PACKAGES=(build-essential cmake ninja-build libboost-graph-dev nlohmann-json3-dev libyaml-cpp-dev
           libcli11-dev libfmt-dev doctest-dev
+          # the sluice binary's allocator (huge pages for its flow heaps; simulator/CMakeLists.txt)
+          libjemalloc-dev
           # sluice sweep over MPI ranks; sluice report (plots, topology drawings); schema tests
           libopenmpi-dev openmpi-bin python3-matplotlib graphviz python3-jsonschema)
 # The report pages' browser test (tools/test.sh sets SLUICE_SETUP_BROWSER=1; the quickstart needs no browser).
