@@ -197,6 +197,10 @@ int run_cost(const CostArgs& a) {
         if (problem->key == key) at = flag;
       throw ConfigError(kCommandLine, at.first, at.second, problem->problem, problem->valid);
     }
+  if (a.dp_attention && a.pp != 1)
+    throw ConfigError(kCommandLine, "--pp", std::to_string(a.pp),
+                      "data-parallel attention deals a stage's sequences over its --tp devices, and pipeline stages are not modelled with it",
+                      "--pp 1 with --dp-attention (as a scenario's deployment.moe.data_parallel_attention needs pipeline_parallel: 1)");
   {
     bool found = false;
     for (const auto& [n, p] : precision_names())

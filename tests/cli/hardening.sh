@@ -299,6 +299,11 @@ PY
     said "--dp-attention"
     expect 2 "$S" cost --model deepseek-v3 --precision fp8 --tp 1 --expert-parallel --dispatch alltoall --dp-attention
     said "--dp-attention"
+    # Pipeline stages are not modelled with it (as in a scenario): refused at --pp, not as a
+    # generic cost-model error.
+    expect 2 "$S" cost --model deepseek-v3 --precision fp8 --tp 16 --pp 2 --expert-parallel --dispatch alltoall --dp-attention
+    said "--pp = '2'"
+    said "pipeline stages are not modelled"
     ;;
 
   monkey_nothing)
