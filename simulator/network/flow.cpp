@@ -147,7 +147,7 @@ void FlowSim::attach(uint32_t f) {
   Flow& fl = flows_[f];
   if (fl.path.size() > fl.pos_cap) {
     const size_t cap = std::bit_ceil(fl.path.size());
-    if (pos_.size() + cap > std::numeric_limits<uint32_t>::max()) throw std::overflow_error("too many concurrent flow hops");
+    if (pos_.size() + cap > std::numeric_limits<uint32_t>::max()) throw std::overflow_error("too many flow hop slots (2^32)");
     fl.pos_base = static_cast<uint32_t>(pos_.size());
     fl.pos_cap = static_cast<uint32_t>(cap);
     pos_.resize(pos_.size() + cap);
@@ -200,7 +200,11 @@ void FlowSim::check_invariants() const {
       throw std::logic_error(fmt::format("flow invariant broken at {}: link {} ({} -> {}) carries {:.6g} B/s over its capacity of {:.6g} B/s",
                                          engine_.now().str(), l, topo_.node(topo_.link(static_cast<int>(l)).src).name,
                                          topo_.node(topo_.link(static_cast<int>(l)).dst).name, load, cap_[l]));
-    for (const LinkFlow& e : link_flows_[l]) {
+    for (size_t i = 0; i < link_flows_[l].size(); ++i) {
+      const LinkFlow& e = link_flows_[l][i];
+      if (pos_[e.slot] != i)
+        throw std::logic_error(fmt::format("flow invariant broken at {}: flow {} sits at {} of link {}'s heap, its slot says {}",
+                                           engine_.now().str(), e.flow, i, l, pos_[e.slot]));
       const double r = flows_[e.flow].rate_Bps;
       if (!(r >= 0) || !std::isfinite(r))
         throw std::logic_error(fmt::format("flow invariant broken at {}: flow {} has rate {}", engine_.now().str(), e.flow, r));

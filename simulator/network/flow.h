@@ -145,7 +145,8 @@ class FlowSim final : public EventHandler {
   struct Flow {
     std::vector<int> path;
     // Its entries' places in the link heaps: pos_[pos_base + h] is its index in
-    // link_flows_[path[h]]; pos_cap slots are reserved (a power of two, kept for reuse).
+    // link_flows_[path[h]]; pos_cap slots are reserved (a power of two, kept when the record
+    // is reused; a longer path takes a new block and leaves the old one, at most its size again).
     uint32_t pos_base = 0;
     uint32_t pos_cap = 0;
     double left_bytes = 0;

@@ -199,6 +199,42 @@ TEST_CASE("flow: a flow ending at the top level speeds up only the flows it bott
   CHECK(sim.rate_Bps(b) == 5e9);
 }
 
+TEST_CASE("flow: a reused flow record gets heap slots for a longer path, and every heap entry finds its place") {
+  // A chain of 6 links. One-hop flows end first and their records are reused by flows of 3
+  // and 5 hops: each needs more position slots than the record had reserved (1, then 4),
+  // while earlier flows still sit in the same link heaps. Rates must be the max-min ones, and
+  // check_invariants also checks that every heap entry's slot says where it sits.
+  Topology t("chain");
+  for (int i = 0; i < 7; ++i) t.add_node(NodeInfo{fmt::format("n{}", i), NodeKind::Device});
+  std::vector<int> l;
+  for (int i = 0; i < 6; ++i) l.push_back(t.add_link(i, i + 1, 10e9, 0));
+  Engine e(1);
+  Router r(t);
+  FlowSim sim(e, t, r);
+  struct Count : FlowSink {
+    int done = 0;
+    void on_flow_done(Engine&, uint64_t) override { ++done; }
+  } sink;
+  const uint32_t shortf = sim.start_on_path({l[0]}, 1e6, &sink, 1);  // ends first
+  const uint32_t longf = sim.start_on_path({l[0], l[1], l[2], l[3], l[4], l[5]}, 1e9, &sink, 2);
+  while (sink.done < 1) e.step();
+  e.run(e.now());  // the recomputation after its end
+  sim.check_invariants();
+  const uint32_t three = sim.start_on_path({l[1], l[2], l[3]}, 1e9, &sink, 3);
+  CHECK(three == shortf);  // the freed record, now with three hops
+  const uint32_t five = sim.start_on_path({l[1], l[2], l[3], l[4], l[5]}, 1e9, &sink, 4);
+  e.run(e.now());
+  sim.check_invariants();
+  // Links 1-3 carry three flows, 4-5 two, link 0 one: everyone is held to 10/3 GB/s by link 1.
+  CHECK(sim.rate_Bps(longf) == doctest::Approx(10e9 / 3));
+  CHECK(sim.rate_Bps(three) == doctest::Approx(10e9 / 3));
+  CHECK(sim.rate_Bps(five) == doctest::Approx(10e9 / 3));
+  e.run();
+  CHECK(sink.done == 4);
+  sim.check_invariants();
+  CHECK(sim.active_flows() == 0);
+}
+
 TEST_CASE("collectives: a graveyard keeps voided collectives until they finish, then lets them go") {
   TorusSpec spec;
   spec.dims = {8};
