@@ -19,10 +19,10 @@ using sluice::testing::run_text;
 namespace {
 
 // One device, one micro-batch of `sequence` tokens of a 2-layer model with a `vocab` vocabulary.
-std::string one_device(int vocab, bool recompute, int sequence = 2048) {
+std::string one_device(int vocab, bool recompute, int sequence = 2048, const std::string& job = "") {
   const std::string s = std::to_string(sequence);
   return std::string(sluice::testing::kFourDeviceStar) + "workloads:\n  - {name: j, kind: training, sequence: " + s +
-         ", cost_tables: none, iterations: 1, recompute: " + (recompute ? "true" : "false") +
+         ", cost_tables: none, iterations: 1, recompute: " + (recompute ? "true" : "false") + job +
          ",\n     model: {name: flat, layers: 2, hidden: 4096, heads: 32, kv_heads: 32, ffn: 16384, vocab: " +
          std::to_string(vocab) + ", max_context: " + s + "},\n     parallel: {tp: 1, pp: 1, dp: 1, micro_batches: 1}}\n";
 }
@@ -43,6 +43,24 @@ TEST_CASE("Training loss: the cross-entropy moves 52 bytes a logit, in the last 
   CHECK(per_mb(run_text(one_device(128000, false, 4096)))["loss"].get<double>() == doctest::Approx(2 * loss_ms).epsilon(1e-6));
   // A tiny vocabulary: six and two kernels at a launch's floor, next to nothing.
   CHECK(per_mb(run_text(one_device(8, false)))["loss"].get<double>() < 0.02);
+}
+
+TEST_CASE("Training loss: fused (loss_fusion) it moves 28 bytes a logit in four kernels, and only the loss changes") {
+  const double bw = load_hardware("h200").effective_bandwidth_Bps();
+  const double S = 2048, V = 128000;
+  const Json plain = run_text(one_device(128000, false)), fused = run_text(one_device(128000, false, 2048, ", loss_fusion: true"));
+  // Forward: cast and max (2 + 4), subtract-exp-sum (8), divide (8) = 22; backward: 4 + 2 = 6.
+  const double loss_ms = per_mb(fused)["loss"].get<double>();
+  CHECK(loss_ms == doctest::Approx(28 * S * V / bw * 1e3).epsilon(1e-6));
+  // The forward and backward differ from the unfused run's by the loss's own difference:
+  // 38 - 22 and 14 - 6 bytes a logit; the fp32 softmax kept is the same memory.
+  const double d_fwd = (38 - 22) * S * V / bw * 1e3, d_bwd = (14 - 6) * S * V / bw * 1e3;
+  CHECK(per_mb(plain)["forward"].get<double>() - per_mb(fused)["forward"].get<double>() == doctest::Approx(d_fwd).epsilon(1e-4));
+  CHECK(per_mb(plain)["backward"].get<double>() - per_mb(fused)["backward"].get<double>() == doctest::Approx(d_bwd).epsilon(1e-4));
+  CHECK(fused["training"]["memory_per_device"]["total_bytes"] == plain["training"]["memory_per_device"]["total_bytes"]);
+  // A tiny vocabulary: every kernel at a launch's floor, four of them against eight.
+  const double tiny = per_mb(run_text(one_device(8, false)))["loss"].get<double>();
+  CHECK(per_mb(run_text(one_device(8, false, 2048, ", loss_fusion: true")))["loss"].get<double>() == doctest::Approx(tiny / 2).epsilon(1e-3));
 }
 
 TEST_CASE("Training loss: full recomputation repeats the decoder layers' forward, not the LM head's nor the loss") {

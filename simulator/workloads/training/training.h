@@ -83,6 +83,9 @@ struct TrainingConfig {
   // mtp_num_layers), on the last pipeline stage: each one more decoder layer of the model's last
   // kind, a 2h -> h projection, and its own pass through the shared embedding and LM head.
   int mtp_layers = 0;
+  // Megatron's cross_entropy_loss_fusion (its native fused vocabulary-parallel cross-entropy):
+  // the loss in 3 kernels forward and 1 backward instead of 6 and 2 (TrainingJob::loss_ns).
+  bool loss_fusion = false;
   // Decoder layers on the first and the last pipeline stage (0: the even split), as Megatron's
   // decoder_first/last_pipeline_num_layers; the stages between split the rest.
   int first_stage_layers = 0, last_stage_layers = 0;

@@ -221,16 +221,29 @@ void TrainingJob::plan_slices() {
 //     counts it);
 //   backward: the softmax scaled in place by the loss's gradient (4 + 4) and cast back for the
 //     LM head's backward (4 + b): 14 bytes in two.
-// The one-hot subtraction, the targets' gather and the three tensor-parallel all-reduces of
-// per-token scalars are a token's work, not a logit's: left out.
+// With loss_fusion (Megatron's cross_entropy_loss_fusion, its native path: the same steps in
+// jit-fused functions), each fused function one pass over the logits:
+//   forward: cast and max (b + 4; an fp32 model's max reads 4 and writes nothing), subtract,
+//     exp and sum (4 + 4, exp in place), the division (4 + 4): 22 bytes a bf16 logit in three;
+//   backward: scale, one-hot subtraction and cast back (4 + b): 6 bytes in one.
+// The fp32 softmax is kept for the backward either way (the same memory).
+// The one-hot subtraction (unfused), the targets' gather and the tensor-parallel all-reduces of
+// per-token scalars (three, two fused) are a token's work, not a logit's: left out.
 std::pair<double, double> TrainingJob::loss_ns(double rows) const {
   const ModelSpec& m = c_.model;
   const double b = m.dtype_bytes, heads = 1.0 + c_.mtp_layers;
   const double logits = static_cast<double>(m.vocab) / c_.tp * heads;  // a token's, every head's
   const bool cast = b < 4;
-  const double fwd_bytes = (cast ? b + 4 : 0) + 4 + 8 + 8 + 4 + 8, bwd_bytes = 8 + (cast ? 4 + b : 0);
-  const double f = cost_.elementwise("loss.forward", "", rows, logits * fwd_bytes, heads * (cast ? 6 : 5)).ns;
-  const double g = cost_.elementwise("loss.backward", "", rows, logits * bwd_bytes, heads * (cast ? 2 : 1)).ns;
+  double fwd_bytes, bwd_bytes, fwd_kernels, bwd_kernels;
+  if (c_.loss_fusion) {
+    fwd_bytes = (cast ? b + 4 : 4) + 8 + 8, fwd_kernels = 3;
+    bwd_bytes = 4 + (cast ? b : 4), bwd_kernels = 1;
+  } else {
+    fwd_bytes = (cast ? b + 4 : 0) + 4 + 8 + 8 + 4 + 8, fwd_kernels = cast ? 6 : 5;
+    bwd_bytes = 8 + (cast ? 4 + b : 0), bwd_kernels = cast ? 2 : 1;
+  }
+  const double f = cost_.elementwise("loss.forward", "", rows, logits * fwd_bytes, heads * fwd_kernels).ns;
+  const double g = cost_.elementwise("loss.backward", "", rows, logits * bwd_bytes, heads * bwd_kernels).ns;
   return {f, g};
 }
 
