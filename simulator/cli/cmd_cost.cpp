@@ -200,7 +200,7 @@ int run_cost(const CostArgs& a) {
   if (a.dp_attention && a.pp != 1)
     throw ConfigError(kCommandLine, "--pp", std::to_string(a.pp),
                       "data-parallel attention deals a stage's sequences over its --tp devices, and pipeline stages are not modelled with it",
-                      "--pp 1 with --dp-attention (as a scenario's deployment.moe.data_parallel_attention needs pipeline_parallel: 1)");
+                      "--pp 1 with --dp-attention, or no --dp-attention (as a scenario's deployment.moe.data_parallel_attention needs pipeline_parallel: 1)");
   {
     bool found = false;
     for (const auto& [n, p] : precision_names())

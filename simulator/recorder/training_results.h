@@ -94,6 +94,7 @@ struct TrainingSetup {
   int micro_batches = 1, micro_batch_size = 1, sequence = 0;
   bool recompute = false;
   int mtp_layers = 0;  // multi-token prediction modules trained
+  bool loss_fusion = false;  // the cross-entropy fused (Megatron's cross_entropy_loss_fusion)
   std::vector<int> stage_layers;  // decoder layers on each pipeline rank (its chunks' together; MTP modules not counted)
   std::string dp_algorithm, tp_algorithm;
   bool moe = false;

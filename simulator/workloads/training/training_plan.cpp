@@ -222,12 +222,15 @@ void TrainingJob::plan_slices() {
 //   backward: the softmax scaled in place by the loss's gradient (4 + 4) and cast back for the
 //     LM head's backward (4 + b): 14 bytes in two.
 // With loss_fusion (Megatron's cross_entropy_loss_fusion, its native path: the same steps in
-// jit-fused functions), each fused function one pass over the logits:
-//   forward: cast and max (b + 4; an fp32 model's max reads 4 and writes nothing), subtract,
-//     exp and sum (4 + 4, exp in place), the division (4 + 4): 22 bytes a bf16 logit in three;
-//   backward: scale, one-hot subtraction and cast back (4 + b): 6 bytes in one.
-// The fp32 softmax is kept for the backward either way (the same memory).
-// The one-hot subtraction (unfused), the targets' gather and the tensor-parallel all-reduces of
+// jit-fused functions), each fused function taken as one pass over the logits (what a fuser can
+// make of it; how well torch.compile fuses them varies with the version):
+//   forward: cast and max (b + 4), subtract, exp and sum (4 + 4, exp in place), the division
+//     (4 + 4): 22 bytes a bf16 logit in three;
+//   backward: scale and cast back (4 + 4 + b: the softmax is scaled in place, an input the
+//     fused function must write back, then cast): 10 bytes in one.
+// The fp32 softmax is kept for the backward either way (the same memory). Models here are
+// 2-byte (bf16, fp16); a 4-byte dtype would skip the casts.
+// In both, the one-hot subtraction, the targets' gather and the tensor-parallel all-reduces of
 // per-token scalars (three, two fused) are a token's work, not a logit's: left out.
 std::pair<double, double> TrainingJob::loss_ns(double rows) const {
   const ModelSpec& m = c_.model;
@@ -237,7 +240,7 @@ std::pair<double, double> TrainingJob::loss_ns(double rows) const {
   double fwd_bytes, bwd_bytes, fwd_kernels, bwd_kernels;
   if (c_.loss_fusion) {
     fwd_bytes = (cast ? b + 4 : 4) + 8 + 8, fwd_kernels = 3;
-    bwd_bytes = 4 + (cast ? b : 4), bwd_kernels = 1;
+    bwd_bytes = 8 + (cast ? b : 0), bwd_kernels = 1;
   } else {
     fwd_bytes = (cast ? b + 4 : 0) + 4 + 8 + 8 + 4 + 8, fwd_kernels = cast ? 6 : 5;
     bwd_bytes = 8 + (cast ? 4 + b : 0), bwd_kernels = cast ? 2 : 1;
