@@ -185,22 +185,19 @@ int run_cost(const CostArgs& a) {
   opt.moe.redundant_experts = a.redundant_experts;
   opt.moe.data_parallel_attention = a.dp_attention;
   if (m.moe())
-    if (const auto problem = moe_problem(m, opt.moe, a.tp)) {
+    if (const auto problem = moe_problem(m, opt.moe, a.tp, a.pp)) {
       // The problem's key, as this command spells it, and its value (anything else: --tp).
       const std::pair<const char*, std::pair<const char*, std::string>> flags[] = {
           {"dispatch", {"--dispatch", a.dispatch}},
           {"eplb", {"--eplb", a.eplb ? "true" : "false"}},
           {"redundant_experts", {"--redundant-experts", std::to_string(a.redundant_experts)}},
-          {"data_parallel_attention", {"--dp-attention", "true"}}};
+          {"data_parallel_attention", {"--dp-attention", "true"}},
+          {"pipeline_parallel", {"--pp", std::to_string(a.pp)}}};
       std::pair<const char*, std::string> at{"--tp", std::to_string(a.tp)};
       for (const auto& [key, flag] : flags)
         if (problem->key == key) at = flag;
       throw ConfigError(kCommandLine, at.first, at.second, problem->problem, problem->valid);
     }
-  if (a.dp_attention && a.pp != 1)
-    throw ConfigError(kCommandLine, "--pp", std::to_string(a.pp),
-                      "data-parallel attention deals a stage's sequences over its --tp devices, and pipeline stages are not modelled with it",
-                      "--pp 1 with --dp-attention, or no --dp-attention (as a scenario's deployment.moe.data_parallel_attention needs pipeline_parallel: 1)");
   {
     bool found = false;
     for (const auto& [n, p] : precision_names())

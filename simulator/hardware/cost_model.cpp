@@ -136,7 +136,7 @@ const char* implementation_name(Implementation i) {
   return "?";
 }
 
-std::optional<MoeProblem> moe_problem(const ModelSpec& m, const MoeOptions& mo, int tp) {
+std::optional<MoeProblem> moe_problem(const ModelSpec& m, const MoeOptions& mo, int tp, int pp) {
   const int E = m.experts;
   if (mo.data_parallel_ep > 1) {
     if (E % mo.data_parallel_ep != 0)
@@ -174,6 +174,11 @@ std::optional<MoeProblem> moe_problem(const ModelSpec& m, const MoeOptions& mo, 
   if (mo.data_parallel_attention && tp < 2)
     return MoeProblem{"data_parallel_attention", "splits the batch over the tensor-parallel devices, and there is one",
                       "tensor_parallel of 2 or more, or false"};
+  if (mo.two_batch_overlap && pp > 1)
+    return MoeProblem{"two_batch_overlap", "overlaps a single stage's compute with its communication", "pipeline_parallel: 1, or false"};
+  if (mo.data_parallel_attention && pp > 1)
+    return MoeProblem{"pipeline_parallel", "data-parallel attention deals each stage's sequences over its devices, and pipeline stages are not modelled with it",
+                      "1 with data_parallel_attention, or data_parallel_attention: false"};
   if (mo.zipf_s != 1 && mo.routing != MoeOptions::Routing::Zipf)
     return MoeProblem{"zipf_s", "only Zipf routing has an exponent", "routing: zipf, or leave it out"};
   if (mo.routing == MoeOptions::Routing::Measured) {

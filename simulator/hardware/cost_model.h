@@ -121,11 +121,13 @@ struct MoeOptions {
 };
 
 // A placement of an MoE model's experts that cannot be (the one check the scenario keys, `sluice
-// cost` and the cost model share): the deployment.moe key at fault, the problem, what is valid.
+// cost` and the cost model share): the deployment.moe key at fault (pipeline_parallel: the
+// deployment's own), the problem, what is valid. `pp`: the pipeline stages (two-batch overlap
+// and data-parallel attention are modelled for one).
 struct MoeProblem {
   std::string key, problem, valid;
 };
-std::optional<MoeProblem> moe_problem(const ModelSpec& m, const MoeOptions& mo, int tp);
+std::optional<MoeProblem> moe_problem(const ModelSpec& m, const MoeOptions& mo, int tp, int pp = 1);
 
 struct CostOptions {
   int tensor_parallel = 1;

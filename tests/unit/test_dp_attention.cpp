@@ -189,6 +189,10 @@ TEST_CASE("dp attention: bad input is refused at its key before anything runs") 
   refused({"workloads.0.deployment.prefill_pool=null", "workloads.0.deployment.prefill_replicas=0", "workloads.0.deployment.replicas=1"},
           "prefill_pool");
   refused({"workloads.0.deployment.moe.expert_parallel=false", "workloads.0.deployment.moe.dispatch=allreduce"}, "all-to-all");
+  // Pipeline stages: refused at the deployment's pipeline_parallel (the check sluice cost shares).
+  refused({"workloads.0.deployment.pipeline_parallel=2"}, "pipeline stages are not modelled");
+  CHECK_THROWS_WITH_AS(run_text(kDisagg, {"workloads.0.deployment.pipeline_parallel=2", "workloads.0.deployment.moe.data_parallel_attention=true"}),
+                       doctest::Contains("pipeline_parallel = "), ConfigError);
   CHECK_THROWS_WITH_AS(run_text(kDisagg, {"workloads.0.model=llama3-8b", "workloads.0.deployment.moe={data_parallel_attention: true}",
                                           "workloads.0.deployment.precision=bf16"}),
                        doctest::Contains("dense model"), ConfigError);

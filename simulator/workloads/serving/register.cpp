@@ -386,17 +386,11 @@ static void check_moe(const ServingConfig& c, const Params& d) {
       if (ms.given(k)) ms.fail(k, fmt::format("{} is a dense model: it has no experts", m.name), "leave deployment.moe out, or an MoE model");
     return;
   }
-  if (const auto problem = moe_problem(m, mo, c.tensor_parallel)) ms.fail(problem->key, problem->problem, problem->valid);
+  if (const auto problem = moe_problem(m, mo, c.tensor_parallel, c.pipeline_parallel))
+    (problem->key == "pipeline_parallel" ? d : ms).fail(problem->key, problem->problem, problem->valid);
   if (mo.rows_per_expert && !(mo.expert_parallel && mo.alltoall))
     ms.fail("token_dispatcher", "says what an all-to-all dispatch sends, and this deployment dispatches none",
             "flex, or expert_parallel: true with dispatch: alltoall");
-  if (mo.two_batch_overlap && c.pipeline_parallel > 1)
-    ms.fail("two_batch_overlap", "overlaps a single stage's compute with its communication", "pipeline_parallel: 1, or false");
-  if (mo.data_parallel_attention) {
-    if (c.pipeline_parallel > 1)
-      ms.fail("data_parallel_attention", "deals each stage's sequences over its devices, and pipeline stages are not modelled with it",
-              "pipeline_parallel: 1, or false");
-  }
 }
 
 // The bindings alone, to fill a config (the schemas they were declared on are thrown away;
