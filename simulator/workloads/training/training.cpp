@@ -367,21 +367,24 @@ void TrainingJob::compute_done(int sl) {
 void TrainingJob::tp_allreduces(int sl) {
   Stage& st = stages_[static_cast<size_t>(sl)];
   if (c_.tp > 1) {
-    // The op's tensor-parallel all-reduces (two per layer, forward or backward) as one fused ring
-    // per context-parallel rank, over its share of the tokens.
-    const int s = virtual_stage(sl, st.order[st.next - 1].mb);
-    const double tokens = unit_tokens(st.order[st.next - 1].mb) / c_.cp;
+    // The op's tensor-parallel collectives (tp_pass) as one fused ring per context-parallel
+    // rank, over its share of the tokens.
+    const Op op = st.order[st.next - 1];
+    const int s = virtual_stage(sl, op.mb);
+    const double tokens = unit_tokens(op.mb) / c_.cp;
+    const TpPass pass = tp_pass(s, op.forward);
+    const double bytes = pass.bytes(cost_, tokens, s);
     const auto& nodes = nodes_[static_cast<size_t>(sl)];
     st.tp_collectives.clear();
     st.tp_left = c_.cp;
     for (int c = 0; c < c_.cp; ++c) {
       net::CollectiveOptions o;
       o.fused_ring_steps = true;
-      o.fused_count = tp_rings(s);
+      o.fused_count = pass.count;
       o.salt = static_cast<uint64_t>(sl) + static_cast<uint64_t>(c) * 0x9E3779B1u;
       std::vector<int> group(nodes.begin() + c * c_.tp, nodes.begin() + (c + 1) * c_.tp);
       st.tp_collectives.push_back(
-          std::make_unique<net::Collective>(world_.fabric(), c_.tp_algorithm, std::move(group), cost_.tp_allreduce_bytes(tokens, s), o));
+          std::make_unique<net::Collective>(world_.fabric(), c_.tp_algorithm, std::move(group), bytes, o));
       flows_ += static_cast<uint64_t>(c_.tp);
     }
     for (auto& coll : st.tp_collectives)

@@ -150,7 +150,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   void measure_tp_ring();
   // A pass's tensor-parallel all-reduces on stage s over `tokens` tokens, as the fused ring
   // the simulation runs (2(n-1)/n of the bytes over the slowest edge, every step's latency).
-  double tp_ns(double tokens, int s) const;
+  double tp_ns(double tokens, int s, bool forward) const;
   // One direction of the slowest boundary for `tokens` tokens: each rank's share of the activations.
   double handoff_ns(double tokens) const;
 
@@ -228,13 +228,52 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     const LayerRange r = cost_.stage_range(vs);
     return r.count + r.mtp;
   }
-  // The tensor-parallel collectives a pass of virtual stage vs runs (each a ring's latencies):
-  // two a layer, and with expert parallelism a shared expert's output on each MoE layer besides
-  // (CostModel::tp_allreduce_bytes carries their bytes).
-  int tp_rings(int vs) const {
+  // The tensor-parallel collectives a pass of virtual stage vs runs, fused into one ring per op,
+  // as all-reduces' worth (a reduce-scatter or an all-gather counts half: half the steps' latencies
+  // and half the bytes a device sends per buffer byte; training runs Megatron's sequence
+  // parallelism, so the ends below are those):
+  //   - the decoder layers' two a layer (each an all-gather and a reduce-scatter), and with expert
+  //     parallelism a shared expert's output on each MoE layer besides (CostModel::tp_allreduce_bytes
+  //     carries their bytes); a backward under full recomputation runs them twice (the recomputed
+  //     forward's own, then the backward's);
+  //   - on the first stage, the embedding's reduce-scatter into the sequence-parallel region
+  //     (forward; its backward an all-gather), never recomputed;
+  //   - on the last, each LM head's all-gather of the sequence before it (forward; a
+  //     reduce-scatter of its input's gradient backward) and its cross-entropy's all-reduces of
+  //     per-token fp32 scalars (forward: the logits' max, the target's logit and the sum of
+  //     exponentials, three; two with loss_fusion, which sends the last two as one);
+  //   - each multi-token prediction module's embedding (as the first stage's), its projection's
+  //     all-gather of its [embedding; hidden] input along the sequence (2h a token) and of its
+  //     output across tp before the sequence is scattered again (forward; backward, the
+  //     scatter's all-gather and the input gradient's reduce-scatter).
+  // Not run: the weight gradients' re-gather of a sequence-parallel input in the backward
+  // (Megatron overlaps it with the input gradient's GEMM), anywhere.
+  struct TpPass {
+    double count = 0;   // all-reduces' worth (each pays a ring's steps' latencies)
+    double layers = 0;  // times the layers' bytes (CostModel::tp_allreduce_bytes): 1, 2 recomputing
+    double extra_per_token = 0;  // the rest, in all-reduce buffer bytes a token
+    double bytes(const CostModel& cost, double tokens, int vs) const {
+      return layers * cost.tp_allreduce_bytes(tokens, vs) + extra_per_token * tokens;
+    }
+  };
+  TpPass tp_pass(int vs, bool forward) const {
+    TpPass p;
+    if (c_.tp < 2) return p;
     const LayerRange r = cost_.stage_range(vs);
     const bool shared = c_.ep > 1 && c_.model.shared_experts > 0;
-    return 2 * layers_run(vs) + (shared ? c_.model.moe_layers_in(r.first, r.count) : 0);
+    p.layers = c_.recompute && !forward ? 2 : 1;
+    p.count = p.layers * (2 * layers_run(vs) + (shared ? c_.model.moe_layers_in(r.first, r.count) : 0));
+    const double row = static_cast<double>(c_.model.hidden) * c_.model.dtype_bytes;  // a token's activation
+    if (r.embedding) p.count += 0.5, p.extra_per_token += row / 2;
+    if (r.lm_head) {
+      const double heads = 1.0 + r.mtp;
+      p.count += heads * 0.5, p.extra_per_token += heads * row / 2;
+      if (forward) p.count += heads * (c_.loss_fusion ? 2 : 3), p.extra_per_token += heads * 12;
+      // each module: its embedding's half, its input's 2h gathered (or reduce-scattered) and
+      // its output's gather (the scatter's gather backward)
+      p.count += r.mtp * 1.5, p.extra_per_token += r.mtp * 2 * row;
+    }
+    return p;
   }
 
   // A stage's hand-offs leave in the order its ops finish, one at a time (a pipeline engine

@@ -48,12 +48,13 @@ void TrainingJob::measure_tp_ring() {
   }
 }
 
-// A pass's tensor-parallel all-reduces on stage s over `tokens` tokens, as the fused ring
+// A pass's tensor-parallel collectives on stage s over `tokens` tokens (tp_pass), as the fused ring
 // the simulation runs (2(n-1)/n of the bytes over the slowest edge, every step's latency).
-double TrainingJob::tp_ns(double tokens, int s) const {
+double TrainingJob::tp_ns(double tokens, int s, bool forward) const {
   const double n = c_.tp;
   if (c_.tp < 2) return 0;
-  return 2 * (n - 1) / n * cost_.tp_allreduce_bytes(tokens, s) * ring_ns_per_byte_ + 2 * (n - 1) * tp_rings(s) * ring_latency_ns_;
+  const TpPass p = tp_pass(s, forward);
+  return 2 * (n - 1) / n * p.bytes(cost_, tokens, s) * ring_ns_per_byte_ + 2 * (n - 1) * p.count * ring_latency_ns_;
 }
 
 // One direction of the slowest boundary for `tokens` tokens: each rank's share of the activations.
@@ -72,7 +73,7 @@ double TrainingJob::handoff_ns(double tokens) const {
 double TrainingJob::schedule_ns(const std::vector<int>& lengths) {
   const int K = c_.pp, n = static_cast<int>(lengths.size()), U = c_.micro_batches * n, b = c_.micro_batch_size;
   std::vector<int64_t> fwd(static_cast<size_t>(K * n)), bwd(fwd.size());
-  std::vector<double> tp(static_cast<size_t>(K * n)), x(static_cast<size_t>(n));
+  std::vector<double> tp(static_cast<size_t>(K * n)), tpb(static_cast<size_t>(K * n)), x(static_cast<size_t>(n));
   std::vector<double> tx_free(static_cast<size_t>(K), 0), rx_free(static_cast<size_t>(K), 0);
   // A hand-off of slice i from stage `from` to `to`, sent at t: when it has arrived.
   auto handoff = [&](int from, int to, int i, double t) {
@@ -95,7 +96,8 @@ double TrainingJob::schedule_ns(const std::vector<int>& lengths) {
       const PassNs p = pass_of(s, static_cast<double>(b) * l, pass_ns(it->second[static_cast<size_t>(s)]));
       fwd[static_cast<size_t>(s * n + i)] = p.forward;
       bwd[static_cast<size_t>(s * n + i)] = p.backward;
-      tp[static_cast<size_t>(s * n + i)] = tp_ns(static_cast<double>(b) * l, s);
+      tp[static_cast<size_t>(s * n + i)] = tp_ns(static_cast<double>(b) * l, s, true);
+      tpb[static_cast<size_t>(s * n + i)] = tp_ns(static_cast<double>(b) * l, s, false);
     }
     x[static_cast<size_t>(i)] = handoff_ns(static_cast<double>(b) * l);
   }
@@ -116,7 +118,7 @@ double TrainingJob::schedule_ns(const std::vector<int>& lengths) {
         if (ready < 0) break;
         const int64_t f = op.forward ? fwd[static_cast<size_t>(s * n + i)] : bwd[static_cast<size_t>(s * n + i)];
         const double end = std::max(free_at[static_cast<size_t>(s)], ready) + static_cast<double>(f) +
-                           tp[static_cast<size_t>(s * n + i)];
+                           (op.forward ? tp : tpb)[static_cast<size_t>(s * n + i)];
         if (op.forward) endF[at] = end;
         free_at[static_cast<size_t>(s)] = end;
         if (op.forward && s + 1 < K) arriveF[static_cast<size_t>((s + 1) * U + op.mb)] = handoff(s, s + 1, i, end);
@@ -149,7 +151,7 @@ void TrainingJob::plan_slices() {
     if (l == last_l && c == last_c) return last;
     cost_.slice_stage_ns(b, l, c, true, st);
     double f = 0;  // the slowest stage: compute and its tensor-parallel all-reduces
-    for (int s = 0; s < VS; ++s) f = std::max(f, st[static_cast<size_t>(s)] + tp_ns(static_cast<double>(b) * l, s));
+    for (int s = 0; s < VS; ++s) f = std::max(f, st[static_cast<size_t>(s)] + tp_ns(static_cast<double>(b) * l, s, true));
     last = {f, handoff_ns(static_cast<double>(b) * l)};
     last_l = l, last_c = c;
     return last;
@@ -230,8 +232,9 @@ void TrainingJob::plan_slices() {
 //     fused function must write back, then cast): 10 bytes in one.
 // The fp32 softmax is kept for the backward either way (the same memory). Models here are
 // 2-byte (bf16, fp16); a 4-byte dtype would skip the casts.
-// In both, the one-hot subtraction, the targets' gather and the tensor-parallel all-reduces of
-// per-token scalars (three, two fused) are a token's work, not a logit's: left out.
+// In both, the one-hot subtraction and the targets' gather are a token's work, not a logit's:
+// left out. The tensor-parallel all-reduces of per-token scalars (three, two fused) run on the
+// fabric with the stage's other collectives (TrainingJob::tp_pass).
 std::pair<double, double> TrainingJob::loss_ns(double rows) const {
   const ModelSpec& m = c_.model;
   const double b = m.dtype_bytes, heads = 1.0 + c_.mtp_layers;

@@ -343,7 +343,8 @@ SLUICE_REGISTER(workload, training_workload) {
             "Megatron's cross_entropy_loss_fusion: the vocabulary-parallel cross-entropy's element-wise steps fused "
             "(cast and max in one kernel, subtract, exp and sum in one, the division in one; the backward's scale, "
             "one-hot subtraction and cast back in one): 22 bytes a bf16 logit forward and 10 backward instead of 38 and 14 "
-            "(false: Megatron's default, unfused); the fp32 softmax kept for the backward is the same either way")
+            "and the loss's per-token all-reduces over tp two instead of three (false: Megatron's default, unfused); "
+            "the fp32 softmax kept for the backward is the same either way")
       .def("false");
   std::vector<std::pair<std::string, net::CollectiveKind>> allreduces;  // the registered all-reduces (`sluice list collective`)
   for (const auto* c : reg.in("collective"))
@@ -352,7 +353,8 @@ SLUICE_REGISTER(workload, training_workload) {
                                    "data-parallel gradient all-reduce, one per stage and tensor-parallel rank")
       .def("allreduce-ring");
   keys.choice<net::CollectiveKind>("tp_algorithm", net::tp_allreduces(), &T::tp_algorithm,
-                                   "tensor-parallel all-reduces (two a layer, fused per stage and op): the ring, NVLink SHARP "
+                                   "tensor-parallel collectives (two all-reduces a layer, twice in a recomputing backward, and the embedding's, "
+                                   "the LM heads' and the loss's; fused per stage and op): the ring, NVLink SHARP "
                                    "(allreduce-nvls, where the topology's NVSwitch has nvls: true) or NCCL's choice between them")
       .def("allreduce-ring");
   s.add("cost_tables", ParamType::String, kCostTablesDoc).def("auto");
