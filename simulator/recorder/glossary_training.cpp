@@ -21,6 +21,7 @@ std::span<const MetricDef> training_metric_defs() {
       {"training", "job.recompute", "bool", "True with full activation recomputation (one more forward inside the backward)."},
       {"training", "job.mtp_layers", "count", "Multi-token prediction modules trained on the last pipeline stage (0: none)."},
       {"training", "job.loss_fusion", "bool", "True when the cross-entropy runs fused (loss_fusion: Megatron's cross_entropy_loss_fusion)."},
+      {"training", "job.dropout", "bool", "True when training keeps dropout masks for the backward (dropout: the activations count them); false without dropout."},
       {"training", "job.stage_layers[]", "count", "Decoder layers on each pipeline rank, first to last (its interleaved chunks' together)."},
       {"training", "job.dp_algorithm", "text", "The collective algorithm of the data-parallel gradient reduction."},
       {"training", "job.tp_algorithm", "text", "The collective algorithm of the tensor-parallel all-reduces (ring, NVLS or auto)."},

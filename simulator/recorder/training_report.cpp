@@ -30,6 +30,7 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                   {"recompute", c.recompute},
                   {"mtp_layers", c.mtp_layers},
                   {"loss_fusion", c.loss_fusion},
+                  {"dropout", c.dropout},
                   {"stage_layers", c.stage_layers},
                   {"dp_algorithm", c.dp_algorithm},
                   {"tp_algorithm", c.tp_algorithm},

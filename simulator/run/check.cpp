@@ -97,11 +97,11 @@ std::vector<Published> parse_published(const Node& list, const std::string& path
     throw ConfigError(list.origin, path, list.brief(), "expected a list of published figures",
                       "e.g. [{metric: diffusion.latency_s.max, value: 4.30, tolerance: 2%, figure: ..., source: ...}]");
   std::vector<Published> out;
-  const std::vector<std::string> keys{"metric", "value", "tolerance", "figure", "source", "known_gap"};
+  const std::vector<std::string> keys{"metric", "value", "tolerance", "figure", "source", "known_gap", "note"};
   for (size_t i = 0; i < list.seq.size(); ++i) {
     const Node& t = list.seq[i];
     const std::string at = fmt::format("{}.{}", path, i);
-    if (!t.is_map()) throw ConfigError(t.origin, at, t.brief(), "expected a mapping", "{metric, value, tolerance, figure, source[, known_gap]}");
+    if (!t.is_map()) throw ConfigError(t.origin, at, t.brief(), "expected a mapping", "{metric, value, tolerance, figure, source[, known_gap, note]}");
     Published p;
     bool has_value = false, has_tol = false;
     for (size_t k = 0; k < t.map.size(); ++k) {
@@ -109,7 +109,7 @@ std::vector<Published> parse_published(const Node& list, const std::string& path
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
         const std::string hint = closest(key, keys);
         throw ConfigError(t.key_origins[k], at + "." + key, key, hint.empty() ? "unknown key" : fmt::format("unknown key (did you mean '{}'?)", hint),
-                          "one of: metric, value, tolerance, figure, source, known_gap");
+                          "one of: metric, value, tolerance, figure, source, known_gap, note");
       }
       if (key == "value") {
         const auto x = v.is_scalar() ? parse_real(v.scalar) : std::nullopt;
@@ -122,7 +122,11 @@ std::vector<Published> parse_published(const Node& list, const std::string& path
         has_tol = true;
       } else {
         if (!v.is_scalar() || v.scalar.empty()) throw ConfigError(v.origin, at + "." + key, v.brief(), "expected a non-empty string", key);
-        (key == "metric" ? p.metric : key == "figure" ? p.figure : key == "source" ? p.source : p.known_gap) = v.scalar;
+        (key == "metric"   ? p.metric
+         : key == "figure" ? p.figure
+         : key == "source" ? p.source
+         : key == "note"   ? p.note
+                           : p.known_gap) = v.scalar;
       }
     }
     for (const char* need : {"metric", "figure", "source"})
@@ -330,7 +334,7 @@ std::string CheckReport::validation_markdown(const Suite& s) const {
     const std::string band = v.banded ? fmt::format("{} – {}: published {}", fmt_value(v.band_lo), fmt_value(v.band_hi), v.inside_band() ? "inside" : "outside") : "-";
     out += fmt::format("| {} | {} | {} | `{}` | {} | {} | {} | {} | {:g}% | {}{} |\n", v.figure.figure, v.figure.source, shown, v.figure.metric,
                        fmt_value(v.figure.value), v.verdict == "missing" ? "-" : fmt_value(v.now), band, fmt_error(v), 100 * v.figure.tolerance,
-                       v.verdict, v.figure.known_gap.empty() ? "" : ": " + v.figure.known_gap);
+                       v.verdict, !v.figure.known_gap.empty() ? ": " + v.figure.known_gap : !v.figure.note.empty() ? ". " + v.figure.note : "");
   }
   return out;
 }

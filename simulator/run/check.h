@@ -26,9 +26,10 @@ struct Tolerance {
 
 // A published figure an entry reproduces (a validation suite): the metric that stands for it,
 // the published value and the relative tolerance, what was published and where. A known gap
-// (with its reason) is reported beside the others but does not fail the check.
+// (with its reason) is reported beside the others but does not fail the check. A note says how
+// the entry runs what its source leaves open (a choice, and why), shown beside the verdict.
 struct Published {
-  std::string metric, figure, source, known_gap;
+  std::string metric, figure, source, known_gap, note;
   double value = 0, tolerance = 0;
 };
 

@@ -72,6 +72,12 @@ TEST_CASE("activation memory: Korthikanti's accounting with FlashAttention's ker
   // GPipe keeps every micro-batch's activations and softmax until the backwards (two here).
   const Json gp = run_text(std::string(kStar) + "0, schedule: gpipe}}\n")["training"];
   CHECK(act(gp) == doctest::Approx(2 * (4 * (18 * sbh + 6 * s * f + 4 * a * s) + loss)).epsilon(1e-12));
+  // Without dropout (dropout: false) neither output's one-byte mask is kept: sbh less in the
+  // attention and in the MLP, each layer; the job says so.
+  const Json nd = run_text(plain, {"workloads.0.dropout=false"})["training"];
+  CHECK(act(nd) == doctest::Approx(4 * (16 * sbh + 6 * s * f + 4 * a * s) + loss).epsilon(1e-12));
+  CHECK(nd["job"]["dropout"] == false);
+  CHECK(p["job"]["dropout"] == true);
 }
 
 TEST_CASE("ZeRO's reduce-scatter and all-gather move what the ring all-reduce moves: the iteration differs by the optimizer's step") {

@@ -4,7 +4,8 @@
 // all-gather and reduce-scatter and the loss's per-token fp32 all-reduces on the last, and a
 // multi-token prediction module's embedding and projection gathers. A ring of two moves each
 // all-reduce's buffer once through every device's link; a reduce-scatter or all-gather half of
-// it, in half the steps.
+// it, in half the steps. (Not run, so not counted: the backward's re-gather of a sequence-
+// parallel input for a weight gradient, which Megatron hides under the input gradient's GEMM.)
 #include <doctest/doctest.h>
 
 #include "test_support.h"
@@ -69,11 +70,17 @@ TEST_CASE("Training tp collectives: the first and last stage's links carry the l
   const Json rc = run_text(job(2, ", recompute: true"));
   CHECK(link_bytes(rc, "d0 -> s") == doctest::Approx(kTokens * (2.5 + 4.5) * kRow + handoff).epsilon(1e-12));
   CHECK(link_bytes(rc, "d2 -> s") == doctest::Approx(kTokens * ((2.5 + 4.5) * kRow + 12) + handoff).epsilon(1e-12));
+  // Learned positions (GPT-3): Megatron all-reduces the embedding forward (a whole row a token)
+  // and splits it into the sequence-parallel region (an all-gather backward).
+  const Json gpt = run_text(job(2, ", recompute: false"), {"workloads.0.model.positions=learned"});
+  CHECK(link_bytes(gpt, "d0 -> s") == doctest::Approx(kTokens * (3 + 2.5) * kRow + handoff).epsilon(1e-12));
+  CHECK(link_bytes(gpt, "d2 -> s") == link_bytes(m, "d2 -> s"));
 }
 
 TEST_CASE("Training tp collectives: a multi-token prediction module adds its layer's, its head's and its projection's gathers") {
   const double handoff = kTokens * kRow / 2;
   const Json m = run_text(job(2, ", recompute: false, mtp_layers: 1"));
+  const Json rc = run_text(job(2, ", recompute: true, mtp_layers: 1"));
   // With the module, the first and last rank also all-reduce the embedding's gradient (its
   // vocab / tp rows, once through each link of a ring of two).
   const double embedding = 128000 / 2 * kRow;
@@ -84,6 +91,9 @@ TEST_CASE("Training tp collectives: a multi-token prediction module adds its lay
   CHECK(link_bytes(m, "d2 -> s") == doctest::Approx(kTokens * (2 * 7 * kRow + 24) + handoff + embedding).epsilon(1e-12));
   // The first stage is as without it.
   CHECK(link_bytes(m, "d0 -> s") == doctest::Approx(kTokens * 5 * kRow + handoff + embedding).epsilon(1e-12));
+  // Recomputing, the backward runs both layers' two again and the projection's two gathers
+  // (1.5 rows), in the module's checkpoint; not the heads, the losses nor the embedding.
+  CHECK(link_bytes(rc, "d2 -> s") == doctest::Approx(kTokens * (2 * 7 * kRow + 4 * kRow + 1.5 * kRow + 24) + handoff + embedding).epsilon(1e-12));
 }
 
 TEST_CASE("Training tp collectives: each all-reduce pays a ring's steps' latencies, a reduce-scatter or all-gather half") {
@@ -98,4 +108,8 @@ TEST_CASE("Training tp collectives: each all-reduce pays a ring's steps' latenci
   // Fused, the loss sends two all-reduces: one ring's latencies fewer.
   const double fused = iteration_s(", loss_fusion: true", "1us") - iteration_s(", loss_fusion: true", "0ns");
   CHECK(fused == doctest::Approx(12 * 2 * step_s).epsilon(1e-6));
+  // Recomputing, the backward runs the layers' four again: 8 + 9.
+  const double rc = run_text(job(1, ", recompute: true", "1us"))["training"]["iteration_s_mean"].get<double>() -
+                    run_text(job(1, ", recompute: true", "0ns"))["training"]["iteration_s_mean"].get<double>();
+  CHECK(rc == doctest::Approx(17 * 2 * step_s).epsilon(1e-6));
 }

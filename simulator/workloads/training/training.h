@@ -86,6 +86,12 @@ struct TrainingConfig {
   // Megatron's cross_entropy_loss_fusion (its native fused vocabulary-parallel cross-entropy):
   // the loss in 3 kernels forward and 1 backward instead of 6 and 2 (TrainingJob::loss_ns).
   bool loss_fusion = false;
+  // Dropout in training (Megatron's attention_dropout / hidden_dropout above 0, its GPT default of
+  // 0.1): the one-byte masks of the attention's and the MLP's output dropout are kept for the
+  // backward (Korthikanti et al.'s sbh each a layer). false: none, as for models whose reference
+  // code has no dropout (Llama, Mixtral, DeepSeek-V3): PyTorch's dropout at p = 0 returns its
+  // input and saves no mask.
+  bool dropout = true;
   // Decoder layers on the first and the last pipeline stage (0: the even split), as Megatron's
   // decoder_first/last_pipeline_num_layers; the stages between split the rest.
   int first_stage_layers = 0, last_stage_layers = 0;

@@ -148,7 +148,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // The same for a stage's tensor-parallel ring (replica 0, stage 0; every stage's ring has the
   // same shape): the ring's slowest edge, and a step's route latency.
   void measure_tp_ring();
-  // A pass's tensor-parallel all-reduces on stage s over `tokens` tokens, as the fused ring
+  // A pass's tensor-parallel collectives on stage s over `tokens` tokens (tp_pass), as the fused ring
   // the simulation runs (2(n-1)/n of the bytes over the slowest edge, every step's latency).
   double tp_ns(double tokens, int s, bool forward) const;
   // One direction of the slowest boundary for `tokens` tokens: each rank's share of the activations.
@@ -237,7 +237,9 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   //     carries their bytes); a backward under full recomputation runs them twice (the recomputed
   //     forward's own, then the backward's);
   //   - on the first stage, the embedding's reduce-scatter into the sequence-parallel region
-  //     (forward; its backward an all-gather), never recomputed;
+  //     (forward; its backward an all-gather), never recomputed; with learned positions
+  //     (GPT-3) Megatron all-reduces the embedding instead and splits it (an all-reduce forward,
+  //     the split's all-gather backward);
   //   - on the last, each LM head's all-gather of the sequence before it (forward; a
   //     reduce-scatter of its input's gradient backward) and its cross-entropy's all-reduces of
   //     per-token fp32 scalars (forward: the logits' max, the target's logit and the sum of
@@ -245,9 +247,13 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   //   - each multi-token prediction module's embedding (as the first stage's), its projection's
   //     all-gather of its [embedding; hidden] input along the sequence (2h a token) and of its
   //     output across tp before the sequence is scattered again (forward; backward, the
-  //     scatter's all-gather and the input gradient's reduce-scatter).
-  // Not run: the weight gradients' re-gather of a sequence-parallel input in the backward
-  // (Megatron overlaps it with the input gradient's GEMM), anywhere.
+  //     scatter's all-gather and the input gradient's reduce-scatter); the projection and its
+  //     gathers sit in the module's checkpoint with its layer, so a recomputing backward runs
+  //     the two gathers again (the embedding outside it does not).
+  // Not run: the backward's re-gather of each column-parallel linear's sequence-parallel input
+  // for its weight gradient (QKV and FC1 a layer, the LM heads, the MTP projection: about one
+  // all-reduce's worth more a layer), which Megatron overlaps with the input gradient's GEMM:
+  // its time is taken as hidden, and its bytes are not on the links.
   struct TpPass {
     double count = 0;   // all-reduces' worth (each pays a ring's steps' latencies)
     double layers = 0;  // times the layers' bytes (CostModel::tp_allreduce_bytes): 1, 2 recomputing
@@ -262,16 +268,24 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     const LayerRange r = cost_.stage_range(vs);
     const bool shared = c_.ep > 1 && c_.model.shared_experts > 0;
     p.layers = c_.recompute && !forward ? 2 : 1;
-    p.count = p.layers * (2 * layers_run(vs) + (shared ? c_.model.moe_layers_in(r.first, r.count) : 0));
+    // (An MTP module's layer is of the model's last layer's kind, as CostModel's span counts it.)
+    const int moe_layers = c_.model.moe_layers_in(r.first, r.count) + (c_.model.moe() ? r.mtp : 0);
+    p.count = p.layers * (2 * layers_run(vs) + (shared ? moe_layers : 0));
     const double row = static_cast<double>(c_.model.hidden) * c_.model.dtype_bytes;  // a token's activation
-    if (r.embedding) p.count += 0.5, p.extra_per_token += row / 2;
+    // The embedding: a reduce-scatter (or an all-gather backward); with learned positions an
+    // all-reduce forward.
+    const bool embed_ar = c_.model.learned_positions && forward;
+    const double embed_count = embed_ar ? 1 : 0.5, embed_bytes = embed_ar ? row : row / 2;
+    if (r.embedding) p.count += embed_count, p.extra_per_token += embed_bytes;
     if (r.lm_head) {
       const double heads = 1.0 + r.mtp;
       p.count += heads * 0.5, p.extra_per_token += heads * row / 2;
       if (forward) p.count += heads * (c_.loss_fusion ? 2 : 3), p.extra_per_token += heads * 12;
-      // each module: its embedding's half, its input's 2h gathered (or reduce-scattered) and
-      // its output's gather (the scatter's gather backward)
-      p.count += r.mtp * 1.5, p.extra_per_token += r.mtp * 2 * row;
+      // each module: its embedding's, its input's 2h gathered (or reduce-scattered) and its
+      // output's gather (the scatter's gather backward); recomputing, the backward also runs the
+      // forward's two gathers again
+      p.count += r.mtp * (embed_count + 1), p.extra_per_token += r.mtp * (embed_bytes + 1.5 * row);
+      if (c_.recompute && !forward) p.count += r.mtp * 1.0, p.extra_per_token += r.mtp * 1.5 * row;
     }
     return p;
   }

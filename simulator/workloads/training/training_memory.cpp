@@ -137,7 +137,9 @@ double layer_activation_bytes(const TrainingConfig& c) {
   // and values (2sb x their widths: grouped-query attention keeps fewer keys and values) and
   // the output projection's input (2sb x the query width); FlashAttention keeps no s x s
   // scores, only each row's fp32 log-sum-exp. With h = a x head_dim and kv = a: 11sbh.
-  double attention = 3 * sbh + 2 * s * b * (2 * q + 2 * kv) + 4 * a * s * b;
+  // Without dropout (TrainingConfig::dropout) neither mask is kept: 2sbh where it says 3.
+  const double in_mask = (c.dropout ? 3 : 2) * sbh;
+  double attention = in_mask + 2 * s * b * (2 * q + 2 * kv) + 4 * a * s * b;
   // Latent attention (MLA, trained as Megatron-Core does, keys and values up-projected per head):
   // the queries and keys of a x (head_dim + rope) each (the rotated key inside them), the values
   // and the attention output of a x v_head_dim; and the query's bottleneck and the key-value
@@ -146,13 +148,13 @@ double layer_activation_bytes(const TrainingConfig& c) {
   // latents too are s / tp rows a rank.
   if (m.mla()) {
     const double qk = a * (m.head_dim + m.qk_rope_head_dim), v = a * m.v_head_dim;
-    attention = 3 * sbh + 2 * s * b * (2 * qk + 2 * v) + 4 * a * s * b + 4 * s * b * (m.q_lora_rank + m.kv_lora_rank);
+    attention = in_mask + 2 * s * b * (2 * qk + 2 * v) + 4 * a * s * b + 4 * s * b * (m.q_lora_rank + m.kv_lora_rank);
   }
   // An MLP of width f: its input 2sbh and dropout mask sbh, then a plain one (GPT's GeLU) keeps
   // the activation's input and the second matrix's input, 2sbf each (f = 4h: Korthikanti's
   // 19sbh); a gated one (SwiGLU) the gate's and the up projection's outputs and the down
   // projection's input, 2sbf each.
-  auto mlp = [&](double f, bool gated) { return 3 * sbh + (gated ? 6 : 4) * s * b * f; };
+  auto mlp = [&](double f, bool gated) { return in_mask + (gated ? 6 : 4) * s * b * f; };
   // All of it split over the tensor-parallel ranks (sequence parallelism outside the GEMMs).
   double per_device = (attention + 4 * sbh) / tp;  // and the two layer norms' inputs
   double mlp_mean = mlp(m.ffn, m.gated_ffn) / tp;
@@ -165,7 +167,7 @@ double layer_activation_bytes(const TrainingConfig& c) {
     // device of the hottest experts receives more (ep times its experts' share of the rows), and
     // memory is the fullest device's.
     const double k = m.experts_per_token * hottest_rows(c), fe = m.expert_ffn;
-    const double moe = 3 * sbh / tp + k * (2 * sbh + 6 * s * b * fe / tp) + m.shared_experts * 6 * s * b * fe / tp;
+    const double moe = in_mask / tp + k * (2 * sbh + 6 * s * b * fe / tp) + m.shared_experts * 6 * s * b * fe / tp;
     const double dense_layers = std::min(m.dense_layers, m.layers);
     mlp_mean = (dense_layers * mlp_mean + (m.layers - dense_layers) * moe) / m.layers;
   }

@@ -66,6 +66,7 @@ TrainingSetup training_setup(const TrainingConfig& c) {
   s.recompute = c.recompute;
   s.mtp_layers = c.mtp_layers;
   s.loss_fusion = c.loss_fusion;
+  s.dropout = c.dropout;
   for (int r = 0; r < c.pp; ++r) s.stage_layers.push_back(rank_layers(c, r));
   s.dp_algorithm = net::collective_name(c.dp_algorithm);
   s.tp_algorithm = net::collective_name(c.tp_algorithm);
@@ -346,6 +347,12 @@ SLUICE_REGISTER(workload, training_workload) {
             "and the loss's per-token all-reduces over tp two instead of three (false: Megatron's default, unfused); "
             "the fp32 softmax kept for the backward is the same either way")
       .def("false");
+  keys.flag("dropout", &T::dropout,
+            "dropout in training (Megatron's attention_dropout and hidden_dropout above 0; its GPT default 0.1): "
+            "each layer keeps its attention and MLP outputs' one-byte dropout masks for the backward (Korthikanti et al.'s "
+            "accounting). false: no dropout, no masks (Llama, Mixtral and DeepSeek-V3's reference code has none; "
+            "PyTorch's dropout at p = 0 saves nothing)")
+      .def("true");
   std::vector<std::pair<std::string, net::CollectiveKind>> allreduces;  // the registered all-reduces (`sluice list collective`)
   for (const auto* c : reg.in("collective"))
     if (c->name.rfind("allreduce-", 0) == 0) allreduces.emplace_back(c->name, *net::parse_collective(c->name));
