@@ -211,6 +211,10 @@ const Bound<ModelSpec>& model_binding() {
     m.choice<bool>("positions", {{"rope", false}, {"learned", true}}, &M::learned_positions,
                    "rotary embedding, or a learned position table")
         .def("rope");
+    m.flag("dropout", &M::dropout,
+           "trained with dropout (GPT's attention and hidden dropout, 0.1): a training layer keeps its two outputs' "
+           "dropout masks; false where the reference code has none or its config sets them to 0 (Llama, Mixtral, DeepSeek)")
+        .def("true");
     m.integer("max_context", &M::max_context, "longest sequence the model accepts, in tokens").def("4096").range(1, 1e9);
     m.integer("q_lora_rank", &M::q_lora_rank, "latent attention: the query bottleneck's width (0: a direct projection)").def("0").range(0, 1e6);
     m.integer("kv_lora_rank", &M::kv_lora_rank,

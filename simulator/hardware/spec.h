@@ -96,6 +96,9 @@ struct ModelSpec {
   bool linear_bias = false;        // every linear layer has a bias (GPT-3)
   bool layernorm = false;          // LayerNorm (weight + bias) instead of RMSNorm
   bool learned_positions = false;  // a learned position table of max_context rows instead of RoPE
+  // Trained with dropout (GPT's 0.1): each layer keeps its attention and MLP outputs' dropout
+  // masks for the backward. false where the reference code has none (Llama, Mixtral, DeepSeek).
+  bool dropout = true;
   // How a deployment stores it (set by the deployment, not the model file): the decoder layers'
   // weights and GEMMs, and the KV cache in FP8 (one byte an element) or in dtype.
   Precision weights = Precision::BF16;

@@ -334,7 +334,7 @@ std::string CheckReport::validation_markdown(const Suite& s) const {
     const std::string band = v.banded ? fmt::format("{} – {}: published {}", fmt_value(v.band_lo), fmt_value(v.band_hi), v.inside_band() ? "inside" : "outside") : "-";
     out += fmt::format("| {} | {} | {} | `{}` | {} | {} | {} | {} | {:g}% | {}{} |\n", v.figure.figure, v.figure.source, shown, v.figure.metric,
                        fmt_value(v.figure.value), v.verdict == "missing" ? "-" : fmt_value(v.now), band, fmt_error(v), 100 * v.figure.tolerance,
-                       v.verdict, !v.figure.known_gap.empty() ? ": " + v.figure.known_gap : !v.figure.note.empty() ? ". " + v.figure.note : "");
+                       v.verdict, (v.figure.known_gap.empty() ? "" : ": " + v.figure.known_gap) + (v.figure.note.empty() ? "" : ". " + v.figure.note));
   }
   return out;
 }

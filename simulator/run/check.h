@@ -27,7 +27,8 @@ struct Tolerance {
 // A published figure an entry reproduces (a validation suite): the metric that stands for it,
 // the published value and the relative tolerance, what was published and where. A known gap
 // (with its reason) is reported beside the others but does not fail the check. A note says how
-// the entry runs what its source leaves open (a choice, and why), shown beside the verdict.
+// the entry runs what its source leaves open (a choice, and why), shown after the verdict (and
+// after a known gap's reason) on the validation page.
 struct Published {
   std::string metric, figure, source, known_gap, note;
   double value = 0, tolerance = 0;

@@ -142,11 +142,14 @@ TEST_CASE("check against published figures: within tolerance passes, outside fai
   CHECK(gap.regressions() == 0);
   const Suite gs = suite_with("{metric: serving.requests.completed, value: 25, tolerance: 10%, figure: f, source: s, known_gap: why}");
   CHECK(gap.validation_markdown(gs).find("| known gap: why |") != std::string::npos);
-  // A note (how the entry runs what its source leaves open) is shown beside a passing verdict.
+  // A note (how the entry runs what its source leaves open) is shown after the verdict, and after
+  // a known gap's reason.
   const Suite ns = suite_with("{metric: serving.requests.completed, value: 20, tolerance: 1%, figure: f, source: s, note: chosen so}");
   const CheckReport noted = run_check(ns, builtin_registry(), 1, false);
   CHECK(noted.validation[0].verdict == "pass");
   CHECK(noted.validation_markdown(ns).find("| pass. chosen so |") != std::string::npos);
+  const Suite both = suite_with("{metric: serving.requests.completed, value: 25, tolerance: 10%, figure: f, source: s, known_gap: why, note: how}");
+  CHECK(run_check(both, builtin_registry(), 1, false).validation_markdown(both).find("| known gap: why. how |") != std::string::npos);
   CHECK_THROWS_WITH_AS(suite_with("{metric: m, value: 1, tolerance: 5%, figure: f, source: s, notes: x}"), doctest::Contains("did you mean 'note'"),
                        ConfigError);
   const CheckReport missing = run_check(suite_with("{metric: serving.no.such.metric, value: 1, tolerance: 10%, figure: f, source: s}"),

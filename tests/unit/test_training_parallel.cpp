@@ -78,6 +78,18 @@ TEST_CASE("activation memory: Korthikanti's accounting with FlashAttention's ker
   CHECK(act(nd) == doctest::Approx(4 * (16 * sbh + 6 * s * f + 4 * a * s) + loss).epsilon(1e-12));
   CHECK(nd["job"]["dropout"] == false);
   CHECK(p["job"]["dropout"] == true);
+  // The same two masks a layer on an MoE model (four experts, two a token): its MLP's mask is
+  // its MoE block's input mask.
+  const std::vector<std::string> moe{"workloads.0.model.experts=4", "workloads.0.model.experts_per_token=2", "workloads.0.model.expert_ffn=2048"};
+  auto with = [&](const char* d) {
+    auto sets = moe;
+    sets.push_back(std::string("workloads.0.dropout=") + d);
+    return act(run_text(plain, sets)["training"]);
+  };
+  CHECK(with("true") - with("false") == doctest::Approx(4 * 2 * sbh).epsilon(1e-12));
+  // The model's default: a catalog-style model without dropout keeps none unless the job says.
+  CHECK(act(run_text(plain, {"workloads.0.model.dropout=false"})["training"]) == act(nd));
+  CHECK(act(run_text(plain, {"workloads.0.model.dropout=false", "workloads.0.dropout=true"})["training"]) == act(run_text(plain)["training"]));
 }
 
 TEST_CASE("ZeRO's reduce-scatter and all-gather move what the ring all-reduce moves: the iteration differs by the optimizer's step") {

@@ -90,7 +90,7 @@ struct TrainingConfig {
   // 0.1): the one-byte masks of the attention's and the MLP's output dropout are kept for the
   // backward (Korthikanti et al.'s sbh each a layer). false: none, as for models whose reference
   // code has no dropout (Llama, Mixtral, DeepSeek-V3): PyTorch's dropout at p = 0 returns its
-  // input and saves no mask.
+  // input and saves no mask. The register sets it from ModelSpec::dropout unless the job says.
   bool dropout = true;
   // Decoder layers on the first and the last pipeline stage (0: the even split), as Megatron's
   // decoder_first/last_pipeline_num_layers; the stages between split the rest.

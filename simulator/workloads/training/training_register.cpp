@@ -350,9 +350,9 @@ SLUICE_REGISTER(workload, training_workload) {
   keys.flag("dropout", &T::dropout,
             "dropout in training (Megatron's attention_dropout and hidden_dropout above 0; its GPT default 0.1): "
             "each layer keeps its attention and MLP outputs' one-byte dropout masks for the backward (Korthikanti et al.'s "
-            "accounting). false: no dropout, no masks (Llama, Mixtral and DeepSeek-V3's reference code has none; "
-            "PyTorch's dropout at p = 0 saves nothing)")
-      .def("true");
+            "accounting). false: no dropout, no masks (PyTorch's dropout at p = 0 saves nothing). Default: the model's "
+            "(model.dropout: false for Llama, Mixtral, DeepSeek-V3, Qwen3, whose reference code has none)")
+      .optional();
   std::vector<std::pair<std::string, net::CollectiveKind>> allreduces;  // the registered all-reduces (`sluice list collective`)
   for (const auto* c : reg.in("collective"))
     if (c->name.rfind("allreduce-", 0) == 0) allreduces.emplace_back(c->name, *net::parse_collective(c->name));
@@ -413,6 +413,7 @@ SLUICE_REGISTER(workload, training_workload) {
               p.section("recovery").fail("checkpoint_to", "storage, but the cluster has no storage servers",
                                          "pause, or cluster.storage_servers: N (storage servers on the fabric)");
             c.model = model_from_params(p.section("model"));
+            if (!p.given("dropout")) c.dropout = c.model.dropout;  // the model's unless the job says
             c.hardware = world.hardware();
             check_training_shape(c, p, par);
             if (const Params& mp = p.section("moe"); !c.model.moe() && (mp.given("routing") || mp.given("zipf_s") || mp.given("alltoall_overlap") || mp.given("token_dispatcher")))
