@@ -351,7 +351,8 @@ SLUICE_REGISTER(workload, training_workload) {
             "dropout in training (Megatron's attention_dropout and hidden_dropout above 0; its GPT default 0.1): "
             "each layer keeps its attention and MLP outputs' one-byte dropout masks for the backward (Korthikanti et al.'s "
             "accounting). false: no dropout, no masks (PyTorch's dropout at p = 0 saves nothing). Default: the model's "
-            "(model.dropout: false for Llama, Mixtral, DeepSeek-V3, Qwen3, whose reference code has none)")
+            "(model.dropout: false in the catalog for Llama, Mixtral, DeepSeek-V3, Qwen3, TinyLlama and ChatGLM2, whose code has "
+            "no dropout or whose configs set it to 0)")
       .optional();
   std::vector<std::pair<std::string, net::CollectiveKind>> allreduces;  // the registered all-reduces (`sluice list collective`)
   for (const auto* c : reg.in("collective"))
