@@ -361,7 +361,7 @@ AllReduceEstimate allreduce_choice(const Topology& topo, Router& router, const s
   const double S = bytes;
   // A fused collective stands for `fused` back-to-back ones: each pays its latencies (the tree
   // is not run fused: it is left out).
-  const double fused = opt.fused_count > 0 ? opt.fused_count : 1.0;
+  const double fused = opt.fused();
   // Ring: 2(n-1) steps, each device forwarding as its step arrives, so the latency is twice a
   // lap of the ring (K crossings between servers, the other hops inside); each channel's
   // crossing has a NIC to itself.
@@ -463,7 +463,7 @@ void Collective::start_op(size_t oi) {
                                                 route_hash(opt_.salt, static_cast<uint64_t>(i), 0));
           lat = std::max(lat, sim_.router().latency_ns(path));
         }
-        o.tail_latency_ns = lat * (std::llround(o.steps * fused_count()) - 1);
+        o.tail_latency_ns = lat * (std::llround(o.steps * opt_.fused()) - 1);
         for (int i = 0; i < n; ++i) send(oi, i, (i + 1) % n, o.chunk_bytes * o.steps, static_cast<uint64_t>(o.steps - 1), 0);
         break;
       }
@@ -503,7 +503,7 @@ void Collective::start_op(size_t oi) {
         sim_.start(d, o.sw, o.chunk_bytes, this, make_tag(oi, i, 0), route_hash(opt_.salt, static_cast<uint64_t>(i), 1));
         sim_.start(o.sw, d, o.down_bytes, this, make_tag(oi, i, 1), route_hash(opt_.salt, static_cast<uint64_t>(i), 2));
       }
-      o.tail_latency_ns = lat * (std::llround(2 * fused_count()) - 1);
+      o.tail_latency_ns = lat * (std::llround(2 * opt_.fused()) - 1);
       break;
     }
     case Op::Tree:

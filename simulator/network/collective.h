@@ -40,8 +40,9 @@ struct CollectiveOptions {
   // of bytes/count each (a stage's per-layer all-reduces or MoE all-to-alls): each pays its
   // steps' latencies. A ring's count may be a multiple of a half: a reduce-scatter or an
   // all-gather is half an all-reduce (its n - 1 steps of the all-reduce's 2(n - 1), half the
-  // bytes a device sends per buffer byte). 0 or less: one.
+  // bytes a device sends per buffer byte). 0 or less: one (fused()).
   double fused_count = 1;
+  double fused() const { return fused_count > 0 ? fused_count : 1.0; }
   // All-to-all: each device's weight (mean 1; empty: all 1). The pair i -> j carries its even
   // share times (w_i + w_j) / 2: an MoE dispatch to j's experts in proportion to w_j and the
   // combine from i's in proportion to w_i, the total unchanged.
@@ -121,7 +122,6 @@ class Collective final : public FlowSink, public EventHandler {
   void tree_try_down(size_t oi, int p, int k);
   void tree_down_all(size_t oi, int p);
   void op_done(Engine& e);
-  double fused_count() const { return opt_.fused_count > 0 ? opt_.fused_count : 1.0; }
 
   FlowSim& sim_;
   CollectiveKind kind_, algorithm_;
