@@ -13,6 +13,7 @@
 // copy and fills from it at build time (it does not refer to the schema after registration).
 #pragma once
 #include <functional>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -60,6 +61,11 @@ class Binding {
     return s_->quantity(key, UnitKind::Time, std::move(doc));
   }
   ParamSpec& flag(const std::string& key, bool T::*field, std::string doc) {
+    on(key, [key, field](const Params& p, T& t) { t.*field = p.flag(key); });
+    return s_->add(key, ParamType::Bool, std::move(doc));
+  }
+  // A flag whose absence means "not said" (left empty: the reader derives a default).
+  ParamSpec& flag(const std::string& key, std::optional<bool> T::*field, std::string doc) {
     on(key, [key, field](const Params& p, T& t) { t.*field = p.flag(key); });
     return s_->add(key, ParamType::Bool, std::move(doc));
   }

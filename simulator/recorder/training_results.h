@@ -95,7 +95,7 @@ struct TrainingSetup {
   bool recompute = false;
   int mtp_layers = 0;  // multi-token prediction modules trained
   bool loss_fusion = false;  // the cross-entropy fused (Megatron's cross_entropy_loss_fusion)
-  bool dropout = true;       // dropout masks kept (TrainingConfig::dropout)
+  bool dropout = true;       // dropout masks kept (TrainingConfig::dropout_masks)
   std::vector<int> stage_layers;  // decoder layers on each pipeline rank (its chunks' together; MTP modules not counted)
   std::string dp_algorithm, tp_algorithm;
   bool moe = false;

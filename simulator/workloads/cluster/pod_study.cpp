@@ -359,7 +359,6 @@ class PodStudy final : public Study {
     jc.shape = shape;
     training::TrainingConfig& c = jc.cfg;
     c.model = model_from_params(cp.section("model"));
-    c.dropout = c.model.dropout;
     c.hardware = hardware_;
     c.iterations = measure_iterations_;
     c.tables_dir = default_tables_dir(c.hardware);

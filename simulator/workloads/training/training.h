@@ -7,6 +7,7 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,8 +91,9 @@ struct TrainingConfig {
   // 0.1): the one-byte masks of the attention's and the MLP's output dropout are kept for the
   // backward (Korthikanti et al.'s sbh each a layer). false: none, as for models whose reference
   // code has no dropout (Llama, Mixtral, DeepSeek-V3): PyTorch's dropout at p = 0 returns its
-  // input and saves no mask. The register sets it from ModelSpec::dropout unless the job says.
-  bool dropout = true;
+  // input and saves no mask. Unset: the model's (ModelSpec::dropout); dropout_masks() reads it.
+  std::optional<bool> dropout;
+  bool dropout_masks() const { return dropout.value_or(model.dropout); }
   // Decoder layers on the first and the last pipeline stage (0: the even split), as Megatron's
   // decoder_first/last_pipeline_num_layers; the stages between split the rest.
   int first_stage_layers = 0, last_stage_layers = 0;

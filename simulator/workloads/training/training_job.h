@@ -262,33 +262,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
       return layers * cost.tp_allreduce_bytes(tokens, vs) + extra_per_token * tokens;
     }
   };
-  TpPass tp_pass(int vs, bool forward) const {
-    TpPass p;
-    if (c_.tp < 2) return p;
-    const LayerRange r = cost_.stage_range(vs);
-    const bool shared = c_.ep > 1 && c_.model.shared_experts > 0;
-    p.layers = c_.recompute && !forward ? 2 : 1;
-    // (An MTP module's layer is of the model's last layer's kind, as CostModel's span counts it.)
-    const int moe_layers = c_.model.moe_layers_in(r.first, r.count) + (c_.model.moe() ? r.mtp : 0);
-    p.count = p.layers * (2 * layers_run(vs) + (shared ? moe_layers : 0));
-    const double row = static_cast<double>(c_.model.hidden) * c_.model.dtype_bytes;  // a token's activation
-    // The embedding: a reduce-scatter (or an all-gather backward); with learned positions an
-    // all-reduce forward.
-    const bool embed_ar = c_.model.learned_positions && forward;
-    const double embed_count = embed_ar ? 1 : 0.5, embed_bytes = embed_ar ? row : row / 2;
-    if (r.embedding) p.count += embed_count, p.extra_per_token += embed_bytes;
-    if (r.lm_head) {
-      const double heads = 1.0 + r.mtp;
-      p.count += heads * 0.5, p.extra_per_token += heads * row / 2;
-      if (forward) p.count += heads * (c_.loss_fusion ? 2 : 3), p.extra_per_token += heads * 12;
-      // each module: its embedding's, its input's 2h gathered (or reduce-scattered) and its
-      // output's gather (the scatter's gather backward); recomputing, the backward also runs the
-      // forward's two gathers again
-      p.count += r.mtp * (embed_count + 1), p.extra_per_token += r.mtp * (embed_bytes + 1.5 * row);
-      if (c_.recompute && !forward) p.count += r.mtp * 1.0, p.extra_per_token += r.mtp * 1.5 * row;
-    }
-    return p;
-  }
+  TpPass tp_pass(int vs, bool forward) const;
 
   // A stage's hand-offs leave in the order its ops finish, one at a time (a pipeline engine
   // posts them on one NCCL stream, whose send kernels run in turn); each waits for the one

@@ -137,8 +137,8 @@ double layer_activation_bytes(const TrainingConfig& c) {
   // and values (2sb x their widths: grouped-query attention keeps fewer keys and values) and
   // the output projection's input (2sb x the query width); FlashAttention keeps no s x s
   // scores, only each row's fp32 log-sum-exp. With h = a x head_dim and kv = a: 11sbh.
-  // Without dropout (TrainingConfig::dropout) neither mask is kept: 2sbh where it says 3.
-  const double in_mask = (c.dropout ? 3 : 2) * sbh;
+  // Without dropout (TrainingConfig::dropout_masks) neither mask is kept: 2sbh where it says 3.
+  const double in_mask = (c.dropout_masks() ? 3 : 2) * sbh;
   double attention = in_mask + 2 * s * b * (2 * q + 2 * kv) + 4 * a * s * b;
   // Latent attention (MLA, trained as Megatron-Core does, keys and values up-projected per head):
   // the queries and keys of a x (head_dim + rope) each (the rotated key inside them), the values

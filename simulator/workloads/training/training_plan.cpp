@@ -48,6 +48,33 @@ void TrainingJob::measure_tp_ring() {
   }
 }
 
+// The collectives of a pass (see the comment above TpPass in training_job.h).
+auto TrainingJob::tp_pass(int vs, bool forward) const -> TpPass {
+  TpPass p;
+  if (c_.tp < 2) return p;
+  const LayerRange r = cost_.stage_range(vs);
+  const bool shared = c_.ep > 1 && c_.model.shared_experts > 0;
+  p.layers = c_.recompute && !forward ? 2 : 1;
+  // (An MTP module's layer is of the model's last layer's kind, as CostModel's span counts it.)
+  const int moe_layers = c_.model.moe_layers_in(r.first, r.count) + (c_.model.moe() ? r.mtp : 0);
+  p.count = p.layers * (2 * layers_run(vs) + (shared ? moe_layers : 0));
+  const double row = static_cast<double>(c_.model.hidden) * c_.model.dtype_bytes;  // a token's activation
+  // The embedding: a reduce-scatter (or an all-gather backward); with learned positions an
+  // all-reduce forward.
+  const bool embed_ar = c_.model.learned_positions && forward;
+  const double embed_count = embed_ar ? 1 : 0.5, embed_bytes = embed_ar ? row : row / 2;
+  if (r.embedding) p.count += embed_count, p.extra_per_token += embed_bytes;
+  if (r.lm_head) {
+    const double heads = 1.0 + r.mtp;
+    p.count += heads * 0.5, p.extra_per_token += heads * row / 2;
+    if (forward) p.count += heads * (c_.loss_fusion ? 2 : 3), p.extra_per_token += heads * 12;
+    // each module: its embedding's, and its input's 2h gathered (or reduce-scattered) and its
+    // output's gather (the scatter's gather backward), in its checkpoint: twice recomputing
+    p.count += r.mtp * (embed_count + p.layers), p.extra_per_token += r.mtp * (embed_bytes + p.layers * 1.5 * row);
+  }
+  return p;
+}
+
 // A pass's tensor-parallel collectives on stage s over `tokens` tokens (tp_pass), as the fused ring
 // the simulation runs (2(n-1)/n of the bytes over the slowest edge, every step's latency).
 double TrainingJob::tp_ns(double tokens, int s, bool forward) const {

@@ -66,7 +66,7 @@ TrainingSetup training_setup(const TrainingConfig& c) {
   s.recompute = c.recompute;
   s.mtp_layers = c.mtp_layers;
   s.loss_fusion = c.loss_fusion;
-  s.dropout = c.dropout;
+  s.dropout = c.dropout_masks();
   for (int r = 0; r < c.pp; ++r) s.stage_layers.push_back(rank_layers(c, r));
   s.dp_algorithm = net::collective_name(c.dp_algorithm);
   s.tp_algorithm = net::collective_name(c.tp_algorithm);
@@ -414,7 +414,6 @@ SLUICE_REGISTER(workload, training_workload) {
               p.section("recovery").fail("checkpoint_to", "storage, but the cluster has no storage servers",
                                          "pause, or cluster.storage_servers: N (storage servers on the fabric)");
             c.model = model_from_params(p.section("model"));
-            if (!p.given("dropout")) c.dropout = c.model.dropout;  // the model's unless the job says
             c.hardware = world.hardware();
             check_training_shape(c, p, par);
             if (const Params& mp = p.section("moe"); !c.model.moe() && (mp.given("routing") || mp.given("zipf_s") || mp.given("alltoall_overlap") || mp.given("token_dispatcher")))
