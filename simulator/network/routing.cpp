@@ -115,6 +115,60 @@ int32_t* Router::DistArena::take(size_t n) {
   return p;
 }
 
+void Router::swap_state(State& s) noexcept {
+  dist_.swap(s.dist);
+  arena_.swap(s.arena);
+  weights_.swap(s.weights);
+  link_dst_.swap(s.link_dst);
+  arc_at_.swap(s.arc_at);
+  arc_.swap(s.arc);
+  std::swap(weights_down_, s.weights_down);
+  std::swap(min_weight_, s.min_weight);
+  kept_.swap(s.kept);
+  std::swap(kept_n_, s.kept_n);
+  route_pool_.swap(s.route_pool);
+  seen_.swap(s.seen);
+  std::swap(seen_epoch_, s.seen_epoch);
+}
+
+size_t Router::State::bytes() const {
+  return arena.bytes() + dist.size() * (sizeof(DistState) + 32) + (weights.size() + link_dst.size() + arc_at.size() + route_pool.size()) * 4 +
+         arc.size() * sizeof(Arc) + kept.size() * sizeof(Kept) + seen.size() * sizeof(Seen);
+}
+
+void Router::invalidate() {
+  // The links' weights now, as ensure_weights() will compute them.
+  for (int e = static_cast<int>(static_w_.size()); e < t_.link_count(); ++e) static_w_.push_back(static_weight(e));
+  std::vector<int32_t> now(static_cast<size_t>(t_.link_count()));
+  for (int e = 0; e < t_.link_count(); ++e) now[static_cast<size_t>(e)] = weight(e);
+  if (!weights_.empty()) {  // something was computed since the last change: set it aside
+    auto s = std::make_unique<State>();
+    swap_state(*s);  // (this router now holds a default State: nothing computed)
+    set_aside_.insert(set_aside_.begin(), std::move(s));
+    size_t total = 0, keep = 0;
+    for (; keep < set_aside_.size() && keep < kSetAside; ++keep) {
+      total += set_aside_[keep]->bytes();
+      if (total > kSetAsideBytes) break;
+    }
+    set_aside_.erase(set_aside_.begin() + static_cast<std::ptrdiff_t>(keep), set_aside_.end());
+  } else {
+    forget_routes();
+    dist_.clear();
+    arena_.reset();
+    link_dst_.clear();
+    arc_.clear();
+    arc_at_.clear();
+  }
+  for (size_t i = 0; i < set_aside_.size(); ++i) {
+    State& s = *set_aside_[i];
+    if (s.weights != now || s.arc_at.size() != static_cast<size_t>(t_.node_count()) + 1) continue;
+    swap_state(s);  // (the default State just made goes with it)
+    set_aside_.erase(set_aside_.begin() + static_cast<std::ptrdiff_t>(i));
+    ++revived_;
+    return;
+  }
+}
+
 void Router::start_state(DistState& s, int dst) {
   s = DistState{};
   s.dst = dst;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <cstdint>
 #include <unordered_map>
@@ -51,20 +52,22 @@ class Router {
   void set_hash_seed(uint64_t seed) {
     seed_mix_ = seed == 0 ? 0 : route_hash(seed, 0x5EEDull, 0x48A54ull);
     forget_routes();
+    set_aside_.clear();  // their kept routes hashed with the old seed
   }
   // Sum of the per-hop latencies of a route.
   int64_t latency_ns(const std::vector<int>& path) const;
   bool dimension_order() const { return dor_; }
-  // Forgets cached distances after links were added or torn down (OCS reprogramming).
-  void invalidate() {
-    forget_routes();
-    dist_.clear();
-    arena_.reset();
-    weights_.clear();
-    link_dst_.clear();
-    arc_.clear();
-    arc_at_.clear();
-  }
+  // After links were added, failed, came back or were torn down (a failure, a repair, OCS
+  // reprogramming): what was computed for the links as they were (distances, kept routes) is
+  // set aside, and routing goes on from what was set aside for links exactly as they are now
+  // if there is one (a repair brings back the state its failure set aside), else from nothing.
+  // Routes are a function of the links' weights (weight(): up or not, bandwidth, penalty) and
+  // of the ends, which only grow, so a state computed for the same weights routes every flow
+  // the same way; it only saves computing them again. At most kSetAside states, of at most
+  // kSetAsideBytes together, are kept (the oldest go first).
+  void invalidate();
+  // How many times invalidate() found a state set aside for the links as they are.
+  uint64_t revived() const { return revived_; }
   const Topology& topology() const { return t_; }
 
  private:
@@ -82,6 +85,16 @@ class Router {
     ~DistArena();
     int32_t* take(size_t n);  // n int32s, uninitialised, valid until reset()
     void reset() { chunk_ = 0, used_ = 0; }
+    void swap(DistArena& o) noexcept {
+      chunks_.swap(o.chunks_);
+      std::swap(chunk_, o.chunk_);
+      std::swap(used_, o.used_);
+    }
+    size_t bytes() const {
+      size_t b = 0;
+      for (const Chunk& c : chunks_) b += c.bytes;
+      return b;
+    }
 
    private:
     struct Chunk {
@@ -268,6 +281,26 @@ class Router {
   };
   std::vector<Seen> seen_;  // kSeen slots once a route is asked for
   uint32_t seen_epoch_ = 1;
+  // What invalidate() sets aside and brings back: everything computed for one set of link
+  // weights (a default State is nothing computed yet).
+  struct State {
+    std::unordered_map<int, DistState> dist;
+    DistArena arena;
+    std::vector<int32_t> weights, link_dst, arc_at;
+    std::vector<Arc> arc;
+    bool weights_down = false;
+    int32_t min_weight = 0;
+    std::vector<Kept> kept;
+    size_t kept_n = 0;
+    std::vector<int32_t> route_pool;
+    std::vector<Seen> seen;
+    uint32_t seen_epoch = 1;
+    size_t bytes() const;
+  };
+  void swap_state(State& s) noexcept;
+  static constexpr size_t kSetAside = 4, kSetAsideBytes = size_t{1} << 30;
+  std::vector<std::unique_ptr<State>> set_aside_;  // most recent first
+  uint64_t revived_ = 0;
 };
 
 }  // namespace sluice::net
