@@ -414,7 +414,8 @@ std::string CheckReport::junit(const Suite& s) const {
       cases += fmt::format("    <testcase classname=\"{}.{}\" name=\"{}\" time=\"0\"", xml_escape(s.name), xml_escape(v.entry), xml_escape(v.figure.figure));
       const std::string msg = fmt::format("{}: published {:.6g}, sluice {}, tolerance {:g}%{}", v.figure.metric, v.figure.value,
                                           v.verdict == "missing" ? std::string("missing") : fmt::format("{:.6g}", v.now), 100 * v.figure.tolerance,
-                                          v.figure.known_gap.empty() ? "" : " (known gap: " + v.figure.known_gap + ")");
+                                          (v.figure.known_gap.empty() ? "" : " (known gap: " + v.figure.known_gap + ")") +
+                                              (v.figure.note.empty() ? "" : " (note: " + v.figure.note + ")"));
       if (v.failed()) {
         ++f;
         cases += fmt::format(">\n      <failure type=\"published\" message=\"{}\"/>\n    </testcase>\n", xml_escape(msg));

@@ -149,7 +149,10 @@ TEST_CASE("check against published figures: within tolerance passes, outside fai
   CHECK(noted.validation[0].verdict == "pass");
   CHECK(noted.validation_markdown(ns).find("| pass. chosen so |") != std::string::npos);
   const Suite both = suite_with("{metric: serving.requests.completed, value: 25, tolerance: 10%, figure: f, source: s, known_gap: why, note: how}");
-  CHECK(run_check(both, builtin_registry(), 1, false).validation_markdown(both).find("| known gap: why. how |") != std::string::npos);
+  const CheckReport both_rep = run_check(both, builtin_registry(), 1, false);
+  CHECK(both_rep.validation_markdown(both).find("| known gap: why. how |") != std::string::npos);
+  CHECK(both_rep.junit(both).find("(known gap: why) (note: how)") != std::string::npos);  // JUnit's message carries both
+  CHECK(noted.junit(ns).find("(note: chosen so)") != std::string::npos);
   CHECK_THROWS_WITH_AS(suite_with("{metric: m, value: 1, tolerance: 5%, figure: f, source: s, notes: x}"), doctest::Contains("did you mean 'note'"),
                        ConfigError);
   const CheckReport missing = run_check(suite_with("{metric: serving.no.such.metric, value: 1, tolerance: 10%, figure: f, source: s}"),
