@@ -39,6 +39,10 @@ TEST_CASE("mla training: a layer keeps the up-projected queries, keys and values
   const double layer = attention + 4 * kS * kH + 3 * kS * kH + 6 * kS * kF;
   const double loss = kS * 8 * 4;  // the loss's fp32 softmax of the logits (vocab 8)
   CHECK(t["memory_per_device"]["activations_bytes"].get<double>() == doctest::Approx(kL * layer + loss).epsilon(1e-12));
+  // Trained without dropout (as DeepSeek-V3 is), a layer keeps neither one-byte mask: the
+  // attention output projection's and the MLP's, sbh each.
+  const Json nd = run_text(kStar, {"workloads.0.dropout=false"})["training"];
+  CHECK(nd["memory_per_device"]["activations_bytes"].get<double>() == doctest::Approx(kL * (layer - 2 * kS * kH) + loss).epsilon(1e-12));
   // Under TP2 (sequence parallel) all of it splits.
   const Json t2 = run_text(kTwo, {"workloads.0.parallel.tp=2", "workloads.0.parallel.dp=2"})["training"];
   CHECK(t2["memory_per_device"]["activations_bytes"].get<double>() == doctest::Approx((kL * layer + loss) / 2).epsilon(1e-12));
