@@ -132,8 +132,8 @@ void Router::swap_state(State& s) noexcept {
 }
 
 size_t Router::State::bytes() const {
-  return arena.bytes() + dist.size() * (sizeof(DistState) + 32) + (weights.size() + link_dst.size() + arc_at.size() + route_pool.size()) * 4 +
-         arc.size() * sizeof(Arc) + kept.size() * sizeof(Kept) + seen.size() * sizeof(Seen);
+  return arena.bytes() + dist.size() * (sizeof(DistState) + 32) + (weights.capacity() + link_dst.capacity() + arc_at.capacity() + route_pool.capacity()) * 4 +
+         arc.capacity() * sizeof(Arc) + kept.capacity() * sizeof(Kept) + seen.capacity() * sizeof(Seen);
 }
 
 void Router::invalidate() {
@@ -141,16 +141,14 @@ void Router::invalidate() {
   for (int e = static_cast<int>(static_w_.size()); e < t_.link_count(); ++e) static_w_.push_back(static_weight(e));
   std::vector<int32_t> now(static_cast<size_t>(t_.link_count()));
   for (int e = 0; e < t_.link_count(); ++e) now[static_cast<size_t>(e)] = weight(e);
-  if (!weights_.empty()) {  // something was computed since the last change: set it aside
-    auto s = std::make_unique<State>();
-    swap_state(*s);  // (this router now holds a default State: nothing computed)
-    set_aside_.insert(set_aside_.begin(), std::move(s));
-    size_t total = 0, keep = 0;
-    for (; keep < set_aside_.size() && keep < kSetAside; ++keep) {
-      total += set_aside_[keep]->bytes();
-      if (total > kSetAsideBytes) break;
-    }
-    set_aside_.erase(set_aside_.begin() + static_cast<std::ptrdiff_t>(keep), set_aside_.end());
+  const size_t arcs = static_cast<size_t>(t_.node_count()) + 1;
+  // Links and nodes only grow: a state computed for fewer of them can never fit again.
+  auto may_fit = [&](const State& s) { return s.weights.size() == now.size() && s.arc_at.size() == arcs; };
+  std::erase_if(set_aside_, [&](const std::unique_ptr<State>& s) { return !may_fit(*s); });
+  std::unique_ptr<State> was;
+  if (!weights_.empty()) {  // something was computed since the last change: it goes aside below
+    was = std::make_unique<State>();
+    swap_state(*was);  // (this router now holds a default State: nothing computed)
   } else {
     forget_routes();
     dist_.clear();
@@ -159,14 +157,25 @@ void Router::invalidate() {
     arc_.clear();
     arc_at_.clear();
   }
-  for (size_t i = 0; i < set_aside_.size(); ++i) {
-    State& s = *set_aside_[i];
-    if (s.weights != now || s.arc_at.size() != static_cast<size_t>(t_.node_count()) + 1) continue;
-    swap_state(s);  // (the default State just made goes with it)
-    set_aside_.erase(set_aside_.begin() + static_cast<std::ptrdiff_t>(i));
-    ++revived_;
-    return;
+  for (size_t i = 0; i < set_aside_.size(); ++i)
+    if (set_aside_[i]->weights == now) {
+      swap_state(*set_aside_[i]);  // (the default State goes with it)
+      set_aside_.erase(set_aside_.begin() + static_cast<std::ptrdiff_t>(i));
+      ++revived_;
+      break;
+    }
+  if (was && may_fit(*was)) set_aside_.insert(set_aside_.begin(), std::move(was));
+  // The newest first, as many as fit the count and the bytes (one too large alone is dropped).
+  std::vector<std::unique_ptr<State>> keep;
+  size_t total = 0;
+  for (auto& s : set_aside_) {
+    const size_t bytes = s->bytes();
+    if (keep.size() < kSetAside && total + bytes <= kSetAsideBytes) {
+      total += bytes;
+      keep.push_back(std::move(s));
+    }
   }
+  set_aside_ = std::move(keep);
 }
 
 void Router::start_state(DistState& s, int dst) {

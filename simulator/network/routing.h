@@ -64,7 +64,8 @@ class Router {
   // Routes are a function of the links' weights (weight(): up or not, bandwidth, penalty) and
   // of the ends, which only grow, so a state computed for the same weights routes every flow
   // the same way; it only saves computing them again. At most kSetAside states, of at most
-  // kSetAsideBytes together, are kept (the oldest go first).
+  // kSetAsideBytes together, are kept (the oldest go first; one computed for fewer links or
+  // nodes than there are now, which can never fit again, at once).
   void invalidate();
   // How many times invalidate() found a state set aside for the links as they are.
   uint64_t revived() const { return revived_; }
@@ -284,8 +285,8 @@ class Router {
   // What invalidate() sets aside and brings back: everything computed for one set of link
   // weights (a default State is nothing computed yet).
   struct State {
+    DistArena arena;  // (before dist: outlives the vectors it holds)
     std::unordered_map<int, DistState> dist;
-    DistArena arena;
     std::vector<int32_t> weights, link_dst, arc_at;
     std::vector<Arc> arc;
     bool weights_down = false;

@@ -319,6 +319,13 @@ TEST_CASE("routing: a state set aside at a change comes back only for links exac
   r.invalidate();
   CHECK(r.revived() == 0);
   CHECK(differ_from_fresh() == 0);
+  {  // some route of the one-failure state crosses y, so reviving that state with y down would show
+    Router fresh(t);
+    size_t over_y = 0;
+    for (const auto& a : asks)
+      for (int e : fresh.route(a[0], a[1], static_cast<uint64_t>(a[2]))) over_y += e == y;
+    REQUIRE(over_y > 0);
+  }
   both_ways(y, false);  // a second failure: neither the healthy state nor the one-failure state fits
   r.invalidate();
   CHECK(r.revived() == 0);
@@ -346,6 +353,22 @@ TEST_CASE("routing: a state set aside at a change comes back only for links exac
   size_t differ = 0;
   for (int pass = 0; pass < 2; ++pass)
     for (const auto& a : asks) differ += r.route(a[0], a[1], static_cast<uint64_t>(a[2])) != seeded.route(a[0], a[1], static_cast<uint64_t>(a[2]));
+  CHECK(differ == 0);
+  // A link added between a failure and its repair (an OCS circuit, a new cable): the states set
+  // aside for fewer links never fit again; nothing is revived and routes are a fresh router's.
+  both_ways(x, false);
+  r.invalidate();
+  const int revived = static_cast<int>(r.revived());
+  t.add_link(t.link(x).src, t.link(y).dst, t.link(x).bandwidth_Bps, t.link(x).latency_ns, "extra");
+  r.invalidate();
+  both_ways(x, true);
+  r.invalidate();
+  CHECK(static_cast<int>(r.revived()) == revived);
+  Router fresh_seeded(t);
+  fresh_seeded.set_hash_seed(7);
+  differ = 0;
+  for (int pass = 0; pass < 2; ++pass)
+    for (const auto& a : asks) differ += r.route(a[0], a[1], static_cast<uint64_t>(a[2])) != fresh_seeded.route(a[0], a[1], static_cast<uint64_t>(a[2]));
   CHECK(differ == 0);
 }
 
