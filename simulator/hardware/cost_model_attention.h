@@ -8,6 +8,29 @@
 
 namespace sluice {
 
+// Latent attention's heads assembled from their parts, a copy each (read once, written once;
+// one kernel a layer). A prompt's tokens (fresh or a chunk, and training's, all non-absorbed) get
+// whole keys: each head's non-rope part beside the one shared rotary key, vLLM's torch.cat of
+// k_nope and k_pe expanded over the heads, H (nope + rope) written from H nope + rope read. A
+// decode's query (absorbed) is each head's latent-space part beside its rotary part, H x latent
+// (kv_lora_rank + rope) both ways, a torch.cat under PyTorch; the fused engines write the two
+// parts into one buffer in place (SGLang's q_input), so it costs nothing there. `queries`: the
+// decodes' query tokens (1 + drafts each); the prompts' tokens are read from `prompts`.
+template <class Sink>
+void CostModel::Impl::mla_concat(std::span<const SeqWork> prompts, double queries, Sink& sink, double L) const {
+  if (!mla) return;
+  double prompt = 0;
+  for (const SeqWork& s : prompts)
+    if (s.new_tokens > 1) prompt += s.new_tokens;
+  const double rope = m.qk_rope_head_dim, nope = m.head_dim;
+  double bytes = prompt * (H * (2 * nope + rope) + rope) * b;
+  if (impl != Implementation::Fused) bytes += queries * 2 * H * latent * b;
+  if (bytes <= 0) return;
+  Part p = kernels_part(Op::MlaConcat, 1, bytes);
+  p.ns *= L, p.bytes *= L, p.kernels *= L;
+  sink(p);
+}
+
 template <class Sink, bool kDetail>
 void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, Sink& sink, double L, long drafted) const {
   if (nd > 0) {
@@ -152,7 +175,10 @@ void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, S
     }
     sink(Part{Op::AttnDecode, src, file, t * L, flops * L, bytes * L, L});
   }
-  if (static_cast<size_t>(nd) == batch.size()) return;
+  if (static_cast<size_t>(nd) == batch.size()) {
+    mla_concat(std::span<const SeqWork>{}, nd + drafted, sink, L);
+    return;
+  }
   // Chunks after a cached prefix: one attention call each. Fresh prompts (no prefix) are one
   // batched call: it costs as a single prompt of the same causal FLOPs, sqrt(sum of l^2)
   // tokens (a batch fills the device as a longer prompt does), never less than its longest
@@ -207,6 +233,7 @@ void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, S
       sink(p);
     }
   }
+  mla_concat(batch, nd + drafted, sink, L);
 }
 
 }  // namespace sluice

@@ -529,9 +529,9 @@ struct CostModel::Impl {
   //   fused: fused add+RMSNorm x2, one rotary kernel over q and k, one SiLU*mul, one cache write.
   //   Latent attention (any profile): its two RMSNorms more (the query bottleneck's and the
   //   latent's, on the down projections' rows), and the rotary over the rope part of each query
-  //   head and the one shared rotary key only. (Not costed: the concatenation of the rope and
-  //   non-rope parts into whole query and key heads that a non-absorbed prefill or training
-  //   step copies.)
+  //   head and the one shared rotary key only. (The concatenation of the rope and non-rope
+  //   parts into whole heads is costed with attention, which knows prefills from decodes:
+  //   cost_model_attention.h.)
   template <class Layer>
   void layer_elementwise(double M, Layer& layer, bool act = true) const;  // (cost_model_elementwise.h)
   // The glue kernels no table holds, per layer (cost_model_elementwise.h: fitted to model_steps.csv).
@@ -721,6 +721,9 @@ struct CostModel::Impl {
   // (defined in cost_model_attention.h).
   template <class Sink, bool kDetail>
   void attention_parts(std::span<const SeqWork> batch, long nd, Sink& sink, double L, long drafted = 0) const;
+  // Latent attention's concatenations of head parts (cost_model_attention.h).
+  template <class Sink>
+  void mla_concat(std::span<const SeqWork> prompts, double queries, Sink& sink, double L) const;
 
   std::string op_name(Op op) const {
     switch (op) {
@@ -742,6 +745,7 @@ struct CostModel::Impl {
       case Op::Residual: return "elementwise.residual_add";
       case Op::LmHead: return "lm_head";
       case Op::MtpProj: return "gemm.mtp_proj";
+      case Op::MlaConcat: return "elementwise.mla_concat";
       case Op::Sampling: return "sampling";
       case Op::AllReduce: return "allreduce";
       case Op::AllGather: return "allgather.logits";

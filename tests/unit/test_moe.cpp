@@ -474,6 +474,29 @@ TEST_CASE("mla: the rotary turns only the rope part of each query head and the o
   CHECK(find_op(lean, "elementwise.rope")->kernels == doctest::Approx(14 * L));
 }
 
+TEST_CASE("mla: a prompt's keys and, under PyTorch, a decode's queries are assembled from their parts by a copy") {
+  // DeepSeek-V3 at TP 8: 16 heads a GPU, non-rope 128 and rope 64 wide, a latent of 512 + 64.
+  const ModelSpec ds = load_model("deepseek-v3");
+  CostOptions fused{8, 1, ""};
+  fused.implementation = Implementation::Fused;
+  const double L = 61, b = 2, H = 16;
+  // A prompt of 4096 tokens: each head's key written whole (128 + 64) from its non-rope part and
+  // the one shared rotary key, read once; one kernel a layer, in either profile.
+  const IterationCost f = CostModel(round_device(), ds, fused).iteration(prefill(4096));
+  REQUIRE(find_op(f, "elementwise.mla_concat") != nullptr);
+  CHECK(find_op(f, "elementwise.mla_concat")->bytes == doctest::Approx(L * 4096 * (H * (2 * 128 + 64) + 64) * b));
+  CHECK(find_op(f, "elementwise.mla_concat")->kernels == doctest::Approx(L));
+  // A decode of 32 sequences: PyTorch concatenates each query head's latent part and rotary
+  // part (576 wide, read and written); the fused engines write them in place: no such op.
+  const std::vector<SeqWork> dec(32, SeqWork{1, 2048, true});
+  const IterationCost lean = CostModel(round_device(), ds, CostOptions{8, 1, ""}).iteration(dec);
+  REQUIRE(find_op(lean, "elementwise.mla_concat") != nullptr);
+  CHECK(find_op(lean, "elementwise.mla_concat")->bytes == doctest::Approx(L * 32 * 2 * H * 576 * b));
+  CHECK(find_op(CostModel(round_device(), ds, fused).iteration(dec), "elementwise.mla_concat") == nullptr);
+  // A dense model has no latent attention: nothing to assemble.
+  CHECK(find_op(CostModel(round_device(), load_model("llama2-7b"), CostOptions{1, 1, ""}).iteration(prefill(512)), "elementwise.mla_concat") == nullptr);
+}
+
 TEST_CASE("moe: measured routing takes each expert's logged count, from a list or a file, and refuses bad counts where they are") {
   // Counts in the Zipf shares' proportions give Zipf routing's step, device for device.
   std::string zipf_counts;
