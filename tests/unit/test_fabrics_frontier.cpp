@@ -45,6 +45,26 @@ int count_label(const Topology& t, const std::vector<int>& path, const std::stri
   return n;
 }
 
+// A 3-tier fat-tree of `servers` 8-GPU servers (switches of radix 16, no host CPUs), and route
+// asks (source, destination, salt) over its devices: every `si`-th source to every `sj`-th
+// destination from `j0`, each its own salt.
+Topology three_tier(int servers) {
+  ClosSpec c;
+  c.servers = servers;
+  c.server.host_cpus = 0;
+  c.tiers = 3;
+  c.switch_radix = 16;
+  return build_clos(c, "ft3");
+}
+std::vector<std::array<int, 3>> route_asks(const Topology& t, size_t si, size_t j0, size_t sj, size_t mix) {
+  const auto& d = t.devices();
+  std::vector<std::array<int, 3>> asks;
+  for (size_t i = 0; i < d.size(); i += si)
+    for (size_t j = j0; j < d.size(); j += sj)
+      if (i != j) asks.push_back({d[i], d[j], static_cast<int>(i * mix + j)});
+  return asks;
+}
+
 }  // namespace
 
 TEST_CASE("dragonfly: groups of routers all joined locally, every pair of groups by the same number of global links") {
@@ -227,17 +247,8 @@ TEST_CASE("routing: routes do not depend on the order a router is asked in, and 
   // order and from another asked in reverse order (so the distances each has cached, composed or
   // whole, differ) must agree hop for hop; after a link fails both ways and the router is told,
   // no route uses it; repaired and told, the first routes come back.
-  ClosSpec c;
-  c.servers = 48;
-  c.server.host_cpus = 0;
-  c.tiers = 3;
-  c.switch_radix = 16;
-  Topology t = build_clos(c, "ft3");
-  const auto& d = t.devices();
-  std::vector<std::array<int, 3>> asks;
-  for (size_t i = 0; i < d.size(); i += 5)
-    for (size_t j = 1; j < d.size(); j += 7)
-      if (i != j) asks.push_back({d[i], d[j], static_cast<int>(i * 131 + j)});
+  Topology t = three_tier(48);
+  const auto asks = route_asks(t, 5, 1, 7, 131);
   Router forward(t), backward(t);
   std::vector<std::vector<int>> a(asks.size()), b(asks.size());
   for (size_t k = 0; k < asks.size(); ++k) a[k] = forward.route(asks[k][0], asks[k][1], static_cast<uint64_t>(asks[k][2]));
@@ -285,17 +296,8 @@ TEST_CASE("routing: a state set aside at a change comes back only for links exac
   // were is set aside and brought back when they are so again (a repair undoing a failure); for
   // any other set of links it starts from nothing. Every route, revived or not, must be a fresh
   // router's over the same links, its kept routes included (each asked twice).
-  ClosSpec c;
-  c.servers = 32;
-  c.server.host_cpus = 0;
-  c.tiers = 3;
-  c.switch_radix = 16;
-  Topology t = build_clos(c, "ft3");
-  const auto& d = t.devices();
-  std::vector<std::array<int, 3>> asks;
-  for (size_t i = 0; i < d.size(); i += 3)
-    for (size_t j = 2; j < d.size(); j += 11)
-      if (i != j) asks.push_back({d[i], d[j], static_cast<int>(i * 37 + j)});
+  Topology t = three_tier(32);
+  const auto asks = route_asks(t, 3, 2, 11, 37);
   Router r(t);
   auto differ_from_fresh = [&] {
     Router fresh(t);
