@@ -142,6 +142,9 @@ void Router::invalidate() {
   std::vector<int32_t> now(static_cast<size_t>(t_.link_count()));
   for (int e = 0; e < t_.link_count(); ++e) now[static_cast<size_t>(e)] = weight(e);
   const size_t arcs = static_cast<size_t>(t_.node_count()) + 1;
+  // Nothing that routes changed (a slice torn down without circuits, a failure of links already
+  // down): what was computed stands. (Set aside and computed again, it would be kept twice.)
+  if (!weights_.empty() && weights_ == now && arc_at_.size() == arcs) return;
   // Links and nodes only grow: a state computed for fewer of them can never fit again.
   auto may_fit = [&](const State& s) { return s.weights.size() == now.size() && s.arc_at.size() == arcs; };
   std::erase_if(set_aside_, [&](const std::unique_ptr<State>& s) { return !may_fit(*s); });

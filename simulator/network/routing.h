@@ -69,6 +69,7 @@ class Router {
   void invalidate();
   // How many times invalidate() found a state set aside for the links as they are.
   uint64_t revived() const { return revived_; }
+  size_t set_aside() const { return set_aside_.size(); }
   const Topology& topology() const { return t_; }
 
  private:

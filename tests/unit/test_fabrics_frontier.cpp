@@ -312,6 +312,9 @@ TEST_CASE("routing: a state set aside at a change comes back only for links exac
       if (t.link(b).dst == t.link(e).src) t.mutable_link(b).up = up;
   };
   CHECK(differ_from_fresh() == 0);
+  r.invalidate();  // told of a change that changed nothing: what was computed stands, nothing is set aside twice
+  CHECK(r.set_aside() == 0);
+  CHECK(differ_from_fresh() == 0);
   size_t far = 0;  // the first ask that leaves its server
   while (far < asks.size() && r.route(asks[far][0], asks[far][1], static_cast<uint64_t>(asks[far][2])).size() < 4) ++far;
   REQUIRE(far < asks.size());
@@ -320,6 +323,7 @@ TEST_CASE("routing: a state set aside at a change comes back only for links exac
   both_ways(x, false);
   r.invalidate();
   CHECK(r.revived() == 0);
+  CHECK(r.set_aside() == 1);  // the healthy state
   CHECK(differ_from_fresh() == 0);
   {  // some route of the one-failure state crosses y, so reviving that state with y down would show
     Router fresh(t);
