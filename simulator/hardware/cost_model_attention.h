@@ -8,14 +8,18 @@
 
 namespace sluice {
 
-// Latent attention's heads assembled from their parts, a copy each (read once, written once;
-// one kernel a layer). A prompt's tokens (fresh or a chunk, and training's, all non-absorbed) get
-// whole keys: each head's non-rope part beside the one shared rotary key, vLLM's torch.cat of
-// k_nope and k_pe expanded over the heads, H (nope + rope) written from H nope + rope read. A
-// decode's query (absorbed) is each head's latent-space part beside its rotary part, H x latent
-// (kv_lora_rank + rope) both ways, a torch.cat under PyTorch; the fused engines write the two
-// parts into one buffer in place (SGLang's q_input), so it costs nothing there. `queries`: the
-// decodes' query tokens (1 + drafts each); the prompts' tokens are read from `prompts`.
+// Latent attention's heads assembled from their parts, a copy each (read once, written once; a
+// kernel each, every layer). A prompt's tokens (fresh or a chunk, and training's; not absorbed)
+// get whole keys: each head's non-rope part beside the one shared rotary key (vLLM's and
+// Megatron-Core's torch.cat of k_nope and k_pe expanded over the heads), H (nope + rope) written
+// from H nope + rope read; under PyTorch (Megatron-Core, Hugging Face) their queries too, each
+// head's non-rope and rotary parts, H (nope + rope) both ways (vLLM's prefill turns the rotary
+// part of its projected query in place). A decode's absorbed query is each head's latent-space
+// part beside its rotary part, H x latent (kv_lora_rank + rope) both ways: vLLM's FlashMLA path
+// concatenates them in every profile (SGLang writes them into one buffer; not modelled). Not
+// counted: a chunk's cached context, which vLLM up-projects and concatenates again
+// (_compute_prefill_context), is not costed at all yet, GEMM included. `queries`: the decodes'
+// query tokens (1 + drafts each); the prompts' tokens are read from `prompts`.
 template <class Sink>
 void CostModel::Impl::mla_concat(std::span<const SeqWork> prompts, double queries, Sink& sink, double L) const {
   if (!mla) return;
@@ -23,10 +27,17 @@ void CostModel::Impl::mla_concat(std::span<const SeqWork> prompts, double querie
   for (const SeqWork& s : prompts)
     if (s.new_tokens > 1) prompt += s.new_tokens;
   const double rope = m.qk_rope_head_dim, nope = m.head_dim;
-  double bytes = prompt * (H * (2 * nope + rope) + rope) * b;
-  if (impl != Implementation::Fused) bytes += queries * 2 * H * latent * b;
-  if (bytes <= 0) return;
-  Part p = kernels_part(Op::MlaConcat, 1, bytes);
+  Part p{Op::MlaConcat, Src::Analytic, File::None, 0, 0, 0, 0};
+  auto copy = [&](double bytes) {
+    const Part k = kernels_part(Op::MlaConcat, 1, bytes);
+    p.ns += k.ns, p.bytes += k.bytes, p.kernels += k.kernels;
+  };
+  if (prompt > 0) {
+    copy(prompt * (H * (2 * nope + rope) + rope) * b);
+    if (impl != Implementation::Fused) copy(prompt * 2 * H * (nope + rope) * b);
+  }
+  if (queries > 0) copy(queries * 2 * H * latent * b);
+  if (p.kernels == 0) return;
   p.ns *= L, p.bytes *= L, p.kernels *= L;
   sink(p);
 }

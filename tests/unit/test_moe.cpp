@@ -474,27 +474,56 @@ TEST_CASE("mla: the rotary turns only the rope part of each query head and the o
   CHECK(find_op(lean, "elementwise.rope")->kernels == doctest::Approx(14 * L));
 }
 
-TEST_CASE("mla: a prompt's keys and, under PyTorch, a decode's queries are assembled from their parts by a copy") {
+TEST_CASE("mla: a prompt's keys (and under PyTorch its queries) and a decode's absorbed queries are assembled by a copy each") {
   // DeepSeek-V3 at TP 8: 16 heads a GPU, non-rope 128 and rope 64 wide, a latent of 512 + 64.
   const ModelSpec ds = load_model("deepseek-v3");
   CostOptions fused{8, 1, ""};
   fused.implementation = Implementation::Fused;
+  const CostOptions lean{8, 1, ""};
   const double L = 61, b = 2, H = 16;
-  // A prompt of 4096 tokens: each head's key written whole (128 + 64) from its non-rope part and
-  // the one shared rotary key, read once; one kernel a layer, in either profile.
-  const IterationCost f = CostModel(round_device(), ds, fused).iteration(prefill(4096));
-  REQUIRE(find_op(f, "elementwise.mla_concat") != nullptr);
-  CHECK(find_op(f, "elementwise.mla_concat")->bytes == doctest::Approx(L * 4096 * (H * (2 * 128 + 64) + 64) * b));
-  CHECK(find_op(f, "elementwise.mla_concat")->kernels == doctest::Approx(L));
-  // A decode of 32 sequences: PyTorch concatenates each query head's latent part and rotary
-  // part (576 wide, read and written); the fused engines write them in place: no such op.
+  const double key = H * (2 * 128 + 64) + 64, query = 2 * H * (128 + 64), absorbed = 2 * H * 576;  // elements a token
+  auto concat = [](const IterationCost& it) {  // the op, and that it is charged once
+    int n = 0;
+    const OpCost* found = nullptr;
+    for (const auto& o : it.ops)
+      if (o.op == "elementwise.mla_concat") ++n, found = &o;
+    CHECK(n <= 1);
+    return found;
+  };
+  // A prompt of 4096 tokens: each head's key written whole from its non-rope part and the one
+  // shared rotary key; under PyTorch the query's two parts as well (vLLM turns its rotary part in place).
+  const IterationCost pf = CostModel(round_device(), ds, fused).iteration(prefill(4096));
+  REQUIRE(concat(pf));
+  CHECK(concat(pf)->bytes == doctest::Approx(L * 4096 * key * b));
+  CHECK(concat(pf)->kernels == doctest::Approx(L));
+  const IterationCost pl = CostModel(round_device(), ds, lean).iteration(prefill(4096));
+  REQUIRE(concat(pl));
+  CHECK(concat(pl)->bytes == doctest::Approx(L * 4096 * (key + query) * b));
+  CHECK(concat(pl)->kernels == doctest::Approx(2 * L));
+  // A decode of 32 sequences: each query head's latent part beside its rotary part, in every
+  // profile (vLLM's FlashMLA path concatenates them); a verification of one draft doubles the queries.
   const std::vector<SeqWork> dec(32, SeqWork{1, 2048, true});
-  const IterationCost lean = CostModel(round_device(), ds, CostOptions{8, 1, ""}).iteration(dec);
-  REQUIRE(find_op(lean, "elementwise.mla_concat") != nullptr);
-  CHECK(find_op(lean, "elementwise.mla_concat")->bytes == doctest::Approx(L * 32 * 2 * H * 576 * b));
-  CHECK(find_op(CostModel(round_device(), ds, fused).iteration(dec), "elementwise.mla_concat") == nullptr);
+  for (const CostOptions& o : {lean, fused}) {
+    const IterationCost d = CostModel(round_device(), ds, o).iteration(dec);
+    REQUIRE(concat(d));
+    CHECK(concat(d)->bytes == doctest::Approx(L * 32 * absorbed * b));
+  }
+  std::vector<SeqWork> verify = dec;
+  for (SeqWork& s : verify) s.drafts = 1;
+  CHECK(concat(CostModel(round_device(), ds, fused).iteration(verify))->bytes == doctest::Approx(L * 64 * absorbed * b));
+  // A batch of both, under PyTorch: the three copies in one op, three kernels a layer; the hot
+  // path's sum (iteration_ns) is the listing's total.
+  std::vector<SeqWork> mixed = dec;
+  mixed.push_back(SeqWork{512, 0, true});
+  const CostModel cm(round_device(), ds, lean);
+  const IterationCost m = cm.iteration(mixed);
+  REQUIRE(concat(m));
+  CHECK(concat(m)->bytes == doctest::Approx(L * (512 * (key + query) + 32 * absorbed) * b));
+  CHECK(concat(m)->kernels == doctest::Approx(3 * L));
+  CHECK(cm.iteration_ns(mixed) == doctest::Approx(m.total_ns).epsilon(1e-12));
+  CHECK(cm.decode_ns(dec) == doctest::Approx(cm.iteration(dec).total_ns).epsilon(1e-12));
   // A dense model has no latent attention: nothing to assemble.
-  CHECK(find_op(CostModel(round_device(), load_model("llama2-7b"), CostOptions{1, 1, ""}).iteration(prefill(512)), "elementwise.mla_concat") == nullptr);
+  CHECK(concat(CostModel(round_device(), load_model("llama2-7b"), CostOptions{1, 1, ""}).iteration(prefill(512))) == nullptr);
 }
 
 TEST_CASE("moe: measured routing takes each expert's logged count, from a list or a file, and refuses bad counts where they are") {
