@@ -127,13 +127,12 @@ void Router::swap_state(State& s) noexcept {
   kept_.swap(s.kept);
   std::swap(kept_n_, s.kept_n);
   route_pool_.swap(s.route_pool);
-  seen_.swap(s.seen);
   std::swap(seen_epoch_, s.seen_epoch);
 }
 
 size_t Router::State::bytes() const {
   return arena.bytes() + dist.size() * (sizeof(DistState) + 32) + (weights.capacity() + link_dst.capacity() + arc_at.capacity() + route_pool.capacity()) * 4 +
-         arc.capacity() * sizeof(Arc) + kept.capacity() * sizeof(Kept) + seen.capacity() * sizeof(Seen);
+         arc.capacity() * sizeof(Arc) + kept.capacity() * sizeof(Kept);
 }
 
 void Router::invalidate() {
@@ -145,6 +144,7 @@ void Router::invalidate() {
   // Nothing that routes changed (a slice torn down without circuits, a failure of links already
   // down): what was computed stands. (Set aside and computed again, it would be kept twice.)
   if (!weights_.empty() && weights_ == now && arc_at_.size() == arcs) return;
+  forget_seen();
   // Links and nodes only grow: a state computed for fewer of them can never fit again.
   auto may_fit = [&](const State& s) { return s.weights.size() == now.size() && s.arc_at.size() == arcs; };
   std::erase_if(set_aside_, [&](const std::unique_ptr<State>& s) { return !may_fit(*s); });
@@ -391,8 +391,8 @@ void Router::route(int src, int dst, uint64_t salt, std::vector<int>& out) {
   // Kept the second time it is asked for: the first only marks it seen.
   if (seen_.empty()) seen_.resize(kSeen);
   Seen& seen = seen_[static_cast<size_t>(h >> 11) & (kSeen - 1)];
-  if (seen.hash != h || seen.epoch != seen_epoch_) {
-    seen = Seen{h, seen_epoch_};
+  if (seen.hash != h || seen.epoch != seen_stamp_) {
+    seen = Seen{h, seen_stamp_};
     return;
   }
   const size_t n = out.size() - at;

@@ -248,9 +248,18 @@ class Router {
     route_pool_.clear();
     if (++seen_epoch_ == 0) {  // wrapped: 0 marks a slot never written, so start clean at 1
       std::fill(kept_.begin(), kept_.end(), Kept{});
-      std::fill(seen_.begin(), seen_.end(), Seen{});
       seen_epoch_ = 1;
-    }  // (else a kept or seen slot of an older epoch is empty)
+    }  // (else a kept slot of an older epoch is empty)
+    forget_seen();
+  }
+  // The keys asked once are the router's, not a state's (they only decide when a route is kept,
+  // never which): a change of the links forgets them, and a state set aside or revived leaves
+  // the table where it is (a fresh one a change would cost 16 MB to allocate and clear).
+  void forget_seen() {
+    if (++seen_stamp_ == 0) {
+      std::fill(seen_.begin(), seen_.end(), Seen{});
+      seen_stamp_ = 1;
+    }
   }
   struct RouteKey {
     uint64_t ends, salt;  // src << 32 | dst
@@ -281,8 +290,9 @@ class Router {
     uint64_t hash = 0;
     uint32_t epoch = 0;
   };
-  std::vector<Seen> seen_;  // kSeen slots once a route is asked for
-  uint32_t seen_epoch_ = 1;
+  std::vector<Seen> seen_;  // kSeen slots once a route is asked for, stamped seen_stamp_
+  uint32_t seen_stamp_ = 1;
+  uint32_t seen_epoch_ = 1;  // the kept routes' epoch (a kept slot of another is empty)
   // What invalidate() sets aside and brings back: everything computed for one set of link
   // weights (a default State is nothing computed yet).
   struct State {
@@ -295,7 +305,6 @@ class Router {
     std::vector<Kept> kept;
     size_t kept_n = 0;
     std::vector<int32_t> route_pool;
-    std::vector<Seen> seen;
     uint32_t seen_epoch = 1;
     size_t bytes() const;
   };
