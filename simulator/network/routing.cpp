@@ -6,6 +6,7 @@
 #include <limits>
 #include <new>
 #include <queue>
+#include <stdexcept>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -152,7 +153,12 @@ void Router::invalidate() {
   if (!weights_.empty()) {  // something was computed since the last change: it goes aside below
     was = std::make_unique<State>();
     swap_state(*was);  // (this router now holds a default State: nothing computed)
-  } else {
+    if (was->bytes() < min_set_aside_) {  // cheaper to compute again than to keep: its memory is reused
+      swap_state(*was);
+      was.reset();
+    }
+  }
+  if (!was) {
     forget_routes();
     dist_.clear();
     arena_.reset();
@@ -514,6 +520,9 @@ void Router::route_walk(int src, int dst, uint64_t salt, int part, std::vector<i
       const int32_t dw = dist[static_cast<size_t>(a->to)];
       if (dw != std::numeric_limits<int32_t>::max() && dw + a->w == dv) cand_.push_back(a->link);
     }
+    // (Distances are computed from dst over links out of each node, which is right only while
+    // a link and its reverse weigh the same: links are full-duplex and fail both ways.)
+    if (cand_.empty()) throw std::logic_error(fmt::format("router: no next hop from node {} towards {} (a link down one way only?)", v, dst));
     size_t pick = 0;
     if (cand_.size() > 1) {
       // (The hash seed is ECMP's, a switch's hash function: a sprayed part's per-hop offset

@@ -65,8 +65,12 @@ class Router {
   // of the ends, which only grow, so a state computed for the same weights routes every flow
   // the same way; it only saves computing them again. At most kSetAside states, of at most
   // kSetAsideBytes together, are kept (the oldest go first; one computed for fewer links or
-  // nodes than there are now, which can never fit again, at once).
+  // nodes than there are now, which can never fit again, at once). A state of fewer than
+  // min_set_aside_bytes() (16 MiB: a small fabric's) is not kept: computing it again costs less
+  // than allocating a fresh one at every failure and repair, so its memory is reused instead.
   void invalidate();
+  size_t min_set_aside_bytes() const { return min_set_aside_; }
+  void set_min_set_aside_bytes(size_t bytes) { min_set_aside_ = bytes; }  // (tests: 0 keeps every state)
   // How many times invalidate() found a state set aside for the links as they are.
   uint64_t revived() const { return revived_; }
   size_t set_aside() const { return set_aside_.size(); }
@@ -311,6 +315,7 @@ class Router {
   void swap_state(State& s) noexcept;
   static constexpr size_t kSetAside = 4, kSetAsideBytes = size_t{1} << 30;
   std::vector<std::unique_ptr<State>> set_aside_;  // most recent first
+  size_t min_set_aside_ = size_t{16} << 20;
   uint64_t revived_ = 0;
 };
 

@@ -250,6 +250,7 @@ TEST_CASE("routing: routes do not depend on the order a router is asked in, and 
   Topology t = three_tier(48);
   const auto asks = route_asks(t, 5, 1, 7, 131);
   Router forward(t), backward(t);
+  forward.set_min_set_aside_bytes(0);  // (a fabric this small is set aside only when told to)
   std::vector<std::vector<int>> a(asks.size()), b(asks.size());
   for (size_t k = 0; k < asks.size(); ++k) a[k] = forward.route(asks[k][0], asks[k][1], static_cast<uint64_t>(asks[k][2]));
   for (size_t k = asks.size(); k-- > 0;) b[k] = backward.route(asks[k][0], asks[k][1], static_cast<uint64_t>(asks[k][2]));
@@ -299,6 +300,7 @@ TEST_CASE("routing: a state set aside at a change comes back only for links exac
   Topology t = three_tier(32);
   const auto asks = route_asks(t, 3, 2, 11, 37);
   Router r(t);
+  r.set_min_set_aside_bytes(0);  // (a fabric this small is set aside only when told to)
   auto differ_from_fresh = [&] {
     Router fresh(t);
     size_t differ = 0;
@@ -376,6 +378,47 @@ TEST_CASE("routing: a state set aside at a change comes back only for links exac
   for (int pass = 0; pass < 2; ++pass)
     for (const auto& a : asks) differ += r.route(a[0], a[1], static_cast<uint64_t>(a[2])) != fresh_seeded.route(a[0], a[1], static_cast<uint64_t>(a[2]));
   CHECK(differ == 0);
+}
+
+TEST_CASE("routing: a state smaller than the threshold is computed again, not set aside, and routes the same") {
+  // A small fabric's state costs less to compute again than to keep: at every failure and
+  // repair its memory is reused, nothing is set aside or revived, and routes are a fresh router's.
+  Topology t = three_tier(32);
+  const auto asks = route_asks(t, 3, 2, 11, 37);
+  Router r(t);
+  REQUIRE(r.min_set_aside_bytes() == size_t{16} << 20);
+  auto differ_from_fresh = [&] {
+    Router fresh(t);
+    size_t differ = 0;
+    for (int pass = 0; pass < 2; ++pass)
+      for (const auto& a : asks) differ += r.route(a[0], a[1], static_cast<uint64_t>(a[2])) != fresh.route(a[0], a[1], static_cast<uint64_t>(a[2]));
+    return differ;
+  };
+  CHECK(differ_from_fresh() == 0);
+  const std::vector<int> first = r.route(asks[0][0], asks[0][1], static_cast<uint64_t>(asks[0][2]));
+  REQUIRE(first.size() >= 2);
+  const int x = first[1];
+  auto both_ways = [&](bool up) {
+    t.mutable_link(x).up = up;
+    for (int b : t.out_links(t.link(x).dst))
+      if (t.link(b).dst == t.link(x).src) t.mutable_link(b).up = up;
+  };
+  for (bool up : {false, true, false, true}) {
+    both_ways(up);
+    r.invalidate();
+    CHECK(r.set_aside() == 0);
+    CHECK(r.revived() == 0);
+    CHECK(differ_from_fresh() == 0);
+  }
+  // Told to keep states of any size, the same router sets the healthy one aside and revives it.
+  r.set_min_set_aside_bytes(0);
+  both_ways(false);
+  r.invalidate();
+  CHECK(r.set_aside() == 1);
+  both_ways(true);
+  r.invalidate();
+  CHECK(r.revived() == 1);
+  CHECK(differ_from_fresh() == 0);
 }
 
 TEST_CASE("routing: distances settled only as far as each route needs give the routes of distances settled to the end") {

@@ -70,10 +70,12 @@ TEST_CASE("flow quantum: a flow that has sent its last byte ends at its rounded 
   sim.start(a, b, 0.95e9, &sink, 1);
   e.run(SimTime::us(9700));
   REQUIRE(sink.at.empty());
-  t.mutable_link(link).up = false;
+  const int back = t.link(link).reverse;  // (a cable fails both ways, as the world fails it)
+  t.mutable_link(link).up = t.mutable_link(back).up = false;
   sim.set_link_capacity(link, 0);
+  sim.set_link_capacity(back, 0);
   r.invalidate();
-  const auto [moved, stalled] = sim.reroute({link}, 1'000'000);
+  const auto [moved, stalled] = sim.reroute({link, back}, 1'000'000);
   CHECK(moved == 0);
   CHECK(stalled == 0);
   e.run();
@@ -82,7 +84,7 @@ TEST_CASE("flow quantum: a flow that has sent its last byte ends at its rounded 
   // A flow with bytes still to send on the failed link, with no other route, stalls.
   sim.start(a, b, 1e9, &sink, 2);
   e.run(SimTime::ns(e.now().count_ns() + 1000));
-  const auto [moved2, stalled2] = sim.reroute({link}, 1'000'000);
+  const auto [moved2, stalled2] = sim.reroute({link, back}, 1'000'000);
   CHECK(moved2 == 0);
   CHECK(stalled2 == 1);
   e.run();
