@@ -16,10 +16,9 @@ namespace sluice {
 // head's non-rope and rotary parts, H (nope + rope) both ways (vLLM's prefill turns the rotary
 // part of its projected query in place). A decode's absorbed query is each head's latent-space
 // part beside its rotary part, H x latent (kv_lora_rank + rope) both ways: vLLM's FlashMLA path
-// concatenates them in every profile (SGLang writes them into one buffer; not modelled). Not
-// counted: a chunk's cached context, which vLLM up-projects and concatenates again
-// (_compute_prefill_context), is not costed at all yet, GEMM included. `queries`: the decodes'
-// query tokens (1 + drafts each); the prompts' tokens are read from `prompts`.
+// concatenates them in every profile (SGLang writes them into one buffer; not modelled). A
+// chunk's cached context is mla_context's. `queries`: the decodes' query tokens (1 + drafts
+// each); the prompts' tokens are read from `prompts`.
 template <class Sink>
 void CostModel::Impl::mla_concat(std::span<const SeqWork> prompts, double queries, Sink& sink, double L) const {
   if (!mla) return;
@@ -38,6 +37,39 @@ void CostModel::Impl::mla_concat(std::span<const SeqWork> prompts, double querie
   }
   if (queries > 0) copy(queries * 2 * H * latent * b);
   if (p.kernels == 0) return;
+  p.ns *= L, p.bytes *= L, p.kernels *= L;
+  sink(p);
+}
+
+// The cached context behind a prompt chunk (a later chunk of a chunked prefill, or the part of a
+// prompt a prefix cache held): the cache holds only its latent, and the prefill's multi-head
+// attention needs whole keys and values, so the engine builds them again for every chunk
+// (vLLM's _compute_prefill_context; SGLang's chunked-prefix path does the same): the context's
+// latent gathered from the paged cache into a workspace (read at the cache's bytes, written at
+// the activations'), up-projected through the latent's up-projection (kv_b, the same weights as
+// the chunk's own: gemm.kv_b_context, one GEMM over every chunk's context, as vLLM batches the
+// prefills' contexts through one workspace; its splitting of contexts longer than the workspace
+// is not modelled), each head's key assembled from its non-rope part and the shared rotary key
+// (as a prompt's), and the chunk's attention over the context merged with its attention over
+// itself (merge_attn_states: both outputs read, one written). The three copies are one op,
+// three kernels a layer (elementwise.mla_context). (The attention over the context itself is
+// the chunk's prefill part, which already sees context + chunk.)
+template <class Sink>
+void CostModel::Impl::mla_context(std::span<const SeqWork> prompts, Sink& sink, double L) const {
+  if (!mla) return;
+  double context = 0, tokens = 0;
+  for (const SeqWork& s : prompts)
+    if (s.new_tokens > 1 && s.context > 0) context += s.context, tokens += s.new_tokens;
+  if (context <= 0) return;
+  Part g = layer_gemm(Op::KVBContext, lkv_b, context);
+  g.ns *= L, g.flops *= L, g.bytes *= L, g.kernels *= L;
+  sink(g);
+  const double rope = m.qk_rope_head_dim, nope = m.head_dim;
+  Part p{Op::MlaContext, Src::Analytic, File::None, 0, 0, 0, 0};
+  for (double bytes : {context * latent * (kvb + b), context * (H * (2 * nope + rope) + rope) * b, tokens * 3 * H * m.v_head_dim * b}) {
+    const Part k = kernels_part(Op::MlaContext, 1, bytes);
+    p.ns += k.ns, p.bytes += k.bytes, p.kernels += k.kernels;
+  }
   p.ns *= L, p.bytes *= L, p.kernels *= L;
   sink(p);
 }
@@ -245,6 +277,7 @@ void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, S
     }
   }
   mla_concat(batch, nd + drafted, sink, L);
+  mla_context(batch, sink, L);
 }
 
 }  // namespace sluice

@@ -724,6 +724,9 @@ struct CostModel::Impl {
   // Latent attention's concatenations of head parts (cost_model_attention.h).
   template <class Sink>
   void mla_concat(std::span<const SeqWork> prompts, double queries, Sink& sink, double L) const;
+  // Latent attention's cached context behind a chunk, up-projected again (cost_model_attention.h).
+  template <class Sink>
+  void mla_context(std::span<const SeqWork> prompts, Sink& sink, double L) const;
 
   std::string op_name(Op op) const {
     switch (op) {
@@ -746,6 +749,8 @@ struct CostModel::Impl {
       case Op::LmHead: return "lm_head";
       case Op::MtpProj: return "gemm.mtp_proj";
       case Op::MlaConcat: return "elementwise.mla_concat";
+      case Op::KVBContext: return "gemm.kv_b_context";
+      case Op::MlaContext: return "elementwise.mla_context";
       case Op::Sampling: return "sampling";
       case Op::AllReduce: return "allreduce";
       case Op::AllGather: return "allgather.logits";

@@ -20,7 +20,7 @@ using costtab::Estimate;
 enum class Op : uint8_t {
   Embed, Qkv, O, GateUp, Down, AttnPrefill, AttnDecode, AttnLayout, KvWrite, Norm, Rope, RopeAngles, Act, Residual,
   FinalNorm, LmHead, Argmax, Sampling, AllReduce, AllGather, PpSend, Glue, Router, TopK, Experts, SharedGateUp, SharedDown, AllToAll, Quant, QA, QB, KVA, KVB,
-  MtpProj, MlaConcat, Count
+  MtpProj, MlaConcat, KVBContext, MlaContext, Count
 };
 enum class Src : uint8_t { Table, Scaled, Roofline, Analytic, Network, Fitted };
 enum class File : uint8_t { None, Gemm, Decode, Prefill, Slice, Elementwise };

@@ -526,6 +526,40 @@ TEST_CASE("mla: a prompt's keys (and under PyTorch its queries) and a decode's a
   CHECK(concat(CostModel(round_device(), load_model("llama2-7b"), CostOptions{1, 1, ""}).iteration(prefill(512))) == nullptr);
 }
 
+TEST_CASE("mla: a chunk's cached context is gathered, up-projected and assembled again, and its attention merged") {
+  // DeepSeek-V3 at TP 8 (16 heads a GPU, non-rope 128, rope 64, value 128, latent 512 + 64): a
+  // chunk of 1024 tokens after 3072 cached ones, and one of 512 after 1024, in one batch.
+  const ModelSpec ds = load_model("deepseek-v3");
+  CostOptions fused{8, 1, ""};
+  fused.implementation = Implementation::Fused;
+  const CostModel cm(round_device(), ds, fused);
+  const double L = 61, b = 2, H = 16, C = 3072 + 1024, T = 1024 + 512;
+  const std::vector<SeqWork> chunks{SeqWork{1024, 3072, true}, SeqWork{512, 1024, true}};
+  const IterationCost it = cm.iteration(chunks);
+  // One GEMM over both contexts through kv_b (512 -> 16 x (128 + 128)), every layer.
+  const OpCost* up = find_op(it, "gemm.kv_b_context");
+  REQUIRE(up);
+  CHECK(up->flops == doctest::Approx(L * 2 * C * 512 * H * 256));
+  CHECK(up->kernels == doctest::Approx(L));
+  // The latent gathered (read and written), the context's keys assembled (as a prompt's), the
+  // two attention outputs merged: three copies a layer.
+  const OpCost* copies = find_op(it, "elementwise.mla_context");
+  REQUIRE(copies);
+  CHECK(copies->bytes == doctest::Approx(L * (C * 576 * 2 * b + C * (H * (2 * 128 + 64) + 64) * b + T * 3 * H * 128 * b)));
+  CHECK(copies->kernels == doctest::Approx(3 * L));
+  CHECK(cm.iteration_ns(chunks) == doctest::Approx(it.total_ns).epsilon(1e-12));
+  // The same chunks with nothing cached before them cost neither; a longer context costs more.
+  const IterationCost fresh = cm.iteration(std::vector<SeqWork>{SeqWork{1024, 0, true}, SeqWork{512, 0, true}});
+  CHECK(find_op(fresh, "gemm.kv_b_context") == nullptr);
+  CHECK(find_op(fresh, "elementwise.mla_context") == nullptr);
+  const IterationCost longer = cm.iteration(std::vector<SeqWork>{SeqWork{1024, 30720, true}, SeqWork{512, 1024, true}});
+  CHECK(find_op(longer, "gemm.kv_b_context")->ns > up->ns);
+  // A decode step has no chunk, and a dense model no latent.
+  CHECK(find_op(cm.iteration(std::vector<SeqWork>(8, SeqWork{1, 4096, true})), "gemm.kv_b_context") == nullptr);
+  CHECK(find_op(CostModel(round_device(), load_model("llama2-7b"), CostOptions{1, 1, ""}).iteration(std::vector<SeqWork>{SeqWork{512, 512, true}}),
+                "elementwise.mla_context") == nullptr);
+}
+
 TEST_CASE("moe: measured routing takes each expert's logged count, from a list or a file, and refuses bad counts where they are") {
   // Counts in the Zipf shares' proportions give Zipf routing's step, device for device.
   std::string zipf_counts;
