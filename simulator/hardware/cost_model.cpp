@@ -533,7 +533,7 @@ void CostModel::slice_stage_ns(int batch, long l, long c, bool all_logits, std::
   }
   SumSink sink;
   Impl::Moved<SumSink> moved{im, sink};
-  im.attention_parts<Impl::Moved<SumSink>, false>(seqs, 0, moved, 1.0);
+  im.attention_parts<Impl::Moved<SumSink>, false>(seqs, 0, moved, 1.0, 0, /*paged_context=*/false);
   const long M = static_cast<long>(batch) * l;
   const double head = all_logits ? lm_head_ns(static_cast<double>(M)) : 0.0;
   // Once per distinct stage (a deep pipeline has at most four kinds: first, last, and the

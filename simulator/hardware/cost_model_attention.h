@@ -51,31 +51,37 @@ void CostModel::Impl::mla_concat(std::span<const SeqWork> prompts, double querie
 // prefills' contexts through one workspace; its splitting of contexts longer than the workspace
 // is not modelled), each head's key assembled from its non-rope part and the shared rotary key
 // (as a prompt's), and the chunk's attention over the context merged with its attention over
-// itself (merge_attn_states: both outputs read, one written). The three copies are one op,
-// three kernels a layer (elementwise.mla_context). (The attention over the context itself is
-// the chunk's prefill part, which already sees context + chunk.)
+// itself (merge_attn_states: both outputs read, one written; vLLM merges every prompt token of
+// the batch once any prompt has a context). The copies are one op, three kernels a layer
+// (elementwise.mla_context), four in FP8 or FP4, where the latent rows are quantized for the
+// GEMM as every GEMM input is (quant_parts, which counts the new tokens only). (The attention
+// over the context itself is the chunk's prefill part, which already sees context + chunk.)
 template <class Sink>
 void CostModel::Impl::mla_context(std::span<const SeqWork> prompts, Sink& sink, double L) const {
   if (!mla) return;
   double context = 0, tokens = 0;
   for (const SeqWork& s : prompts)
-    if (s.new_tokens > 1 && s.context > 0) context += s.context, tokens += s.new_tokens;
+    if (s.new_tokens > 1) context += s.context, tokens += s.new_tokens;
   if (context <= 0) return;
   Part g = layer_gemm(Op::KVBContext, lkv_b, context);
   g.ns *= L, g.flops *= L, g.bytes *= L, g.kernels *= L;
   sink(g);
-  const double rope = m.qk_rope_head_dim, nope = m.head_dim;
+  const double rope = m.qk_rope_head_dim, nope = m.head_dim, lora = m.kv_lora_rank;
   Part p{Op::MlaContext, Src::Analytic, File::None, 0, 0, 0, 0};
-  for (double bytes : {context * latent * (kvb + b), context * (H * (2 * nope + rope) + rope) * b, tokens * 3 * H * m.v_head_dim * b}) {
+  auto copy = [&](double bytes) {
     const Part k = kernels_part(Op::MlaContext, 1, bytes);
     p.ns += k.ns, p.bytes += k.bytes, p.kernels += k.kernels;
-  }
+  };
+  copy(context * latent * (kvb + b));
+  if (prec == Precision::FP8 || prec == Precision::FP4) copy(context * lora * (b + ab));
+  copy(context * (H * (2 * nope + rope) + rope) * b);
+  copy(tokens * 3 * H * m.v_head_dim * b);
   p.ns *= L, p.bytes *= L, p.kernels *= L;
   sink(p);
 }
 
 template <class Sink, bool kDetail>
-void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, Sink& sink, double L, long drafted) const {
+void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, Sink& sink, double L, long drafted, bool paged_context) const {
   if (nd > 0) {
     double t = 0, flops = 0, bytes = 0, floor_ns = 0;  // floor: a measured kernel's least time
     Src src = Src::Roofline;
@@ -277,7 +283,7 @@ void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, S
     }
   }
   mla_concat(batch, nd + drafted, sink, L);
-  mla_context(batch, sink, L);
+  if (paged_context) mla_context(batch, sink, L);
 }
 
 }  // namespace sluice

@@ -718,9 +718,12 @@ struct CostModel::Impl {
   }
 
   // Attention of a whole batch; sums into `sink` per layer x L layers. `nd` decode sequences
-  // (defined in cost_model_attention.h).
+  // (defined in cost_model_attention.h). `paged_context`: a chunk's context is a serving
+  // engine's paged cache (latent attention then builds its keys and values again: mla_context);
+  // false for token slices (TeraPipe, training's slicing), whose earlier slices' keys and values
+  // are kept whole.
   template <class Sink, bool kDetail>
-  void attention_parts(std::span<const SeqWork> batch, long nd, Sink& sink, double L, long drafted = 0) const;
+  void attention_parts(std::span<const SeqWork> batch, long nd, Sink& sink, double L, long drafted = 0, bool paged_context = true) const;
   // Latent attention's concatenations of head parts (cost_model_attention.h).
   template <class Sink>
   void mla_concat(std::span<const SeqWork> prompts, double queries, Sink& sink, double L) const;

@@ -158,10 +158,11 @@ void Router::invalidate() {
       was.reset();
     }
   }
-  if (!was) {
+  if (!was) {  // (nothing kept: its memory is reused, its weights computed again when asked)
     forget_routes();
     dist_.clear();
     arena_.reset();
+    weights_.clear();
     link_dst_.clear();
     arc_.clear();
     arc_at_.clear();
@@ -553,6 +554,7 @@ int Router::spray_width(int src, int dst) {
       }
     }
     if (n > 1) return std::min(n, kMaxSpray);
+    if (next < 0) throw std::logic_error(fmt::format("router: no next hop from node {} towards {} (a link down one way only?)", v, dst));
     v = next;
   }
   return 1;

@@ -553,7 +553,33 @@ TEST_CASE("mla: a chunk's cached context is gathered, up-projected and assembled
   CHECK(find_op(fresh, "gemm.kv_b_context") == nullptr);
   CHECK(find_op(fresh, "elementwise.mla_context") == nullptr);
   const IterationCost longer = cm.iteration(std::vector<SeqWork>{SeqWork{1024, 30720, true}, SeqWork{512, 1024, true}});
+  REQUIRE(find_op(longer, "gemm.kv_b_context"));
   CHECK(find_op(longer, "gemm.kv_b_context")->ns > up->ns);
+  // A fresh prompt beside a chunk: its output is merged too (vLLM merges every prompt token of
+  // the batch once one has a context), its keys are not rebuilt.
+  const IterationCost mixed = cm.iteration(std::vector<SeqWork>{SeqWork{1024, 3072, true}, SeqWork{512, 0, true}});
+  REQUIRE(find_op(mixed, "elementwise.mla_context"));
+  CHECK(find_op(mixed, "elementwise.mla_context")->bytes ==
+        doctest::Approx(L * (3072 * 576 * 2 * b + 3072 * (H * (2 * 128 + 64) + 64) * b + T * 3 * H * 128 * b)));
+  CHECK(find_op(mixed, "gemm.kv_b_context")->flops == doctest::Approx(L * 2 * 3072 * 512 * H * 256));
+  // In FP8 the latent rows are quantized for the GEMM: a fourth copy; the GEMM reads them at a byte.
+  ModelSpec ds8 = ds;
+  ds8.weights = Precision::FP8;
+  const IterationCost q = CostModel(load_hardware("h200"), ds8, fused).iteration(chunks);
+  REQUIRE(find_op(q, "elementwise.mla_context"));
+  CHECK(find_op(q, "elementwise.mla_context")->kernels == doctest::Approx(4 * L));
+  const IterationCost q16 = CostModel(load_hardware("h200"), ds, fused).iteration(chunks);
+  REQUIRE(find_op(q16, "elementwise.mla_context"));
+  CHECK(find_op(q16, "elementwise.mla_context")->kernels == doctest::Approx(3 * L));
+  CHECK(find_op(q, "elementwise.mla_context")->bytes == doctest::Approx(find_op(q16, "elementwise.mla_context")->bytes + L * C * 512 * (b + 1)));
+  // A training slice's prefix is kept whole, not paged: nothing is rebuilt. With one stage, a
+  // slice after 3072 tokens costs what the same chunk lists without the two ops.
+  const IterationCost train = cm.iteration(std::vector<SeqWork>{SeqWork{1024, 3072, false}});
+  REQUIRE(find_op(train, "gemm.kv_b_context"));
+  std::vector<double> stage(1);
+  cm.slice_stage_ns(1, 1024, 3072, false, stage);
+  CHECK(stage[0] == doctest::Approx(train.total_ns - find_op(train, "gemm.kv_b_context")->ns - find_op(train, "elementwise.mla_context")->ns)
+                        .epsilon(1e-9));
   // A decode step has no chunk, and a dense model no latent.
   CHECK(find_op(cm.iteration(std::vector<SeqWork>(8, SeqWork{1, 4096, true})), "gemm.kv_b_context") == nullptr);
   CHECK(find_op(CostModel(round_device(), load_model("llama2-7b"), CostOptions{1, 1, ""}).iteration(std::vector<SeqWork>{SeqWork{512, 512, true}}),
