@@ -587,6 +587,9 @@ void FlowSim::on_event(Engine& engine, uint32_t kind, uint32_t arg) {
     }
     case kCapacity: {
       const auto& c = cap_changes_[arg];
+      // A circuit coming up after its reconfiguration that failed meanwhile stays empty: its
+      // repair gives it its bandwidth.
+      if (c.Bps > 0 && !topo_.link(c.link).up) return;
       set_link_capacity(c.link, c.Bps);
       return;
     }

@@ -78,6 +78,7 @@ std::vector<int> SliceManager::form(const std::vector<int>& cubes, std::array<in
     for (int v = 0; v < t.node_count(); ++v)
       if (t.node(v).kind == net::NodeKind::Ocs) ocs_ids.push_back(v);
     const std::array<int, 3> D{X, Y, Z};
+    const int first_circuit = t.link_count();
     // Twisted (TPU v4's OCS slices of shape k×k×2k or k×2k×2k): a wrap-around link of a short
     // dimension (extent k) lands k further along every long one (extent 2k). k is a multiple
     // of the cube edge, so the far end keeps its face position: the same OCS carries it.
@@ -107,6 +108,7 @@ std::vector<int> SliceManager::form(const std::vector<int>& cubes, std::array<in
               }
           }
         }
+    if (hooks_.added) hooks_.added(first_circuit, t.link_count());  // (before the router reads them)
     router_.invalidate();
     formed_.push_back(Record{who, {X, Y, Z}, twisted ? "twisted torus" : "torus"});
   } else {
@@ -133,7 +135,9 @@ void SliceManager::tear_down(const std::vector<int>& devices) {
   for (int d : devices) in[static_cast<size_t>(device_node(d))] = 1;
   for (int e = 0; e < t.link_count(); ++e) {
     auto& l = t.mutable_link(e);
-    if (l.label != "ici-ocs-slice" || !l.up || !in[static_cast<size_t>(l.src)] || !in[static_cast<size_t>(l.dst)]) continue;
+    if (l.label != "ici-ocs-slice" || !in[static_cast<size_t>(l.src)] || !in[static_cast<size_t>(l.dst)]) continue;
+    if (hooks_.torn) hooks_.torn(e);  // (a circuit a fault holds down must not come back at the repair)
+    if (!l.up) continue;
     l.up = false;
     flows_.set_link_capacity(e, 0);
   }

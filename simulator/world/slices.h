@@ -6,6 +6,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,15 @@ class SliceManager {
   void tear_down(const std::vector<int>& devices);
   // The run has started: slices formed from now on pay the OCS reconfiguration time.
   void started() { running_ = true; }
+  // The world's fault state, told of the circuits a slice programs (link ids [first, end), both
+  // directions) and of each circuit torn down (up or held down by a fault), so that a circuit
+  // through a failed OCS or at a failed chip is born down, and one torn down while a fault holds
+  // it stays down at the repair.
+  struct FaultHooks {
+    std::function<void(int first, int end)> added;
+    std::function<void(int link)> torn;
+  };
+  void set_fault_hooks(FaultHooks h) { hooks_ = std::move(h); }
 
   // Every slice formed so far (re-formed ones again), for the metrics.
   struct Record {
@@ -64,6 +74,7 @@ class SliceManager {
   std::array<int, 3> grid_{0, 0, 0};
   std::vector<int> cube_at_;  // device index by physical chip linear coordinate
   std::vector<Record> formed_;
+  FaultHooks hooks_;
 };
 
 }  // namespace sluice

@@ -44,6 +44,7 @@ World::World(uint64_t seed, Cluster cluster)
   router_.set_hash_seed(static_cast<uint64_t>(cluster_.hash_seed));
   flows_.set_adaptive(cluster_.adaptive_routing);
   flows_.set_quantum(SimTime::ns(cluster_.flow_quantum_ns));
+  slices_.set_fault_hooks({[this](int first, int end) { circuits_added(first, end); }, [this](int link) { circuit_torn(link); }});
 }
 
 void World::claim(const std::vector<int>& devices, const std::string& who) {

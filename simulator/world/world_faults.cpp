@@ -138,6 +138,34 @@ void World::release(const std::vector<int>& devices) {
   for (int d : devices) owner_[static_cast<size_t>(d)].clear();
 }
 
+// Circuits a slice just programmed: one through an OCS that is down, or at a chip that is down,
+// is down from the start, held by those faults as if it had existed when they struck (their
+// repairs, which find an OCS's circuits and a chip's links anew, bring it up).
+void World::circuits_added(int first, int end) {
+  if (dev_down_.empty() && link_down_.empty()) return;  // no fault yet: nothing is down
+  auto& t = *cluster_.topology;
+  link_down_.resize(static_cast<size_t>(t.link_count()), 0);
+  link_was_up_.resize(static_cast<size_t>(t.link_count()), 1);
+  std::vector<int> down_at(static_cast<size_t>(t.node_count()), 0);  // failed devices at each node
+  for (size_t d = 0; d < dev_down_.size(); ++d)
+    if (dev_down_[d] > 0) ++down_at[static_cast<size_t>(device_node(static_cast<int>(d)))];
+  for (int e = first; e < end; ++e) {
+    auto& l = t.mutable_link(e);
+    int n = down_at[static_cast<size_t>(l.src)] + down_at[static_cast<size_t>(l.dst)];
+    if (l.ocs >= 0 && built_[static_cast<size_t>(FaultClass::Ocs)])
+      for (const FaultComponent& o : comps_[static_cast<size_t>(FaultClass::Ocs)]) n += o.node == l.ocs && o.down > 0;
+    link_down_[static_cast<size_t>(e)] = n;
+    if (n == 0) continue;
+    link_was_up_[static_cast<size_t>(e)] = l.up;
+    l.up = false;
+    flows_.set_link_capacity(e, 0);
+  }
+}
+
+void World::circuit_torn(int link) {
+  if (static_cast<size_t>(link) < link_down_.size() && link_down_[static_cast<size_t>(link)] > 0) link_was_up_[static_cast<size_t>(link)] = 0;
+}
+
 void World::set_component(FaultClass c, int index, bool down, const std::string& cause) {
   auto& v = comps_[static_cast<size_t>(c)];
   if (!built_[static_cast<size_t>(c)]) build_components(c);

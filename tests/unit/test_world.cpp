@@ -317,3 +317,55 @@ TEST_CASE("OCS slices: a 4x4x8 slice is wired as a twisted torus, shorter across
   w.slices().form({3}, {1, 1, 1}, true, "k");
   CHECK(w.slices().formed()[0].wiring == "torus");
 }
+
+TEST_CASE("OCS faults: a circuit programmed through a failed OCS is born down, and one torn down during the fault stays down") {
+  Cluster c;
+  c.topology = std::make_shared<net::Topology>(
+      net::load_topology(load_yaml_string("{catalog: tpu-v4-pod-ocs, cubes: [2, 2, 2]}", "t.yaml"), registry(), "topology"));
+  c.hardware = load_hardware("tpu-v4");
+  World w(1, c);
+  const auto& t = w.topology();
+  auto circuits = [&](int from, int ocs, bool up) {  // slice circuits from link `from` on, through `ocs`, in state `up`
+    int n = 0;
+    for (int e = from; e < t.link_count(); ++e)
+      n += t.link(e).label == "ici-ocs-slice" && t.link(e).ocs == ocs && t.link(e).up == up;
+    return n;
+  };
+  const auto a = w.slices().form({0, 1}, {1, 1, 2}, false, "a");
+  int ocs = -1;  // an OCS that carries some of slice a's circuits
+  for (int e = 0; e < t.link_count() && ocs < 0; ++e)
+    if (t.link(e).label == "ici-ocs-slice") ocs = t.link(e).ocs;
+  REQUIRE(ocs >= 0);
+  int oi = -1;
+  const auto& comps = w.components(FaultClass::Ocs);
+  for (size_t i = 0; i < comps.size(); ++i)
+    if (comps[i].node == ocs) oi = static_cast<int>(i);
+  REQUIRE(oi >= 0);
+  const int a_circuits = circuits(0, ocs, true);
+  REQUIRE(a_circuits > 0);
+  // The OCS fails: slice a's circuits through it go down.
+  w.set_component(FaultClass::Ocs, oi, true);
+  CHECK(circuits(0, ocs, true) == 0);
+  // Slice a moves while the OCS is down: its circuits are torn down (held down by the fault as
+  // well), and the new slice's circuits through the dead OCS are born down.
+  w.slices().tear_down(a);
+  const int first = t.link_count();
+  w.slices().form({2, 3}, {1, 1, 2}, false, "a");
+  const int b_circuits = circuits(first, ocs, false);
+  CHECK(b_circuits > 0);
+  CHECK(circuits(first, ocs, true) == 0);
+  for (int e = first; e < t.link_count(); ++e)
+    if (t.link(e).ocs == ocs) CHECK(w.fabric().link_capacity(e) == 0);
+  // The repair brings the new slice's circuits up, not the torn-down ones.
+  w.set_component(FaultClass::Ocs, oi, false);
+  CHECK(circuits(first, ocs, true) == b_circuits);
+  CHECK(circuits(0, ocs, true) == b_circuits);  // (slice a's are still down)
+  for (int e = first; e < t.link_count(); ++e)
+    if (t.link(e).ocs == ocs) CHECK(w.fabric().link_capacity(e) > 0);
+  // The next failure of that OCS takes the new circuits down again, its repair brings them back.
+  w.set_component(FaultClass::Ocs, oi, true);
+  CHECK(circuits(first, ocs, true) == 0);
+  w.set_component(FaultClass::Ocs, oi, false);
+  CHECK(circuits(first, ocs, true) == b_circuits);
+  CHECK(circuits(0, ocs, true) == b_circuits);
+}
