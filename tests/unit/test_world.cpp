@@ -369,3 +369,31 @@ TEST_CASE("OCS faults: a circuit programmed through a failed OCS is born down, a
   CHECK(circuits(first, ocs, true) == b_circuits);
   CHECK(circuits(0, ocs, true) == b_circuits);
 }
+
+TEST_CASE("OCS faults: a circuit that fails while it is being programmed gets no bandwidth when its reconfiguration ends") {
+  Cluster c;
+  c.topology = std::make_shared<net::Topology>(
+      net::load_topology(load_yaml_string("{catalog: tpu-v4-pod-ocs, cubes: [2, 2, 2]}", "t.yaml"), registry(), "topology"));
+  c.hardware = load_hardware("tpu-v4");
+  c.ocs_reconfigure_ns = 1'000'000;  // 1 ms
+  World w(1, c);
+  const auto& t = w.topology();
+  w.slices().started();  // the run goes on: circuits carry traffic 1 ms after they are programmed
+  w.slices().form({0, 1}, {1, 1, 2}, false, "a");
+  int ocs = -1, circuit = -1;
+  for (int e = 0; e < t.link_count() && ocs < 0; ++e)
+    if (t.link(e).label == "ici-ocs-slice") ocs = t.link(e).ocs, circuit = e;
+  REQUIRE(circuit >= 0);
+  CHECK(w.fabric().link_capacity(circuit) == 0);
+  int oi = -1;
+  const auto& comps = w.components(FaultClass::Ocs);
+  for (size_t i = 0; i < comps.size(); ++i)
+    if (comps[i].node == ocs) oi = static_cast<int>(i);
+  REQUIRE(oi >= 0);
+  w.engine().run(SimTime::us(500));
+  w.set_component(FaultClass::Ocs, oi, true);  // fails half-way through the programming
+  w.engine().run(SimTime::ms(2));
+  CHECK(w.fabric().link_capacity(circuit) == 0);  // the end of reconfiguration left it empty
+  w.set_component(FaultClass::Ocs, oi, false);
+  CHECK(w.fabric().link_capacity(circuit) == doctest::Approx(t.link(circuit).bandwidth_Bps));
+}
