@@ -64,6 +64,16 @@ std::vector<std::array<int, 3>> route_asks(const Topology& t, size_t si, size_t 
       if (i != j) asks.push_back({d[i], d[j], static_cast<int>(i * mix + j)});
   return asks;
 }
+// How many of the asks `r` routes otherwise than a fresh router over the same links (with hash
+// seed `seed`), every ask asked twice (the second time from r's kept routes).
+size_t differ_from_fresh(Router& r, const Topology& t, const std::vector<std::array<int, 3>>& asks, uint64_t seed = 0) {
+  Router fresh(t);
+  if (seed != 0) fresh.set_hash_seed(seed);
+  size_t differ = 0;
+  for (int pass = 0; pass < 2; ++pass)
+    for (const auto& a : asks) differ += r.route(a[0], a[1], static_cast<uint64_t>(a[2])) != fresh.route(a[0], a[1], static_cast<uint64_t>(a[2]));
+  return differ;
+}
 
 }  // namespace
 
@@ -301,18 +311,11 @@ TEST_CASE("routing: a state set aside at a change comes back only for links exac
   const auto asks = route_asks(t, 3, 2, 11, 37);
   Router r(t);
   r.set_min_set_aside_bytes(0);  // (a fabric this small is set aside only when told to)
-  auto differ_from_fresh = [&] {
-    Router fresh(t);
-    size_t differ = 0;
-    for (int pass = 0; pass < 2; ++pass)
-      for (const auto& a : asks) differ += r.route(a[0], a[1], static_cast<uint64_t>(a[2])) != fresh.route(a[0], a[1], static_cast<uint64_t>(a[2]));
-    return differ;
-  };
   auto both_ways = [&](int e, bool up) { t.mutable_link(e).up = t.mutable_link(t.link(e).reverse).up = up; };
-  CHECK(differ_from_fresh() == 0);
+  CHECK(differ_from_fresh(r, t, asks) == 0);
   r.invalidate();  // told of a change that changed nothing: what was computed stands, nothing is set aside twice
   CHECK(r.set_aside() == 0);
-  CHECK(differ_from_fresh() == 0);
+  CHECK(differ_from_fresh(r, t, asks) == 0);
   size_t far = 0;  // the first ask that leaves its server
   while (far < asks.size() && r.route(asks[far][0], asks[far][1], static_cast<uint64_t>(asks[far][2])).size() < 4) ++far;
   REQUIRE(far < asks.size());
@@ -322,7 +325,7 @@ TEST_CASE("routing: a state set aside at a change comes back only for links exac
   r.invalidate();
   CHECK(r.revived() == 0);
   CHECK(r.set_aside() == 1);  // the healthy state
-  CHECK(differ_from_fresh() == 0);
+  CHECK(differ_from_fresh(r, t, asks) == 0);
   {  // some route of the one-failure state crosses y, so reviving that state with y down would show
     Router fresh(t);
     size_t over_y = 0;
@@ -333,31 +336,26 @@ TEST_CASE("routing: a state set aside at a change comes back only for links exac
   both_ways(y, false);  // a second failure: neither the healthy state nor the one-failure state fits
   r.invalidate();
   CHECK(r.revived() == 0);
-  CHECK(differ_from_fresh() == 0);
+  CHECK(differ_from_fresh(r, t, asks) == 0);
   both_ways(y, true);  // back to one failure: that state comes back
   r.invalidate();
   CHECK(r.revived() == 1);
-  CHECK(differ_from_fresh() == 0);
+  CHECK(differ_from_fresh(r, t, asks) == 0);
   both_ways(x, true);  // healthy: its state comes back
   r.invalidate();
   CHECK(r.revived() == 2);
-  CHECK(differ_from_fresh() == 0);
+  CHECK(differ_from_fresh(r, t, asks) == 0);
   CHECK(r.route(asks[far][0], asks[far][1], static_cast<uint64_t>(asks[far][2])) == first);
   // A new hash seed re-draws every equal-cost choice: nothing set aside before it comes back.
   both_ways(x, false);  // the one failure again: its state too
   r.invalidate();
   CHECK(r.revived() == 3);
-  CHECK(differ_from_fresh() == 0);
+  CHECK(differ_from_fresh(r, t, asks) == 0);
   r.set_hash_seed(7);
   both_ways(x, true);
   r.invalidate();
   CHECK(r.revived() == 3);
-  Router seeded(t);
-  seeded.set_hash_seed(7);
-  size_t differ = 0;
-  for (int pass = 0; pass < 2; ++pass)
-    for (const auto& a : asks) differ += r.route(a[0], a[1], static_cast<uint64_t>(a[2])) != seeded.route(a[0], a[1], static_cast<uint64_t>(a[2]));
-  CHECK(differ == 0);
+  CHECK(differ_from_fresh(r, t, asks, 7) == 0);
   // A link added between a failure and its repair (an OCS circuit, a new cable): the states set
   // aside for fewer links never fit again; nothing is revived and routes are a fresh router's.
   both_ways(x, false);
@@ -368,12 +366,7 @@ TEST_CASE("routing: a state set aside at a change comes back only for links exac
   both_ways(x, true);
   r.invalidate();
   CHECK(static_cast<int>(r.revived()) == revived);
-  Router fresh_seeded(t);
-  fresh_seeded.set_hash_seed(7);
-  differ = 0;
-  for (int pass = 0; pass < 2; ++pass)
-    for (const auto& a : asks) differ += r.route(a[0], a[1], static_cast<uint64_t>(a[2])) != fresh_seeded.route(a[0], a[1], static_cast<uint64_t>(a[2]));
-  CHECK(differ == 0);
+  CHECK(differ_from_fresh(r, t, asks, 7) == 0);
 }
 
 TEST_CASE("routing: a state smaller than the threshold is computed again, not set aside, and routes the same") {
@@ -383,14 +376,7 @@ TEST_CASE("routing: a state smaller than the threshold is computed again, not se
   const auto asks = route_asks(t, 3, 2, 11, 37);
   Router r(t);
   REQUIRE(r.min_set_aside_bytes() == size_t{16} << 20);
-  auto differ_from_fresh = [&] {
-    Router fresh(t);
-    size_t differ = 0;
-    for (int pass = 0; pass < 2; ++pass)
-      for (const auto& a : asks) differ += r.route(a[0], a[1], static_cast<uint64_t>(a[2])) != fresh.route(a[0], a[1], static_cast<uint64_t>(a[2]));
-    return differ;
-  };
-  CHECK(differ_from_fresh() == 0);
+  CHECK(differ_from_fresh(r, t, asks) == 0);
   const std::vector<int> first = r.route(asks[0][0], asks[0][1], static_cast<uint64_t>(asks[0][2]));
   REQUIRE(first.size() >= 2);
   const int x = first[1];
@@ -400,7 +386,7 @@ TEST_CASE("routing: a state smaller than the threshold is computed again, not se
     r.invalidate();
     CHECK(r.set_aside() == 0);
     CHECK(r.revived() == 0);
-    CHECK(differ_from_fresh() == 0);
+    CHECK(differ_from_fresh(r, t, asks) == 0);
   }
   // A link down one way only breaks the symmetric weights the distances rest on (the world
   // always fails both ways): the walk says so instead of wandering.
@@ -409,7 +395,7 @@ TEST_CASE("routing: a state smaller than the threshold is computed again, not se
   CHECK_THROWS_AS(r.route(asks[0][0], asks[0][1], static_cast<uint64_t>(asks[0][2])), std::logic_error);
   t.mutable_link(x).up = true;
   r.invalidate();
-  CHECK(differ_from_fresh() == 0);
+  CHECK(differ_from_fresh(r, t, asks) == 0);
   // Told to keep states of any size, the same router sets the healthy one aside and revives it.
   r.set_min_set_aside_bytes(0);
   both_ways(false);
@@ -418,7 +404,7 @@ TEST_CASE("routing: a state smaller than the threshold is computed again, not se
   both_ways(true);
   r.invalidate();
   CHECK(r.revived() == 1);
-  CHECK(differ_from_fresh() == 0);
+  CHECK(differ_from_fresh(r, t, asks) == 0);
 }
 
 TEST_CASE("routing: distances settled only as far as each route needs give the routes of distances settled to the end") {
