@@ -69,26 +69,26 @@ int32_t Router::weight(int link) const {
 
 void Router::ensure_weights() {
   for (int e = static_cast<int>(static_w_.size()); e < t_.link_count(); ++e) static_w_.push_back(static_weight(e));
-  if (weights_.size() == static_cast<size_t>(t_.link_count()) && arc_at_.size() == static_cast<size_t>(t_.node_count()) + 1) return;
-  weights_.resize(static_cast<size_t>(t_.link_count()));
-  link_dst_.resize(static_cast<size_t>(t_.link_count()));
-  weights_down_ = false;
-  min_weight_ = std::numeric_limits<int32_t>::max();
+  if (cur_.weights.size() == static_cast<size_t>(t_.link_count()) && cur_.arc_at.size() == static_cast<size_t>(t_.node_count()) + 1) return;
+  cur_.weights.resize(static_cast<size_t>(t_.link_count()));
+  cur_.link_dst.resize(static_cast<size_t>(t_.link_count()));
+  cur_.weights_down = false;
+  cur_.min_weight = std::numeric_limits<int32_t>::max();
   for (int e = 0; e < t_.link_count(); ++e) {
-    weights_[static_cast<size_t>(e)] = weight(e);
-    min_weight_ = std::min(min_weight_, weights_[static_cast<size_t>(e)]);
-    link_dst_[static_cast<size_t>(e)] = t_.link(e).dst;
-    weights_down_ |= weights_[static_cast<size_t>(e)] >= (1 << 26);
+    cur_.weights[static_cast<size_t>(e)] = weight(e);
+    cur_.min_weight = std::min(cur_.min_weight, cur_.weights[static_cast<size_t>(e)]);
+    cur_.link_dst[static_cast<size_t>(e)] = t_.link(e).dst;
+    cur_.weights_down |= cur_.weights[static_cast<size_t>(e)] >= (1 << 26);
   }
   const int n = t_.node_count();
-  arc_at_.assign(static_cast<size_t>(n) + 1, 0);
-  arc_.clear();
-  arc_.reserve(static_cast<size_t>(t_.link_count()));
+  cur_.arc_at.assign(static_cast<size_t>(n) + 1, 0);
+  cur_.arc.clear();
+  cur_.arc.reserve(static_cast<size_t>(t_.link_count()));
   for (int v = 0; v < n; ++v) {
-    arc_at_[static_cast<size_t>(v)] = static_cast<int32_t>(arc_.size());
-    for (int e : t_.out_links(v)) arc_.push_back({link_dst_[static_cast<size_t>(e)], weights_[static_cast<size_t>(e)], e});
+    cur_.arc_at[static_cast<size_t>(v)] = static_cast<int32_t>(cur_.arc.size());
+    for (int e : t_.out_links(v)) cur_.arc.push_back({cur_.link_dst[static_cast<size_t>(e)], cur_.weights[static_cast<size_t>(e)], e});
   }
-  arc_at_[static_cast<size_t>(n)] = static_cast<int32_t>(arc_.size());
+  cur_.arc_at[static_cast<size_t>(n)] = static_cast<int32_t>(cur_.arc.size());
 }
 
 Router::DistArena::~DistArena() {
@@ -116,21 +116,6 @@ int32_t* Router::DistArena::take(size_t n) {
   return p;
 }
 
-void Router::swap_state(State& s) noexcept {
-  dist_.swap(s.dist);
-  arena_.swap(s.arena);
-  weights_.swap(s.weights);
-  link_dst_.swap(s.link_dst);
-  arc_at_.swap(s.arc_at);
-  arc_.swap(s.arc);
-  std::swap(weights_down_, s.weights_down);
-  std::swap(min_weight_, s.min_weight);
-  kept_.swap(s.kept);
-  std::swap(kept_n_, s.kept_n);
-  route_pool_.swap(s.route_pool);
-  std::swap(seen_epoch_, s.seen_epoch);
-}
-
 size_t Router::State::bytes() const {
   return arena.bytes() + dist.size() * (sizeof(DistState) + 32) + (weights.capacity() + link_dst.capacity() + arc_at.capacity() + route_pool.capacity()) * 4 +
          arc.capacity() * sizeof(Arc) + kept.capacity() * sizeof(Kept);
@@ -144,32 +129,27 @@ void Router::invalidate() {
   const size_t arcs = static_cast<size_t>(t_.node_count()) + 1;
   // Nothing that routes changed (a slice torn down without circuits, a failure of links already
   // down): what was computed stands. (Set aside and computed again, it would be kept twice.)
-  if (!weights_.empty() && weights_ == now && arc_at_.size() == arcs) return;
+  if (!cur_.weights.empty() && cur_.weights == now && cur_.arc_at.size() == arcs) return;
   forget_seen();
   // Links and nodes only grow: a state computed for fewer of them can never fit again.
   auto may_fit = [&](const State& s) { return s.weights.size() == now.size() && s.arc_at.size() == arcs; };
   std::erase_if(set_aside_, [&](const std::unique_ptr<State>& s) { return !may_fit(*s); });
   std::unique_ptr<State> was;
-  if (!weights_.empty()) {  // something was computed since the last change: it goes aside below
-    was = std::make_unique<State>();
-    swap_state(*was);  // (this router now holds a default State: nothing computed)
-    if (was->bytes() < min_set_aside_) {  // cheaper to compute again than to keep: its memory is reused
-      swap_state(*was);
-      was.reset();
-    }
-  }
-  if (!was) {  // (nothing kept: its memory is reused, its weights computed again when asked)
+  if (!cur_.weights.empty() && cur_.bytes() >= min_set_aside_) {  // computed since the last change, and worth keeping: aside below
+    was = std::make_unique<State>(std::move(cur_));
+    cur_ = State{};  // (nothing computed)
+  } else {  // nothing, or cheaper to compute again than to keep: its memory is reused
     forget_routes();
-    dist_.clear();
-    arena_.reset();
-    weights_.clear();
-    link_dst_.clear();
-    arc_.clear();
-    arc_at_.clear();
+    cur_.dist.clear();
+    cur_.arena.reset();
+    cur_.weights.clear();
+    cur_.link_dst.clear();
+    cur_.arc.clear();
+    cur_.arc_at.clear();
   }
   for (size_t i = 0; i < set_aside_.size(); ++i)
     if (set_aside_[i]->weights == now) {
-      swap_state(*set_aside_[i]);  // (the default State goes with it)
+      std::swap(cur_, *set_aside_[i]);  // (the default State goes with it)
       set_aside_.erase(set_aside_.begin() + static_cast<std::ptrdiff_t>(i));
       ++revived_;
       break;
@@ -191,12 +171,12 @@ void Router::invalidate() {
 void Router::start_state(DistState& s, int dst) {
   s = DistState{};
   s.dst = dst;
-  s.dist.reset(arena_, static_cast<size_t>(t_.node_count()));
+  s.dist.reset(cur_.arena, static_cast<size_t>(t_.node_count()));
   s.dist.set(static_cast<size_t>(dst), 0);
 }
 
 Router::DistState& Router::dist_state(int dst) {
-  auto [it, fresh] = dist_.try_emplace(dst);
+  auto [it, fresh] = cur_.dist.try_emplace(dst);
   if (fresh) start_state(it->second, dst);
   return it->second;
 }
@@ -232,7 +212,7 @@ void Router::settle(DistState& s, int64_t bound, bool complete, int until) {
   q.clear();
   const auto later = std::greater<uint64_t>();
   if (buckets_.size() < kBuckets) buckets_.resize(kBuckets);
-  const bool bucketed = min_weight_ >= kBucketWidth;
+  const bool bucketed = cur_.min_weight >= kBucketWidth;
   size_t hi = s.next_bucket;  // past the last bucket holding anything
   auto push = [&](int32_t d, uint32_t v) {
     if (d < kBucketed && bucketed) {
@@ -254,8 +234,8 @@ void Router::settle(DistState& s, int64_t bound, bool complete, int until) {
     }
   }
   auto relax = [&](int v, int32_t d) {
-    const Arc* a = arc_.data() + arc_at_[static_cast<size_t>(v)];
-    const Arc* end = arc_.data() + arc_at_[static_cast<size_t>(v) + 1];
+    const Arc* a = cur_.arc.data() + cur_.arc_at[static_cast<size_t>(v)];
+    const Arc* end = cur_.arc.data() + cur_.arc_at[static_cast<size_t>(v) + 1];
     for (; a != end; ++a) {
       const int64_t nd = static_cast<int64_t>(d) + a->w;
       if (nd < dist[static_cast<size_t>(a->to)]) {
@@ -389,7 +369,7 @@ void Router::route(int src, int dst, uint64_t salt, std::vector<int>& out) {
   const RouteKey key{static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32 | static_cast<uint32_t>(dst), salt};
   const uint64_t h = kept_hash(key);
   if (const Kept* k = find_kept(key, h)) {
-    const auto first = route_pool_.begin() + (k->at_len >> 8);
+    const auto first = cur_.route_pool.begin() + (k->at_len >> 8);
     out.insert(out.end(), first, first + (k->at_len & 0xFFu));
     return;
   }
@@ -403,9 +383,9 @@ void Router::route(int src, int dst, uint64_t salt, std::vector<int>& out) {
     return;
   }
   const size_t n = out.size() - at;
-  if (n > kMaxKeptHops || route_pool_.size() + n > kRoutePoolMax || kept_n_ >= kRoutesKept) return;
-  keep(key, h, static_cast<uint32_t>(route_pool_.size()), static_cast<uint32_t>(n));
-  route_pool_.insert(route_pool_.end(), out.begin() + static_cast<std::ptrdiff_t>(at), out.end());
+  if (n > kMaxKeptHops || cur_.route_pool.size() + n > kRoutePoolMax || cur_.kept_n >= kRoutesKept) return;
+  keep(key, h, static_cast<uint32_t>(cur_.route_pool.size()), static_cast<uint32_t>(n));
+  cur_.route_pool.insert(cur_.route_pool.end(), out.begin() + static_cast<std::ptrdiff_t>(at), out.end());
 }
 
 namespace {
@@ -420,32 +400,32 @@ size_t kept_slot(uint64_t h, size_t mask) {
 }  // namespace
 
 const Router::Kept* Router::find_kept(const RouteKey& key, uint64_t h) const {
-  if (kept_n_ == 0) return nullptr;
-  const size_t mask = kept_.size() - 1;
+  if (cur_.kept_n == 0) return nullptr;
+  const size_t mask = cur_.kept.size() - 1;
   for (size_t i = kept_slot(h, mask);; i = (i + 1) & mask) {
-    const Kept& k = kept_[i];
-    if (k.epoch != seen_epoch_) return nullptr;
+    const Kept& k = cur_.kept[i];
+    if (k.epoch != cur_.seen_epoch) return nullptr;
     if (k.key == key) return &k;
   }
 }
 
 void Router::keep(const RouteKey& key, uint64_t h, uint32_t at, uint32_t len) {
-  if (2 * (kept_n_ + 1) > kept_.size()) {  // grow: the slots of this epoch again, in a table twice as large
-    std::vector<Kept> old(std::max<size_t>(1024, 2 * kept_.size()));
-    old.swap(kept_);
-    const size_t mask = kept_.size() - 1;
+  if (2 * (cur_.kept_n + 1) > cur_.kept.size()) {  // grow: the slots of this epoch again, in a table twice as large
+    std::vector<Kept> old(std::max<size_t>(1024, 2 * cur_.kept.size()));
+    old.swap(cur_.kept);
+    const size_t mask = cur_.kept.size() - 1;
     for (const Kept& k : old)
-      if (k.epoch == seen_epoch_) {
+      if (k.epoch == cur_.seen_epoch) {
         size_t i = kept_slot(kept_hash(k.key), mask);
-        while (kept_[i].epoch == seen_epoch_) i = (i + 1) & mask;
-        kept_[i] = k;
+        while (cur_.kept[i].epoch == cur_.seen_epoch) i = (i + 1) & mask;
+        cur_.kept[i] = k;
       }
   }
-  const size_t mask = kept_.size() - 1;
+  const size_t mask = cur_.kept.size() - 1;
   size_t i = kept_slot(h, mask);
-  while (kept_[i].epoch == seen_epoch_) i = (i + 1) & mask;
-  kept_[i] = Kept{key, at << 8 | len, seen_epoch_};
-  ++kept_n_;
+  while (cur_.kept[i].epoch == cur_.seen_epoch) i = (i + 1) & mask;
+  cur_.kept[i] = Kept{key, at << 8 | len, cur_.seen_epoch};
+  ++cur_.kept_n;
 }
 
 Router::Dist Router::distances(int src, int dst) {
@@ -455,17 +435,17 @@ Router::Dist Router::distances(int src, int dst) {
   // Composed from the first hop: exact when every distance comes from the same weights with
   // none torn down (then a partial Dijkstra is a complete one). Only where it saves vectors:
   // a device whose neighbours are no devices (not cached already).
-  bool compose = !weights_down_ && t_.node(dst).kind == NodeKind::Device && t_.out_links(dst).size() <= Dist::kMaxVia &&
-                 !dist_.count(dst);
+  bool compose = !cur_.weights_down && t_.node(dst).kind == NodeKind::Device && t_.out_links(dst).size() <= Dist::kMaxVia &&
+                 !cur_.dist.count(dst);
   for (int e : t_.out_links(dst)) compose = compose && t_.node(t_.link(e).dst).kind != NodeKind::Device;
   if (compose) {
     const auto& links = t_.out_links(dst);
     for (size_t i = 0; i < links.size(); ++i) {
       const int e = links[i];
       const int u = t_.link(e).dst;
-      const int32_t wu = weights_[static_cast<size_t>(e)];
+      const int32_t wu = cur_.weights[static_cast<size_t>(e)];
       // A dead end's terms leave room for the terms of dst's links after this one.
-      if (!dist_.count(u) && compose_dead_end(u, dst, wu, static_cast<int>(links.size() - i - 1), d)) continue;
+      if (!cur_.dist.count(u) && compose_dead_end(u, dst, wu, static_cast<int>(links.size() - i - 1), d)) continue;
       d.add_term(wu, &dist_state(u));
     }
     settle_for(d, src);
@@ -481,12 +461,12 @@ Router::Dist Router::distances(int src, int dst) {
 }
 
 bool Router::compose_dead_end(int u, int dst, int32_t wu, int rest, Dist& d) {
-  const Arc* ua = arc_.data() + arc_at_[static_cast<size_t>(u)];
-  const Arc* ue = arc_.data() + arc_at_[static_cast<size_t>(u) + 1];
+  const Arc* ua = cur_.arc.data() + cur_.arc_at[static_cast<size_t>(u)];
+  const Arc* ue = cur_.arc.data() + cur_.arc_at[static_cast<size_t>(u) + 1];
   if (ue - ua < 2 || d.nears + (ue - ua) + 1 > Dist::kMaxNear) return false;
   for (const Arc* a = ua; a != ue; ++a) {
     if (t_.node(a->to).kind != NodeKind::Device) return false;
-    for (const Arc* b = arc_.data() + arc_at_[static_cast<size_t>(a->to)], *be = arc_.data() + arc_at_[static_cast<size_t>(a->to) + 1]; b != be; ++b)
+    for (const Arc* b = cur_.arc.data() + cur_.arc_at[static_cast<size_t>(a->to)], *be = cur_.arc.data() + cur_.arc_at[static_cast<size_t>(a->to) + 1]; b != be; ++b)
       if (b->to != u && t_.node(b->to).kind == NodeKind::Device) return false;
   }
   Dist c = d;  // filled on a copy: d stays as it was if the terms do not fit
@@ -494,7 +474,7 @@ bool Router::compose_dead_end(int u, int dst, int32_t wu, int rest, Dist& d) {
   for (const Arc* a = ua; a != ue; ++a) {
     if (a->to == dst) continue;
     c.add_near(a->to, wu + a->w);
-    for (const Arc* b = arc_.data() + arc_at_[static_cast<size_t>(a->to)], *be = arc_.data() + arc_at_[static_cast<size_t>(a->to) + 1]; b != be; ++b) {
+    for (const Arc* b = cur_.arc.data() + cur_.arc_at[static_cast<size_t>(a->to)], *be = cur_.arc.data() + cur_.arc_at[static_cast<size_t>(a->to) + 1]; b != be; ++b) {
       if (b->to == u) continue;
       DistState* v = &dist_state(b->to);
       bool known = false;
@@ -515,8 +495,8 @@ void Router::route_walk(int src, int dst, uint64_t salt, int part, std::vector<i
   while (v != dst) {
     cand_.clear();
     const int32_t dv = dist[static_cast<size_t>(v)];
-    const Arc* a = arc_.data() + arc_at_[static_cast<size_t>(v)];
-    const Arc* end = arc_.data() + arc_at_[static_cast<size_t>(v) + 1];
+    const Arc* a = cur_.arc.data() + cur_.arc_at[static_cast<size_t>(v)];
+    const Arc* end = cur_.arc.data() + cur_.arc_at[static_cast<size_t>(v) + 1];
     for (; a != end; ++a) {
       const int32_t dw = dist[static_cast<size_t>(a->to)];
       if (dw != std::numeric_limits<int32_t>::max() && dw + a->w == dv) cand_.push_back(a->link);

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <cstdint>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "network/topology.h"
@@ -88,6 +89,11 @@ class Router {
     DistArena() = default;
     DistArena(const DistArena&) = delete;
     DistArena& operator=(const DistArena&) = delete;
+    DistArena(DistArena&& o) noexcept { swap(o); }
+    DistArena& operator=(DistArena&& o) noexcept {  // (o takes this one's chunks, freed with it)
+      swap(o);
+      return *this;
+    }
     ~DistArena();
     int32_t* take(size_t n);  // n int32s, uninitialised, valid until reset()
     void reset() { chunk_ = 0, used_ = 0; }
@@ -218,24 +224,13 @@ class Router {
   const Topology& t_;
   bool dor_ = false;
   std::vector<int> torus_link_;  // node * 6 + 2 * dim + (0: +, 1: -) -> link id, -1 when none
-  DistArena arena_;                          // (before dist_: outlives the vectors it holds)
-  std::unordered_map<int, DistState> dist_;  // (references stay valid as it grows)
-  std::vector<int32_t> weights_;  // weight() per link, until invalidate() (links added, failed or torn down)
-  bool weights_down_ = false;     // some link in weights_ is torn down (weight 1 << 26)
-  std::vector<int> link_dst_;     // each link's far end, beside its weight
-  // The links out of each node in out_links order, with their far end and weight side by side
-  // (compressed rows: node v's are arc_[arc_at_[v] .. arc_at_[v + 1])): what the Dijkstra and
-  // the walk read, contiguous instead of a vector per node and a lookup per link. Built with
-  // weights_, cleared by invalidate().
+  // A link out of a node: its far end, its weight and its id (State::arc).
   struct Arc {
     int32_t to, w, link;
   };
-  std::vector<Arc> arc_;
-  std::vector<int32_t> arc_at_;
   std::vector<uint64_t> heap_;  // the Dijkstra's queue beyond its buckets, (distance << 32 | node), kept for its capacity
   // The Dijkstra's buckets of nodes by distance / kBucketWidth (see settle), kept for their capacity.
   std::vector<std::vector<uint32_t>> buckets_;
-  int32_t min_weight_ = 0;  // the lightest link's weight (buckets need it at least their width)
   std::vector<int32_t> settled_;  // the Dijkstra's settled marks: a settle() call's stamp (no clearing between calls)
   int32_t stamp_ = 0;
   std::vector<int> cand_;
@@ -244,15 +239,15 @@ class Router {
   // walks the same links until invalidate(), and a training iteration's collectives and
   // hand-offs ask for the same ones every micro-batch. A route is kept the second time it is
   // asked for (seen_, a fixed table of the keys asked once, by hash: serving's per-request
-  // salts, asked once each, never fill the map), its links in route_pool_; at most
+  // salts, asked once each, never fill the map), its links in cur_.route_pool; at most
   // kRoutesKept routes and kRoutePoolMax links (past either, routes are walked, not kept):
   // about 200 MB at most beside seen_'s 16 MB.
   void forget_routes() {
-    kept_n_ = 0;
-    route_pool_.clear();
-    if (++seen_epoch_ == 0) {  // wrapped: 0 marks a slot never written, so start clean at 1
-      std::fill(kept_.begin(), kept_.end(), Kept{});
-      seen_epoch_ = 1;
+    cur_.kept_n = 0;
+    cur_.route_pool.clear();
+    if (++cur_.seen_epoch == 0) {  // wrapped: 0 marks a slot never written, so start clean at 1
+      std::fill(cur_.kept.begin(), cur_.kept.end(), Kept{});
+      cur_.seen_epoch = 1;
     }  // (else a kept slot of an older epoch is empty)
     forget_seen();
   }
@@ -276,7 +271,7 @@ class Router {
   };
   static constexpr size_t kRoutePoolMax = size_t{1} << 24, kRoutesKept = size_t{1} << 21, kSeen = size_t{1} << 20;
   // The kept routes: an open-addressed table (linear probing, at most half full) of slots of
-  // this epoch, each its key and its links' place in route_pool_ (at << 8 | count); one
+  // this epoch, each its key and its links' place in cur_.route_pool (at << 8 | count); one
   // probe or two per lookup where a node-based map chased three pointers.
   struct Kept {
     RouteKey key{};
@@ -287,32 +282,35 @@ class Router {
   static uint64_t kept_hash(const RouteKey& key) { return RouteKeyHash{}(key) | 1; }  // (never 0: a Seen slot's empty hash)
   const Kept* find_kept(const RouteKey& key, uint64_t h) const;
   void keep(const RouteKey& key, uint64_t h, uint32_t at, uint32_t len);
-  std::vector<Kept> kept_;
-  size_t kept_n_ = 0;
-  std::vector<int32_t> route_pool_;
   struct Seen {
     uint64_t hash = 0;
     uint32_t epoch = 0;
   };
   std::vector<Seen> seen_;  // kSeen slots once a route is asked for, stamped seen_stamp_
   uint32_t seen_stamp_ = 1;
-  uint32_t seen_epoch_ = 1;  // the kept routes' epoch (a kept slot of another is empty)
-  // What invalidate() sets aside and brings back: everything computed for one set of link
-  // weights (a default State is nothing computed yet).
+  // Everything computed for one set of link weights: what invalidate() sets aside and brings
+  // back (a default State is nothing computed yet). The router routes from cur_.
   struct State {
-    DistArena arena;  // (before dist: outlives the vectors it holds)
-    std::unordered_map<int, DistState> dist;
-    std::vector<int32_t> weights, link_dst, arc_at;
+    DistArena arena;                          // (before dist: outlives the vectors it holds)
+    std::unordered_map<int, DistState> dist;  // (references stay valid as it grows, and when it moves)
+    std::vector<int32_t> weights;   // weight() per link (ensure_weights)
+    std::vector<int32_t> link_dst;  // each link's far end, beside its weight
+    // The links out of each node in out_links order, with their far end and weight side by side
+    // (compressed rows: node v's are arc[arc_at[v] .. arc_at[v + 1]]): what the Dijkstra and
+    // the walk read, contiguous instead of a vector per node and a lookup per link.
+    std::vector<int32_t> arc_at;
     std::vector<Arc> arc;
-    bool weights_down = false;
-    int32_t min_weight = 0;
+    bool weights_down = false;  // some link in weights is torn down (weight 1 << 26)
+    int32_t min_weight = 0;     // the lightest link's weight (buckets need it at least their width)
+    // Kept routes (route()): the table, its count, their links, and its epoch (a slot of
+    // another epoch is empty).
     std::vector<Kept> kept;
     size_t kept_n = 0;
     std::vector<int32_t> route_pool;
     uint32_t seen_epoch = 1;
     size_t bytes() const;
   };
-  void swap_state(State& s) noexcept;
+  State cur_;
   static constexpr size_t kSetAside = 4, kSetAsideBytes = size_t{1} << 30;
   std::vector<std::unique_ptr<State>> set_aside_;  // most recent first
   size_t min_set_aside_ = size_t{16} << 20;
