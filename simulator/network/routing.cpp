@@ -149,7 +149,7 @@ void Router::invalidate() {
   }
   for (size_t i = 0; i < set_aside_.size(); ++i)
     if (set_aside_[i]->weights == now) {
-      std::swap(cur_, *set_aside_[i]);  // (the default State goes with it)
+      std::swap(cur_, *set_aside_[i]);  // (what cur_ held, nothing or cleared, goes with it)
       set_aside_.erase(set_aside_.begin() + static_cast<std::ptrdiff_t>(i));
       ++revived_;
       break;
