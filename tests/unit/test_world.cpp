@@ -318,11 +318,26 @@ TEST_CASE("OCS slices: a 4x4x8 slice is wired as a twisted torus, shorter across
   CHECK(w.slices().formed()[0].wiring == "torus");
 }
 
-TEST_CASE("OCS faults: a circuit programmed through a failed OCS is born down, and one torn down during the fault stays down") {
+namespace {
+// A TPU v4 pod of 2x2x2 cubes with OCS (no circuits until a slice is formed).
+Cluster small_ocs_pod() {
   Cluster c;
   c.topology = std::make_shared<net::Topology>(
       net::load_topology(load_yaml_string("{catalog: tpu-v4-pod-ocs, cubes: [2, 2, 2]}", "t.yaml"), registry(), "topology"));
   c.hardware = load_hardware("tpu-v4");
+  return c;
+}
+// The index of the OCS fault component of OCS node `node`, -1 when none.
+int ocs_component(World& w, int node) {
+  const auto& comps = w.components(FaultClass::Ocs);
+  for (size_t i = 0; i < comps.size(); ++i)
+    if (comps[i].node == node) return static_cast<int>(i);
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("OCS faults: a circuit programmed through a failed OCS is born down, and one torn down during the fault stays down") {
+  Cluster c = small_ocs_pod();
   World w(1, c);
   const auto& t = w.topology();
   auto circuits = [&](int from, int ocs, bool up) {  // slice circuits from link `from` on, through `ocs`, in state `up`
@@ -336,10 +351,7 @@ TEST_CASE("OCS faults: a circuit programmed through a failed OCS is born down, a
   for (int e = 0; e < t.link_count() && ocs < 0; ++e)
     if (t.link(e).label == "ici-ocs-slice") ocs = t.link(e).ocs;
   REQUIRE(ocs >= 0);
-  int oi = -1;
-  const auto& comps = w.components(FaultClass::Ocs);
-  for (size_t i = 0; i < comps.size(); ++i)
-    if (comps[i].node == ocs) oi = static_cast<int>(i);
+  const int oi = ocs_component(w, ocs);
   REQUIRE(oi >= 0);
   const int a_circuits = circuits(0, ocs, true);
   REQUIRE(a_circuits > 0);
@@ -371,10 +383,7 @@ TEST_CASE("OCS faults: a circuit programmed through a failed OCS is born down, a
 }
 
 TEST_CASE("OCS faults: a circuit that fails while it is being programmed gets no bandwidth when its reconfiguration ends") {
-  Cluster c;
-  c.topology = std::make_shared<net::Topology>(
-      net::load_topology(load_yaml_string("{catalog: tpu-v4-pod-ocs, cubes: [2, 2, 2]}", "t.yaml"), registry(), "topology"));
-  c.hardware = load_hardware("tpu-v4");
+  Cluster c = small_ocs_pod();
   c.ocs_reconfigure_ns = 1'000'000;  // 1 ms
   World w(1, c);
   const auto& t = w.topology();
@@ -385,10 +394,7 @@ TEST_CASE("OCS faults: a circuit that fails while it is being programmed gets no
     if (t.link(e).label == "ici-ocs-slice") ocs = t.link(e).ocs, circuit = e;
   REQUIRE(circuit >= 0);
   CHECK(w.fabric().link_capacity(circuit) == 0);
-  int oi = -1;
-  const auto& comps = w.components(FaultClass::Ocs);
-  for (size_t i = 0; i < comps.size(); ++i)
-    if (comps[i].node == ocs) oi = static_cast<int>(i);
+  const int oi = ocs_component(w, ocs);
   REQUIRE(oi >= 0);
   w.engine().run(SimTime::us(500));
   w.set_component(FaultClass::Ocs, oi, true);  // fails half-way through the programming
@@ -399,10 +405,7 @@ TEST_CASE("OCS faults: a circuit that fails while it is being programmed gets no
 }
 
 TEST_CASE("chip faults: a circuit programmed at a failed chip is born down, and its repair and next failure count it") {
-  Cluster c;
-  c.topology = std::make_shared<net::Topology>(
-      net::load_topology(load_yaml_string("{catalog: tpu-v4-pod-ocs, cubes: [2, 2, 2]}", "t.yaml"), registry(), "topology"));
-  c.hardware = load_hardware("tpu-v4");
+  Cluster c = small_ocs_pod();
   World w(1, c);
   const auto& t = w.topology();
   // A chip with circuits in a slice of cubes 2 and 3 (formed once to find it, then torn down).
