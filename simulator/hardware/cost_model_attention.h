@@ -26,19 +26,9 @@ void CostModel::Impl::mla_concat(std::span<const SeqWork> prompts, double querie
   for (const SeqWork& s : prompts)
     if (s.new_tokens > 1) prompt += s.new_tokens;
   const double rope = m.qk_rope_head_dim, nope = m.head_dim;
-  Part p{Op::MlaConcat, Src::Analytic, File::None, 0, 0, 0, 0};
-  auto copy = [&](double bytes) {
-    const Part k = kernels_part(Op::MlaConcat, 1, bytes);
-    p.ns += k.ns, p.bytes += k.bytes, p.kernels += k.kernels;
-  };
-  if (prompt > 0) {
-    copy(prompt * (H * (2 * nope + rope) + rope) * b);
-    if (impl != Implementation::Fused) copy(prompt * 2 * H * (nope + rope) * b);
-  }
-  if (queries > 0) copy(queries * 2 * H * latent * b);
-  if (p.kernels == 0) return;
-  p.ns *= L, p.bytes *= L, p.kernels *= L;
-  sink(p);
+  Part p = copies_part(Op::MlaConcat, {prompt * (H * (2 * nope + rope) + rope) * b,
+                                       impl != Implementation::Fused ? prompt * 2 * H * (nope + rope) * b : 0, queries * 2 * H * latent * b});
+  if (p.kernels > 0) sink(p.times(L));
 }
 
 // The cached context behind a prompt chunk (a later chunk of a chunked prefill, or the part of a
@@ -63,21 +53,12 @@ void CostModel::Impl::mla_context(std::span<const SeqWork> prompts, Sink& sink, 
   for (const SeqWork& s : prompts)
     if (s.new_tokens > 1) context += s.context, tokens += s.new_tokens;
   if (context <= 0) return;
-  Part g = layer_gemm(Op::KVBContext, lkv_b, context);
-  g.ns *= L, g.flops *= L, g.bytes *= L, g.kernels *= L;
-  sink(g);
+  sink(layer_gemm(Op::KVBContext, lkv_b, context).times(L));
   const double rope = m.qk_rope_head_dim, nope = m.head_dim, lora = m.kv_lora_rank;
-  Part p{Op::MlaContext, Src::Analytic, File::None, 0, 0, 0, 0};
-  auto copy = [&](double bytes) {
-    const Part k = kernels_part(Op::MlaContext, 1, bytes);
-    p.ns += k.ns, p.bytes += k.bytes, p.kernels += k.kernels;
-  };
-  copy(context * latent * (kvb + b));
-  if (prec == Precision::FP8 || prec == Precision::FP4) copy(context * lora * (b + ab));
-  copy(context * (H * (2 * nope + rope) + rope) * b);
-  copy(tokens * 3 * H * m.v_head_dim * b);
-  p.ns *= L, p.bytes *= L, p.kernels *= L;
-  sink(p);
+  const bool quantized = prec == Precision::FP8 || prec == Precision::FP4;
+  sink(copies_part(Op::MlaContext, {context * latent * (kvb + b), quantized ? context * lora * (b + ab) : 0,
+                                    context * (H * (2 * nope + rope) + rope) * b, tokens * 3 * H * m.v_head_dim * b})
+           .times(L));
 }
 
 template <class Sink, bool kDetail>
@@ -277,9 +258,7 @@ void CostModel::Impl::attention_parts(std::span<const SeqWork> batch, long nd, S
     for (const SeqWork& s : batch)
       if (s.new_tokens > 1) tokens += s.new_tokens;
     if (tokens > 0) {
-      Part p = kernels_part(Op::AttnLayout, 1, 2 * tokens * H * hd * b);
-      p.ns *= L, p.bytes *= L, p.kernels *= L;
-      sink(p);
+      sink(kernels_part(Op::AttnLayout, 1, 2 * tokens * H * hd * b).times(L));
     }
   }
   mla_concat(batch, nd + drafted, sink, L);

@@ -34,9 +34,7 @@ void CostModel::Impl::layer_elementwise(double M, Layer& layer, bool act) const 
     return;
   }
   if (impl == Implementation::PytorchNaive && !m.layernorm) {
-    Part p = naive_norm_part(Op::Norm, M);
-    p.ns *= 2, p.flops *= 2, p.bytes *= 2, p.kernels *= 2;
-    layer(p);
+    layer(naive_norm_part(Op::Norm, M).times(2));
   } else {
     layer(elem_part(Op::Norm, e_norm, M, 2 * hidden * b, 2, 1, m.layernorm));
   }

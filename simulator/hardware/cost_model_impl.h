@@ -13,6 +13,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -492,6 +493,16 @@ struct CostModel::Impl {
   Part kernels_part(Op id, double n, double bytes, double flops = 0) const {
     return {id, Src::Analytic, File::None, n * kernel(bytes, flops), n * flops, n * bytes, n};
   }
+  // Copies of op `id`, a kernel each, moving each of `bytes` (a zero is no copy): one part.
+  Part copies_part(Op id, std::initializer_list<double> bytes) const {
+    Part p{id, Src::Analytic, File::None, 0, 0, 0, 0};
+    for (const double by : bytes) {
+      if (by <= 0) continue;
+      const Part k = kernels_part(id, 1, by);
+      p.ns += k.ns, p.bytes += k.bytes, p.kernels += k.kernels;
+    }
+    return p;
+  }
 
   // RMSNorm upcast to fp32 by hand over `rows` rows (pytorch-naive): x.float(), pow(2), mean,
   // + eps, rsqrt, x * r, .to(bf16), * weight: eight kernels, each at its own traffic.
@@ -544,13 +555,7 @@ struct CostModel::Impl {
     if (M <= 0) return;
     const double L = sp.L, Lm = sp.Lm, Ld = L - Lm;  // all layers, MoE ones, dense ones
     auto times = [&](double n) {
-      return [&sink, n](Part p) {
-        p.ns *= n;
-        p.flops *= n;
-        p.bytes *= n;
-        p.kernels *= n;
-        sink(p);
-      };
+      return [&sink, n](Part p) { sink(p.times(n)); };
     };
     auto layer = times(L);
     auto dense = times(Ld);
@@ -657,9 +662,7 @@ struct CostModel::Impl {
   template <class Sink>
   void experts_dp_parts(double M, Sink& sink, const Span& sp) const {
     if (M <= 0 || sp.Lm <= 0) return;
-    Part p = experts_part(M);
-    p.ns *= sp.Lm, p.flops *= sp.Lm, p.bytes *= sp.Lm, p.kernels *= sp.Lm;
-    sink(p);
+    sink(experts_part(M).times(sp.Lm));
   }
   // (Cached by M alone: dp_whole_ns asks it of spans[0] only, the one stage data-parallel attention has.)
   double experts_dp_ns(long M, const Span& sp) const {
