@@ -17,6 +17,12 @@
 namespace sluice::net {
 
 namespace {
+// A walk that finds no next hop: the distances, computed from the destination over the links out
+// of each node, are right only while a link and its reverse weigh the same (links are
+// full-duplex, and the world fails them both ways).
+[[noreturn]] void no_next_hop(int v, int dst) {
+  throw std::logic_error(fmt::format("router: no next hop from node {} towards {} (a link down one way only?)", v, dst));
+}
 // Dijkstra's buckets (settle): as wide as the lightest link (static_weight's 1024), as many as
 // cover the distances of ordinary routes (4,096 buckets: 4 M, some 4,000 hops).
 constexpr int32_t kBucketWidth = 1024;
@@ -501,9 +507,7 @@ void Router::route_walk(int src, int dst, uint64_t salt, int part, std::vector<i
       const int32_t dw = dist[static_cast<size_t>(a->to)];
       if (dw != std::numeric_limits<int32_t>::max() && dw + a->w == dv) cand_.push_back(a->link);
     }
-    // (Distances are computed from dst over links out of each node, which is right only while
-    // a link and its reverse weigh the same: links are full-duplex and fail both ways.)
-    if (cand_.empty()) throw std::logic_error(fmt::format("router: no next hop from node {} towards {} (a link down one way only?)", v, dst));
+    if (cand_.empty()) no_next_hop(v, dst);
     size_t pick = 0;
     if (cand_.size() > 1) {
       // (The hash seed is ECMP's, a switch's hash function: a sprayed part's per-hop offset
@@ -534,7 +538,7 @@ int Router::spray_width(int src, int dst) {
       }
     }
     if (n > 1) return std::min(n, kMaxSpray);
-    if (next < 0) throw std::logic_error(fmt::format("router: no next hop from node {} towards {} (a link down one way only?)", v, dst));
+    if (next < 0) no_next_hop(v, dst);
     v = next;
   }
   return 1;

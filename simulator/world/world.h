@@ -220,6 +220,7 @@ class World {
   int next_pid_ = 1;
   // Faults.
   void build_components(FaultClass c);
+  void grow_link_state();
   void circuits_added(int first, int end);  // SliceManager's fault hooks (world_faults.cpp)
   void circuit_torn(int link);
   std::array<std::vector<FaultComponent>, kFaultClasses> comps_;

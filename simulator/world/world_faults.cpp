@@ -138,14 +138,21 @@ void World::release(const std::vector<int>& devices) {
   for (int d : devices) owner_[static_cast<size_t>(d)].clear();
 }
 
+// Links added since the fault state was last sized: up, held by no fault.
+void World::grow_link_state() {
+  const auto n = static_cast<size_t>(cluster_.topology->link_count());
+  if (link_down_.size() >= n) return;
+  link_down_.resize(n, 0);
+  link_was_up_.resize(n, 1);
+}
+
 // Circuits a slice just programmed: one through an OCS that is down, or at a chip that is down,
 // is down from the start, held by those faults as if it had existed when they struck (their
 // repairs, which find an OCS's circuits and a chip's links anew, bring it up).
 void World::circuits_added(int first, int end) {
   if (dev_down_.empty() && link_down_.empty()) return;  // no fault yet: nothing is down
   auto& t = *cluster_.topology;
-  link_down_.resize(static_cast<size_t>(t.link_count()), 0);
-  link_was_up_.resize(static_cast<size_t>(t.link_count()), 1);
+  grow_link_state();
   std::vector<int> down_at(static_cast<size_t>(t.node_count()), 0);  // failed devices at each node
   for (size_t d = 0; d < dev_down_.size(); ++d)
     if (dev_down_[d] > 0) ++down_at[static_cast<size_t>(device_node(static_cast<int>(d)))];
@@ -173,10 +180,7 @@ void World::set_component(FaultClass c, int index, bool down, const std::string&
   const int64_t now = engine_.now().count_ns();
   auto& t = *cluster_.topology;
   if (dev_down_.empty()) dev_down_.assign(static_cast<size_t>(device_count()), 0);
-  if (static_cast<int>(link_down_.size()) < t.link_count()) {
-    link_down_.resize(static_cast<size_t>(t.link_count()), 0);
-    link_was_up_.resize(static_cast<size_t>(t.link_count()), 1);
-  }
+  grow_link_state();
   if (down) {
     if (comp.down++ > 0) return;  // already down: another process holds it
     comp.down_since_ns = now;
