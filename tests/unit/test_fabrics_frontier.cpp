@@ -64,6 +64,8 @@ std::vector<std::array<int, 3>> route_asks(const Topology& t, size_t si, size_t 
       if (i != j) asks.push_back({d[i], d[j], static_cast<int>(i * mix + j)});
   return asks;
 }
+// A cable up or down, both ways (as the world fails links).
+void both_ways(Topology& t, int e, bool up) { t.mutable_link(e).up = t.mutable_link(t.link(e).reverse).up = up; }
 // How many of the asks `r` routes otherwise than a fresh router over the same links (with hash
 // seed `seed`), every ask asked twice (the second time from r's kept routes).
 size_t differ_from_fresh(Router& r, const Topology& t, const std::vector<std::array<int, 3>>& asks, uint64_t seed = 0) {
@@ -282,19 +284,16 @@ TEST_CASE("routing: routes do not depend on the order a router is asked in, and 
   CHECK(differ == 0);
   // Fail the first route's second link (a leaf uplink), both ways, and tell the router (it
   // forgets the routes it kept).
-  const int failed = a[0].at(1);
-  int back = -1;
-  for (int e : t.out_links(t.link(failed).dst))
-    if (t.link(e).dst == t.link(failed).src) back = e;
+  const int failed = a[0].at(1), back = t.link(failed).reverse;
   REQUIRE(back >= 0);
-  t.mutable_link(failed).up = t.mutable_link(back).up = false;
+  both_ways(t, failed, false);
   forward.invalidate();
   size_t through = 0;
   for (size_t k = 0; k < asks.size(); ++k)
     for (int e : forward.route(asks[k][0], asks[k][1], static_cast<uint64_t>(asks[k][2]))) through += e == failed || e == back;
   CHECK(through == 0);
   // Repaired and told: the first routes again.
-  t.mutable_link(failed).up = t.mutable_link(back).up = true;
+  both_ways(t, failed, true);
   forward.invalidate();
   CHECK(forward.revived() == 1);  // the links as they were before the failure: that state came back
   differ = 0;
@@ -311,7 +310,6 @@ TEST_CASE("routing: a state set aside at a change comes back only for links exac
   const auto asks = route_asks(t, 3, 2, 11, 37);
   Router r(t);
   r.set_min_set_aside_bytes(0);  // (a fabric this small is set aside only when told to)
-  auto both_ways = [&](int e, bool up) { t.mutable_link(e).up = t.mutable_link(t.link(e).reverse).up = up; };
   CHECK(differ_from_fresh(r, t, asks) == 0);
   r.invalidate();  // told of a change that changed nothing: what was computed stands, nothing is set aside twice
   CHECK(r.set_aside() == 0);
@@ -321,7 +319,7 @@ TEST_CASE("routing: a state set aside at a change comes back only for links exac
   REQUIRE(far < asks.size());
   const std::vector<int> first = r.route(asks[far][0], asks[far][1], static_cast<uint64_t>(asks[far][2]));
   const int x = first[1], y = first[2];  // a leaf's uplink and the aggregation switch's above it
-  both_ways(x, false);
+  both_ways(t, x, false);
   r.invalidate();
   CHECK(r.revived() == 0);
   CHECK(r.set_aside() == 1);  // the healthy state
@@ -333,37 +331,37 @@ TEST_CASE("routing: a state set aside at a change comes back only for links exac
       for (int e : fresh.route(a[0], a[1], static_cast<uint64_t>(a[2]))) over_y += e == y;
     REQUIRE(over_y > 0);
   }
-  both_ways(y, false);  // a second failure: neither the healthy state nor the one-failure state fits
+  both_ways(t, y, false);  // a second failure: neither the healthy state nor the one-failure state fits
   r.invalidate();
   CHECK(r.revived() == 0);
   CHECK(differ_from_fresh(r, t, asks) == 0);
-  both_ways(y, true);  // back to one failure: that state comes back
+  both_ways(t, y, true);  // back to one failure: that state comes back
   r.invalidate();
   CHECK(r.revived() == 1);
   CHECK(differ_from_fresh(r, t, asks) == 0);
-  both_ways(x, true);  // healthy: its state comes back
+  both_ways(t, x, true);  // healthy: its state comes back
   r.invalidate();
   CHECK(r.revived() == 2);
   CHECK(differ_from_fresh(r, t, asks) == 0);
   CHECK(r.route(asks[far][0], asks[far][1], static_cast<uint64_t>(asks[far][2])) == first);
   // A new hash seed re-draws every equal-cost choice: nothing set aside before it comes back.
-  both_ways(x, false);  // the one failure again: its state too
+  both_ways(t, x, false);  // the one failure again: its state too
   r.invalidate();
   CHECK(r.revived() == 3);
   CHECK(differ_from_fresh(r, t, asks) == 0);
   r.set_hash_seed(7);
-  both_ways(x, true);
+  both_ways(t, x, true);
   r.invalidate();
   CHECK(r.revived() == 3);
   CHECK(differ_from_fresh(r, t, asks, 7) == 0);
   // A link added between a failure and its repair (an OCS circuit, a new cable): the states set
   // aside for fewer links never fit again; nothing is revived and routes are a fresh router's.
-  both_ways(x, false);
+  both_ways(t, x, false);
   r.invalidate();
   const int revived = static_cast<int>(r.revived());
   t.add_link(t.link(x).src, t.link(y).dst, t.link(x).bandwidth_Bps, t.link(x).latency_ns, "extra");
   r.invalidate();
-  both_ways(x, true);
+  both_ways(t, x, true);
   r.invalidate();
   CHECK(static_cast<int>(r.revived()) == revived);
   CHECK(differ_from_fresh(r, t, asks, 7) == 0);
@@ -380,9 +378,8 @@ TEST_CASE("routing: a state smaller than the threshold is computed again, not se
   const std::vector<int> first = r.route(asks[0][0], asks[0][1], static_cast<uint64_t>(asks[0][2]));
   REQUIRE(first.size() >= 2);
   const int x = first[1];
-  auto both_ways = [&](bool up) { t.mutable_link(x).up = t.mutable_link(t.link(x).reverse).up = up; };
   for (bool up : {false, true, false, true}) {
-    both_ways(up);
+    both_ways(t, x, up);
     r.invalidate();
     CHECK(r.set_aside() == 0);
     CHECK(r.revived() == 0);
@@ -398,10 +395,10 @@ TEST_CASE("routing: a state smaller than the threshold is computed again, not se
   CHECK(differ_from_fresh(r, t, asks) == 0);
   // Told to keep states of any size, the same router sets the healthy one aside and revives it.
   r.set_min_set_aside_bytes(0);
-  both_ways(false);
+  both_ways(t, x, false);
   r.invalidate();
   CHECK(r.set_aside() == 1);
-  both_ways(true);
+  both_ways(t, x, true);
   r.invalidate();
   CHECK(r.revived() == 1);
   CHECK(differ_from_fresh(r, t, asks) == 0);
