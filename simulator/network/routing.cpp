@@ -438,11 +438,15 @@ Router::Dist Router::distances(int src, int dst) {
   Dist d;
   d.dst = dst;
   ensure_weights();
-  // Composed from the first hop: exact when every distance comes from the same weights with
-  // none torn down (then a partial Dijkstra is a complete one). Only where it saves vectors:
-  // a device whose neighbours are no devices (not cached already).
-  bool compose = !cur_.weights_down && t_.node(dst).kind == NodeKind::Device && t_.out_links(dst).size() <= Dist::kMaxVia &&
-                 !cur_.dist.count(dst);
+  // Composed from the first hop: the minimum over a cut of every path, exact for any weights
+  // wherever its terms are settled. Only where it saves vectors: a device whose neighbours are
+  // no devices (not cached already). A term's Dijkstra may stop before a torn-down link's
+  // weight (settle: partial, everything past it unknown), so with a link torn down the
+  // composition holds only for a route that needs none (dist(src) below that weight: every
+  // node the walk reads is then nearer and settled in each term); a route that needs one takes
+  // the destination's own Dijkstra, run to the end.
+  constexpr int32_t kDown = 1 << 26;  // weight() of a torn-down circuit
+  bool compose = compose_ && t_.node(dst).kind == NodeKind::Device && t_.out_links(dst).size() <= Dist::kMaxVia && !cur_.dist.count(dst);
   for (int e : t_.out_links(dst)) compose = compose && t_.node(t_.link(e).dst).kind != NodeKind::Device;
   if (compose) {
     const auto& links = t_.out_links(dst);
@@ -455,7 +459,13 @@ Router::Dist Router::distances(int src, int dst) {
       d.add_term(wu, &dist_state(u));
     }
     settle_for(d, src);
-  } else {
+    if (cur_.weights_down && d[static_cast<size_t>(src)] >= kDown) {
+      d = Dist{};
+      d.dst = dst;
+      compose = false;
+    }
+  }
+  if (!compose) {
     d.whole = &dist_state(dst);
     settle_for(d, src);
     if (d.whole->dist[static_cast<size_t>(src)] == std::numeric_limits<int32_t>::max())

@@ -75,6 +75,10 @@ class Router {
   // How many times invalidate() found a state set aside for the links as they are.
   uint64_t revived() const { return revived_; }
   size_t set_aside() const { return set_aside_.size(); }
+  // Distance vectors the current state holds (a Dijkstra's each: a composed destination has none).
+  size_t distance_vectors() const { return cur_.dist.size(); }
+  // Off: every destination keeps its own Dijkstra (tests compare the composed routes with them).
+  void set_compose(bool on) { compose_ = on; }
   const Topology& topology() const { return t_; }
 
  private:
@@ -315,6 +319,7 @@ class Router {
   std::vector<std::unique_ptr<State>> set_aside_;  // most recent first
   size_t min_set_aside_ = size_t{16} << 20;
   uint64_t revived_ = 0;
+  bool compose_ = true;
 };
 
 }  // namespace sluice::net

@@ -301,6 +301,61 @@ TEST_CASE("routing: routes do not depend on the order a router is asked in, and 
   CHECK(differ == 0);
 }
 
+TEST_CASE("routing: with links torn down, a device's distances are still composed from its neighbours', and route as a Dijkstra of its own") {
+  // A failed chip (every link of one GPU down, both ways) and a failed cable (a leaf uplink):
+  // the distances to every other device are still composed from its switches' (a Dijkstra of
+  // their own each would be a vector per GPU: 1.3 GB on a 16k-GPU fat-tree during a 54-day
+  // fault run), while routes to the failed GPU, which must cross a torn-down link, take its own
+  // Dijkstra run to the end. Every route must be the one a router with no composition gives,
+  // each asked twice (kept routes), on a fat-tree and on rail-optimized servers of 12 GPUs and a
+  // host (a dead-end NVSwitch composed a level further).
+  for (const char* shape : {"three-tier", "{catalog: rail-optimized, servers: 4, gpus_per_server: 12, host_cpus: 1, tiers: 3}"}) {
+    CAPTURE(shape);
+    Topology t = shape[0] == '{' ? load(shape) : three_tier(48);
+    auto asks = route_asks(t, 7, 0, 1, 53);  // every GPU a destination
+    // The failed GPU: every 7th source's destination, and the source of a few routes (which must
+    // leave it over a torn-down link, where its destinations' composed terms stop: they take a
+    // Dijkstra of their own, run past it).
+    const int sick = t.devices()[1];
+    for (size_t j = 2; j < 6; ++j) asks.push_back({sick, t.devices()[j * 5], static_cast<int>(j)});
+    size_t healthy = 0;  // the vectors of the same asks on the healthy fabric
+    {
+      Router h(t);
+      for (const auto& a : asks) h.route(a[0], a[1], static_cast<uint64_t>(a[2]));
+      healthy = h.distance_vectors();
+    }
+    std::vector<int> down;
+    for (int e : t.out_links(sick)) down.push_back(e), down.push_back(t.link(e).reverse);
+    for (int e : down) t.mutable_link(e).up = false;
+    Router probe(t);  // a cable on a healthy route between two other servers: a leaf uplink
+    const auto& d = t.devices();
+    const std::vector<int> far = probe.route(d[2], d[d.size() - 1], 1);
+    REQUIRE(far.size() >= 4);
+    both_ways(t, far[1], false);
+    down.push_back(far[1]), down.push_back(t.link(far[1]).reverse);
+    Router composed(t), whole(t);
+    whole.set_compose(false);
+    size_t differ = 0, crossing = 0, to_sick = 0;
+    for (int pass = 0; pass < 2; ++pass)
+      for (const auto& a : asks) {
+        const auto r = composed.route(a[0], a[1], static_cast<uint64_t>(a[2]));
+        differ += r != whole.route(a[0], a[1], static_cast<uint64_t>(a[2]));
+        const bool ends_sick = a[0] == sick || a[1] == sick;
+        to_sick += ends_sick;
+        for (int e : r)
+          if (std::find(down.begin(), down.end(), e) != down.end()) crossing += ends_sick ? 0 : 1;
+      }
+    CHECK(differ == 0);
+    CHECK(crossing == 0);  // between healthy GPUs, no torn-down link
+    CHECK(to_sick > 0);
+    CAPTURE(composed.distance_vectors());
+    CAPTURE(whole.distance_vectors());
+    CHECK(whole.distance_vectors() >= t.devices().size());
+    CHECK(2 * healthy < t.devices().size());
+    CHECK(composed.distance_vectors() <= healthy + 1 + 4);  // the failed GPU's own and the 4 routes from it
+  }
+}
+
 TEST_CASE("routing: a state set aside at a change comes back only for links exactly as it had them, and routes as a fresh router") {
   // Failures and repairs each invalidate the router. What it computed for the links as they
   // were is set aside and brought back when they are so again (a repair undoing a failure); for
