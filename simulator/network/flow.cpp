@@ -313,6 +313,10 @@ uint64_t FlowSim::shape_digest() const {
 
 void FlowSim::set_link_capacity_at(SimTime at, int link, double Bps) {
   cap_changes_.push_back(CapChange{link, Bps});
+  if (Bps > 0) {
+    if (ready_ns_.size() <= static_cast<size_t>(link)) ready_ns_.resize(static_cast<size_t>(link) + 1, 0);
+    ready_ns_[static_cast<size_t>(link)] = std::max(ready_ns_[static_cast<size_t>(link)], at.count_ns());
+  }
   engine_.schedule_at(at, Priority::Network, this, kCapacity, static_cast<uint32_t>(cap_changes_.size() - 1));
 }
 

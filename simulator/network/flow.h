@@ -89,6 +89,9 @@ class FlowSim final : public EventHandler {
   // The same at a later time `at` (an OCS circuit coming up after its reconfiguration).
   void set_link_capacity_at(SimTime at, int link, double Bps);
   double link_capacity(int link) const { return cap_[static_cast<size_t>(link)]; }
+  // When the last capacity given to `link` for later (set_link_capacity_at, a bandwidth) comes:
+  // until then a repair must leave it empty (a circuit still being programmed). 0: none.
+  int64_t ready_ns(int link) const { return static_cast<size_t>(link) < ready_ns_.size() ? ready_ns_[static_cast<size_t>(link)] : 0; }
   // After links failed (their capacity set to 0 and marked down in the topology): every flow
   // still sending over one of `links` moves to a route that avoids failed links when one
   // exists, its last byte `penalty_ns` later; the others stay and stall at rate 0 until their
@@ -211,6 +214,7 @@ class FlowSim final : public EventHandler {
     double Bps;
   };
   std::vector<CapChange> cap_changes_;
+  std::vector<int64_t> ready_ns_;  // per link: ready_ns()
   std::vector<Spray> sprays_;
   std::vector<uint32_t> free_sprays_;
   std::vector<FixedSum> link_bytes_;  // per link, bytes given to it (fixed point, 2^-16 B)

@@ -231,7 +231,9 @@ void World::set_component(FaultClass c, int index, bool down, const std::string&
         failed.push_back(e);
       } else if (link_was_up_[static_cast<size_t>(e)]) {
         l.up = true;
-        flows_.set_link_capacity(e, l.bandwidth_Bps);
+        // (A circuit still being programmed stays empty: its reconfiguration's end gives it its
+        // bandwidth, now that it is up.)
+        if (flows_.ready_ns(e) <= now) flows_.set_link_capacity(e, l.bandwidth_Bps);
       }
     }
     router_.invalidate();

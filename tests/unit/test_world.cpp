@@ -404,6 +404,36 @@ TEST_CASE("OCS faults: a circuit that fails while it is being programmed gets no
   CHECK(w.fabric().link_capacity(circuit) == doctest::Approx(t.link(circuit).bandwidth_Bps));
 }
 
+TEST_CASE("OCS faults: a circuit that fails and is repaired while it is being programmed gets its bandwidth when the programming ends, not at the repair") {
+  Cluster c = small_ocs_pod();
+  c.ocs_reconfigure_ns = 1'000'000;  // 1 ms
+  World w(1, c);
+  const auto& t = w.topology();
+  w.slices().started();
+  w.slices().form({0, 1}, {1, 1, 2}, false, "a");
+  int ocs = -1, circuit = -1;
+  for (int e = 0; e < t.link_count() && ocs < 0; ++e)
+    if (t.link(e).label == "ici-ocs-slice") ocs = t.link(e).ocs, circuit = e;
+  REQUIRE(circuit >= 0);
+  const int oi = ocs_component(w, ocs);
+  REQUIRE(oi >= 0);
+  w.engine().run(SimTime::us(300));
+  w.set_component(FaultClass::Ocs, oi, true);
+  w.engine().run(SimTime::us(600));
+  w.set_component(FaultClass::Ocs, oi, false);  // repaired 0.4 ms before the circuit is programmed
+  CHECK(t.link(circuit).up);
+  CHECK(w.fabric().link_capacity(circuit) == 0);
+  w.engine().run(SimTime::us(999));
+  CHECK(w.fabric().link_capacity(circuit) == 0);
+  w.engine().run(SimTime::ms(2));
+  CHECK(w.fabric().link_capacity(circuit) == doctest::Approx(t.link(circuit).bandwidth_Bps));
+  // Failed and repaired again after that: the repair gives it its bandwidth at once.
+  w.set_component(FaultClass::Ocs, oi, true);
+  CHECK(w.fabric().link_capacity(circuit) == 0);
+  w.set_component(FaultClass::Ocs, oi, false);
+  CHECK(w.fabric().link_capacity(circuit) == doctest::Approx(t.link(circuit).bandwidth_Bps));
+}
+
 TEST_CASE("chip faults: a circuit programmed at a failed chip is born down, and its repair and next failure count it") {
   Cluster c = small_ocs_pod();
   World w(1, c);
