@@ -100,7 +100,7 @@ std::vector<std::string> CostModel::gemm_sources() const {
   std::vector<std::string> out;
   std::vector<std::pair<Op, const Impl::GemmPlan*>> plans = {{Op::Qkv, &im.qkv}, {Op::O, &im.o}};
   if (im.mla) {  // latent attention: its projections in place of qkv
-    plans = {{Op::QB, &im.lq_b}, {Op::KVA, &im.lkv_a}, {Op::KVB, &im.lkv_b}, {Op::O, &im.o}};
+    plans = {{Op::QB, &im.lq_b}, {Op::KVA, &im.lkv_a}, {Op::KVB, &im.lkv_b}, {Op::KVBContext, &im.lkv_b}, {Op::O, &im.o}};
     if (im.m.q_lora_rank > 0) plans.insert(plans.begin(), {Op::QA, &im.lq_a});
   }
   if (im.m.moe_layers_in(0, im.m.layers) < im.m.layers) plans.insert(plans.end(), {{Op::GateUp, &im.up}, {Op::Down, &im.down}});

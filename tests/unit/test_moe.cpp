@@ -584,6 +584,9 @@ TEST_CASE("mla: a chunk's cached context is gathered, up-projected and assembled
   CHECK(find_op(cm.iteration(std::vector<SeqWork>(8, SeqWork{1, 4096, true})), "gemm.kv_b_context") == nullptr);
   CHECK(find_op(CostModel(round_device(), load_model("llama2-7b"), CostOptions{1, 1, ""}).iteration(std::vector<SeqWork>{SeqWork{512, 512, true}}),
                 "elementwise.mla_context") == nullptr);
+  // `sluice cost --tables` says where each GEMM's time comes from: this one's too, once.
+  const auto sources = cm.gemm_sources();
+  CHECK(std::count_if(sources.begin(), sources.end(), [](const std::string& s) { return s.rfind("gemm.kv_b_context (K 512, ", 0) == 0; }) == 1);
 }
 
 TEST_CASE("moe: measured routing takes each expert's logged count, from a list or a file, and refuses bad counts where they are") {
