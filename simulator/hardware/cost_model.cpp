@@ -242,6 +242,21 @@ double CostModel::moe_alltoall_bytes(double tokens, int stage) const {
   return moe_alltoall_count(stage) * impl_->a2a_bytes(tokens);
 }
 
+double CostModel::moe_alltoall_server_share(const std::vector<int>& positions) const {
+  const Impl& im = *impl_;
+  if (im.opt.moe.rows_per_expert || im.experts.dev_share.size() < 2) return 1.0;
+  const int k = im.m.experts_per_token;
+  double server = 0, devices = 0;
+  for (int p : positions) {
+    double d = 0;
+    for (double q : im.experts.dev_share.at(static_cast<size_t>(p))) d += q;
+    d = std::min(1.0, d);
+    server += d;
+    devices += 1 - std::pow(1 - d, k);
+  }
+  return devices > 0 ? std::min(1.0, (1 - std::pow(1 - std::min(1.0, server), k)) / devices) : 1.0;
+}
+
 const std::vector<double>& CostModel::moe_alltoall_weights() const { return impl_->experts.a2a_weight; }
 
 std::vector<double> CostModel::expert_tokens_per_device(double tokens) const {

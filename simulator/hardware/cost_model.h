@@ -101,6 +101,11 @@ struct MoeOptions {
   // all-to-alls (and all-reduces) under the other's compute. Each half reads the weights
   // again; the serving fabric path times it (ServingSim), the cost model's step does not.
   bool two_batch_overlap = false;
+  // The all-to-all's pattern on a topology: false every pair of devices directly (flat); true
+  // DeepEP's internode kernels: across servers once per server a token's experts are on, to the
+  // device of the sender's local rank there, then NVLink to the devices holding its experts
+  // (net::CollectiveKind::AllToAllHierarchical).
+  bool hierarchical_alltoall = false;
   // Data-parallel attention (SGLang's enable_dp_attention, DeepSeek's "MLA DP"): each of the
   // tensor_parallel devices runs the attention, the dense and shared MLPs and the LM head whole
   // (their weights on every device) over its own share of the batch's sequences, whose KV cache
@@ -265,6 +270,12 @@ class CostModel {
   // and combine all-to-alls on stage `stage` (0 unless experts move tokens by all-to-all), and
   // how many all-to-alls those are.
   double moe_alltoall_bytes(double tokens, int stage) const;
+  // Of what a device's dispatch sends to the devices at `positions` (one server's, as positions
+  // in the expert-parallel group), the part a hierarchical all-to-all sends across: a token once
+  // to the server rather than once to each of its devices holding one of its experts,
+  // (1 - (1 - sum s)^k) / sum (1 - (1 - s)^k) over their shares s of the assignments (k picks
+  // independent, as a2a_bytes takes them); 1 for rows per expert (a row an expert either way).
+  double moe_alltoall_server_share(const std::vector<int>& positions) const;
   int moe_alltoall_count(int stage) const;
   // Each expert-parallel device's part of the all-to-alls' destinations over their mean (empty
   // without expert parallelism): CollectiveOptions::a2a_weights.

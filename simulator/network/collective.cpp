@@ -23,6 +23,7 @@ constexpr NameOf kNames[] = {
     {CollectiveKind::ReduceScatter, "reducescatter"},    {CollectiveKind::AllToAll, "alltoall"},
     {CollectiveKind::SendRecv, "sendrecv"},            {CollectiveKind::AllReduceNcclTree, "allreduce-nccl-tree"},
     {CollectiveKind::AllReduceAuto, "allreduce-auto"},     {CollectiveKind::AllReduceNvls, "allreduce-nvls"},
+    {CollectiveKind::AllToAllHierarchical, "alltoall-hierarchical"},
 };
 // The group's devices by server (node group), in order of first appearance; a device with no
 // group, or any device on a torus, is its own server.
@@ -191,6 +192,9 @@ void Collective::plan() {
       phases_.push_back({o});
       break;
     }
+    case CollectiveKind::AllToAllHierarchical:
+      plan_hierarchical_alltoall();
+      break;
     case CollectiveKind::SendRecv: {
       Op o{Op::Send, devices_};
       o.chunk_bytes = bytes_;
@@ -281,6 +285,67 @@ void Collective::plan() {
       break;
     }
   }
+}
+
+// DeepEP's internode all-to-all (its "normal" kernels): what device (k, r) (server k, local rank
+// r) sends to the devices of another server k' goes over the network once, to (k', r) on the
+// same rail, deduplicated (a token whose experts are on several of k''s devices crosses once:
+// opt_.a2a_dedup of those devices), and (k', r) forwards each device of k' its part over NVLink,
+// with what (k', r) itself sends them. The combine is the same pattern backwards, so the fused
+// collective's pairs carry both (a2a_weights as the flat all-to-all's). DeepEP pipelines the
+// forwarding behind the network's chunks: both kinds of flows run at once, and each of the
+// fused all-to-alls pays a network route's latency and an NVLink route's. Pairs: n (K - 1)
+// across servers and n (M - 1) inside, for n (n - 1) flat (144 GPUs on 18 servers: 3,456 against
+// 20,592). One server: the flat all-to-all.
+void Collective::plan_hierarchical_alltoall() {
+  const int n = static_cast<int>(devices_.size());
+  const auto servers = by_server(sim_.topology(), devices_);
+  const int K = static_cast<int>(servers.size()), M = static_cast<int>(servers.front().size());
+  Op o{Op::AllToAll, devices_};
+  o.chunk_bytes = bytes_ / n / opt_.paths;
+  if (K == 1) {
+    phases_.push_back({o});
+    return;
+  }
+  for (const auto& sv : servers)
+    if (static_cast<int>(sv.size()) != M)
+      throw std::invalid_argument(fmt::format("alltoall-hierarchical: servers hold {} and {} of the devices; it needs the same number on each "
+                                              "(a rail per local rank)",
+                                              M, sv.size()));
+  std::vector<std::vector<int>> pos(static_cast<size_t>(K));  // each server's devices as positions in the group
+  for (int k = 0; k < K; ++k)
+    for (int d : servers[static_cast<size_t>(k)])
+      pos[static_cast<size_t>(k)].push_back(static_cast<int>(std::find(devices_.begin(), devices_.end(), d) - devices_.begin()));
+  auto pair_bytes = [&](int i, int j) {
+    const double w = opt_.a2a_weights.empty() ? 1.0 : (opt_.a2a_weights[static_cast<size_t>(i)] + opt_.a2a_weights[static_cast<size_t>(j)]) / 2;
+    return o.chunk_bytes * w;
+  };
+  for (int k2 = 0; k2 < K; ++k2) {
+    const auto& there = pos[static_cast<size_t>(k2)];
+    const double dedup = opt_.a2a_dedup ? opt_.a2a_dedup(there) : 1.0;
+    if (!(dedup > 0 && dedup <= 1)) throw std::logic_error(fmt::format("alltoall-hierarchical: a server's share {} outside (0, 1]", dedup));
+    for (int k = 0; k < K; ++k)
+      for (int r = 0; r < M; ++r) {
+        const int from = pos[static_cast<size_t>(k)][static_cast<size_t>(r)], rail = there[static_cast<size_t>(r)];
+        if (k != k2) {  // across, once per server
+          double b = 0;
+          for (int j : there) b += pair_bytes(from, j);
+          o.pairs.push_back({from, rail, b * dedup});
+        }
+      }
+    // Inside server k2: (k2, r) forwards to (k2, r') what every server's rank r sent there, its own included.
+    for (int r = 0; r < M; ++r)
+      for (int r2 = 0; r2 < M; ++r2) {
+        if (r == r2) continue;
+        double b = 0;
+        for (int k = 0; k < K; ++k) b += pair_bytes(pos[static_cast<size_t>(k)][static_cast<size_t>(r)], there[static_cast<size_t>(r2)]);
+        o.pairs.push_back({there[static_cast<size_t>(r)], there[static_cast<size_t>(r2)], b});
+      }
+  }
+  Router& rt = sim_.router();
+  o.layer_latency_ns = rt.latency_ns(rt.route(devices_[static_cast<size_t>(pos[0][0])], devices_[static_cast<size_t>(pos[1][0])], route_hash(opt_.salt, 0, 0))) +
+                       (M > 1 ? rt.latency_ns(rt.route(devices_[static_cast<size_t>(pos[0][0])], devices_[static_cast<size_t>(pos[0][1])], route_hash(opt_.salt, 0, 1))) : 0);
+  phases_.push_back({std::move(o)});
 }
 
 Collective::Op Collective::tree_op(std::vector<int> dev, std::vector<int> parent, double bytes, int chunks) {
@@ -470,6 +535,13 @@ void Collective::start_op(size_t oi) {
       for (int i = 0; i < n; ++i) send(oi, i, (i + 1) % n, o.chunk_bytes, 0, 0);
       break;
     case Op::AllToAll:
+      if (!o.pairs.empty()) {  // listed pairs (hierarchical)
+        o.tail_latency_ns = o.layer_latency_ns * (std::llround(opt_.fused()) - 1);
+        for (const auto& pr : o.pairs)
+          for (int p = 0; p < opt_.paths; ++p)
+            send(oi, pr.from, pr.to, pr.bytes, static_cast<uint64_t>(pr.to), static_cast<uint64_t>(pr.to) * 131 + static_cast<uint64_t>(p));
+        break;
+      }
       if (opt_.fused_count > 1) {
         // Standing for fused_count all-to-alls one after another: the later ones' route
         // latencies, paid after the last byte (the longest route from the first device).
@@ -739,6 +811,7 @@ SLUICE_REGISTER(component, collectives) {
       {"allreduce-nccl-tree", "NCCL's tree: per channel (one per NIC), a chain through each server's devices and a double binary tree over the servers' heads, half the bytes each, pipelined in chunks"},
       {"allreduce-auto", "NCCL's choice: the ring, its tree or NVLS (where the NVSwitch reduces), whichever its tuner-style estimate (latency + bytes / bandwidth from the topology) predicts fastest"},
       {"allreduce-nvls", "NVLink SHARP: the NVSwitch reduces and multicasts, S(1+1/M) each way over a device's NVLink; across servers a ring per local rank between the switches' reduce-scatter and all-gather (needs nvls: true)"},
+      {"alltoall-hierarchical", "DeepEP's internode all-to-all: what a device sends to another server's devices crosses once, to the device of its local rank there (its rail), which forwards each its part over NVLink; an MoE dispatch sends a token once per server (deployment.moe.alltoall_algorithm)"},
   };
   for (const auto& [n, doc] : collectives) reg.add("collective", n, doc, Schema{});
 }

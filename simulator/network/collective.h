@@ -17,7 +17,8 @@ enum class CollectiveKind {
   AllReduceRing, AllReduceTree, AllReduceHierarchical, AllGather, ReduceScatter, AllToAll, SendRecv,
   AllReduceNcclTree,  // NCCL's tree: chains inside servers, a double binary tree across them, per channel
   AllReduceAuto,      // NCCL's choice among its ring, its tree and NVLS, by their predicted times (allreduce_choice)
-  AllReduceNvls       // NVLink SHARP: the NVSwitch reduces and multicasts; across servers, rings per local rank between
+  AllReduceNvls,      // NVLink SHARP: the NVSwitch reduces and multicasts; across servers, rings per local rank between
+  AllToAllHierarchical  // DeepEP's internode all-to-all: across servers once, rail to rail, then NVLink inside (a2a_dedup)
 };
 const char* collective_name(CollectiveKind k);
 // The all-reduces a tensor-parallel group may run (fused per stage): ring, NVLS, auto.
@@ -47,6 +48,11 @@ struct CollectiveOptions {
   // share times (w_i + w_j) / 2: an MoE dispatch to j's experts in proportion to w_j and the
   // combine from i's in proportion to w_i, the total unchanged.
   std::vector<double> a2a_weights;
+  // Hierarchical all-to-all: what a device sends to a server's devices crosses the network once,
+  // to the device of its own local rank there, times a2a_dedup(positions of that server's
+  // devices in the group) (a token whose experts are on several of them sent once: DeepEP);
+  // null: 1.
+  std::function<double(const std::vector<int>&)> a2a_dedup;
   // Rings (all-reduce, all-gather, reduce-scatter) over a group that spans servers with several
   // of its devices on each: 0 runs NCCL's channels (ring_channels: one per device a server
   // holds, so with a NIC per GPU every NIC carries a share); 1 a single ring through the
@@ -111,7 +117,15 @@ class Collective final : public FlowSink, public EventHandler {
     // down_bytes from it, both ways at once (the reduction and the multicast pipelined)
     int sw = -1;
     double down_bytes = 0;
+    // an all-to-all of listed pairs (hierarchical): (from position, to position, bytes)
+    struct Pair {
+      int from, to;
+      double bytes;
+    };
+    std::vector<Pair> pairs;
+    int64_t layer_latency_ns = 0;  // listed pairs: one fused all-to-all's latency (a network hop, then NVLink)
   };
+  void plan_hierarchical_alltoall();
   void plan();
   static Op tree_op(std::vector<int> dev, std::vector<int> parent, double bytes, int chunks);
   std::vector<Op> nccl_trees() const;

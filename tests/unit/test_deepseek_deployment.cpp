@@ -7,6 +7,7 @@
 #include "test_support.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -246,4 +247,34 @@ TEST_CASE("deepseek deployment: two-batch overlap's halves, by position or each 
   CHECK_FALSE(serving::two_batch_halves(seqs(4), std::vector<int32_t>{0, 1, 2, 3}, 4, halves, half_ranks, parity));
   CHECK(halves[1].empty());
   CHECK(halves[0].size() == 4);
+}
+
+TEST_CASE("deepseek deployment: a hierarchical all-to-all sends a token to another server once, then over NVLink (DeepEP's internode kernels)") {
+  // By hand: DeepSeek-V3's 256 experts over 16 GPUs (1/16 of the assignments each), a server of
+  // 8 of them: a token reaches 8 (1 - (15/16)^8) = 3.23 of its GPUs on expectation but the
+  // server with 1 - (1/2)^8, so what crosses to it is 0.309 of the flat all-to-all's.
+  CostOptions o{16, 1, ""};
+  o.moe.expert_parallel = true;
+  o.moe.alltoall = true;
+  const ModelSpec m = load_model("deepseek-v3");
+  const std::vector<int> server{0, 1, 2, 3, 4, 5, 6, 7};
+  CHECK(CostModel(load_hardware("h800"), m, o).moe_alltoall_server_share(server) ==
+        doctest::Approx((1 - std::pow(0.5, 8)) / (8 * (1 - std::pow(15.0 / 16, 8)))));
+  o.moe.rows_per_expert = true;  // a row an expert: nothing to share
+  CHECK(CostModel(load_hardware("h800"), m, o).moe_alltoall_server_share(server) == 1.0);
+  // The fixture's decode replica (16 GPUs on two servers): fewer flows (16 x 1 across and 16 x 7
+  // inside an all-to-all, not 16 x 15) and a shorter all-to-all, the network carrying 0.31 of
+  // the bytes and NVLink the rest.
+  auto run = [](const char* algorithm) {
+    return run_text(kH800, {fmt::format("workloads.0.deployment.moe.alltoall_algorithm={}", algorithm)});
+  };
+  const Json flat = run("flat"), hier = run("hierarchical");
+  CHECK(hier["serving"]["moe"]["dispatch"].get<std::string>().find("hierarchical") != std::string::npos);
+  CHECK(flat["serving"]["moe"]["dispatch"] == "alltoall");
+  CHECK(hier["serving"]["requests"]["completed"] == flat["serving"]["requests"]["completed"]);
+  CHECK(hier["serving"]["moe"]["alltoall_ms_mean"].get<double>() < 0.8 * flat["serving"]["moe"]["alltoall_ms_mean"].get<double>());
+  CHECK(hier["world"]["flows"]["started"].get<double>() < flat["world"]["flows"]["started"].get<double>());
+  // Only where an all-to-all dispatch runs, before anything does.
+  CHECK_THROWS_WITH(load({"workloads.0.deployment.moe={expert_parallel: true, dispatch: allreduce, alltoall_algorithm: hierarchical}"}),
+                    doctest::Contains("alltoall_algorithm"));
 }

@@ -270,3 +270,79 @@ TEST_CASE("collectives: a graveyard keeps voided collectives until they finish, 
   CHECK(most < 330);  // 1,150 buried in all
   CHECK(yard.size() < 330);
 }
+
+TEST_CASE("collectives: a hierarchical all-to-all crosses to another server once, rail to rail, and forwards over NVLink") {
+  // Three 8-GPU servers on one leaf (not rail-optimized: a flat all-to-all's pairs across
+  // servers take the NIC, never NVLink). Flat: n (n - 1) flows, the NICs carrying (K - 1) M S in
+  // all and NVLink the (M - 1) S inside servers. Hierarchical: n (K - 1) flows across and n (M - 1)
+  // inside, the NICs carrying the same (K - 1) M S times the servers' share (a2a_dedup) and
+  // NVLink K times as much (each device forwards what every server's same-rank device sent it).
+  ClosSpec c;
+  c.servers = 3;
+  c.server.host_cpus = 0;
+  const Topology t = build_clos(c, "three");
+  const auto& devs = t.devices();
+  const int n = static_cast<int>(devs.size()), K = 3, M = 8;
+  REQUIRE(n == K * M);
+  struct Out {
+    double nic = 0, nvlink = 0;
+    uint64_t flows = 0;
+    SimTime took;
+  };
+  const double S = 24e6;
+  auto run = [&](CollectiveKind kind, CollectiveOptions o) {
+    Engine engine(0);
+    Router router(t);
+    FlowSim sim(engine, t, router);
+    Collective a2a(sim, kind, devs, S, o);
+    a2a.start();
+    engine.run();
+    REQUIRE(a2a.finished());
+    Out out;
+    out.flows = a2a.flows_started();
+    out.took = a2a.duration();
+    const auto carried = sim.carried_link_bytes();
+    for (int e = 0; e < t.link_count(); ++e) {
+      if (t.node(t.link(e).src).kind != NodeKind::Device) continue;  // (each flow leaves its sender once)
+      (t.link(e).label == "nic" ? out.nic : out.nvlink) += carried[static_cast<size_t>(e)];
+    }
+    return out;
+  };
+  const Out flat = run(CollectiveKind::AllToAll, {});
+  const Out hier = run(CollectiveKind::AllToAllHierarchical, {});
+  CHECK(flat.flows == static_cast<uint64_t>(n * (n - 1)));
+  CHECK(hier.flows == static_cast<uint64_t>(n * (K - 1) + n * (M - 1)));
+  CHECK(flat.nic == doctest::Approx((K - 1) * M * S / n * n));
+  CHECK(flat.nvlink == doctest::Approx((M - 1) * S));
+  CHECK(hier.nic == doctest::Approx(flat.nic));
+  CHECK(hier.nvlink == doctest::Approx(K * flat.nvlink));
+  // A token once per server: the servers' share scales the network's bytes and nothing else.
+  CollectiveOptions half;
+  std::vector<int> asked;
+  half.a2a_dedup = [&asked](const std::vector<int>& server) {
+    asked.push_back(static_cast<int>(server.size()));
+    return 0.5;
+  };
+  const Out dedup = run(CollectiveKind::AllToAllHierarchical, half);
+  CHECK(asked == std::vector<int>(K, M));
+  CHECK(dedup.nic == doctest::Approx(0.5 * flat.nic));
+  CHECK(dedup.nvlink == doctest::Approx(hier.nvlink));
+  CHECK(dedup.took < hier.took);
+  // Weights move bytes between pairs, not their sum; one server is the flat all-to-all.
+  CollectiveOptions skew;
+  for (int i = 0; i < n; ++i) skew.a2a_weights.push_back(i < M ? 1.5 : 0.75);
+  const Out skewed = run(CollectiveKind::AllToAllHierarchical, skew);
+  CHECK(skewed.nic + skewed.nvlink == doctest::Approx(hier.nic + hier.nvlink));
+  const std::vector<int> one(devs.begin(), devs.begin() + M);
+  Engine engine(0);
+  Router router(t);
+  FlowSim sim(engine, t, router);
+  Collective inside(sim, CollectiveKind::AllToAllHierarchical, one, S);
+  inside.start();
+  engine.run();
+  CHECK(inside.flows_started() == static_cast<uint64_t>(M * (M - 1)));
+  // Servers holding different numbers of the group's devices: refused (a rail per local rank).
+  std::vector<int> uneven(devs.begin(), devs.begin() + M + 3);
+  CHECK_THROWS_WITH_AS(Collective(sim, CollectiveKind::AllToAllHierarchical, uneven, S), doctest::Contains("the same number on each"),
+                       std::invalid_argument);
+}

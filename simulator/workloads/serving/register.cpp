@@ -132,6 +132,13 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
                      "own device's included (Megatron-Core's alltoall token dispatcher: up to k / distinct devices times the "
                      "bytes)")
       .def("flex");
+  k.moe.choice<bool>("alltoall_algorithm", {{"flat", false}, {"hierarchical", true}}, &MO::hierarchical_alltoall,
+                     "the all-to-all's pattern on a topology: flat (every pair of devices directly, across servers over the "
+                     "NICs) or hierarchical (DeepEP's internode kernels: what a device sends to another server's devices "
+                     "crosses once, a token once per server its experts are on, to the device of the same local rank there, "
+                     "which forwards it over NVLink; the combine the same way back; the same number of the group's devices "
+                     "on every server)")
+      .def("flat");
   k.moe.choice<MO::Routing>("routing", {{"uniform", MO::Routing::Uniform}, {"zipf", MO::Routing::Zipf}, {"measured", MO::Routing::Measured}},
                             &MO::routing,
                             "the experts' share of the token-expert assignments: uniform, zipf (expert i's share "
@@ -381,7 +388,7 @@ static void check_moe(const ServingConfig& c, const Params& d) {
   const Params& ms = d.section("moe");
   const ModelSpec& m = c.model;
   if (!m.moe()) {
-    for (const char* k : {"expert_parallel", "dispatch", "token_dispatcher", "routing", "zipf_s", "eplb", "redundant_experts", "expert_load", "expert_load_file",
+    for (const char* k : {"expert_parallel", "dispatch", "token_dispatcher", "alltoall_algorithm", "routing", "zipf_s", "eplb", "redundant_experts", "expert_load", "expert_load_file",
                           "two_batch_overlap", "data_parallel_attention"})
       if (ms.given(k)) ms.fail(k, fmt::format("{} is a dense model: it has no experts", m.name), "leave deployment.moe out, or an MoE model");
     return;
@@ -391,6 +398,9 @@ static void check_moe(const ServingConfig& c, const Params& d) {
   if (mo.rows_per_expert && !(mo.expert_parallel && mo.alltoall))
     ms.fail("token_dispatcher", "says what an all-to-all dispatch sends, and this deployment dispatches none",
             "flex, or expert_parallel: true with dispatch: alltoall");
+  if (mo.hierarchical_alltoall && !(mo.expert_parallel && mo.alltoall))
+    ms.fail("alltoall_algorithm", "says how an all-to-all dispatch crosses the fabric, and this deployment dispatches none",
+            "flat, or expert_parallel: true with dispatch: alltoall");
 }
 
 // The bindings alone, to fill a config (the schemas they were declared on are thrown away;

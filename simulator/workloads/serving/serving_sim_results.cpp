@@ -180,7 +180,8 @@ ServingResults ServingSim::results() const {
     mo.active_parameters = c.model.active_parameters();
     mo.expert_parallel = c.moe.expert_parallel && c.tensor_parallel > 1;
     mo.dispatch = !mo.expert_parallel ? "none (every expert split over the tensor-parallel devices)"
-                  : c.moe.alltoall   ? (c.moe.rows_per_expert ? "alltoall (a row per token and expert)" : "alltoall")
+                  : c.moe.alltoall   ? fmt::format("alltoall{}{}", c.moe.rows_per_expert ? " (a row per token and expert)" : "",
+                                                   c.moe.hierarchical_alltoall ? " (hierarchical: across servers once, then NVLink)" : "")
                                      : "allreduce";
     mo.routing = c.moe.routing == MoeOptions::Routing::Zipf       ? fmt::format("zipf s={}", c.moe.zipf_s)
                  : c.moe.routing == MoeOptions::Routing::Measured ? "measured"

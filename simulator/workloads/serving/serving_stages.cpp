@@ -101,7 +101,10 @@ void ServingSim::start_alltoall(int ri, int k) {
   o.salt = static_cast<uint64_t>(ri) + 0x5EED;
   o.fused_count = cost.moe_alltoall_count(p.stage);
   o.a2a_weights = cost.moe_alltoall_weights();  // hot experts' devices receive more
-  p.alltoall = std::make_unique<net::Collective>(*fabric_.flows, net::CollectiveKind::AllToAll, nodes, bytes, o);
+  const bool hier = cfg_.moe.hierarchical_alltoall;
+  if (hier) o.a2a_dedup = [&cost](const std::vector<int>& server) { return cost.moe_alltoall_server_share(server); };
+  p.alltoall = std::make_unique<net::Collective>(*fabric_.flows, hier ? net::CollectiveKind::AllToAllHierarchical : net::CollectiveKind::AllToAll,
+                                                 nodes, bytes, o);
   const int64_t started = engine_.now().count_ns();
   p.alltoall->start([this, ri, k, started, ep = epoch_[static_cast<size_t>(ri)]](Engine& e) {
     if (ep != epoch_[static_cast<size_t>(ri)]) return;
