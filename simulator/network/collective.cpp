@@ -110,6 +110,16 @@ void require_nvls(const Topology& topo, const std::vector<int>& devices, const s
                                            key, groups.front().size(), g.size()));
 }
 
+void require_even_servers(const Topology& topo, const std::vector<int>& devices, const std::string& key) {
+  const auto servers = by_server(topo, devices);
+  for (const auto& sv : servers)
+    if (sv.size() != servers.front().size())
+      throw std::runtime_error(fmt::format("{} hierarchical: the group's servers hold {} and {} of its devices ({} and {}); it needs the "
+                                           "same number on each (a rail a local rank); valid: flat, or a placement that fills whole servers",
+                                           key, servers.front().size(), sv.size(), topo.node(servers.front().front()).name,
+                                           topo.node(sv.front()).name));
+}
+
 const char* collective_name(CollectiveKind k) {
   for (const auto& x : kNames)
     if (x.k == k) return x.n;

@@ -184,6 +184,10 @@ int nvls_switch(const Topology& topo, int device);
 // Throws std::runtime_error naming `key` and the device when one of `devices` has none.
 void require_nvls(const Topology& topo, const std::vector<int>& devices, const std::string& key);
 
+// Throws std::runtime_error naming `key` when the devices' servers hold different numbers of
+// them (a hierarchical all-to-all needs a rail for every local rank).
+void require_even_servers(const Topology& topo, const std::vector<int>& devices, const std::string& key);
+
 // A ring order of all devices that keeps ring neighbours adjacent: a boustrophedon snake on
 // a torus (closing through the wrap-around), the device list order elsewhere.
 std::vector<int> ring_order(const Topology& topo);

@@ -277,4 +277,10 @@ TEST_CASE("deepseek deployment: a hierarchical all-to-all sends a token to anoth
   // Only where an all-to-all dispatch runs, before anything does.
   CHECK_THROWS_WITH(load({"workloads.0.deployment.moe={expert_parallel: true, dispatch: allreduce, alltoall_algorithm: hierarchical}"}),
                     doctest::Contains("alltoall_algorithm"));
+  // A decode replica of 12 GPUs on 8-GPU servers (8 and 4: no rail for 4 of the local ranks):
+  // refused when the deployment is placed, naming the key.
+  CHECK_THROWS_WITH(run_text(kH800, {"workloads.0.deployment.tensor_parallel=12",
+                                     "workloads.0.deployment.moe={expert_parallel: true, dispatch: alltoall, data_parallel_attention: true, "
+                                     "eplb: true, redundant_experts: 32, alltoall_algorithm: hierarchical}"}),
+                    doctest::Contains("deployment.moe.alltoall_algorithm hierarchical: the group's servers hold 8 and 4"));
 }

@@ -87,6 +87,10 @@ class ServingWorkload final : public Workload {
       for (const auto& stages : fabric.stage_nodes)
         for (const auto& nodes : stages)
           if (nodes.size() > 1) net::require_nvls(world.topology(), nodes, "deployment.tp_algorithm");
+    if (cfg.moe.hierarchical_alltoall)  // (the decode pool's replicas and the colocated ones: those that dispatch)
+      for (const auto& stages : fabric.stage_nodes)
+        for (const auto& nodes : stages)
+          if (nodes.size() > 1) net::require_even_servers(world.topology(), nodes, "deployment.moe.alltoall_algorithm");
     devices_ = devices;
     cfg.topology_name = world.topology().name();
     cfg.trace_pid = world.trace_pid();
