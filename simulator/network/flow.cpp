@@ -594,6 +594,8 @@ void FlowSim::on_event(Engine& engine, uint32_t kind, uint32_t arg) {
       // A circuit coming up after its reconfiguration that failed meanwhile stays empty: its
       // repair gives it its bandwidth.
       if (c.Bps > 0 && !topo_.link(c.link).up) return;
+      // (A link given a later capacity since, reprogrammed before this came: that one stands.)
+      if (c.Bps > 0 && engine.now().count_ns() < ready_ns(c.link)) return;
       set_link_capacity(c.link, c.Bps);
       return;
     }

@@ -75,7 +75,7 @@ std::span<const MetricDef> serving_metric_defs() {
       {"serving", "moe.expert_parallel", "bool",
        "True when the experts are spread whole over the tensor-parallel devices (expert parallelism); false when each expert is split over them."},
       {"serving", "moe.dispatch", "text",
-       "How tokens reach their experts under expert parallelism: alltoall (with token_dispatcher: alltoall, 'alltoall (a row per token and expert)'), allreduce, or none (every expert split over the devices)."},
+       "How tokens reach their experts under expert parallelism: alltoall (with token_dispatcher: alltoall, 'alltoall (a row per token and expert)'; with alltoall_algorithm: hierarchical, followed by '(hierarchical: across servers once, then NVLink)'), allreduce, or none (every expert split over the devices)."},
       {"serving", "moe.routing", "text", "The model of how tokens pick experts: uniform, zipf with its exponent, or measured."},
       {"serving", "moe.data_parallel_attention", "bool",
        "Present (true) when the decode engines run data-parallel attention: each device attends over its own sequences, their KV cache on it alone."},

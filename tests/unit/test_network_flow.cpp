@@ -285,7 +285,7 @@ TEST_CASE("collectives: a hierarchical all-to-all crosses to another server once
   const int n = static_cast<int>(devs.size()), K = 3, M = 8;
   REQUIRE(n == K * M);
   struct Out {
-    double nic = 0, nvlink = 0;
+    double nic = 0, nvlink = 0, nic_from_first = 0;  // (the last: out of the first server's GPUs)
     uint64_t flows = 0;
     SimTime took;
   };
@@ -305,6 +305,8 @@ TEST_CASE("collectives: a hierarchical all-to-all crosses to another server once
     for (int e = 0; e < t.link_count(); ++e) {
       if (t.node(t.link(e).src).kind != NodeKind::Device) continue;  // (each flow leaves its sender once)
       (t.link(e).label == "nic" ? out.nic : out.nvlink) += carried[static_cast<size_t>(e)];
+      if (t.link(e).label == "nic" && std::find(devs.begin(), devs.begin() + M, t.link(e).src) != devs.begin() + M)
+        out.nic_from_first += carried[static_cast<size_t>(e)];
     }
     return out;
   };
@@ -333,6 +335,18 @@ TEST_CASE("collectives: a hierarchical all-to-all crosses to another server once
   for (int i = 0; i < n; ++i) skew.a2a_weights.push_back(i < M ? 1.5 : 0.75);
   const Out skewed = run(CollectiveKind::AllToAllHierarchical, skew);
   CHECK(skewed.nic + skewed.nvlink == doctest::Approx(hier.nic + hier.nvlink));
+  // Each crossing is discounted by the share of the server holding the experts: a dispatch by
+  // the receiver's, a combine (reduced inside the experts' server first) by the sender's. The
+  // first server hot (weights 1.5, share 0.3), the others cold (0.75, 0.7): each of its 8 ranks
+  // sends to each of the 2 others the dispatch to 8 cold GPUs, 8 c (0.75 / 2) 0.7, and its 8
+  // GPUs' combine, 8 c (1.5 / 2) 0.3 (c = S / n).
+  CollectiveOptions hot = skew;
+  hot.a2a_dedup = [M](const std::vector<int>& server) { return server.front() < M ? 0.3 : 0.7; };
+  const Out shared = run(CollectiveKind::AllToAllHierarchical, hot);
+  const double cpair = S / n;
+  CHECK(shared.nic_from_first == doctest::Approx(M * (K - 1) * M * cpair * (0.75 / 2 * 0.7 + 1.5 / 2 * 0.3)));
+  CHECK(shared.nic == doctest::Approx(M * (K - 1) * M * cpair * (0.75 / 2 * 0.7 + 1.5 / 2 * 0.3) * 2 +  // to and from the hot server
+                                      M * 2 * M * cpair * (0.75 / 2 * 0.7 + 0.75 / 2 * 0.7)));       // between the two cold ones
   const std::vector<int> one(devs.begin(), devs.begin() + M);
   Engine engine(0);
   Router router(t);
@@ -345,4 +359,22 @@ TEST_CASE("collectives: a hierarchical all-to-all crosses to another server once
   std::vector<int> uneven(devs.begin(), devs.begin() + M + 3);
   CHECK_THROWS_WITH_AS(Collective(sim, CollectiveKind::AllToAllHierarchical, uneven, S), doctest::Contains("the same number on each"),
                        std::invalid_argument);
+}
+
+TEST_CASE("flow: a link given its bandwidth for a later time twice (reprogrammed before the first came) gets it at the later time") {
+  TorusSpec spec;
+  spec.dims = {4};
+  const Topology t = build_torus(spec, "ring4");
+  Engine engine(0);
+  Router router(t);
+  FlowSim sim(engine, t, router);
+  const double bw = t.link(0).bandwidth_Bps;
+  sim.set_link_capacity(0, 0);
+  sim.set_link_capacity_at(SimTime::us(10), 0, bw);
+  sim.set_link_capacity_at(SimTime::us(30), 0, bw);
+  CHECK(sim.ready_ns(0) == 30'000);
+  engine.run(SimTime::us(20));
+  CHECK(sim.link_capacity(0) == 0);
+  engine.run(SimTime::us(40));
+  CHECK(sim.link_capacity(0) == bw);
 }
