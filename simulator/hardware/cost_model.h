@@ -102,7 +102,8 @@ struct MoeOptions {
   // again; the serving fabric path times it (ServingSim), the cost model's step does not.
   bool two_batch_overlap = false;
   // The all-to-all's pattern on a topology: false every pair of devices directly (flat); true
-  // DeepEP's internode kernels: across servers once per server a token's experts are on, to the
+  // DeepEP's normal internode kernels (training, prefill; its decode kernels go straight over RDMA,
+  // as flat does): across servers once per server a token's experts are on, to the
   // device of the sender's local rank there, then NVLink to the devices holding its experts
   // (net::CollectiveKind::AllToAllHierarchical).
   bool hierarchical_alltoall = false;

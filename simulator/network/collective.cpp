@@ -297,7 +297,8 @@ void Collective::plan() {
   }
 }
 
-// DeepEP's internode all-to-all (its "normal" kernels): what device (k, r) (server k, local rank
+// DeepEP's internode all-to-all (its "normal" kernels, for training and prefill; its low-latency
+// kernels, for decode, send straight over RDMA as the flat all-to-all does): what device (k, r) (server k, local rank
 // r) sends to the devices of another server k' goes over the network once, to (k', r) on the
 // same rail, deduplicated (a token whose experts are on several of k''s devices crosses once:
 // opt_.a2a_dedup of those devices), and (k', r) forwards each device of k' its part over NVLink,
@@ -840,7 +841,7 @@ SLUICE_REGISTER(component, collectives) {
       {"allreduce-nccl-tree", "NCCL's tree: per channel (one per NIC), a chain through each server's devices and a double binary tree over the servers' heads, half the bytes each, pipelined in chunks"},
       {"allreduce-auto", "NCCL's choice: the ring, its tree or NVLS (where the NVSwitch reduces), whichever its tuner-style estimate (latency + bytes / bandwidth from the topology) predicts fastest"},
       {"allreduce-nvls", "NVLink SHARP: the NVSwitch reduces and multicasts, S(1+1/M) each way over a device's NVLink; across servers a ring per local rank between the switches' reduce-scatter and all-gather (needs nvls: true)"},
-      {"alltoall-hierarchical", "DeepEP's internode all-to-all: what a device sends to another server's devices crosses once, to the device of its local rank there (its rail), which forwards each its part over NVLink; an MoE dispatch sends a token once per server (deployment.moe.alltoall_algorithm)"},
+      {"alltoall-hierarchical", "DeepEP's internode all-to-all (its normal kernels, for training and prefill): what a device sends to another server's devices crosses once, to the device of its local rank there (its rail), which forwards each its part over NVLink; an MoE dispatch sends a token once per server (deployment.moe.alltoall_algorithm)"},
   };
   for (const auto& [n, doc] : collectives) reg.add("collective", n, doc, Schema{});
 }

@@ -134,7 +134,8 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
       .def("flex");
   k.moe.choice<bool>("alltoall_algorithm", {{"flat", false}, {"hierarchical", true}}, &MO::hierarchical_alltoall,
                      "the all-to-all's pattern on a topology: flat (every pair of devices directly, across servers over the "
-                     "NICs) or hierarchical (DeepEP's internode kernels: what a device sends to another server's devices "
+                     "NICs; as DeepEP's low-latency kernels, which DeepSeek decodes with, send straight over RDMA) or "
+                     "hierarchical (DeepEP's normal kernels, its training and prefill path: what a device sends to another server's devices "
                      "crosses once, a token once per server its experts are on, to the device of the same local rank there, "
                      "which forwards it over NVLink; the combine the same way back; the same number of the group's devices "
                      "on every server)")
