@@ -179,6 +179,10 @@ SimTime collective_time(const Topology& topo, CollectiveKind kind, const std::ve
 // rings follow its wiring) one ring, in the given order.
 std::vector<std::vector<int>> ring_channels(const Topology& topo, const std::vector<int>& devices);
 
+// The group's devices by server (node group), in order of first appearance; a device with no
+// group, or any device on a torus, is its own server.
+std::vector<std::vector<int>> by_server(const Topology& topo, const std::vector<int>& devices);
+
 // The NVSwitch that reduces in the network (NodeInfo::reduces) a device is linked to, or -1.
 int nvls_switch(const Topology& topo, int device);
 // Throws std::runtime_error naming `key` and the device when one of `devices` has none.
