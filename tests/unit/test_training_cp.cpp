@@ -182,7 +182,7 @@ TEST_CASE("context parallelism: each rank computes about 1/cp of the sequence's 
   CHECK(f4 > f1 / 4 * 0.9);
 }
 
-TEST_CASE("context parallelism with ZeRO-3: the weights shard over dp x cp and every op gathers over the CP ranks") {
+TEST_CASE("context parallelism with ZeRO-3: the weights shard over dp x cp and every layer gathers over the CP ranks beside its ring") {
   const Json z2 = run_text(star({.cp = 4, .extra = ", zero: 2"})), z3 = run_text(star({.cp = 4, .extra = ", zero: 3"}));
   const Json& m2 = training(z2)["memory_per_device"];
   const Json& m3 = training(z3)["memory_per_device"];
@@ -190,10 +190,21 @@ TEST_CASE("context parallelism with ZeRO-3: the weights shard over dp x cp and e
   CHECK(m3["gradients_bytes"] == m2["gradients_bytes"]);
   CHECK(m3["weights_bytes"].get<double>() == doctest::Approx(3 * m3["gradients_bytes"].get<double>()).epsilon(1e-12));
   CHECK(m3["weights_bytes"].get<double>() < m2["weights_bytes"].get<double>() * 0.8);
-  // One micro-batch: the forward's and the backward's gathers and the backward's reduce-scatter,
-  // each a ring over the 4 CP ranks, in place of ZeRO-2's reduce-scatter and gather.
-  CHECK(training(z3)["flows"].get<int>() - training(z2)["flows"].get<int>() == (3 - 2) * 4);
-  CHECK(iteration(z3) > iteration(z2));
+  // One micro-batch. ZeRO-2: the forward's and the backward's key/value rings (4 flows each: one
+  // per edge, every layer's steps fused), then the gradients' reduce-scatter and the parameters'
+  // gather over the 4 CP ranks (4 each). ZeRO-3 runs each of the 4 layers on its own: its ring
+  // (a quarter of the bytes) and its gather, and after a backward layer its reduce-scatter.
+  CHECK(training(z2)["flows"].get<int>() == 2 * 4 + 2 * 4);
+  CHECK(training(z3)["flows"].get<int>() == 4 * (4 + 4) + 4 * (4 + 4 + 4));
+  const Json& c2 = training(z2)["context_parallel"];
+  const Json& c3 = training(z3)["context_parallel"];
+  CHECK(c3["ring_bytes_per_device"] == c2["ring_bytes_per_device"]);  // the same keys and values, a layer at a time
+  // A layer's ring shares the CP ranks' links with the next layer's gather: more of it shows.
+  CHECK(c3["ring_exposed_ms"].get<double>() > c2["ring_exposed_ms"].get<double>());
+  // Each gather runs while the layer before it computes, the reduce-scatters while the backward
+  // goes on, and nothing is gathered after Adam's step: ZeRO-3 ends first here (it gathered each
+  // op whole before its first layer, and ended after ZeRO-2, when it ran op by op).
+  CHECK(iteration(z3) < iteration(z2));
   // With two replicas of cp 2, the same rings over dp x cp, and the same bytes with the fast-forward on and off.
   const std::string yaml = star({.sequence = 4096, .m = 2, .dp = 2, .iterations = 40, .extra = ", zero: 3"}) + R"(faults:
   - {name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 2s}, repair: {dist: fixed, mean: 100ms}}

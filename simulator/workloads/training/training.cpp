@@ -321,14 +321,18 @@ void TrainingJob::try_run(int sl) {
   const int slice = op.mb % n_slices_;
   const int64_t dur = op.forward ? fwd_ns(s, slice) : bwd_ns(s, slice);
   if (cp()) {
-    if (zero3()) z3_begin_op(sl, dur, false);  // one unit: the op's gather was its whole chunk's
-    const int64_t attention = cp_attn_ns_[static_cast<size_t>(s)];
-    cp_begin(sl, dur, op.forward ? attention : backward_of(attention));
+    const int64_t attention = op.forward ? cp_attn_ns_[static_cast<size_t>(s)] : backward_of(cp_attn_ns_[static_cast<size_t>(s)]);
+    if (zero3()) {  // in layers, each after its gather: a layer's share of the compute and of the ring (z3_layer)
+      st.seg_attention_ns = attention;
+      z3_begin_op(sl, dur);
+      return;
+    }
+    cp_begin(sl, dur, attention);
     return;
   }
   const int64_t ns = slowed(dur, slot_first_device(sl), static_cast<size_t>(c_.tp));
   if (zero3()) {  // in layers, each after its gather
-    z3_begin_op(sl, ns, true);
+    z3_begin_op(sl, ns);
     return;
   }
   if (c_.alltoall_overlap) {  // counted as it runs: slower while a released op's all-to-alls fly
@@ -359,9 +363,12 @@ bool TrainingJob::finish_compute(int sl) {
 
 void TrainingJob::compute_done(int sl) {
   if (c_.alltoall_overlap && !finish_compute(sl)) return;
+  if (cp()) {
+    cp_part_done(sl, false);  // (under ZeRO-3 its layer ends there, once the ring's part has too)
+    return;
+  }
   if (zero3() && z3_layer_done(sl)) return;  // the op's next layer started, or waits for its gather
-  if (cp()) cp_part_done(sl, false);
-  else tp_allreduces(sl);
+  tp_allreduces(sl);
 }
 
 void TrainingJob::tp_allreduces(int sl) {
@@ -555,7 +562,6 @@ void TrainingJob::op_done(int sl, size_t oi) {
   } else if (j > 0) {
     send(sl, slot(d, (j - 1) % c_.pp), (j - 1) / c_.pp * units_ + unit, true);
   }
-  if (!op.forward && zero3() && cp()) z3_backward_done(s, z3_unit(s, oi));  // (without cp, layer by layer in z3_layer_done)
   if (st.done == st.order.size()) stage_backward_done(s);  // its last op (a backward, or a released op's exchange after it)
   try_run(sl);
 }

@@ -93,7 +93,8 @@ void TrainingJob::cp_start(int sl) {
   const Op op = st.order[st.next - 1];
   const int vs = virtual_stage(sl, op.mb);
   const int times = op.forward ? 1 : exchanges_per_unit();
-  const double bytes = times * cp_kv_bytes(vs);
+  // Under ZeRO-3 the op runs in layers (z3_layer), each its share of the ring.
+  const double bytes = times * cp_kv_bytes(vs) / st.segs;
   const auto& nodes = nodes_[static_cast<size_t>(sl)];
   st.cp_ring.clear();  // the last op's rings, all done
   st.cp_ring_left = c_.tp;
@@ -103,7 +104,7 @@ void TrainingJob::cp_start(int sl) {
     for (int c = 0; c < c_.cp; ++c) ring.push_back(nodes[static_cast<size_t>(c * c_.tp + k)]);
     net::CollectiveOptions o;
     o.fused_ring_steps = true;
-    o.fused_count = times * layers_run(vs);  // every layer's ring pays its steps' latencies
+    o.fused_count = static_cast<double>(times) * layers_run(vs) / st.segs;  // every layer's ring pays its steps' latencies
     o.salt = static_cast<uint64_t>(sl) * 257 + static_cast<uint64_t>(k) + 11;
     o.channels = 1;  // one ring through the CP ranks in order (ring attention's neighbours)
     st.cp_ring.push_back(std::make_unique<net::Collective>(world_.fabric(), net::CollectiveKind::AllGather, std::move(ring), bytes, o));
@@ -138,6 +139,7 @@ void TrainingJob::cp_part_done(int sl, bool ring) {
   (ring ? st.cp_ring_end_ns : st.cp_compute_end_ns) = now;
   if (--st.cp_wait > 0) return;
   if (c_.cp_comm == TrainingConfig::CpComm::P2P) st.cp_exposed_ns += std::max<int64_t>(0, st.cp_ring_end_ns - st.cp_compute_end_ns);
+  if (zero3() && z3_layer_done(sl)) return;  // the op's next layer started, or waits for its gather
   tp_allreduces(sl);
 }
 

@@ -99,6 +99,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
     int seg = 0, segs = 1;
     bool seg_wait = false;
     int64_t seg_total_ns = 0, seg_wait_since_ns = 0, op_wait_ns = 0;
+    int64_t seg_attention_ns = 0;  // with context parallelism: the op's attention, of seg_total_ns (unslowed, as cp_begin takes it)
   };
 
   int slot(int d, int s) const { return d * c_.pp + s; }
@@ -487,10 +488,11 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // over each one.
   int z3_collectives(net::CollectiveKind kind, int s, size_t op, uint64_t salt, const std::function<void()>& done);
   int z3_count() const;  // how many that is
-  // The running op of slot sl: its compute begins, in layers (an op takes its first once that
-  // layer is gathered); a layer's compute ended (false: that was the op's last); a waiting layer
-  // starts if its gather is done.
-  void z3_begin_op(int sl, int64_t ns, bool compute);  // (compute false: the op computes itself, whole: context parallelism)
+  // The running op of slot sl: its compute of `ns` begins, in layers (an op takes its first once
+  // that layer is gathered; with context parallelism each layer is its share of the op's GEMMs,
+  // attention and ring, `ns` before a straggler's factor, which cp_begin applies); a layer ended
+  // (false: that was the op's last); a waiting layer starts if its gather is done.
+  void z3_begin_op(int sl, int64_t ns);
   void z3_unit_started(int s, int unit);
   bool z3_layer_done(int sl);
   void z3_resume(int sl);

@@ -281,7 +281,8 @@ SLUICE_REGISTER(workload, training_workload) {
                    "each replica updates its shard, parameters all-gathered: Megatron's distributed optimizer); 2 gradients "
                    "sharded too (memory; the same traffic); 3 parameters sharded too (FSDP): every forward and backward op "
                    "all-gathers its stage's parameters layer by layer before each layer computes (prefetched zero3_prefetch layers "
-                   "ahead; interleaved, its chunk's; with cp, an op's whole), every layer's backward reduce-scatters its gradients, "
+                   "ahead; interleaved, its chunk's; with cp, each layer with its share of the ring attention), every layer's backward "
+                   "reduce-scatters its gradients, "
                    "and nothing is gathered after Adam's step. With expert_parallel, every stage shards a device's experts "
                    "over the replicas holding the same ones (dp x cp / expert_parallel) and the rest over all; 3 gathers and "
                    "reduce-scatters each layer's over both")
@@ -290,8 +291,7 @@ SLUICE_REGISTER(workload, training_workload) {
   par_keys.integer("zero3_prefetch", &T::zero3_prefetch,
                    "ZeRO-3: how many layers' gathers may run ahead of the layer computing (FSDP's forward and backward "
                    "prefetch is one; DeepSpeed's prefetch bucket may hold more). Each holds one more layer's parameters "
-                   "whole, and lets more of an op's gathers run while its stage waits for its pipeline input. With cp an op "
-                   "gathers whole, and this counts ops (memory still counts layers)")
+                   "whole, and lets more of an op's gathers run while its stage waits for its pipeline input")
       .def("1")
       .range(1, 1024);
   par_keys.integer("expert_parallel", &T::ep,

@@ -14,10 +14,10 @@
 // compute where it is longer, and where it is not the op waits for them layer by layer (time
 // not counted busy). A layer's share of an op's parameters and compute is 1/layers of them (the
 // embedding's and the LM head's ride with the stage's layers, not as units of their own). With
-// context parallelism an op is one unit, gathered whole (its compute runs beside its ring) and
-// reduce-scattered at its end, and zero3_prefetch counts ops: the timing then holds whole chunks
-// where memory counts FSDP's 1 + zero3_prefetch layers (an approximation of the overlap, not of
-// the bytes moved).
+// context parallelism a layer is also its share of the op's ring attention: its GEMMs, then its
+// keys and values around the CP ring beside its attention (1/layers of the op's ring bytes, one
+// layer's latencies), and its gradients are reduce-scattered once both its attention and its ring
+// are done (training_cp.cpp); the gathers' unit is the layer, as without it.
 // Interleaved, an op is one of the rank's v chunks: its layers move 1/v of the rank's parameters
 // (the chunks taken as equal). With expert parallelism the shards follow ZeRO 1 and 2's: the
 // dense parameters over all dp replicas, a device's experts over the dp x cp / ep ranks holding
@@ -38,9 +38,7 @@ void TrainingJob::z3_begin_iteration() {
     for (int s = 0; s < c_.pp; ++s) {
       const Stage& st = stages_[static_cast<size_t>(slot(0, s))];
       int* base = &z3_base_[static_cast<size_t>(s) * (ops + 1)];
-      // (With context parallelism an op gathers whole: its compute runs beside its ring.)
-      for (size_t j = 0; j < ops; ++j)
-        base[j + 1] = base[j] + (cp() ? 1 : std::max(1, layers_run(virtual_stage(slot(0, s), st.order[j].mb))));
+      for (size_t j = 0; j < ops; ++j) base[j + 1] = base[j] + std::max(1, layers_run(virtual_stage(slot(0, s), st.order[j].mb)));
     }
   }
   size_t most = 0;
@@ -105,7 +103,7 @@ void TrainingJob::z3_gather(int s, int unit) {
 
 bool TrainingJob::z3_ready(int sl, int unit) const { return unit < z3_gathered_[static_cast<size_t>(sl % c_.pp)]; }
 
-void TrainingJob::z3_begin_op(int sl, int64_t ns, bool compute) {
+void TrainingJob::z3_begin_op(int sl, int64_t ns) {
   Stage& st = stages_[static_cast<size_t>(sl)];
   const int s = sl % c_.pp;
   st.segs = z3_unit(s, st.running + 1) - z3_unit(s, st.running);
@@ -113,11 +111,7 @@ void TrainingJob::z3_begin_op(int sl, int64_t ns, bool compute) {
   st.seg_total_ns = ns;
   st.seg_wait = false;
   st.op_wait_ns = 0;
-  if (compute) {
-    z3_layer(sl);
-  } else {
-    z3_unit_started(s, z3_unit(s, st.running));
-  }
+  z3_layer(sl);
 }
 
 void TrainingJob::z3_unit_started(int s, int unit) {
@@ -134,7 +128,12 @@ void TrainingJob::z3_layer(int sl) {
   Stage& st = stages_[static_cast<size_t>(sl)];
   z3_unit_started(sl % c_.pp, z3_unit(sl % c_.pp, st.running) + st.seg);
   const int64_t n = st.segs;
-  const int64_t ns = st.seg_total_ns * (st.seg + 1) / n - st.seg_total_ns * st.seg / n;
+  auto share = [&](int64_t total) { return total * (st.seg + 1) / n - total * st.seg / n; };
+  const int64_t ns = share(st.seg_total_ns);
+  if (cp()) {  // its GEMMs, then its ring beside its attention (cp_begin: slowed there, as a whole op's are)
+    cp_begin(sl, ns, std::min(ns, share(st.seg_attention_ns)));
+    return;
+  }
   if (c_.alltoall_overlap) {  // counted as it runs: slower while a released op's all-to-alls fly
     st.work_left_ns = static_cast<double>(ns);
     st.work_at_ns = world_.engine().now().count_ns();
@@ -145,9 +144,8 @@ void TrainingJob::z3_layer(int sl) {
 bool TrainingJob::z3_layer_done(int sl) {
   Stage& st = stages_[static_cast<size_t>(sl)];
   const int s = sl % c_.pp;
-  // This layer's gradients (with context parallelism, at the op's end: ring attention's last
-  // block may still be computing after this event, op_done).
-  if (!st.order[st.running].forward && !cp()) z3_backward_done(s, z3_unit(s, st.running) + st.seg);
+  // This layer's gradients (with context parallelism once its ring's part is done too: cp_part_done).
+  if (!st.order[st.running].forward) z3_backward_done(s, z3_unit(s, st.running) + st.seg);
   if (++st.seg >= st.segs) return false;
   if (z3_ready(sl, z3_unit(s, st.running) + st.seg)) {
     z3_layer(sl);
