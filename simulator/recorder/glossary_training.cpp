@@ -29,7 +29,7 @@ std::span<const MetricDef> training_metric_defs() {
       {"training", "job.zero", "count",
        "ZeRO stage over the data-parallel replicas: 0 none, 1 optimizer state sharded, 2 gradients sharded too, 3 parameters sharded too (FSDP: gathered layer by layer)."},
       {"training", "job.zero3_prefetch", "count",
-       "ZeRO-3: layers whose gathers may run ahead of the one computing (1, FSDP's prefetch, unless set; it counts ops with context parallelism)."},
+       "ZeRO-3: layers whose gathers may run ahead of the one computing (1, FSDP's prefetch, unless set)."},
       {"training", "job.cost_source", "text",
        "Where compute times come from: measured calibration tables, tables derived from another device's and scaled, or the roofline model."},
       {"training", "job.backward", "text", "How the backward pass is costed, in words (twice the forward's time, three times recomputing but for the LM head; the loss's own kernels)."},
