@@ -239,7 +239,12 @@ int CostModel::moe_alltoall_count(int stage) const {
 }
 
 double CostModel::moe_alltoall_bytes(double tokens, int stage) const {
-  return moe_alltoall_count(stage) * impl_->a2a_bytes(tokens);
+  return moe_alltoall_count(stage) / 2 * impl_->a2a_pair_bytes(tokens);  // a dispatch and a combine a layer
+}
+
+double CostModel::moe_dispatch_fraction() const {
+  const Impl& im = *impl_;
+  return im.dispatch_b() / (im.dispatch_b() + im.b);
 }
 
 double CostModel::moe_alltoall_server_share(const std::vector<int>& positions) const {

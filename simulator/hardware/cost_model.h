@@ -269,13 +269,16 @@ class CostModel {
   int tp_allreduce_count(int stage) const;
   // Bytes each device sends per iteration of `tokens` new tokens in the MoE layers' dispatch
   // and combine all-to-alls on stage `stage` (0 unless experts move tokens by all-to-all), and
-  // how many all-to-alls those are.
+  // how many all-to-alls those are. Under FP8 or FP4 a dispatch sends its rows in FP8 (1 + 4/128
+  // bytes an element, with their scales), the combine in the activations' dtype.
   double moe_alltoall_bytes(double tokens, int stage) const;
+  // The dispatches' part of those bytes (0.5 when both go in the activations' dtype).
+  double moe_dispatch_fraction() const;
   // Of what a device's dispatch sends to the devices at `positions` (one server's, as positions
   // in the expert-parallel group), the part a hierarchical all-to-all sends across: a token once
   // to the server rather than once to each of its devices holding one of its experts,
   // (1 - (1 - sum s)^k) / sum (1 - (1 - s)^k) over their shares s of the assignments (k picks
-  // independent, as a2a_bytes takes them); 1 for rows per expert (a row an expert either way).
+  // independent, as a2a_rows takes them); 1 for rows per expert (a row an expert either way).
   double moe_alltoall_server_share(const std::vector<int>& positions) const;
   int moe_alltoall_count(int stage) const;
   // Each expert-parallel device's part of the all-to-alls' destinations over their mean (empty

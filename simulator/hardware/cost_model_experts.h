@@ -31,13 +31,15 @@ struct ExpertPlacement {
   // combine). Empty without expert parallelism.
   std::vector<double> a2a_weight;
   // The busiest device's all-to-all traffic over an even split's: a device d sends dispatch
-  // to every other j in proportion to w_j and combines back in proportion to w_d, so it sends
-  // ((n - 2) w_d + n) / (2 (n - 1)) of the even share.
-  double a2a_busiest() const {
+  // (the part f of the bytes) to every other j in proportion to w_j and combines back (1 - f)
+  // in proportion to w_d, so it sends (f (n - w_d) + (1 - f)(n - 1) w_d) / (n - 1) of the even
+  // share: ((n - 2) w_d + n) / (2 (n - 1)) when the two are alike (f = 1/2).
+  double a2a_busiest(double f) const {
     const double n = static_cast<double>(a2a_weight.size());
     double most = 1;
     if (n < 2) return most;
-    for (double w : a2a_weight) most = std::max(most, ((n - 2) * w + n) / (2 * (n - 1)));
+    for (double w : a2a_weight)
+      most = std::max(most, f == 0.5 ? ((n - 2) * w + n) / (2 * (n - 1)) : (f * (n - w) + (1 - f) * (n - 1) * w) / (n - 1));
     return most;
   }
 

@@ -500,9 +500,10 @@ void Collective::start_op(size_t oi) {
       for (int i = 0; i < n; ++i)
         for (int j = 0; j < n; ++j)
           if (i != j) {
+            const double f = opt_.a2a_dispatch_fraction;  // (0.5: the two weights' mean)
             const double w = opt_.a2a_weights.empty()
                                  ? 1.0
-                                 : (opt_.a2a_weights[static_cast<size_t>(i)] + opt_.a2a_weights[static_cast<size_t>(j)]) / 2;
+                                 : f * opt_.a2a_weights[static_cast<size_t>(j)] + (1 - f) * opt_.a2a_weights[static_cast<size_t>(i)];
             for (int p = 0; p < opt_.paths; ++p)
               send(oi, i, j, o.chunk_bytes * w, static_cast<uint64_t>(j), static_cast<uint64_t>(j) * 131 + static_cast<uint64_t>(p));
           }

@@ -45,9 +45,13 @@ struct CollectiveOptions {
   double fused_count = 1;
   double fused() const { return fused_count > 0 ? fused_count : 1.0; }
   // All-to-all: each device's weight (mean 1; empty: all 1). The pair i -> j carries its even
-  // share times (w_i + w_j) / 2: an MoE dispatch to j's experts in proportion to w_j and the
-  // combine from i's in proportion to w_i, the total unchanged.
+  // share times f w_j + (1 - f) w_i (f: a2a_dispatch_fraction, 1/2 when the two are alike): an
+  // MoE dispatch to j's experts in proportion to w_j and the combine from i's in proportion to
+  // w_i, the total unchanged.
   std::vector<double> a2a_weights;
+  // All-to-all with a2a_weights: the part of each pair's bytes that is the dispatch (the rest the
+  // combine); an FP8 dispatch carries fewer bytes than its BF16 combine (CostModel).
+  double a2a_dispatch_fraction = 0.5;
   // Hierarchical all-to-all: what a device sends to a server's devices crosses the network once,
   // to the device of its own local rank there, times a2a_dedup(positions of that server's
   // devices in the group) (a token whose experts are on several of them sent once: DeepEP);

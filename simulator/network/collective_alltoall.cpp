@@ -51,13 +51,14 @@ void Collective::plan_hierarchical_alltoall() {
     if (!(s > 0 && s <= 1)) throw std::logic_error(fmt::format("alltoall-hierarchical: a server's share {} outside (0, 1]", s));
     share[static_cast<size_t>(k)] = s;
   }
-  // Each ordered pair (i, j) carries half dispatch (i's tokens to j's experts, in proportion to
-  // w_j) and half combine (i's experts' outputs back to j's tokens, w_i), as the flat all-to-all's
-  // (w_i + w_j) / 2. Across servers the dispatch crosses on i's rail to j's server, once a token
+  // Each ordered pair (i, j) carries its dispatch part f = a2a_dispatch_fraction (i's tokens to j's
+  // experts, in proportion to w_j; a half in BF16) and its combine part 1 - f (i's experts' outputs
+  // back to j's tokens, w_i), as the flat all-to-all's f w_j + (1 - f) w_i. Across servers the dispatch crosses on i's rail to j's server, once a token
   // for that server (its share), then NVLink there to j; the combine goes over NVLink in i's
   // server to j's local rank, is reduced there (a token's outputs from i's server summed) and
   // crosses once on j's rail (i's server's share). Inside a server, NVLink directly.
   auto w = [&](int p) { return opt_.a2a_weights.empty() ? 1.0 : opt_.a2a_weights[static_cast<size_t>(p)]; };
+  const double f = opt_.a2a_dispatch_fraction;
   std::vector<double> across(static_cast<size_t>(n * K), 0.0), inside(static_cast<size_t>(n * M), 0.0);
   const double c0 = o.chunk_bytes;
   for (int i = 0; i < n; ++i)
@@ -66,10 +67,10 @@ void Collective::plan_hierarchical_alltoall() {
       const int k = server_of[static_cast<size_t>(i)], r = rank_of[static_cast<size_t>(i)];
       const int k2 = server_of[static_cast<size_t>(j)], r2 = rank_of[static_cast<size_t>(j)];
       if (k == k2) {
-        inside[static_cast<size_t>(i * M + r2)] += c0 * (w(i) + w(j)) / 2;
+        inside[static_cast<size_t>(i * M + r2)] += c0 * (f * w(j) + (1 - f) * w(i));
         continue;
       }
-      const double dispatch = c0 * w(j) / 2, combine = c0 * w(i) / 2;
+      const double dispatch = c0 * w(j) * f, combine = c0 * w(i) * (1 - f);
       across[static_cast<size_t>(i * K + k2)] += dispatch * share[static_cast<size_t>(k2)];
       across[static_cast<size_t>(pos[static_cast<size_t>(k)][static_cast<size_t>(r2)] * K + k2)] += combine * share[static_cast<size_t>(k)];
       if (r != r2) {

@@ -139,6 +139,71 @@ TEST_CASE("moe: expert parallelism's dispatch and combine are two all-to-alls of
   CostOptions rows = o;
   rows.moe.rows_per_expert = true;
   CHECK(CostModel(round_device(), m, rows).moe_alltoall_bytes(256, 0) == doctest::Approx(2 * 2 * 64.0 * 2 * 1024 * 2));
+  CHECK(cm.moe_dispatch_fraction() == 0.5);
+}
+
+TEST_CASE("moe: in FP8 a dispatch sends its rows in FP8 with their scales, and the combine comes back in BF16") {
+  CostOptions o{4, 1, ""};
+  o.moe.expert_parallel = true;
+  o.moe.alltoall = true;
+  HardwareSpec hw = round_device();
+  hw.peak_fp8_flops = 2e15;
+  ModelSpec m = tiny_moe(8, 2);
+  m.weights = Precision::FP8;
+  const CostModel cm(hw, m, o);
+  // 64 tokens a device reach 1.75 devices each (as in BF16): a dispatch row is 1024 FP8 bytes and
+  // 1024 / 128 fp32 scales (DeepEP's FP8 rows), the combine's 1024 x 2 B; two MoE layers.
+  const double rows = 64.0 * 1.75;
+  CHECK(cm.moe_alltoall_bytes(256, 0) == doctest::Approx(2 * rows * (1024 + 1024 / 128 * 4 + 1024 * 2)).epsilon(1e-12));
+  CHECK(cm.moe_alltoall_count(0) == 4);
+  CHECK(cm.moe_dispatch_fraction() == doctest::Approx(1.03125 / 3.03125).epsilon(1e-12));
+  // Analytic: 3/4 of each layer's dispatch and combine leave the device at 100 GB/s, plus 0.5 us each.
+  const OpCost* a2a = find_op(cm.iteration(prefill(256)), "alltoall.moe");
+  REQUIRE(a2a);
+  CHECK(a2a->ns == doctest::Approx(2 * (rows * 1024 * 3.03125 * 0.75 / 100e9 * 1e9 + 2 * 500)).epsilon(1e-9));
+  // Under Zipf the busiest device sends f (n - w) + (1 - f)(n - 1) w over n - 1 of the even share:
+  // its dispatch part follows the others' weights, its combine part its own.
+  CostOptions zo = o;
+  zo.moe.routing = MoeOptions::Routing::Zipf;
+  const CostModel zipf(hw, m, zo);
+  const double fz = zipf.moe_dispatch_fraction();
+  double busiest = 1;
+  for (double w : zipf.moe_alltoall_weights()) busiest = std::max(busiest, (fz * (4 - w) + (1 - fz) * 3 * w) / 3);
+  CHECK(busiest > 1.1);
+  const double zrows = zipf.moe_alltoall_bytes(256, 0) / 2 / (1024 * 3.03125);
+  const OpCost* za = find_op(zipf.iteration(prefill(256)), "alltoall.moe");
+  REQUIRE(za);
+  CHECK(za->ns == doctest::Approx(2 * (zrows * 1024 * 3.03125 * busiest * 0.75 / 100e9 * 1e9 + 2 * 500)).epsilon(1e-9));
+  // On the fabric each pair's dispatch part is that share of its bytes: with hot experts on
+  // device 0 (w_0 = 1.6), what it receives is f w_0 + (1 - f) w_j of a pair's even share from
+  // each peer j (their tokens dispatched to it, its tokens' outputs combined back).
+  net::ServerSpec s;
+  s.gpus = 4;
+  s.host_cpus = 0;
+  net::Topology t("four");
+  net::add_server(t, 0, s);
+  const auto devs = t.devices();
+  const std::vector<double> w = {1.6, 1.0, 0.8, 0.6};
+  auto into_hot = [&](double f) {
+    Engine e(1);
+    net::Router r(t);
+    net::FlowSim sim(e, t, r);
+    net::CollectiveOptions co;
+    co.a2a_weights = w;
+    co.a2a_dispatch_fraction = f;
+    net::Collective c(sim, net::CollectiveKind::AllToAll, devs, 4e9, co);
+    c.start();
+    e.run();
+    const auto carried = sim.carried_link_bytes();
+    for (int l = 0; l < t.link_count(); ++l)
+      if (t.link(l).dst == devs[0]) return carried[static_cast<size_t>(l)];
+    return -1.0;
+  };
+  const double f = cm.moe_dispatch_fraction();
+  double expect = 0;
+  for (int j = 1; j < 4; ++j) expect += 1e9 * (f * w[0] + (1 - f) * w[static_cast<size_t>(j)]);
+  CHECK(into_hot(f) == doctest::Approx(expect).epsilon(1e-9));
+  CHECK(into_hot(f) < into_hot(0.5));  // less of the hot device's weight rides on the lighter dispatch
 }
 
 TEST_CASE("moe: skewed routing makes the step wait for the busiest device, and EPLB spreads it") {

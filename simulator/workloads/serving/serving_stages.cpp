@@ -101,6 +101,7 @@ void ServingSim::start_alltoall(int ri, int k) {
   o.salt = static_cast<uint64_t>(ri) + 0x5EED;
   o.fused_count = cost.moe_alltoall_count(p.stage);
   o.a2a_weights = cost.moe_alltoall_weights();  // hot experts' devices receive more
+  o.a2a_dispatch_fraction = cost.moe_dispatch_fraction();  // an FP8 dispatch is lighter than its combine
   const bool hier = cfg_.moe.hierarchical_alltoall;
   if (hier) o.a2a_dedup = [&cost](const std::vector<int>& server) { return cost.moe_alltoall_server_share(server); };
   p.alltoall = std::make_unique<net::Collective>(*fabric_.flows, hier ? net::CollectiveKind::AllToAllHierarchical : net::CollectiveKind::AllToAll,
