@@ -90,6 +90,10 @@ std::span<const MetricDef> serving_metric_defs() {
        "The busiest device's load over the mean device load: 1 is perfectly balanced; the slowest device sets an MoE layer's time."},
       {"serving", "moe.alltoalls", "count", "Dispatch and combine all-to-alls put on the fabric, counted per MoE layer."},
       {"serving", "moe.alltoall_ms_mean", "ms", "Mean time of a stage pass's MoE all-to-alls (all its layers' dispatches and combines together)."},
+      {"serving", "moe.alltoall_us_per_layer", "us",
+       "Mean time of one MoE layer's dispatch and combine: the stage passes' all-to-all time over the layers they carried (a pass's layers go as one fused all-to-all, each paying its latencies), over every pass (prefills and decodes, every batch size)."},
+      {"serving", "moe.decode_alltoall_us_per_layer", "us",
+       "The same over a separate decode pool's passes alone (a deployment with a prefill pool): the figure a decode all-to-all kernel's benchmark gives at the pool's batch."},
 
       // Speculative decoding.
       {"serving", "speculative.method", "text", "The drafter kind: draft (a smaller model), mtp (multi-token prediction) or eagle (an EAGLE head)."},

@@ -266,6 +266,10 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
     if (mo.alltoall_passes > 0) {
       j["alltoalls"] = mo.alltoalls;
       j["alltoall_ms_mean"] = static_cast<double>(mo.alltoall_ns) / 1e6 / static_cast<double>(mo.alltoall_passes);  // per stage pass
+      // per MoE layer: alltoalls counts a dispatch and a combine for each layer a pass carried
+      j["alltoall_us_per_layer"] = static_cast<double>(mo.alltoall_ns) / 1e3 / (static_cast<double>(mo.alltoalls) / 2);
+      if (mo.decode_alltoalls > 0)
+        j["decode_alltoall_us_per_layer"] = static_cast<double>(mo.decode_alltoall_ns) / 1e3 / (static_cast<double>(mo.decode_alltoalls) / 2);
     }
     m["moe"] = std::move(j);
   }

@@ -197,3 +197,26 @@ TEST_CASE("dp attention: bad input is refused at its key before anything runs") 
                                           "workloads.0.deployment.precision=bf16"}),
                        doctest::Contains("dense model"), ConfigError);
 }
+
+TEST_CASE("data-parallel attention: a decode pool's MoE layer crosses the network at the NIC's line rate (DeepEP's low-latency set-up)") {
+  // scenarios/deepep-low-latency-ep16.yaml: 16 H800s decoding with EP 16 over two servers, a row
+  // per token and expert, adaptive routing. A GPU's b tokens send 8 rows each, half of them to the
+  // other server's 8 GPUs: b x 8 x 1/2 rows of 7168 FP8 bytes and their 56 fp32 scales out and
+  // 7168 BF16 pairs back, over its 50 GB/s NIC, plus a layer's two route latencies.
+  const std::string yaml = testing::slurp(std::filesystem::path(SLUICE_TESTS_DIR).parent_path() / "scenarios/deepep-low-latency-ep16.yaml");
+  const Json s = run_text(yaml)["serving"];
+  const Json& mo = s["moe"];
+  const double b = s["batching"]["mean_batch"].get<double>() / 16;
+  CHECK(b > 120);  // about 128 a GPU
+  const double line = b * 8 / 2 * 7168 * (1 + 4.0 / 128 + 2) / 50e9 * 1e6;  // us
+  const double decode = mo["decode_alltoall_us_per_layer"].get<double>();
+  CHECK(decode > line);
+  CHECK(decode < line * 1.04);
+  // Every pass's figure also counts the prefill pool's few long passes (8 thousand tokens each).
+  CHECK(mo["alltoall_us_per_layer"].get<double>() > decode);
+  // Without a prefill pool there is no decode pool's figure apart.
+  const Json one = run_text(testing::slurp(std::filesystem::path(SLUICE_TESTS_DIR).parent_path() / "scenarios/deepseek-v3-ep16.yaml"),
+                            {"workloads.0.workload.requests=50"})["serving"]["moe"];
+  CHECK(one.contains("alltoall_us_per_layer"));
+  CHECK_FALSE(one.contains("decode_alltoall_us_per_layer"));
+}

@@ -347,6 +347,14 @@ TEST_CASE("collectives: a hierarchical all-to-all crosses to another server once
   CHECK(shared.nic_from_first == doctest::Approx(M * (K - 1) * M * cpair * (0.75 / 2 * 0.7 + 1.5 / 2 * 0.3)));
   CHECK(shared.nic == doctest::Approx(M * (K - 1) * M * cpair * (0.75 / 2 * 0.7 + 1.5 / 2 * 0.3) * 2 +  // to and from the hot server
                                       M * 2 * M * cpair * (0.75 / 2 * 0.7 + 0.75 / 2 * 0.7)));       // between the two cold ones
+  // An FP8 dispatch is the lighter part of each pair (a2a_dispatch_fraction f, the rest the BF16
+  // combine): the first server's crossings carry f of the cold GPUs' dispatch and 1 - f of its combine.
+  CollectiveOptions fp8 = hot;
+  const double f = 1.03125 / 3.03125;
+  fp8.a2a_dispatch_fraction = f;
+  const Out lighter = run(CollectiveKind::AllToAllHierarchical, fp8);
+  CHECK(lighter.nic_from_first == doctest::Approx(M * (K - 1) * M * cpair * (0.75 * f * 0.7 + 1.5 * (1 - f) * 0.3)));
+  CHECK(lighter.nic_from_first != doctest::Approx(shared.nic_from_first));
   const std::vector<int> one(devs.begin(), devs.begin() + M);
   Engine engine(0);
   Router router(t);

@@ -490,6 +490,7 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   // stage (start to the last flow's end), and how many: the fabric's share of an iteration.
   int64_t tp_comm_ns_ = 0, tp_comm_count_ = 0, handoff_ns_ = 0, handoff_count_ = 0;
   int64_t moe_a2a_ns_ = 0, moe_a2a_count_ = 0, moe_a2a_passes_ = 0;
+  int64_t moe_a2a_decode_ns_ = 0, moe_a2a_decode_count_ = 0;  // of those, the decode pool's (with a prefill pool beside it)
   void start_alltoall(int ri, int k);
   // A stage's all-reduces then its all-to-alls (after its compute, or with it under two-batch
   // overlap); both end in stage_comm_done.

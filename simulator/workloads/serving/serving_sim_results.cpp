@@ -191,6 +191,8 @@ ServingResults ServingSim::results() const {
     mo.alltoalls = moe_a2a_count_;
     mo.alltoall_ns = moe_a2a_ns_;
     mo.alltoall_passes = moe_a2a_passes_;
+    mo.decode_alltoalls = moe_a2a_decode_count_;
+    mo.decode_alltoall_ns = moe_a2a_decode_ns_;
     mo.two_batch_overlap = c.moe.two_batch_overlap;
     mo.data_parallel_attention = data_parallel_attention(c);
     mo.overlapped_iterations = overlapped_;

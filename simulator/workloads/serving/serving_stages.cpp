@@ -109,9 +109,15 @@ void ServingSim::start_alltoall(int ri, int k) {
   const int64_t started = engine_.now().count_ns();
   p.alltoall->start([this, ri, k, started, ep = epoch_[static_cast<size_t>(ri)]](Engine& e) {
     if (ep != epoch_[static_cast<size_t>(ri)]) return;
-    moe_a2a_ns_ += e.now().count_ns() - started;
+    const int64_t took = e.now().count_ns() - started;
+    const int64_t count = cost_of(ri).moe_alltoall_count(inflight_[static_cast<size_t>(ri)].passes[static_cast<size_t>(k)].stage);
+    moe_a2a_ns_ += took;
     ++moe_a2a_passes_;
-    moe_a2a_count_ += cost_of(ri).moe_alltoall_count(inflight_[static_cast<size_t>(ri)].passes[static_cast<size_t>(k)].stage);
+    moe_a2a_count_ += count;
+    if (pool_split_ > 0 && ri >= pool_split_) {  // a disaggregated deployment's decode engine
+      moe_a2a_decode_ns_ += took;
+      moe_a2a_decode_count_ += count;
+    }
     stage_comm_done(ri, k);
   });
 }
