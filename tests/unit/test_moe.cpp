@@ -59,6 +59,16 @@ const OpCost* find_op(const IterationCost& it, const std::string& op) {
 
 std::vector<SeqWork> prefill(int tokens) { return {SeqWork{tokens, 0, true}}; }
 
+// One server of 4 GPUs on an NVSwitch (no host CPUs): all-to-all weights by hand.
+net::Topology four_gpu_server() {
+  net::ServerSpec s;
+  s.gpus = 4;
+  s.host_cpus = 0;
+  net::Topology t("four");
+  net::add_server(t, 0, s);
+  return t;
+}
+
 }  // namespace
 
 TEST_CASE("moe: the catalog's MoE models count the parameters their sources publish") {
@@ -177,11 +187,7 @@ TEST_CASE("moe: in FP8 a dispatch sends its rows in FP8 with their scales, and t
   // On the fabric each pair's dispatch part is that share of its bytes: with hot experts on
   // device 0 (w_0 = 1.6), what it receives is f w_0 + (1 - f) w_j of a pair's even share from
   // each peer j (their tokens dispatched to it, its tokens' outputs combined back).
-  net::ServerSpec s;
-  s.gpus = 4;
-  s.host_cpus = 0;
-  net::Topology t("four");
-  net::add_server(t, 0, s);
+  const net::Topology t = four_gpu_server();
   const auto devs = t.devices();
   const std::vector<double> w = {1.6, 1.0, 0.8, 0.6};
   auto into_hot = [&](double f) {
@@ -709,11 +715,7 @@ TEST_CASE("moe: under skewed routing the all-to-alls carry more to and from the 
   CHECK(skew[0] > 1.2);  // experts 0 and 1, the hottest, on device 0
   // On a 4-GPU switch: the pair i -> j carries its even share times (w_i + w_j) / 2, so the hot
   // device's link carries more and the all-to-all waits for it.
-  net::ServerSpec s;
-  s.gpus = 4;
-  s.host_cpus = 0;
-  net::Topology t("four");
-  net::add_server(t, 0, s);
+  const net::Topology t = four_gpu_server();
   const auto devs = t.devices();
   Engine e(1);
   net::Router r(t);
