@@ -168,7 +168,8 @@ TEST_CASE("moe: in FP8 a dispatch sends its rows in FP8 with their scales, and t
   CHECK(cm.moe_alltoall_count(0) == 4);
   CHECK(cm.moe_dispatch_fraction() == doctest::Approx(1.03125 / 3.03125).epsilon(1e-12));
   // Analytic: 3/4 of each layer's dispatch and combine leave the device at 100 GB/s, plus 0.5 us each.
-  const OpCost* a2a = find_op(cm.iteration(prefill(256)), "alltoall.moe");
+  const IterationCost it = cm.iteration(prefill(256));  // (kept: find_op points into it)
+  const OpCost* a2a = find_op(it, "alltoall.moe");
   REQUIRE(a2a);
   CHECK(a2a->ns == doctest::Approx(2 * (rows * 1024 * 3.03125 * 0.75 / 100e9 * 1e9 + 2 * 500)).epsilon(1e-9));
   // Under Zipf the busiest device sends f (n - w) + (1 - f)(n - 1) w over n - 1 of the even share:
@@ -181,7 +182,8 @@ TEST_CASE("moe: in FP8 a dispatch sends its rows in FP8 with their scales, and t
   for (double w : zipf.moe_alltoall_weights()) busiest = std::max(busiest, (fz * (4 - w) + (1 - fz) * 3 * w) / 3);
   CHECK(busiest > 1.1);
   const double zrows = zipf.moe_alltoall_bytes(256, 0) / 2 / (1024 * 3.03125);
-  const OpCost* za = find_op(zipf.iteration(prefill(256)), "alltoall.moe");
+  const IterationCost zit = zipf.iteration(prefill(256));
+  const OpCost* za = find_op(zit, "alltoall.moe");
   REQUIRE(za);
   CHECK(za->ns == doctest::Approx(2 * (zrows * 1024 * 3.03125 * busiest * 0.75 / 100e9 * 1e9 + 2 * 500)).epsilon(1e-9));
   // On the fabric each pair's dispatch part is that share of its bytes: with hot experts on
