@@ -55,6 +55,7 @@
 #include "hardware/tables.h"
 #include "hardware/cost_model_impl.h"  // CostModel::Impl and its parts (this file's private body)
 #include "hardware/cost_model_attention.h"
+#include "hardware/cost_model_moe.h"
 #include "hardware/cost_model_elementwise.h"
 
 namespace sluice {
@@ -242,10 +243,7 @@ double CostModel::moe_alltoall_bytes(double tokens, int stage) const {
   return moe_alltoall_count(stage) / 2 * impl_->a2a_pair_bytes(tokens);  // a dispatch and a combine a layer
 }
 
-double CostModel::moe_dispatch_fraction() const {
-  const Impl& im = *impl_;
-  return im.dispatch_b() / (im.dispatch_b() + im.b);
-}
+double CostModel::moe_dispatch_fraction() const { return impl_->dispatch_fraction(); }
 
 double CostModel::moe_alltoall_server_share(const std::vector<int>& positions) const {
   const Impl& im = *impl_;
