@@ -250,6 +250,15 @@ double CostModel::moe_alltoall_server_share(const std::vector<int>& positions) c
   if (im.opt.moe.rows_per_expert || im.experts.dev_share.size() < 2) return 1.0;
   const int k = im.m.experts_per_token;
   double server = 0, devices = 0;
+  if (im.experts.grouped()) {  // (group-limited routing: the server's groups and each device's, ExpertPlacement::hit)
+    std::vector<double> sum(im.experts.group_share.size(), 0.0);
+    for (int p : positions) {
+      const std::vector<double>& dg = im.experts.dev_group.at(static_cast<size_t>(p));
+      for (size_t g = 0; g < sum.size(); ++g) sum[g] += dg[g];
+      devices += im.experts.hit(dg);
+    }
+    return devices > 0 ? std::min(1.0, im.experts.hit(sum) / devices) : 1.0;
+  }
   for (int p : positions) {
     double d = 0;
     for (double q : im.experts.dev_share.at(static_cast<size_t>(p))) d += q;

@@ -278,7 +278,8 @@ class CostModel {
   // in the expert-parallel group), the part a hierarchical all-to-all sends across: a token once
   // to the server rather than once to each of its devices holding one of its experts,
   // (1 - (1 - sum s)^k) / sum (1 - (1 - s)^k) over their shares s of the assignments (k picks
-  // independent, as a2a_rows takes them); 1 for rows per expert (a row an expert either way).
+  // independent, as a2a_rows takes them; with group-limited routing, ExpertPlacement::hit of the
+  // server's groups over its devices'); 1 for rows per expert (a row an expert either way).
   double moe_alltoall_server_share(const std::vector<int>& positions) const;
   int moe_alltoall_count(int stage) const;
   // Each expert-parallel device's part of the all-to-alls' destinations over their mean (empty

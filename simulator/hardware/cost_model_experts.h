@@ -6,7 +6,10 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <numeric>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -30,6 +33,54 @@ struct ExpertPlacement {
   // routing; a device of hot experts receives more of the dispatch and sends more of the
   // combine). Empty without expert parallelism.
   std::vector<double> a2a_weight;
+  // Group-limited routing (ModelSpec::group_limited; empty otherwise): each device's share of the
+  // assignments by expert group, and each group's share of all of them.
+  std::vector<std::vector<double>> dev_group;
+  std::vector<double> group_share;
+  int groups_per_token = 0, topk = 0;
+  bool grouped() const { return !group_share.empty(); }
+  // The chance that a token sends to a set of devices holding `share` of the assignments in each
+  // group. A token's groups_per_token groups are drawn as a set with a chance in proportion to
+  // the product of their shares (conditional Poisson sampling: every set alike under uniform
+  // routing, so the number of the set's groups among them is hypergeometric); its k picks land
+  // only in those groups, each on the set with the set's part of the chosen groups' share (the
+  // groups outside the set counted at their mean share), the k picks independent as without
+  // groups. A set spans at most expert_groups <= 16 groups: every subset of them is weighed.
+  double hit(const std::vector<double>& share) const {
+    const int G = static_cast<int>(group_share.size()), K = groups_per_token;
+    int in[16];
+    int n = 0;
+    double out_share = 0;
+    double e_out[17] = {1}, e_all[17] = {1};  // elementary symmetric sums of the groups' shares
+    for (int g = 0; g < G; ++g) {
+      const double w = group_share[static_cast<size_t>(g)];
+      for (int j = K; j >= 1; --j) e_all[j] += e_all[j - 1] * w;
+      if (share[static_cast<size_t>(g)] > 0) {
+        in[n++] = g;
+        continue;
+      }
+      out_share += w;
+      for (int j = K; j >= 1; --j) e_out[j] += e_out[j - 1] * w;
+    }
+    const int outside = G - n;
+    const double out_mean = outside > 0 ? out_share / outside : 0;
+    if (!(e_all[K] > 0)) return 1 - std::pow(1 - std::min(1.0, std::accumulate(share.begin(), share.end(), 0.0)), topk);  // (fewer groups with any share than a token picks)
+    double none = 0;
+    for (uint32_t mask = 0; mask < (1u << n); ++mask) {
+      const int j = std::popcount(mask);
+      if (j > K || K - j > outside) continue;
+      double chance = e_out[K - j] / e_all[K], x = 0, chosen = (K - j) * out_mean;
+      for (int i = 0; i < n; ++i)
+        if (mask >> i & 1u) {
+          const double w = group_share[static_cast<size_t>(in[i])];
+          chance *= w;
+          chosen += w;
+          x += share[static_cast<size_t>(in[i])];
+        }
+      if (chance > 0) none += chance * std::pow(1 - (chosen > 0 ? std::min(1.0, x / chosen) : 0.0), topk);
+    }
+    return 1 - none;
+  }
   // The busiest device's all-to-all traffic over an even split's: a device d sends dispatch
   // (the part f of the bytes) to every other j in proportion to w_j and combines back (1 - f)
   // in proportion to w_d, so it sends (f (n - w_d) + (1 - f)(n - 1) w_d) / (n - 1) of the even
@@ -62,16 +113,24 @@ struct ExpertPlacement {
       return out;
     }
     out.dev_share.assign(static_cast<size_t>(tp), {});
+    const int G = m.group_limited() ? m.expert_groups : 0, per_group = G > 0 ? E / G : 1;
+    if (G > 0) out.dev_group.assign(static_cast<size_t>(tp), std::vector<double>(static_cast<size_t>(G), 0.0));
     if (!mo.eplb) {  // experts in order, E / tp per device
-      for (int e = 0; e < E; ++e) out.dev_share[static_cast<size_t>(e / (E / tp))].push_back(p[static_cast<size_t>(e)]);
+      for (int e = 0; e < E; ++e) {
+        const int d = e / (E / tp);
+        out.dev_share[static_cast<size_t>(d)].push_back(p[static_cast<size_t>(e)]);
+        if (G > 0) out.dev_group[static_cast<size_t>(d)][static_cast<size_t>(e / per_group)] += p[static_cast<size_t>(e)];
+      }
     } else {
-      out.place_eplb(p, std::min(mo.redundant_experts, E));
+      out.place_eplb(p, std::min(mo.redundant_experts, E), per_group);
     }
-    for (const auto& sh : out.dev_share) {
+    if (G > 0) out.pick_groups(p, per_group, m.groups_per_token, m.experts_per_token);
+    for (size_t dev = 0; dev < out.dev_share.size(); ++dev) {
       double d = 0;
-      for (double q : sh) d += q;
-      // (Rows per expert: the device receives k rows a token in proportion to its share.)
+      for (double q : out.dev_share[dev]) d += q;
+      // (Rows per expert: the device receives k rows a token in proportion to its share, grouped or not.)
       out.a2a_weight.push_back(mo.rows_per_expert ? m.experts_per_token * std::min(1.0, d)
+                               : out.grouped()    ? out.hit(out.dev_group[dev])
                                                   : 1 - std::pow(1 - std::min(1.0, d), m.experts_per_token));
       out.a2a_dest += out.a2a_weight.back();
     }
@@ -111,9 +170,17 @@ struct ExpertPlacement {
     return p;
   }
 
+  // Each group's share of the assignments (see hit).
+  void pick_groups(const std::vector<double>& p, int per_group, int per_token, int k) {
+    group_share.assign(p.size() / static_cast<size_t>(per_group), 0.0);
+    for (size_t e = 0; e < p.size(); ++e) group_share[e / static_cast<size_t>(per_group)] += p[e];
+    groups_per_token = per_token;
+    topk = k;
+  }
+
   // EPLB: the r hottest experts copied (each copy half the load), then every copy, hottest
   // first, on the least-loaded device that has a slot left (slots: (E + r) / tp each).
-  void place_eplb(const std::vector<double>& p, int r) {
+  void place_eplb(const std::vector<double>& p, int r, int per_group) {
     std::vector<std::pair<double, int>> copies;  // (share, expert)
     for (int e = 0; e < static_cast<int>(p.size()); ++e) {
       const int n = e < r ? 2 : 1;
@@ -128,6 +195,7 @@ struct ExpertPlacement {
       for (size_t d = 0; d < load.size(); ++d)
         if (dev_share[d].size() < slots && (!found || load[d] < load[best])) best = d, found = true;
       dev_share[best].push_back(c.first);
+      if (!dev_group.empty()) dev_group[best][static_cast<size_t>(c.second / per_group)] += c.first;
       load[best] += c.first;
     }
   }

@@ -228,6 +228,15 @@ const Bound<ModelSpec>& model_binding() {
     m.integer("expert_ffn", &M::expert_ffn, "one expert's inner width (gated, per gate/up matrix)").def("0").range(0, 1e8);
     m.integer("shared_experts", &M::shared_experts, "experts every token passes through, each of expert_ffn").def("0").range(0, 1e5);
     m.integer("dense_layers", &M::dense_layers, "the first layers keep a dense MLP of width ffn (the rest are MoE)").def("0").range(0, 1e6);
+    m.integer("expert_groups", &M::expert_groups,
+              "group-limited routing: the routed experts form this many groups of consecutive experts (DeepSeek-V3's n_group; 0: "
+              "none)")
+        .def("0")
+        .range(0, 16);
+    m.integer("groups_per_token", &M::groups_per_token,
+              "group-limited routing: the groups a token's experts are chosen from (DeepSeek-V3's topk_group)")
+        .def("0")
+        .range(0, 16);
     m.text("tokenizer", &M::tokenizer, "tokenizer family (llama, llama3, chatglm2, gpt2): token counts depend on it").def("llama");
     return r;
   }();
@@ -318,8 +327,24 @@ ModelSpec model_from_params(const Params& p) {
     if (m.dense_layers >= m.layers)
       p.fail("dense_layers", fmt::format("{} of {} layers leaves no MoE layer", m.dense_layers, m.layers),
              fmt::format("fewer than layers ({}), or experts: 0 for a dense model", m.layers));
+    if (m.expert_groups > 0) {
+      if (m.experts % m.expert_groups != 0)
+        p.fail("expert_groups", fmt::format("{} groups do not divide the {} experts", m.expert_groups, m.experts),
+               fmt::format("a divisor of {} up to 16, or 0 (no group limit)", m.experts));
+      const int per_group = m.experts / m.expert_groups;
+      if (m.groups_per_token < 1 || m.groups_per_token > m.expert_groups)
+        p.fail("groups_per_token", fmt::format("{} of {} groups", m.groups_per_token, m.expert_groups),
+               fmt::format("1 to {} (the groups a token's experts come from)", m.expert_groups));
+      else if (m.groups_per_token * per_group < m.experts_per_token)
+        p.fail("groups_per_token",
+               fmt::format("{} groups of {} experts hold fewer than the {} experts a token goes to", m.groups_per_token, per_group,
+                           m.experts_per_token),
+               fmt::format("at least {}", (m.experts_per_token + per_group - 1) / per_group));
+    } else if (p.given("groups_per_token") && p.integer("groups_per_token") != 0) {
+      p.fail("groups_per_token", "chooses among expert_groups, and there are none", "expert_groups > 0, or leave it out");
+    }
   } else {
-    for (const char* k : {"experts_per_token", "expert_ffn", "shared_experts", "dense_layers"})
+    for (const char* k : {"experts_per_token", "expert_ffn", "shared_experts", "dense_layers", "expert_groups", "groups_per_token"})
       if (p.given(k) && p.integer(k) != 0) p.fail(k, "only an MoE model has it", "experts > 0 (an MoE model), or leave it out");
   }
   return m;

@@ -110,6 +110,11 @@ struct ModelSpec {
   // of them, plus `shared_experts` that every token passes through; an expert is a gated MLP of
   // inner width `expert_ffn`. The first `dense_layers` keep the dense MLP of width `ffn`.
   int experts = 0, experts_per_token = 0, expert_ffn = 0, shared_experts = 0, dense_layers = 0;
+  // Group-limited routing (DeepSeek-V2/V3's n_group and topk_group; "node-limited" when a group
+  // is a node's experts): the experts form `expert_groups` runs of consecutive experts, a token
+  // first picks `groups_per_token` of them and then its experts_per_token among theirs. 0: none.
+  int expert_groups = 0, groups_per_token = 0;
+  bool group_limited() const { return expert_groups > 0 && groups_per_token < expert_groups; }
   bool moe() const { return experts > 0; }
   // Multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank 0: none). Keys and values are
   // cached as one compressed latent of kv_lora_rank plus a shared rotary key of qk_rope_head_dim

@@ -186,6 +186,7 @@ ServingResults ServingSim::results() const {
     mo.routing = c.moe.routing == MoeOptions::Routing::Zipf       ? fmt::format("zipf s={}", c.moe.zipf_s)
                  : c.moe.routing == MoeOptions::Routing::Measured ? "measured"
                                                                   : "uniform";
+    if (c.model.group_limited()) mo.routing += fmt::format(", group-limited: {} of {} expert groups a token", c.model.groups_per_token, c.model.expert_groups);
     mo.redundant_experts = c.moe.eplb ? c.moe.redundant_experts : 0;
     for (double x : cost_.expert_tokens_per_device(1.0)) mo.device_load.push_back(x / c.model.experts_per_token);
     mo.alltoalls = moe_a2a_count_;
