@@ -30,54 +30,46 @@ struct ExpertPlacement {
   // for each of its experts, wherever they are.
   double a2a_dest = 0;
   // Each device's part of those destinations, over their mean (1 on every device under uniform
-  // routing; a device of hot experts receives more of the dispatch and sends more of the
-  // combine). Empty without expert parallelism.
+  // routing when its experts sit alike in the groups of group-limited routing; a device of hot
+  // experts receives more of the dispatch and sends more of the combine). Empty without expert
+  // parallelism.
   std::vector<double> a2a_weight;
   // Group-limited routing (ModelSpec::group_limited; empty otherwise): each device's share of the
-  // assignments by expert group, and each group's share of all of them.
+  // assignments by expert group, each group's share of all of them, and every set of
+  // groups_per_token groups a token may pick with its chance and its groups' share together.
   std::vector<std::vector<double>> dev_group;
   std::vector<double> group_share;
+  struct GroupSet {
+    uint32_t mask;
+    double chance, share;
+  };
+  std::vector<GroupSet> group_sets;
   int groups_per_token = 0, topk = 0;
   bool grouped() const { return !group_share.empty(); }
   // The chance that a token sends to a set of devices holding `share` of the assignments in each
-  // group. A token's groups_per_token groups are drawn as a set with a chance in proportion to
-  // the product of their shares (conditional Poisson sampling: every set alike under uniform
-  // routing, so the number of the set's groups among them is hypergeometric); its k picks land
-  // only in those groups, each on the set with the set's part of the chosen groups' share (the
-  // groups outside the set counted at their mean share), the k picks independent as without
-  // groups. A set spans at most expert_groups <= 16 groups: every subset of them is weighed.
+  // group. A token's groups are a set of groups_per_token drawn with a chance in proportion to
+  // the product of their shares (conditional Poisson sampling: under uniform routing every set
+  // alike, so how many of a server's groups a token picks is hypergeometric). DeepSeek's router
+  // keeps the groups whose best experts score highest, so each chosen group gives the token one
+  // expert (its best: on the set with the set's part of that group's share), and the other
+  // k - groups_per_token picks land in the chosen groups in proportion to share, independently
+  // as without groups. (More groups a token than experts: all k picks that way.) Every set of
+  // groups is weighed: at most C(16, 8) = 12,870.
   double hit(const std::vector<double>& share) const {
-    const int G = static_cast<int>(group_share.size()), K = groups_per_token;
-    int in[16];
-    int n = 0;
-    double out_share = 0;
-    double e_out[17] = {1}, e_all[17] = {1};  // elementary symmetric sums of the groups' shares
-    for (int g = 0; g < G; ++g) {
-      const double w = group_share[static_cast<size_t>(g)];
-      for (int j = K; j >= 1; --j) e_all[j] += e_all[j - 1] * w;
-      if (share[static_cast<size_t>(g)] > 0) {
-        in[n++] = g;
-        continue;
-      }
-      out_share += w;
-      for (int j = K; j >= 1; --j) e_out[j] += e_out[j - 1] * w;
-    }
-    const int outside = G - n;
-    const double out_mean = outside > 0 ? out_share / outside : 0;
-    if (!(e_all[K] > 0)) return 1 - std::pow(1 - std::min(1.0, std::accumulate(share.begin(), share.end(), 0.0)), topk);  // (fewer groups with any share than a token picks)
+    if (group_sets.empty()) return 1 - std::pow(1 - std::min(1.0, std::accumulate(share.begin(), share.end(), 0.0)), topk);  // (no set has a share)
+    const int forced = groups_per_token <= topk ? groups_per_token : 0, rest = topk - forced;
     double none = 0;
-    for (uint32_t mask = 0; mask < (1u << n); ++mask) {
-      const int j = std::popcount(mask);
-      if (j > K || K - j > outside) continue;
-      double chance = e_out[K - j] / e_all[K], x = 0, chosen = (K - j) * out_mean;
-      for (int i = 0; i < n; ++i)
-        if (mask >> i & 1u) {
-          const double w = group_share[static_cast<size_t>(in[i])];
-          chance *= w;
-          chosen += w;
-          x += share[static_cast<size_t>(in[i])];
-        }
-      if (chance > 0) none += chance * std::pow(1 - (chosen > 0 ? std::min(1.0, x / chosen) : 0.0), topk);
+    for (const GroupSet& gs : group_sets) {
+      double miss = 1, x = 0;
+      for (uint32_t m = gs.mask; m != 0; m &= m - 1) {
+        const int g = std::countr_zero(m);
+        const double q = share[static_cast<size_t>(g)];
+        if (q <= 0) continue;
+        x += q;
+        if (forced > 0) miss *= 1 - std::min(1.0, q / group_share[static_cast<size_t>(g)]);
+      }
+      if (rest > 0) miss *= std::pow(1 - std::min(1.0, x / gs.share), rest);
+      none += gs.chance * miss;
     }
     return 1 - none;
   }
@@ -170,12 +162,27 @@ struct ExpertPlacement {
     return p;
   }
 
-  // Each group's share of the assignments (see hit).
+  // Each group's share of the assignments and the sets of groups a token may pick (see hit).
   void pick_groups(const std::vector<double>& p, int per_group, int per_token, int k) {
-    group_share.assign(p.size() / static_cast<size_t>(per_group), 0.0);
+    const size_t G = p.size() / static_cast<size_t>(per_group);
+    if (G > 16 || per_token < 1 || static_cast<int>(G) < per_token || p.size() % static_cast<size_t>(per_group) != 0)
+      throw std::invalid_argument("group-limited routing needs 1 to 16 groups dividing the experts and 1 to that many a token");
+    group_share.assign(G, 0.0);
     for (size_t e = 0; e < p.size(); ++e) group_share[e / static_cast<size_t>(per_group)] += p[e];
     groups_per_token = per_token;
     topk = k;
+    double total = 0;
+    for (uint32_t mask = 0; mask < (1u << G); ++mask) {
+      if (std::popcount(mask) != per_token) continue;
+      double chance = 1, sh = 0;
+      for (uint32_t m = mask; m != 0; m &= m - 1) {
+        chance *= group_share[static_cast<size_t>(std::countr_zero(m))];
+        sh += group_share[static_cast<size_t>(std::countr_zero(m))];
+      }
+      if (chance > 0) group_sets.push_back({mask, chance, sh});
+      total += chance;
+    }
+    for (GroupSet& gs : group_sets) gs.chance /= total;
   }
 
   // EPLB: the r hottest experts copied (each copy half the load), then every copy, hottest

@@ -337,11 +337,12 @@ ModelSpec model_from_params(const Params& p) {
                fmt::format("1 to {} (the groups a token's experts come from)", m.expert_groups));
       else if (m.groups_per_token * per_group < m.experts_per_token)
         p.fail("groups_per_token",
-               fmt::format("{} groups of {} experts hold fewer than the {} experts a token goes to", m.groups_per_token, per_group,
+               fmt::format("{} of the groups, {} experts each, hold fewer than the {} experts a token goes to", m.groups_per_token, per_group,
                            m.experts_per_token),
                fmt::format("at least {}", (m.experts_per_token + per_group - 1) / per_group));
     } else if (p.given("groups_per_token") && p.integer("groups_per_token") != 0) {
-      p.fail("groups_per_token", "chooses among expert_groups, and there are none", "expert_groups > 0, or leave it out");
+      p.fail("groups_per_token", "chooses among expert_groups, and there are none",
+             "expert_groups > 0, or groups_per_token: 0 beside expert_groups: 0 (a catalog model's own groups_per_token stays unless set)");
     }
   } else {
     for (const char* k : {"experts_per_token", "expert_ffn", "shared_experts", "dense_layers", "expert_groups", "groups_per_token"})

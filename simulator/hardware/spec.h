@@ -114,7 +114,7 @@ struct ModelSpec {
   // is a node's experts): the experts form `expert_groups` runs of consecutive experts, a token
   // first picks `groups_per_token` of them and then its experts_per_token among theirs. 0: none.
   int expert_groups = 0, groups_per_token = 0;
-  bool group_limited() const { return expert_groups > 0 && groups_per_token < expert_groups; }
+  bool group_limited() const { return experts > 0 && expert_groups > 0 && groups_per_token >= 1 && groups_per_token < expert_groups; }
   bool moe() const { return experts > 0; }
   // Multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank 0: none). Keys and values are
   // cached as one compressed latent of kv_lora_rank plus a shared rotary key of qk_rope_head_dim

@@ -45,7 +45,8 @@ std::span<const MetricDef> training_metric_defs() {
       {"training", "mfu", "fraction",
        "Model FLOPs utilization: model FLOPs per iteration (6 x active parameters x tokens, the embedding's lookup and learned positions left out and the LM head counted once, tied or not, as Megatron counts them; + 12 x layers x hidden x sequence x tokens; "
        "latent attention: 6 x layers x sequence x heads x (head_dim + rope + v_head_dim) x tokens in place of the 12 x ... term) / "
-       "(mean iteration time x devices x bf16 peak FLOP/s)."},
+       "(mean iteration time x devices x peak FLOP/s: bf16's, or FP8's for precision fp8)."},
+      {"training", "precision", "text", "The linear layers' GEMMs, forward and backward: bf16 or fp8 (the job's precision key)."},
       {"training", "bubble_fraction", "fraction",
        "Pipeline bubble as simulated: mean over stages of 1 - the stage's busy time / the forward-backward span, averaged over iterations."},
       {"training", "bubble_textbook", "fraction",

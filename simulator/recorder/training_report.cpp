@@ -58,6 +58,7 @@ void report_training(const training::TrainingResults& r, const training::Trainin
   }
   m["iteration_s_mean"] = mean;
   m["tokens_per_s"] = tokens_s;
+  m["precision"] = c.precision;
   m["mfu"] = mfu;
   m["bubble_fraction"] = r.bubble_fraction;
   m["bubble_textbook"] = r.textbook_bubble;
@@ -173,7 +174,8 @@ void report_training(const training::TrainingResults& r, const training::Trainin
   }
   if (scope.empty()) rec.metrics()["training"] = m;
   else rec.metrics()["workloads"][scope] = m;
-  summary(fmt::format("{} training on {} × {} (tp {}{} × pp {} × dp {}, {} over {} micro-batches of {} × {} tokens)", c.model,
+  summary(fmt::format("{} training{} on {} × {} (tp {}{} × pp {} × dp {}, {} over {} micro-batches of {} × {} tokens)", c.model,
+                      c.precision == "bf16" ? std::string() : fmt::format(" in {}", c.precision),
                       r.devices, c.hardware, c.tp, c.cp > 1 ? fmt::format(" × cp {}", c.cp) : std::string(), c.pp, c.dp,
                       c.schedule == "gpipe" ? std::string("GPipe")
                       : c.virtual_stages > 1                  ? fmt::format("interleaved 1F1B ({} chunks a rank)", c.virtual_stages)

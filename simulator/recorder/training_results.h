@@ -87,6 +87,7 @@ struct TrainingResults {
 // The job as the report names it: names and sizes, no workload types.
 struct TrainingSetup {
   std::string model, hardware, cost_source;
+  std::string precision = "bf16";  // the GEMMs' (TrainingConfig::precision)
   double hbm_bytes = 0;
   int tp = 1, pp = 1, dp = 1, ep = 1, cp = 1, virtual_stages = 1, zero = 0, zero3_prefetch = 1;
   std::string cp_comm;  // context parallelism's key/value exchange: "p2p" or "allgather"

@@ -65,14 +65,14 @@ TEST_CASE("moe groups: one group a token, a group a device: every token's dispat
   none.expert_groups = none.groups_per_token = 0;
   CHECK(all4 == CostModel(round_device(), none, ep(4)).moe_alltoall_bytes(256, 0));
   CHECK(all4 == doctest::Approx(64.0 * 1.75 * 1024 * 2 * 2));
-  // Two groups of the four: a device is among a token's groups with chance 1/2, and then each
-  // pick lands on it with 1/2: 4 x 1/2 x (1 - (1/2)^2) = 1.5 devices.
-  CHECK(CostModel(round_device(), grouped_moe(2), ep(4)).moe_alltoall_bytes(256, 0) == doctest::Approx(64.0 * 1.5 * 1024 * 2 * 2).epsilon(1e-12));
+  // Two groups of the four: each chosen group gives the token its best expert, so a token's two
+  // experts are on the two devices of its two groups: 4 x 1/2 = 2 devices (1.5 if both picks
+  // could land in one group).
+  CHECK(CostModel(round_device(), grouped_moe(2), ep(4)).moe_alltoall_bytes(256, 0) == doctest::Approx(64.0 * 2 * 1024 * 2 * 2).epsilon(1e-12));
   // With 2 devices (2 groups each, a token's 2 groups drawn from the 4): a device holds none of
-  // them with chance C(2,2)/C(4,2) = 1/6, one with 4/6 (each pick on it 1/2), both with 1/6.
-  const double miss = 1.0 / 6 + 4.0 / 6 * 0.25;
+  // them with chance C(2,2)/C(4,2) = 1/6, and otherwise gets that group's expert.
   CHECK(CostModel(round_device(), grouped_moe(2), ep(2)).moe_alltoall_bytes(256, 0) ==
-        doctest::Approx(128.0 * 2 * (1 - miss) * 1024 * 2 * 2).epsilon(1e-12));
+        doctest::Approx(128.0 * 2 * (5.0 / 6) * 1024 * 2 * 2).epsilon(1e-12));
 }
 
 TEST_CASE("moe groups: DeepSeek-V3's 4 of 8 groups reach fewer of 16 devices, and the server's share by the hypergeometric count") {
@@ -80,21 +80,20 @@ TEST_CASE("moe groups: DeepSeek-V3's 4 of 8 groups reach fewer of 16 devices, an
   REQUIRE(m.expert_groups == 8);
   REQUIRE(m.groups_per_token == 4);
   const CostModel cm(load_hardware("h800"), m, ep(16));
-  // A GPU holds 16 experts, half a group of 32: it is among a token's groups with chance 1/2, and
-  // then each of 8 picks lands on it with 16/128: 16 x (1/2)(1 - (7/8)^8) = 5.25 devices a token,
-  // against 16 (1 - (15/16)^8) = 6.44 without groups.
-  const double device = 0.5 * (1 - std::pow(7.0 / 8, 8));
+  // A GPU holds 16 experts, half a group of 32: its group is among a token's 4 with chance 1/2;
+  // the group's best expert is on it with 1/2, and each of the other 8 - 4 picks lands on it
+  // with 16/128: 16 x (1/2)(1 - (1/2)(7/8)^4) = 5.66 devices a token, against
+  // 16 (1 - (15/16)^8) = 6.45 without groups.
+  const double device = 0.5 * (1 - 0.5 * std::pow(7.0 / 8, 4));
   ModelSpec ungrouped = m;
   ungrouped.expert_groups = ungrouped.groups_per_token = 0;
   const CostModel flat(load_hardware("h800"), ungrouped, ep(16));
   CHECK(cm.moe_alltoall_bytes(1600, 0) / flat.moe_alltoall_bytes(1600, 0) ==
         doctest::Approx(16 * device / (16 * (1 - std::pow(15.0 / 16, 8)))).epsilon(1e-12));
-  // A server of 8 GPUs holds 4 whole groups: a token's 4 groups put j of them there with the
-  // hypergeometric C(4,j) C(4,4-j) / C(8,4), and then each pick lands there with j/4.
-  double none = 0;
-  for (int j = 0; j <= 4; ++j) none += binom(4, j) * binom(4, 4 - j) / binom(8, 4) * std::pow(1 - j / 4.0, 8);
+  // A server of 8 GPUs holds 4 whole groups: a token reaches it unless its 4 groups are the other
+  // server's 4, C(4,4) / C(8,4) = 1/70 (hypergeometric).
   const std::vector<int> server{0, 1, 2, 3, 4, 5, 6, 7};
-  CHECK(cm.moe_alltoall_server_share(server) == doctest::Approx((1 - none) / (8 * device)).epsilon(1e-12));
+  CHECK(cm.moe_alltoall_server_share(server) == doctest::Approx((1 - 1 / binom(8, 4)) / (8 * device)).epsilon(1e-12));
   CHECK(cm.moe_alltoall_server_share(server) > flat.moe_alltoall_server_share(server));  // fewer devices, the server as likely
   // Rows per expert send a row an expert wherever it is: groups change nothing.
   CostOptions rows = ep(16);
@@ -103,19 +102,31 @@ TEST_CASE("moe groups: DeepSeek-V3's 4 of 8 groups reach fewer of 16 devices, an
         CostModel(load_hardware("h800"), ungrouped, rows).moe_alltoall_bytes(1600, 0));
 }
 
-TEST_CASE("moe groups: under Zipf routing the hot experts' group is chosen more, and the all-to-all weights stay a mean of 1") {
-  CostOptions o = ep(16);
-  o.moe.routing = MoeOptions::Routing::Zipf;
-  o.moe.zipf_s = 1.0;
-  const ModelSpec m = load_model("deepseek-v3");
-  const CostModel cm(load_hardware("h800"), m, o);
+TEST_CASE("moe groups: under skewed routing a token's groups are drawn in proportion to the product of their shares") {
+  // 6 experts in 3 groups of 2 (shares 0.5, 0.3, 0.2 by group), a device a group, 2 groups a
+  // token and top-2: each chosen group gives one expert, so a token reaches exactly 2 devices,
+  // device g when g is among its pair. Pairs by the product of their shares: {0,1} 0.15,
+  // {0,2} 0.10, {1,2} 0.06.
+  ModelSpec m = grouped_moe(2);
+  m.experts = 6;
+  m.expert_groups = 3;
+  m.heads = m.kv_heads = 3;  // (tensor parallelism 3 splits the heads)
+  CostOptions o = ep(3);
+  o.moe.routing = MoeOptions::Routing::Measured;
+  o.moe.expert_load = {25, 25, 15, 15, 10, 10};
+  const CostModel cm(round_device(), m, o);
   const std::vector<double>& w = cm.moe_alltoall_weights();
-  REQUIRE(w.size() == 16);
-  double sum = 0;
-  for (double x : w) sum += x;
-  CHECK(sum == doctest::Approx(16));
-  CHECK(w.front() > w.back());  // device 0 holds the hottest experts, in the most chosen group
-  CHECK(w.front() > 1.5);
+  REQUIRE(w.size() == 3);
+  const double pairs = 0.15 + 0.10 + 0.06;
+  const double hit[3] = {(0.15 + 0.10) / pairs, (0.15 + 0.06) / pairs, (0.10 + 0.06) / pairs};
+  for (int d = 0; d < 3; ++d) CHECK(w[static_cast<size_t>(d)] == doctest::Approx(hit[d] * 3 / 2).epsilon(1e-12));  // over the mean, 2/3
+  CHECK(cm.moe_alltoall_bytes(300, 0) == doctest::Approx(100.0 * 2 * 1024 * 2 * 2).epsilon(1e-12));
+  // Code-built models are checked too: more than 16 groups is refused, not overrun.
+  m.experts = 64;
+  m.expert_groups = 32;
+  o.moe.routing = MoeOptions::Routing::Uniform;
+  o.moe.expert_load.clear();
+  CHECK_THROWS_AS(CostModel(round_device(), m, ep(4)), std::invalid_argument);
 }
 
 TEST_CASE("moe groups: a run reports the limit, and bad groups are refused at their key") {

@@ -74,6 +74,10 @@ struct TrainingConfig {
   // moe.token_dispatcher: alltoall sends a row per (token, expert) pair (Megatron-Core's alltoall
   // dispatcher); flex (false) a token once per device its experts are on (DeepEP).
   bool rows_per_expert = false;
+  // The linear layers' GEMMs (forward, input and weight gradients): bf16, or fp8 (E4M3 at the
+  // device's FP8 rate, the MoE dispatch in FP8, as DeepSeek-V3 trained and Transformer Engine
+  // runs it). Master weights, gradients and optimizer state keep their types (memory unchanged).
+  Precision precision = Precision::BF16;
   // Interleaved 1F1B (Megatron): each pipeline rank holds this many model chunks, the model
   // cut into pp x v virtual stages (virtual stage j on rank j mod pp); 1: plain 1F1B.
   int virtual_stages = 1;

@@ -54,6 +54,7 @@ TrainingSetup training_setup(const TrainingConfig& c) {
   TrainingSetup s;
   s.model = c.model.name;
   s.hardware = c.hardware.name;
+  s.precision = precision_name(c.precision);
   s.cost_source = c.cost_source;
   s.hbm_bytes = c.hardware.hbm_bytes;
   s.tp = c.tp, s.pp = c.pp, s.dp = c.dp, s.ep = c.ep, s.cp = c.cp;
@@ -329,6 +330,14 @@ SLUICE_REGISTER(workload, training_workload) {
   s.section("moe", moe, "a mixture-of-experts model's routing and its all-to-alls' overlap (with parallel.expert_parallel)");
   Binding<T> keys(s);
   keys.integer("sequence", &T::sequence, "tokens per sequence").def("2048").range(1, 1 << 20);
+  keys.choice<Precision>("precision", {{"bf16", Precision::BF16}, {"fp8", Precision::FP8}}, &T::precision,
+                         "the decoder layers' GEMMs, forward and backward: bf16 (the model's dtype) or fp8 (DeepSeek-V3's and "
+                         "Transformer Engine's FP8 training: every linear layer's forward, input-gradient and weight-gradient GEMM "
+                         "in E4M3 at the device's FP8 rate, activations quantized before them, an MoE dispatch in FP8 with its "
+                         "scales and the combine in bf16; attention, the embedding and LM head stay bf16, and master weights, "
+                         "gradients and optimizer state keep their types, so memory and the data-parallel traffic are unchanged). "
+                         "MFU is then against the FP8 peak")
+      .def("bf16");
   keys.integer("iterations", &T::iterations, "iterations to run (0: as long as the other workloads run; up to 10 million, weeks of simulated training: repeated iterations are fast-forwarded)").def("2").range(0, 1e7);
   keys.flag("recompute", &T::recompute,
             "full activation recomputation: activations kept per layer input only, one more forward in the backward")
@@ -415,6 +424,10 @@ SLUICE_REGISTER(workload, training_workload) {
                                          "pause, or cluster.storage_servers: N (storage servers on the fabric)");
             c.model = model_from_params(p.section("model"));
             c.hardware = world.hardware();
+            if (!c.hardware.supports(c.precision))
+              p.fail("precision", fmt::format("{} has no {} tensor cores", c.hardware.name, precision_name(c.precision)),
+                     "bf16 (training runs bf16 or fp8; this device has no fp8)");
+            c.model.weights = c.precision;  // (the cost model's GEMMs and dispatch; training's memory counts dtype_bytes)
             check_training_shape(c, p, par);
             if (const Params& mp = p.section("moe"); !c.model.moe() && (mp.given("routing") || mp.given("zipf_s") || mp.given("alltoall_overlap") || mp.given("token_dispatcher")))
               mp.fail(mp.given("routing")            ? "routing"
