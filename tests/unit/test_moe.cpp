@@ -25,25 +25,10 @@
 using namespace sluice;
 using sluice::testing::round_device;
 using sluice::testing::run_text;
+using sluice::testing::tiny_moe;
 
 namespace {
 
-
-// One MoE layer: 4 (or `experts`) experts of inner width 512, top-2, hidden 1024.
-ModelSpec tiny_moe(int experts = 4, int layers = 1) {
-  ModelSpec m;
-  m.name = "tiny-moe";
-  m.layers = layers;
-  m.hidden = 1024;
-  m.heads = m.kv_heads = 8;
-  m.head_dim = 128;
-  m.ffn = 4096;
-  m.vocab = 1000;
-  m.experts = experts;
-  m.experts_per_token = 2;
-  m.expert_ffn = 512;
-  return m;
-}
 
 double op_ns(const IterationCost& it, const std::string& op) {
   double ns = 0;

@@ -36,17 +36,8 @@ CostOptions ep(int devices) {
 
 // One MoE layer of 8 experts (top-2, hidden 1024) in 4 groups of 2.
 ModelSpec grouped_moe(int groups_per_token) {
-  ModelSpec m;
+  ModelSpec m = sluice::testing::tiny_moe(8);
   m.name = "grouped-moe";
-  m.layers = 1;
-  m.hidden = 1024;
-  m.heads = m.kv_heads = 8;
-  m.head_dim = 128;
-  m.ffn = 4096;
-  m.vocab = 1000;
-  m.experts = 8;
-  m.experts_per_token = 2;
-  m.expert_ffn = 512;
   m.expert_groups = 4;
   m.groups_per_token = groups_per_token;
   return m;

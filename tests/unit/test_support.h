@@ -114,6 +114,33 @@ cluster:
   hardware: h200
 )";
 
+// kFourDeviceStar with an MoE training job: two layers of four experts of width 2048, top-2,
+// expert parallelism 4 over the four data-parallel replicas, sequence 512, two micro-batches.
+inline std::string moe_training_on_star() {
+  return std::string(kFourDeviceStar) + R"(workloads:
+  - {name: j, kind: training, sequence: 512, iterations: 2, cost_tables: none,
+     model: {name: tiny-moe, layers: 2, hidden: 1024, heads: 8, kv_heads: 8, ffn: 4096, vocab: 8, max_context: 512,
+             experts: 4, experts_per_token: 2, expert_ffn: 2048},
+     parallel: {tp: 1, pp: 1, dp: 4, micro_batches: 2, expert_parallel: 4}}
+)";
+}
+
+// One MoE layer (or `layers`): `experts` experts of inner width 512, top-2, hidden 1024.
+inline ModelSpec tiny_moe(int experts = 4, int layers = 1) {
+  ModelSpec m;
+  m.name = "tiny-moe";
+  m.layers = layers;
+  m.hidden = 1024;
+  m.heads = m.kv_heads = 8;
+  m.head_dim = 128;
+  m.ffn = 4096;
+  m.vocab = 1000;
+  m.experts = experts;
+  m.experts_per_token = 2;
+  m.expert_ffn = 512;
+  return m;
+}
+
 // Two servers of two devices each on one switch (100 GB/s, no latency): room for TP2.
 inline const std::string kTwoServersOfTwo = R"(name: t
 cluster:

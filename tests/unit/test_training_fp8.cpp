@@ -18,12 +18,7 @@ namespace {
 
 // Four H200s on a star, an MoE model of two layers with four experts (top-2), EP 4, and a
 // dense model of the same shape without experts.
-const std::string kMoe = std::string(sluice::testing::kFourDeviceStar) + R"(workloads:
-  - {name: j, kind: training, sequence: 512, iterations: 2, cost_tables: none,
-     model: {name: tiny-moe, layers: 2, hidden: 1024, heads: 8, kv_heads: 8, ffn: 4096, vocab: 8, max_context: 512,
-             experts: 4, experts_per_token: 2, expert_ffn: 2048},
-     parallel: {tp: 1, pp: 1, dp: 4, micro_batches: 2, expert_parallel: 4}}
-)";
+const std::string kMoe = sluice::testing::moe_training_on_star();
 const std::string kDense = std::string(sluice::testing::kFourDeviceStar) + R"(workloads:
   - {name: j, kind: training, sequence: 4096, iterations: 2, cost_tables: none,
      model: {name: tiny-dense, layers: 4, hidden: 8192, heads: 64, kv_heads: 8, ffn: 28672, vocab: 8, max_context: 4096},

@@ -22,12 +22,7 @@ namespace {
 
 // Four devices (four servers) on one switch, each link 100 GB/s with no latency, and an MoE
 // model of two layers with four experts of width 2048, top-2.
-const std::string kStar = std::string(sluice::testing::kFourDeviceStar) + R"(workloads:
-  - {name: j, kind: training, sequence: 512, iterations: 2, cost_tables: none,
-     model: {name: tiny-moe, layers: 2, hidden: 1024, heads: 8, kv_heads: 8, ffn: 4096, vocab: 8, max_context: 512,
-             experts: 4, experts_per_token: 2, expert_ffn: 2048},
-     parallel: {tp: 1, pp: 1, dp: 4, micro_batches: 2, expert_parallel: 4}}
-)";
+const std::string kStar = sluice::testing::moe_training_on_star();
 
 constexpr double kHidden = 1024, kTokens = 512, kLayers = 2, kMicroBatches = 2;
 
