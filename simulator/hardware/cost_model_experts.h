@@ -50,7 +50,8 @@ struct ExpertPlacement {
   // group. A token's groups are a set of groups_per_token drawn with a chance in proportion to
   // the product of their shares (conditional Poisson sampling: under uniform routing every set
   // alike, so how many of a server's groups a token picks is hypergeometric). DeepSeek's router
-  // keeps the groups whose best experts score highest, so each chosen group gives the token one
+  // keeps the groups whose best experts score highest (V3: the sum of a group's top two; V2:
+  // its best), so each chosen group gives the token one
   // expert (its best: on the set with the set's part of that group's share), and the other
   // k - groups_per_token picks land in the chosen groups in proportion to share, independently
   // as without groups. (More groups a token than experts: all k picks that way.) Every set of

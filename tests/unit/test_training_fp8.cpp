@@ -53,6 +53,17 @@ TEST_CASE("training fp8: the GEMMs run at the FP8 rate forward and backward, mem
   CHECK(f["mfu"].get<double>() < b["mfu"].get<double>());
 }
 
+TEST_CASE("training fp8: pipeline hand-offs and ZeRO-3's gathers and reduce-scatters carry the same bytes as in bf16") {
+  std::string yaml = kDense;
+  yaml.replace(yaml.find("parallel: {tp: 1, pp: 1, dp: 4, micro_batches: 2}"), 49, "parallel: {tp: 1, pp: 2, dp: 2, micro_batches: 2, zero: 3}");
+  const Json b = run_text(yaml), f = run_text(yaml, {"workloads.0.precision=fp8"});
+  CHECK(f["world"]["flows"]["started"] == b["world"]["flows"]["started"]);
+  REQUIRE(b["world"]["fabric"]["hottest_links"].size() > 0);
+  for (size_t i = 0; i < b["world"]["fabric"]["hottest_links"].size(); ++i)
+    CHECK(f["world"]["fabric"]["hottest_links"][i]["bytes"] == b["world"]["fabric"]["hottest_links"][i]["bytes"]);
+  CHECK(f["training"]["iteration_s_mean"].get<double>() < b["training"]["iteration_s_mean"].get<double>());
+}
+
 TEST_CASE("training fp8: an MoE dispatch crosses in FP8 with its scales and the combine in bf16") {
   const Json b = run_text(kMoe)["training"]["moe"], f = fp8(kMoe)["moe"];
   // bf16: 2 + 2 bytes an element of a dispatched row and its combine; FP8: 1 + 4/128 and 2.

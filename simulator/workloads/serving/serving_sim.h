@@ -482,6 +482,10 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   // ones, or {tokens} when the iteration is not sliced; plans are cached per (tokens, context).
   std::vector<int> prefill_slices(int tokens, int context);
   std::map<std::pair<int, int>, std::vector<int>> slice_plans_;
+  // A hierarchical all-to-all's share of a server's devices (CostModel::moe_alltoall_server_share),
+  // by cost model and positions: the same for every pass of a deployment, and dear to compute
+  // with many expert groups (every set of groups a token may pick), so computed once.
+  std::map<std::pair<const CostModel*, std::vector<int>>, double> a2a_server_share_;
   std::vector<InFlight> inflight_;            // per engine
   std::vector<char> stage_busy_;              // per replica and stage
   std::vector<std::deque<int>> stage_queue_;  // per replica and stage: engines waiting for it

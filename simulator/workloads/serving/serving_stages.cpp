@@ -103,7 +103,12 @@ void ServingSim::start_alltoall(int ri, int k) {
   o.a2a_weights = cost.moe_alltoall_weights();  // hot experts' devices receive more
   o.a2a_dispatch_fraction = cost.moe_dispatch_fraction();  // an FP8 dispatch is lighter than its combine
   const bool hier = cfg_.moe.hierarchical_alltoall;
-  if (hier) o.a2a_dedup = [&cost](const std::vector<int>& server) { return cost.moe_alltoall_server_share(server); };
+  if (hier)
+    o.a2a_dedup = [this, &cost](const std::vector<int>& server) {
+      const auto [it, fresh] = a2a_server_share_.try_emplace({&cost, server}, 0.0);
+      if (fresh) it->second = cost.moe_alltoall_server_share(server);
+      return it->second;
+    };
   p.alltoall = std::make_unique<net::Collective>(*fabric_.flows, hier ? net::CollectiveKind::AllToAllHierarchical : net::CollectiveKind::AllToAll,
                                                  nodes, bytes, o);
   const int64_t started = engine_.now().count_ns();
