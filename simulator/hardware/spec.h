@@ -76,6 +76,10 @@ struct HardwareSpec {
   // The GEMM ceiling at a precision: its datasheet peak derated as bf16 is (measured or not);
   // 0 where the device does not run it. Weight-only INT4 computes in bf16.
   double effective_flops(Precision p) const;
+  // The datasheet dense peak of the format GEMMs run in (W4A16 computes in bf16): what MFU divides by.
+  double peak_flops(Precision p) const {
+    return p == Precision::FP8 ? peak_fp8_flops : p == Precision::FP4 ? peak_fp4_flops : peak_bf16_flops;
+  }
   bool supports(Precision p) const { return p == Precision::W4A16 ? kind == "gpu" : effective_flops(p) > 0; }
   // "bf16, fp8, fp4, w4a16": what it runs.
   std::string precisions() const;

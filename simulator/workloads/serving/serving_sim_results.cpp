@@ -85,9 +85,7 @@ ServingResults ServingSim::results() const {
   r.model_embedding_parameters = static_cast<double>(c.model.vocab) * c.model.hidden;
   // The datasheet peak of the format the decoder GEMMs run in (FP8 and FP4 at theirs: MFU over
   // the bf16 peak would pass 1 for an FP8 deployment).
-  r.peak_flops = c.model.weights == Precision::FP8   ? c.hardware.peak_fp8_flops
-                 : c.model.weights == Precision::FP4 ? c.hardware.peak_fp4_flops
-                                                     : c.hardware.peak_bf16_flops;
+  r.peak_flops = c.hardware.peak_flops(c.model.weights);
   r.effective_flops = c.hardware.effective_flops();
   r.effective_bandwidth_Bps = c.hardware.effective_bandwidth_Bps();
   if (c.prefill_slicing.policy != PrefillSlicing::None)
@@ -147,9 +145,7 @@ ServingResults ServingSim::results() const {
     r.prefill_hardware = pool->hardware.name;
     r.prefill_scheduler = pool->scheduler;
     r.prefill_cost_source = pool->cost_source;
-    r.prefill_peak_flops = c.model.weights == Precision::FP8   ? pool->hardware.peak_fp8_flops
-                           : c.model.weights == Precision::FP4 ? pool->hardware.peak_fp4_flops
-                                                               : pool->hardware.peak_bf16_flops;
+    r.prefill_peak_flops = pool->hardware.peak_flops(c.model.weights);
     r.prefill_weights_per_gpu = prefill_mem_.weights_per_gpu;
     r.prefill_kv_per_gpu = prefill_mem_.kv_per_gpu;
     r.prefill_kv_tokens_per_replica = prefill_mem_.kv_tokens_per_replica;

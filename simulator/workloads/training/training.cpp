@@ -70,7 +70,7 @@ TrainingJob::TrainingJob(std::string name, TrainingConfig cfg, World& world, std
                                                     c_.hardware.effective_bandwidth_Bps() * 1e9 * c_.cost_time_scale));
   pid_ = world.trace_pid();
   res_.devices = job_devices(c_);
-  res_.peak_flops_per_device = c_.precision == Precision::FP8 ? c_.hardware.peak_fp8_flops : c_.hardware.peak_bf16_flops;
+  res_.peak_flops_per_device = c_.hardware.peak_flops(c_.precision);
   res_.tokens_per_iteration = tokens_ * m * c_.dp;
   res_.model_flops_per_iteration = res_.tokens_per_iteration * model_flops_per_token(c_);
   const int K = c_.pp, v = c_.virtual_stages;
