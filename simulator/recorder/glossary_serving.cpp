@@ -79,6 +79,8 @@ std::span<const MetricDef> serving_metric_defs() {
       {"serving", "moe.routing", "text", "The model of how tokens pick experts: uniform, zipf with its exponent, or measured."},
       {"serving", "moe.data_parallel_attention", "bool",
        "Present (true) when the decode engines run data-parallel attention: each device attends over its own sequences, their KV cache on it alone."},
+      {"serving", "moe.prefill_data_parallel_attention", "bool",
+       "Present (true) when a prefill pool of its own runs data-parallel attention (prefill_pool.data_parallel_attention): each prefill device prefills its own prompts whole and holds their KV cache until the copy, which leaves from it alone."},
       {"serving", "moe.two_batch_overlap", "bool",
        "Present (true) when two-batch overlap is on: on a topology, an iteration may run as two micro-batches whose all-reduces and all-to-alls proceed under the other's compute (each reads the weights again)."},
       {"serving", "moe.overlapped_iterations", "count",
@@ -94,6 +96,8 @@ std::span<const MetricDef> serving_metric_defs() {
        "Mean time of one MoE layer's dispatch and combine: the stage passes' all-to-all time over the layers they carried (a pass's layers go as one fused all-to-all, each paying its latencies), over every pass (prefills and decodes, every batch size)."},
       {"serving", "moe.decode_alltoall_us_per_layer", "us",
        "The same over a separate decode pool's passes alone (a deployment with a prefill pool): the figure a decode all-to-all kernel's benchmark gives at the pool's batch."},
+      {"serving", "moe.prefill_alltoall_us_per_layer", "us",
+       "The same over the prefill pool's passes alone (a deployment with a prefill pool): with data-parallel attention there, the figure a normal (prefill) all-to-all kernel's benchmark gives at the pool's tokens a device."},
 
       // Speculative decoding.
       {"serving", "speculative.method", "text", "The drafter kind: draft (a smaller model), mtp (multi-token prediction) or eagle (an EAGLE head)."},

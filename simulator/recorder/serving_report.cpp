@@ -259,6 +259,7 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
            {"device_load", mo.device_load},
            {"device_load_max_over_mean", sum > 0 ? mx * static_cast<double>(mo.device_load.size()) / sum : 0.0}};
     if (mo.data_parallel_attention) j["data_parallel_attention"] = true;
+    if (mo.prefill_data_parallel_attention) j["prefill_data_parallel_attention"] = true;
     if (mo.two_batch_overlap) {
       j["two_batch_overlap"] = true;
       j["overlapped_iterations"] = mo.overlapped_iterations;
@@ -270,6 +271,8 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
       j["alltoall_us_per_layer"] = static_cast<double>(mo.alltoall_ns) / 1e3 / (static_cast<double>(mo.alltoalls) / 2);
       if (mo.decode_alltoalls > 0)
         j["decode_alltoall_us_per_layer"] = static_cast<double>(mo.decode_alltoall_ns) / 1e3 / (static_cast<double>(mo.decode_alltoalls) / 2);
+      if (mo.prefill_alltoalls > 0)
+        j["prefill_alltoall_us_per_layer"] = static_cast<double>(mo.prefill_alltoall_ns) / 1e3 / (static_cast<double>(mo.prefill_alltoalls) / 2);
     }
     m["moe"] = std::move(j);
   }
@@ -583,6 +586,8 @@ void report_serving(const ServingResults& res, ServingRecords& records, const st
     if (res.moe.data_parallel_attention)
       line += fmt::format("; data-parallel attention: each of the {} devices attends over its own sequences, whose KV cache only it holds",
                           res.tensor_parallel);
+    if (res.moe.prefill_data_parallel_attention)
+      line += "; the prefill pool's devices each prefill their own prompts (data-parallel attention)";
     if (res.moe.two_batch_overlap)
       line += fmt::format("; two-batch overlap: {} iterations as two micro-batches, their communication under each other's compute",
                           res.moe.overlapped_iterations);

@@ -130,9 +130,11 @@ struct ServingResults {
     int redundant_experts = 0;
     std::vector<double> device_load;  // each device's share of the assignments (expert parallelism; one entry otherwise)
     int64_t alltoalls = 0, alltoall_ns = 0, alltoall_passes = 0;
-    int64_t decode_alltoalls = 0, decode_alltoall_ns = 0;  // of those, a separate decode pool's (disaggregated)
+    int64_t decode_alltoalls = 0, decode_alltoall_ns = 0;    // of those, a separate decode pool's (disaggregated)
+    int64_t prefill_alltoalls = 0, prefill_alltoall_ns = 0;  // ... and the prefill pool's (the rest)
     bool two_batch_overlap = false;
     bool data_parallel_attention = false;  // each device's attention over its own sequences (their KV there alone)
+    bool prefill_data_parallel_attention = false;  // the same on the prefill pool (prefill_pool.data_parallel_attention)
     int64_t overlapped_iterations = 0;  // run as two micro-batches (two or more sequences, on a topology)
   } moe;
   // Speculative decoding (method empty: off): the drafter, the acceptance model (P(j drafts

@@ -167,7 +167,8 @@ static ServingKeys bind_serving_keys(Schema& dep, Schema& slicing, Schema& lm, S
              "devices runs attention, the dense and shared MLPs and the LM head whole over its own share of the "
              "sequences, whose KV cache only it holds (the replica holds tensor_parallel devices' worth); the routed "
              "experts stay spread over the devices, fed by all-to-all dispatch; no tensor-parallel all-reduce "
-             "(expert_parallel with dispatch: alltoall, pipeline_parallel 1)")
+             "(expert_parallel with dispatch: alltoall, pipeline_parallel 1); the decode engines' (a prefill pool's own: "
+             "prefill_pool.data_parallel_attention)")
       .def("false");
   k.moe.integer("redundant_experts", &MO::redundant_experts, "extra expert copies under eplb (experts + this must divide by "
                 "tensor_parallel)")

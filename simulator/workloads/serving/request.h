@@ -80,6 +80,11 @@ struct alignas(64) Request {
   // its attention (-1: none yet), dealt round-robin as its KV copy is sent there.
   int32_t dp_engine = -1;
   int32_t dp_rank = -1;
+  // The same on a prefill pool with data-parallel attention: the prefill engine and its device
+  // that prefill the prompt and hold its KV cache until the copy (dealt round-robin as the prompt
+  // first joins a batch there); its KV copy leaves from that device alone.
+  int32_t prefill_engine = -1;
+  int32_t prefill_rank = -1;
 
   int32_t prompt_len() const { return history_tokens + input_tokens; }
   int32_t length() const { return prompt_len() + generated; }

@@ -91,10 +91,14 @@ void ServingSim::deal_dp_rank(Request& q, int to) {
 int32_t ServingSim::send_kv(const Request& q, const std::vector<int>& from, const std::vector<int>& to, double bytes, size_t salt) {
   // Piece j of n covers the same heads on both sides: from the device that holds them to the one that will.
   // Under data-parallel attention the sequence's cache goes to the one decode device that will
-  // attend over it (its dp_rank, dealt by deal_dp_rank), each prefill device sending its share of it.
-  if (data_parallel_attention(cfg_) && to.size() > 1) {
-    const std::vector<int> one{to[static_cast<size_t>(q.dp_rank) % to.size()]};
-    return send_kv(q, from, one, bytes, salt);
+  // attend over it (its dp_rank, dealt by deal_dp_rank), each prefill device sending its share of
+  // it; from a prefill pool with data-parallel attention it leaves the one device that prefilled
+  // it (its prefill_rank, dealt as the prompt joined a batch there).
+  const bool one_from = q.prefill_rank >= 0 && from.size() > 1, one_to = data_parallel_attention(cfg_) && to.size() > 1;
+  if (one_from || one_to) {
+    const std::vector<int> src = one_from ? std::vector<int>{from[static_cast<size_t>(q.prefill_rank) % from.size()]} : from;
+    const std::vector<int> dst = one_to ? std::vector<int>{to[static_cast<size_t>(q.dp_rank) % to.size()]} : to;
+    return send_kv(q, src, dst, bytes, salt);
   }
   const size_t n = std::lcm(from.size(), to.size());
   const double share = bytes / static_cast<double>(n);

@@ -27,7 +27,8 @@ CostOptions cost_options(const ServingConfig& cfg, const PoolSpec* pool) {
 }
 
 bool data_parallel_attention(const ServingConfig& cfg, const PoolSpec* pool) {
-  return !pool && cfg.moe.data_parallel_attention && cfg.model.moe();  // (the decode pool's; its prefill pool runs tensor-parallel)
+  // (deployment.moe's is the decode pool's; a prefill pool of its own says its own.)
+  return cfg.model.moe() && (pool ? pool->data_parallel_attention : cfg.moe.data_parallel_attention);
 }
 
 int kv_shards(const ServingConfig& cfg, const PoolSpec* pool) {

@@ -27,6 +27,11 @@ std::shared_ptr<Schema> prefill_pool_schema(const Registry& reg, bool short_form
          "the prefill pool's cost source, as deployment.cost_tables (default: the deployment's when the hardware is the "
          "same, auto when it is not)")
       .optional();
+  s->add("data_parallel_attention", ParamType::Bool,
+         "each prefill device prefills its own prompts whole, an MoE model's routed experts expert-parallel over the "
+         "same devices and reached by all-to-all (DeepSeek's prefill deployment; needs deployment.moe.expert_parallel with "
+         "dispatch: alltoall and tensor_parallel >= 2 here); default false: tensor-parallel")
+      .optional();
   if (short_form)
     s->add("nodes", ParamType::Int,
            "servers of the prefill pool's own hardware (default: as few as hold its replicas at gpus_per_node GPUs each); "
@@ -40,7 +45,7 @@ void read_prefill_pool(ServingConfig& c, const Params& d, const Registry& reg, c
                        const std::string& deployment_scheduler) {
   const Params& pp = d.section("prefill_pool");
   std::string first;
-  for (const char* k : {"hardware", "tensor_parallel", "scheduler", "cost_tables", "nodes"})
+  for (const char* k : {"hardware", "tensor_parallel", "scheduler", "cost_tables", "nodes", "data_parallel_attention"})
     if (first.empty() && pp.values.count(k) && pp.given(k)) first = k;
   if (first.empty()) return;
   if (c.prefill_replicas <= 0)
@@ -64,13 +69,20 @@ void read_prefill_pool(ServingConfig& c, const Params& d, const Registry& reg, c
   }
   pool.tensor_parallel = pp.given("tensor_parallel") ? static_cast<int>(pp.integer("tensor_parallel")) : c.tensor_parallel;
   const ModelSpec& m = c.model;
-  if (m.heads % pool.tensor_parallel != 0 || (m.kv_heads % pool.tensor_parallel != 0 && pool.tensor_parallel % m.kv_heads != 0))
+  pool.data_parallel_attention = pp.given("data_parallel_attention") && pp.flag("data_parallel_attention");
+  if (pool.data_parallel_attention && !m.moe())
+    pp.fail("data_parallel_attention", fmt::format("splits an MoE model's attention from its experts, and {} is dense", m.name),
+            "an MoE model, or leave it out");
+  // (Under data-parallel attention every device runs all the heads of its own prompts.)
+  if (!pool.data_parallel_attention && (m.heads % pool.tensor_parallel != 0 || (m.kv_heads % pool.tensor_parallel != 0 && pool.tensor_parallel % m.kv_heads != 0)))
     pp.fail("tensor_parallel", fmt::format("{} has {} heads and {} KV heads; tensor parallelism must split them evenly", m.name, m.heads, m.kv_heads),
             "a divisor of the head count");
   if (m.moe()) {
     MoeOptions own = c.moe;
-    own.data_parallel_attention = false;  // (the decode engines' alone: the prefill pool runs tensor-parallel)
-    if (const auto problem = moe_problem(m, own, pool.tensor_parallel)) pp.fail("tensor_parallel", problem->problem, problem->valid);
+    own.data_parallel_attention = pool.data_parallel_attention;  // (deployment.moe's is the decode engines')
+    if (const auto problem = moe_problem(m, own, pool.tensor_parallel))
+      pp.fail(pool.data_parallel_attention && problem->key == "data_parallel_attention" ? "data_parallel_attention" : "tensor_parallel",
+              problem->problem, problem->valid);
   }
   if (c.speculative.on())
     pp.fail(first, "speculative decoding's drafter runs on the deployment's devices and parallelism; a prefill pool of its own is not modelled with it",

@@ -49,7 +49,7 @@ CostOptions cost_options(const ServingConfig& cfg, const PoolSpec* pool = nullpt
 // KV bytes one GPU holds per token: the model's share and a drafter's beside it, token for token.
 double kv_bytes_per_token_per_gpu(const ServingConfig& cfg, const PoolSpec* pool = nullptr);
 // Whether the deployment's decode engines (pool null) run data-parallel attention (an MoE model
-// with deployment.moe.data_parallel_attention); its prefill pool never does.
+// with deployment.moe.data_parallel_attention); its prefill pool where prefill_pool.data_parallel_attention.
 bool data_parallel_attention(const ServingConfig& cfg, const PoolSpec* pool = nullptr);
 // The devices one sequence's KV cache is spread over (or copied on): a replica's tp × pp, or 1
 // under data-parallel attention.
@@ -108,6 +108,10 @@ struct PoolSpec {
   std::string scheduler;  // its scheduler's kind
   std::function<std::unique_ptr<Scheduler>()> make_scheduler;
   int nodes = 0;  // the short form's servers of its own hardware (0: it shares the deployment's servers)
+  // Each device prefills its own prompts whole (an MoE model's attention, dense layers and shared
+  // experts data-parallel, the routed experts expert-parallel over the same devices): DeepSeek's
+  // prefill deployment, and DeepEP's normal kernels' setting.
+  bool data_parallel_attention = false;
 };
 
 struct ServingConfig {
@@ -552,8 +556,10 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   std::vector<TimeSample> samples_;
   std::vector<SeqWork> work_;
   std::vector<int32_t> ranks_;  // data-parallel attention: work_[i]'s device (Request::dp_rank)
-  std::vector<int32_t> dp_next_;  // per decode engine: the device the next KV copy goes to (round-robin)
-  bool runs_dp_attention(int engine) const { return engine >= pool_split_ && data_parallel_attention(cfg_); }
+  std::vector<int32_t> dp_next_;  // per engine under data-parallel attention: the device dealt next (round-robin)
+  bool runs_dp_attention(int engine) const {
+    return engine < pool_split_ ? own_prefill(engine) && data_parallel_attention(cfg_, prefill_pool()) : data_parallel_attention(cfg_);
+  }
   LogHistogram gaps_;
   int64_t last_activity_ns_ = 0;
   int64_t trace_iterations_ = 0;

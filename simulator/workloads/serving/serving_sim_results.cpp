@@ -190,6 +190,11 @@ ServingResults ServingSim::results() const {
     mo.alltoall_passes = moe_a2a_passes_;
     mo.decode_alltoalls = moe_a2a_decode_count_;
     mo.decode_alltoall_ns = moe_a2a_decode_ns_;
+    if (pool_split_ > 0) {  // a disaggregated deployment: what the decode pool's leave is the prefill pool's
+      mo.prefill_alltoalls = moe_a2a_count_ - moe_a2a_decode_count_;
+      mo.prefill_alltoall_ns = moe_a2a_ns_ - moe_a2a_decode_ns_;
+    }
+    mo.prefill_data_parallel_attention = prefill_pool() && data_parallel_attention(c, prefill_pool());
     mo.two_batch_overlap = c.moe.two_batch_overlap;
     mo.data_parallel_attention = data_parallel_attention(c);
     mo.overlapped_iterations = overlapped_;

@@ -1,0 +1,122 @@
+// Data-parallel attention on a prefill pool (deployment.prefill_pool.data_parallel_attention):
+// each prefill device prefills its own prompts whole and holds their KV cache until the copy,
+// which leaves from it alone; the routed experts stay spread over the pool, reached by
+// all-to-all. DeepSeek's prefill deployment, and the setting of DeepEP's normal kernels
+// (scenarios/deepep-normal-ep16.yaml, three validation rows).
+#include <doctest/doctest.h>
+
+#include "test_support.h"
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "config/error.h"
+
+using namespace sluice;
+using sluice::testing::run_text;
+
+namespace {
+
+// One 8 x H200 server prefilling DeepSeek-V3 (EP 8, data-parallel attention), one decoding at TP 8;
+// prompts of 4,096 of the model's tokens, all at once.
+const char* kPool = R"(name: t
+seed: 3
+cluster:
+  topology: {catalog: rail-optimized, servers: 2}
+  hardware: h200
+workloads:
+  - name: dsv3
+    kind: serving
+    model: deepseek-v3
+    deployment:
+      replicas: 2
+      prefill_replicas: 1
+      tensor_parallel: 8
+      prefill_pool: {tensor_parallel: 8, data_parallel_attention: true}
+      implementation: fused
+      precision: fp8
+      moe: {expert_parallel: true, dispatch: alltoall}
+    scheduler: {kind: vllm, max_num_seqs: 64, max_num_batched_tokens: 262144}
+    workload:
+      kind: llmperf
+      requests: 1
+      input_tokens: {mean: 4097, sd: 0}
+      output_tokens: {mean: 2, sd: 0}
+      tokenizer: llama3
+      arrival: {kind: closed_loop, clients: 1}
+    outputs: {trace: false}
+)";
+
+Json pool_run(bool dp, int requests) {
+  return run_text(kPool, {fmt::format("workloads.0.deployment.prefill_pool.data_parallel_attention={}", dp ? "true" : "false"),
+                          fmt::format("workloads.0.workload.requests={}", requests),
+                          fmt::format("workloads.0.workload.arrival.clients={}", requests)})["serving"];
+}
+double ttft(const Json& s) { return s["latency_ms"]["ttft"]["mean"].get<double>(); }
+
+}  // namespace
+
+TEST_CASE("prefill dp attention: each device prefills its own prompts, dealt round-robin, in one pass") {
+  const Json dp1 = pool_run(true, 1), dp2 = pool_run(true, 2), dp8 = pool_run(true, 8);
+  const Json tp1 = pool_run(false, 1), tp2 = pool_run(false, 2), tp8 = pool_run(false, 8);
+  for (const Json* s : {&dp1, &dp2, &dp8, &tp1, &tp2, &tp8}) CHECK((*s)["disaggregation"]["prefill"]["iterations"] == 1);
+  CHECK(dp1["moe"]["prefill_data_parallel_attention"] == true);
+  CHECK_FALSE(tp1["moe"].contains("prefill_data_parallel_attention"));
+  // A second prompt goes to another device: the pass grows by the experts' and all-to-alls' part
+  // alone (7% here), where tensor parallelism runs both prompts' attention and dense layers on
+  // every device (1.8x).
+  CHECK(ttft(dp2) / ttft(dp1) < 1.2);
+  CHECK(ttft(tp2) / ttft(tp1) > 1.6);
+  // One prompt alone: one device's whole attention against eight devices' eighths (2.4x); eight,
+  // one a device: data-parallel attention is the faster (no all-reduces, each device its own).
+  CHECK(ttft(dp1) > 2 * ttft(tp1));
+  CHECK(ttft(dp8) < 0.7 * ttft(tp8));
+  // The same tokens cross the same all-to-alls either way (EP 8 over the pool).
+  CHECK(dp8["moe"]["prefill_alltoall_us_per_layer"].get<double>() ==
+        doctest::Approx(tp8["moe"]["prefill_alltoall_us_per_layer"].get<double>()).epsilon(1e-9));
+  // Every device holds the attention and dense weights whole.
+  CHECK(dp1["deployment"]["prefill_pool"]["weights_bytes_per_gpu"].get<double>() >
+        tp1["deployment"]["prefill_pool"]["weights_bytes_per_gpu"].get<double>() + 5e9);
+}
+
+TEST_CASE("prefill dp attention: a prompt's KV copy leaves the one device that prefilled it") {
+  // The same bytes, from one GPU's links instead of eight: the copy takes about four times as
+  // long (the routes spread it over NVLink to other NICs, not eight-fold).
+  const Json dp = pool_run(true, 1), tp = pool_run(false, 1);
+  CHECK(dp["disaggregation"]["kv_transfer_bytes"].get<double>() == tp["disaggregation"]["kv_transfer_bytes"].get<double>());
+  CHECK(dp["disaggregation"]["kv_transfer_ms"]["mean"].get<double>() > 3 * tp["disaggregation"]["kv_transfer_ms"]["mean"].get<double>());
+}
+
+TEST_CASE("prefill dp attention: DeepEP's normal-kernel set-up crosses the network once a token and server, at line rate") {
+  // scenarios/deepep-normal-ep16.yaml: 16 H800s prefill 16 prompts of 4,096 tokens, one a GPU,
+  // EP 16 over two servers, hierarchical all-to-all. A GPU's 4,096 tokens cross once to the
+  // other server when one of their 8 experts is there (1 - 2^-8 of them under sluice's uniform
+  // routing), FP8 rows with their scales out and BF16 back, over its 50 GB/s NIC: the layer's
+  // all-to-alls take at least that, and the NVLink forwarding beside it adds less than half.
+  const std::string yaml = testing::slurp(std::filesystem::path(SLUICE_TESTS_DIR).parent_path() / "scenarios/deepep-normal-ep16.yaml");
+  const Json s = run_text(yaml)["serving"];
+  CHECK(s["disaggregation"]["prefill"]["iterations"] == 1);
+  const double line = 4096 * (1 - std::pow(0.5, 8)) * 7168 * (1 + 4.0 / 128 + 2) / 50e9 * 1e6;  // us
+  const double layer = s["moe"]["prefill_alltoall_us_per_layer"].get<double>();
+  CHECK(layer > line);
+  CHECK(layer < 1.5 * line);
+  // The decode pool's own figure apart (two steps of 16 sequences).
+  CHECK(s["moe"]["decode_alltoall_us_per_layer"].get<double>() < 0.01 * layer);
+}
+
+TEST_CASE("prefill dp attention: bad input is refused at its key before anything runs") {
+  auto refused = [&](std::vector<std::string> sets, const char* why) {
+    CHECK_THROWS_WITH_AS(run_text(kPool, sets), doctest::Contains(why), ConfigError);
+    CHECK_THROWS_WITH_AS(run_text(kPool, sets), doctest::Contains("prefill_pool.data_parallel_attention"), ConfigError);
+  };
+  refused({"workloads.0.deployment.moe={expert_parallel: true, dispatch: allreduce}"}, "all-to-all");
+  refused({"workloads.0.deployment.prefill_pool={tensor_parallel: 1, data_parallel_attention: true}"}, "there is one");
+  refused({"workloads.0.model=llama3-8b", "workloads.0.deployment.moe=null", "workloads.0.deployment.precision=bf16"}, "dense");
+  // Without a prefill pool of its own there is no key to give it.
+  CHECK_THROWS_WITH_AS(run_text(kPool, {"workloads.0.deployment.prefill_replicas=0", "workloads.0.deployment.replicas=1"}),
+                       doctest::Contains("prefill_pool"), ConfigError);
+}
