@@ -75,9 +75,14 @@ TEST_CASE("prefill dp attention: each device prefills its own prompts, dealt rou
   // one a device: data-parallel attention is the faster (no all-reduces, each device its own).
   CHECK(ttft(dp1) > 2 * ttft(tp1));
   CHECK(ttft(dp8) < 0.7 * ttft(tp8));
-  // The same tokens cross the same all-to-alls either way (EP 8 over the pool).
-  CHECK(dp8["moe"]["prefill_alltoall_us_per_layer"].get<double>() ==
-        doctest::Approx(tp8["moe"]["prefill_alltoall_us_per_layer"].get<double>()).epsilon(1e-9));
+  // Eight prompts, one a device: the same tokens cross the same all-to-alls either way (EP 8 over
+  // the pool). One prompt: under tensor parallelism each device sends an eighth of its tokens'
+  // rows, under data-parallel attention its one device sends them all, as eight prompts' devices
+  // each do (the pass's all-to-all is sized by its busiest device).
+  const auto a2a = [](const Json& s) { return s["moe"]["prefill_alltoall_us_per_layer"].get<double>(); };
+  CHECK(a2a(dp8) == doctest::Approx(a2a(tp8)).epsilon(1e-9));
+  CHECK(a2a(dp1) == doctest::Approx(a2a(dp8)).epsilon(1e-9));
+  CHECK(a2a(tp1) < a2a(dp1) / 4);
   // Every device holds the attention and dense weights whole.
   CHECK(dp1["deployment"]["prefill_pool"]["weights_bytes_per_gpu"].get<double>() >
         tp1["deployment"]["prefill_pool"]["weights_bytes_per_gpu"].get<double>() + 5e9);
@@ -89,6 +94,10 @@ TEST_CASE("prefill dp attention: a prompt's KV copy leaves the one device that p
   const Json dp = pool_run(true, 1), tp = pool_run(false, 1);
   CHECK(dp["disaggregation"]["kv_transfer_bytes"].get<double>() == tp["disaggregation"]["kv_transfer_bytes"].get<double>());
   CHECK(dp["disaggregation"]["kv_transfer_ms"]["mean"].get<double>() > 3 * tp["disaggregation"]["kv_transfer_ms"]["mean"].get<double>());
+  // Eight prompts prefilled on eight devices: eight copies at once, each from its own device (had
+  // they all left one device, they would share its links: about eight times one copy).
+  const Json dp8 = pool_run(true, 8);
+  CHECK(dp8["disaggregation"]["kv_transfer_ms"]["mean"].get<double>() < 4 * dp["disaggregation"]["kv_transfer_ms"]["mean"].get<double>());
 }
 
 TEST_CASE("prefill dp attention: DeepEP's normal-kernel set-up crosses the network once a token and server, at line rate") {
@@ -100,6 +109,7 @@ TEST_CASE("prefill dp attention: DeepEP's normal-kernel set-up crosses the netwo
   const std::string yaml = testing::slurp(std::filesystem::path(SLUICE_TESTS_DIR).parent_path() / "scenarios/deepep-normal-ep16.yaml");
   const Json s = run_text(yaml)["serving"];
   CHECK(s["disaggregation"]["prefill"]["iterations"] == 1);
+  CHECK(s["moe"]["prefill_data_parallel_attention"] == true);
   const double line = 4096 * (1 - std::pow(0.5, 8)) * 7168 * (1 + 4.0 / 128 + 2) / 50e9 * 1e6;  // us
   const double layer = s["moe"]["prefill_alltoall_us_per_layer"].get<double>();
   CHECK(layer > line);
@@ -116,6 +126,11 @@ TEST_CASE("prefill dp attention: bad input is refused at its key before anything
   refused({"workloads.0.deployment.moe={expert_parallel: true, dispatch: allreduce}"}, "all-to-all");
   refused({"workloads.0.deployment.prefill_pool={tensor_parallel: 1, data_parallel_attention: true}"}, "there is one");
   refused({"workloads.0.model=llama3-8b", "workloads.0.deployment.moe=null", "workloads.0.deployment.precision=bf16"}, "dense");
+  // Its default alone asks for no pool of its own: speculative decoding (refused beside a pool of
+  // its own) still runs.
+  CHECK_NOTHROW(run_text(kPool, {"workloads.0.deployment.prefill_pool={data_parallel_attention: false}", "workloads.0.model=llama3-8b",
+                                 "workloads.0.deployment.moe=null", "workloads.0.deployment.precision=bf16",
+                                 "workloads.0.deployment.speculative={method: eagle, acceptance: 0.7}"}));
   // Without a prefill pool of its own there is no key to give it.
   CHECK_THROWS_WITH_AS(run_text(kPool, {"workloads.0.deployment.prefill_replicas=0", "workloads.0.deployment.replicas=1"}),
                        doctest::Contains("prefill_pool"), ConfigError);

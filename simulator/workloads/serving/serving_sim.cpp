@@ -371,8 +371,20 @@ void ServingSim::try_start(int ri) {
     for (const SeqWork& w : work_) tokens += w.new_tokens + w.drafts;  // (a verification carries its drafts through every layer)
     f.passes.resize(static_cast<size_t>(passes));
     f.stage_ns.resize(static_cast<size_t>(passes * pp_));
+    // A data-parallel prefill's all-to-alls by its busiest device (Pass::a2a_tokens). A decode
+    // step's stay by the mean: its sequences are dealt round-robin, a token each, so the devices
+    // differ by at most one sequence's tokens.
+    double a2a_tokens = static_cast<double>(tokens);
+    if (ri < pool_split_ && runs_dp_attention(ri) && ranks_.size() == work_.size()) {
+      const int dp = tp_of(ri);
+      per_rank_tokens_.assign(static_cast<size_t>(dp), 0);
+      for (size_t i = 0; i < work_.size(); ++i)
+        if (ranks_[i] >= 0) per_rank_tokens_[static_cast<size_t>(ranks_[i] % dp)] += work_[i].new_tokens + work_[i].drafts;
+      a2a_tokens = static_cast<double>(*std::max_element(per_rank_tokens_.begin(), per_rank_tokens_.end())) * dp;
+    }
     for (int k = 0; k < passes; ++k) {
       f.passes[static_cast<size_t>(k)].tokens = slices.empty() ? static_cast<double>(tokens) : slices[static_cast<size_t>(k)];
+      f.passes[static_cast<size_t>(k)].a2a_tokens = slices.empty() ? a2a_tokens : slices[static_cast<size_t>(k)];
       for (int s = 0; s < pp_; ++s) f.stage_ns[static_cast<size_t>(k * pp_ + s)] = pass_stage_ns(k, s);
     }
     f.done_on_stage.assign(static_cast<size_t>(pp_), 0);

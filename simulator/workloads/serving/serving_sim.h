@@ -463,6 +463,10 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
     int64_t stage_started_ns = 0;
     int64_t comm_started_ns = 0;  // when its all-reduce or hand-off began (the communication metrics)
     double tokens = 0;
+    // The tokens its MoE all-to-alls are sized by (the collective sends every device's alike): the
+    // pass's, or on a prefill engine with data-parallel attention its busiest device's times the
+    // devices (a lone prompt's rows all leave its one device; exact when the devices are balanced).
+    double a2a_tokens = 0;
     std::unique_ptr<net::Collective> collective;
     std::unique_ptr<net::Collective> alltoall;  // the MoE layers' dispatch and combine, after the all-reduces
     // Two-batch overlap: the communication started with the compute; the stage ends when both
@@ -556,6 +560,7 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   std::vector<TimeSample> samples_;
   std::vector<SeqWork> work_;
   std::vector<int32_t> ranks_;  // data-parallel attention: work_[i]'s device (Request::dp_rank)
+  std::vector<int64_t> per_rank_tokens_;  // ... and a data-parallel prefill's tokens by device (Pass::a2a_tokens)
   std::vector<int32_t> dp_next_;  // per engine under data-parallel attention: the device dealt next (round-robin)
   bool runs_dp_attention(int engine) const {
     return engine < pool_split_ ? own_prefill(engine) && data_parallel_attention(cfg_, prefill_pool()) : data_parallel_attention(cfg_);

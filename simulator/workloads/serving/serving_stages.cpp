@@ -91,7 +91,7 @@ void ServingSim::start_comm(int ri, int k) {
 void ServingSim::start_alltoall(int ri, int k) {
   Pass& p = inflight_[static_cast<size_t>(ri)].passes[static_cast<size_t>(k)];
   const CostModel& cost = cost_of(ri);
-  const double bytes = cost.moe_alltoall_bytes(p.tokens, p.stage);
+  const double bytes = cost.moe_alltoall_bytes(p.a2a_tokens, p.stage);
   if (bytes <= 0) {
     stage_comm_done(ri, k);
     return;
