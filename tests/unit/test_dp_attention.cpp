@@ -48,33 +48,6 @@ double own_ns(const IterationCost& it) {
   return ns;
 }
 
-const char* kDisagg = R"(name: t
-seed: 11
-cluster:
-  topology: {catalog: rail-optimized, servers: 2}
-  hardware: h200
-workloads:
-  - name: dsv3
-    kind: serving
-    model: deepseek-v3
-    deployment:
-      replicas: 2
-      prefill_replicas: 1
-      tensor_parallel: 8
-      prefill_pool: {tensor_parallel: 8}
-      implementation: fused
-      precision: fp8
-      moe: {expert_parallel: true, dispatch: alltoall}
-    scheduler: {kind: vllm, max_num_seqs: 512}
-    workload:
-      kind: llmperf
-      requests: 300
-      input_tokens: {mean: 4096, sd: 1024}
-      output_tokens: {mean: 1024, sd: 256}
-      arrival: {kind: closed_loop, clients: 256}
-    outputs: {trace: false}
-)";
-
 }  // namespace
 
 TEST_CASE("dp attention: each device's step is one device's whole attention and dense layers over its own sequences, then the experts") {
@@ -147,8 +120,8 @@ TEST_CASE("dp attention: every device holds all but the routed experts whole, an
   CHECK(ds.weight_bytes_dp_attention(8) == doctest::Approx(ds.weight_bytes() - routed * 7 / 8));
   CHECK(ds.weight_bytes_dp_attention(8) > ds.weight_bytes_per_gpu(8, 1));
   // A run: the decode pool's cache holds 8 devices' worth of latents, each once.
-  const Json tp = run_text(kDisagg)["serving"];
-  const Json dp = run_text(kDisagg, {"workloads.0.deployment.moe.data_parallel_attention=true"})["serving"];
+  const Json tp = run_text(testing::kDeepSeekTwoServers)["serving"];
+  const Json dp = run_text(testing::kDeepSeekTwoServers, {"workloads.0.deployment.moe.data_parallel_attention=true"})["serving"];
   CHECK(dp["moe"]["data_parallel_attention"] == true);
   CHECK_FALSE(tp["moe"].contains("data_parallel_attention"));
   const double gib = 1024.0 * 1024 * 1024;
@@ -167,7 +140,7 @@ TEST_CASE("dp attention: every device holds all but the routed experts whole, an
     // spread over the eight decode GPUs, as tensor-parallel decode gets them, an eighth of that.
     const std::vector<std::string> one = {"workloads.0.workload.requests=1", "workloads.0.workload.arrival.clients=1",
                                           "workloads.0.deployment.moe.data_parallel_attention=true"};
-    const Json solo = run_text(kDisagg, one)["serving"]["disaggregation"];
+    const Json solo = run_text(testing::kDeepSeekTwoServers, one)["serving"]["disaggregation"];
     const double bytes = solo["kv_transfer_bytes"].get<double>(), ms = solo["kv_transfer_ms"]["mean"].get<double>();
     CHECK(bytes > 1e8);
     CHECK(ms > 0.8 * bytes / 50e9 * 1e3);
@@ -181,8 +154,8 @@ TEST_CASE("dp attention: every device holds all but the routed experts whole, an
 TEST_CASE("dp attention: bad input is refused at its key before anything runs") {
   auto refused = [&](std::vector<std::string> sets, const char* why) {
     sets.push_back("workloads.0.deployment.moe.data_parallel_attention=true");
-    CHECK_THROWS_WITH_AS(run_text(kDisagg, sets), doctest::Contains(why), ConfigError);
-    CHECK_THROWS_WITH_AS(run_text(kDisagg, sets), doctest::Contains("data_parallel_attention"), ConfigError);
+    CHECK_THROWS_WITH_AS(run_text(testing::kDeepSeekTwoServers, sets), doctest::Contains(why), ConfigError);
+    CHECK_THROWS_WITH_AS(run_text(testing::kDeepSeekTwoServers, sets), doctest::Contains("data_parallel_attention"), ConfigError);
   };
   refused({"workloads.0.deployment.moe.dispatch=allreduce"}, "all-to-all");
   refused({"workloads.0.deployment.tensor_parallel=1", "workloads.0.deployment.replicas=9"}, "there is one");
@@ -191,9 +164,9 @@ TEST_CASE("dp attention: bad input is refused at its key before anything runs") 
   refused({"workloads.0.deployment.moe.expert_parallel=false", "workloads.0.deployment.moe.dispatch=allreduce"}, "all-to-all");
   // Pipeline stages: refused at the deployment's pipeline_parallel (the check sluice cost shares).
   refused({"workloads.0.deployment.pipeline_parallel=2"}, "pipeline stages are not modelled");
-  CHECK_THROWS_WITH_AS(run_text(kDisagg, {"workloads.0.deployment.pipeline_parallel=2", "workloads.0.deployment.moe.data_parallel_attention=true"}),
+  CHECK_THROWS_WITH_AS(run_text(testing::kDeepSeekTwoServers, {"workloads.0.deployment.pipeline_parallel=2", "workloads.0.deployment.moe.data_parallel_attention=true"}),
                        doctest::Contains("pipeline_parallel = "), ConfigError);
-  CHECK_THROWS_WITH_AS(run_text(kDisagg, {"workloads.0.model=llama3-8b", "workloads.0.deployment.moe={data_parallel_attention: true}",
+  CHECK_THROWS_WITH_AS(run_text(testing::kDeepSeekTwoServers, {"workloads.0.model=llama3-8b", "workloads.0.deployment.moe={data_parallel_attention: true}",
                                           "workloads.0.deployment.precision=bf16"}),
                        doctest::Contains("dense model"), ConfigError);
 }

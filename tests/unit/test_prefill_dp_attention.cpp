@@ -21,40 +21,15 @@ using sluice::testing::run_text;
 
 namespace {
 
-// One 8 x H200 server prefilling DeepSeek-V3 (EP 8, data-parallel attention), one decoding at TP 8;
-// prompts of 4,096 of the model's tokens, all at once.
-const char* kPool = R"(name: t
-seed: 3
-cluster:
-  topology: {catalog: rail-optimized, servers: 2}
-  hardware: h200
-workloads:
-  - name: dsv3
-    kind: serving
-    model: deepseek-v3
-    deployment:
-      replicas: 2
-      prefill_replicas: 1
-      tensor_parallel: 8
-      prefill_pool: {tensor_parallel: 8, data_parallel_attention: true}
-      implementation: fused
-      precision: fp8
-      moe: {expert_parallel: true, dispatch: alltoall}
-    scheduler: {kind: vllm, max_num_seqs: 64, max_num_batched_tokens: 262144}
-    workload:
-      kind: llmperf
-      requests: 1
-      input_tokens: {mean: 4097, sd: 0}
-      output_tokens: {mean: 2, sd: 0}
-      tokenizer: llama3
-      arrival: {kind: closed_loop, clients: 1}
-    outputs: {trace: false}
-)";
-
+// testing::kDeepSeekTwoServers with its prefill server at EP 8 under data-parallel attention (or
+// tensor-parallel), prompts of 4,096 of the model's tokens and two-token answers, all at once.
 Json pool_run(bool dp, int requests) {
-  return run_text(kPool, {fmt::format("workloads.0.deployment.prefill_pool.data_parallel_attention={}", dp ? "true" : "false"),
-                          fmt::format("workloads.0.workload.requests={}", requests),
-                          fmt::format("workloads.0.workload.arrival.clients={}", requests)})["serving"];
+  return run_text(testing::kDeepSeekTwoServers,
+                  {fmt::format("workloads.0.deployment.prefill_pool={{tensor_parallel: 8, data_parallel_attention: {}}}", dp ? "true" : "false"),
+                   "workloads.0.scheduler={kind: vllm, max_num_seqs: 64, max_num_batched_tokens: 262144}",
+                   fmt::format("workloads.0.workload={{kind: llmperf, requests: {0}, input_tokens: {{mean: 4097, sd: 0}}, "
+                               "output_tokens: {{mean: 2, sd: 0}}, tokenizer: llama3, arrival: {{kind: closed_loop, clients: {0}}}}}",
+                               requests)})["serving"];
 }
 double ttft(const Json& s) { return s["latency_ms"]["ttft"]["mean"].get<double>(); }
 
@@ -119,19 +94,24 @@ TEST_CASE("prefill dp attention: DeepEP's normal-kernel set-up crosses the netwo
 }
 
 TEST_CASE("prefill dp attention: bad input is refused at its key before anything runs") {
+  const auto with_pool = [](std::vector<std::string> sets) {
+    sets.insert(sets.begin(), "workloads.0.deployment.prefill_pool={tensor_parallel: 8, data_parallel_attention: true}");
+    return sets;
+  };
   auto refused = [&](std::vector<std::string> sets, const char* why) {
-    CHECK_THROWS_WITH_AS(run_text(kPool, sets), doctest::Contains(why), ConfigError);
-    CHECK_THROWS_WITH_AS(run_text(kPool, sets), doctest::Contains("prefill_pool.data_parallel_attention"), ConfigError);
+    CHECK_THROWS_WITH_AS(run_text(testing::kDeepSeekTwoServers, with_pool(sets)), doctest::Contains(why), ConfigError);
+    CHECK_THROWS_WITH_AS(run_text(testing::kDeepSeekTwoServers, with_pool(sets)), doctest::Contains("prefill_pool.data_parallel_attention"), ConfigError);
   };
   refused({"workloads.0.deployment.moe={expert_parallel: true, dispatch: allreduce}"}, "all-to-all");
   refused({"workloads.0.deployment.prefill_pool={tensor_parallel: 1, data_parallel_attention: true}"}, "there is one");
   refused({"workloads.0.model=llama3-8b", "workloads.0.deployment.moe=null", "workloads.0.deployment.precision=bf16"}, "dense");
   // Its default alone asks for no pool of its own: speculative decoding (refused beside a pool of
   // its own) still runs.
-  CHECK_NOTHROW(run_text(kPool, {"workloads.0.deployment.prefill_pool={data_parallel_attention: false}", "workloads.0.model=llama3-8b",
-                                 "workloads.0.deployment.moe=null", "workloads.0.deployment.precision=bf16",
-                                 "workloads.0.deployment.speculative={method: eagle, acceptance: 0.7}"}));
+  CHECK_NOTHROW(run_text(testing::kDeepSeekTwoServers,
+                         {"workloads.0.deployment.prefill_pool={data_parallel_attention: false}", "workloads.0.model=llama3-8b",
+                          "workloads.0.deployment.moe=null", "workloads.0.deployment.precision=bf16",
+                          "workloads.0.deployment.speculative={method: eagle, acceptance: 0.7}", "workloads.0.workload.requests=4"}));
   // Without a prefill pool of its own there is no key to give it.
-  CHECK_THROWS_WITH_AS(run_text(kPool, {"workloads.0.deployment.prefill_replicas=0", "workloads.0.deployment.replicas=1"}),
+  CHECK_THROWS_WITH_AS(run_text(testing::kDeepSeekTwoServers, with_pool({"workloads.0.deployment.prefill_replicas=0", "workloads.0.deployment.replicas=1"})),
                        doctest::Contains("prefill_pool"), ConfigError);
 }

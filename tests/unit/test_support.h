@@ -94,6 +94,36 @@ inline Json same_with_and_without_fast_forward(const std::string& yaml) {
   return Json::parse(on);
 }
 
+// DeepSeek-V3 in FP8 on two 8 x H200 servers (rail-optimized), disaggregated: one prefilling at
+// TP 8, one decoding at TP 8, experts expert-parallel with all-to-all dispatch; 300 requests of
+// 4096+-1024 / 1024+-256 tokens from 256 clients (test_dp_attention, test_prefill_dp_attention).
+inline constexpr const char* kDeepSeekTwoServers = R"(name: t
+seed: 11
+cluster:
+  topology: {catalog: rail-optimized, servers: 2}
+  hardware: h200
+workloads:
+  - name: dsv3
+    kind: serving
+    model: deepseek-v3
+    deployment:
+      replicas: 2
+      prefill_replicas: 1
+      tensor_parallel: 8
+      prefill_pool: {tensor_parallel: 8}
+      implementation: fused
+      precision: fp8
+      moe: {expert_parallel: true, dispatch: alltoall}
+    scheduler: {kind: vllm, max_num_seqs: 512}
+    workload:
+      kind: llmperf
+      requests: 300
+      input_tokens: {mean: 4096, sd: 1024}
+      output_tokens: {mean: 1024, sd: 256}
+      arrival: {kind: closed_loop, clients: 256}
+    outputs: {trace: false}
+)";
+
 // Four devices (four servers, groups 0-3) on one switch, each link 100 GB/s with no latency, on
 // H200s: the cluster section of hand-checked training tests (a scenario's text up to `workloads:`).
 inline constexpr const char* kFourDeviceStar = R"(name: t
