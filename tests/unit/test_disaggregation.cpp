@@ -258,9 +258,11 @@ workload: {kind: llmperf, requests: 4}
   CHECK_NOTHROW(run_text(base, {"deployment.kv_transfer=layerwise"}));
   // Static batching on the prefill pool (the deployment's scheduler, or the pool's own): it would
   // hold a prompt it had handed off (it ended twice, or never ended). On the decode pool alone it runs.
-  CHECK_THROWS_WITH_AS(run_text(base, {"scheduler={kind: static}"}), doctest::Contains("scheduler.kind = 'static'"), ConfigError);
+  CHECK_THROWS_WITH_AS(run_text(base, {"scheduler={kind: static}"}), doctest::Contains("static batching holds a batch"), ConfigError);
   CHECK_THROWS_WITH_AS(run_text(base, {"deployment.prefill_pool={scheduler: {kind: static}}"}),
-                       doctest::Contains("prefill_pool.scheduler.kind = 'static'"), ConfigError);
+                       doctest::Contains("prefill_pool.scheduler"), ConfigError);
+  // The short form, written in the file: located at its line.
+  CHECK_THROWS_WITH_AS(run_text(std::string(base) + "scheduler: static\n"), doctest::Contains("t.yaml:5:"), ConfigError);
   const Json decode_static = run_text(base, {"scheduler={kind: static}", "deployment.prefill_pool={scheduler: {kind: vllm}}"});
   CHECK(decode_static["serving"]["requests"]["completed"] == 4);
 }

@@ -105,12 +105,15 @@ TEST_CASE("prefill dp attention: bad input is refused at its key before anything
   refused({"workloads.0.deployment.moe={expert_parallel: true, dispatch: allreduce}"}, "all-to-all");
   refused({"workloads.0.deployment.prefill_pool={tensor_parallel: 1, data_parallel_attention: true}"}, "there is one");
   refused({"workloads.0.model=llama3-8b", "workloads.0.deployment.moe=null", "workloads.0.deployment.precision=bf16"}, "dense");
-  // Its default alone asks for no pool of its own: speculative decoding (refused beside a pool of
-  // its own) still runs.
-  CHECK_NOTHROW(run_text(testing::kDeepSeekTwoServers,
-                         {"workloads.0.deployment.prefill_pool={data_parallel_attention: false}", "workloads.0.model=llama3-8b",
-                          "workloads.0.deployment.moe=null", "workloads.0.deployment.precision=bf16",
-                          "workloads.0.deployment.speculative={method: eagle, acceptance: 0.7}", "workloads.0.workload.requests=4"}));
+  // false with the decode engines data-parallel: a prefill pool of its own, tensor-parallel (as
+  // deepep-low-latency-ep16.yaml's), where without it the prefill engines would run the decode
+  // engines' data-parallel attention and are refused, saying so.
+  CHECK_NOTHROW(run_text(testing::kDeepSeekTwoServers, {"workloads.0.deployment.prefill_pool={data_parallel_attention: false}",
+                                                        "workloads.0.deployment.moe.data_parallel_attention=true",
+                                                        "workloads.0.workload.requests=8"}));
+  CHECK_THROWS_WITH_AS(run_text(testing::kDeepSeekTwoServers,
+                                {"workloads.0.deployment.prefill_pool=null", "workloads.0.deployment.moe.data_parallel_attention=true"}),
+                       doctest::Contains("prefill engines, with no deployment.prefill_pool of their own"), ConfigError);
   // Without a prefill pool of its own there is no key to give it.
   CHECK_THROWS_WITH_AS(run_text(testing::kDeepSeekTwoServers, with_pool({"workloads.0.deployment.prefill_replicas=0", "workloads.0.deployment.replicas=1"})),
                        doctest::Contains("prefill_pool"), ConfigError);

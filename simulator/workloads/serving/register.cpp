@@ -521,9 +521,10 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   if (c.prefill_replicas > 0 && (c.prefill_pool ? c.prefill_pool->scheduler : p.str("scheduler")) == "static") {
     // Static batching keeps a batch's members (finished ones as padding) until its longest ends;
     // a prefill engine hands each prompt to the decode pool as its prefill ends.
+    // (At the section's key: its short form, `scheduler: static`, has no place of its own for kind.)
     const bool own = c.prefill_pool && d.section("prefill_pool").given("scheduler");
-    const Params& at = own ? d.section("prefill_pool").section("scheduler") : p.section("scheduler");
-    at.fail("kind", "static batching holds a batch until its longest member's last token, and a prefill pool hands each "
+    const Params& at = own ? d.section("prefill_pool") : p;
+    at.fail("scheduler", "static batching holds a batch until its longest member's last token, and a prefill pool hands each "
                     "prompt to the decode pool when its prefill ends",
             own ? "another scheduler for the prefill pool (vllm, sarathi, ...)"
                 : "another scheduler, or static for the decode pool alone with deployment.prefill_pool.scheduler set apart");
@@ -531,9 +532,13 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   if (c.moe.data_parallel_attention && c.model.moe()) {
     if (!c.prefill_pool)
       d.section("moe").fail("data_parallel_attention",
-                            "runs on decode engines only: colocated, each device would schedule its own prefills, which one "
-                            "scheduler per replica does not model (DeepSeek's deployment prefills on a pool of its own)",
-                            "a prefill_pool (its engines tensor-parallel, e.g. {tensor_parallel: 8}), or false");
+                            c.prefill_replicas > 0
+                                ? "is the decode engines', and the prefill engines, with no deployment.prefill_pool of their own, "
+                                  "would run it too, scheduled as one engine (a prefill pool that prefills data-parallel says so "
+                                  "itself: prefill_pool.data_parallel_attention)"
+                                : "runs on decode engines only: colocated, each device would schedule its own prefills, which one "
+                                  "scheduler per replica does not model (DeepSeek's deployment prefills on a pool of its own)",
+                            "a prefill_pool (e.g. {tensor_parallel: 8}, or {data_parallel_attention: true}), or false");
     // (Speculative decoding is refused with a prefill pool of its own, so with this too.)
   }
   c.router = reg.factory<RouterFactory>(*reg.find("router", p.str("router")))(p.section("router"));

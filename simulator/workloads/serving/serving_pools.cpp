@@ -45,10 +45,10 @@ void read_prefill_pool(ServingConfig& c, const Params& d, const Registry& reg, c
                        const std::string& deployment_scheduler) {
   const Params& pp = d.section("prefill_pool");
   std::string first;
-  for (const char* k : {"hardware", "tensor_parallel", "scheduler", "cost_tables", "nodes"})
+  // (Any key given makes a pool of its own, as the deployment's own value would: data_parallel_attention:
+  // false too, which says the prefill engines are tensor-parallel where the decode engines are not.)
+  for (const char* k : {"hardware", "tensor_parallel", "scheduler", "cost_tables", "nodes", "data_parallel_attention"})
     if (first.empty() && pp.values.count(k) && pp.given(k)) first = k;
-  // (data_parallel_attention: false alone, the default, asks for no pool of its own.)
-  if (first.empty() && pp.given("data_parallel_attention") && pp.flag("data_parallel_attention")) first = "data_parallel_attention";
   if (first.empty()) return;
   if (c.prefill_replicas <= 0)
     pp.fail(first, "is the prefill pool's, and this deployment has none", "deployment.prefill_replicas > 0, or leave prefill_pool out");

@@ -372,8 +372,8 @@ void ServingSim::try_start(int ri) {
     f.passes.resize(static_cast<size_t>(passes));
     f.stage_ns.resize(static_cast<size_t>(passes * pp_));
     // A data-parallel prefill's all-to-alls by its busiest device (Pass::a2a_tokens). A decode
-    // step's stay by the mean: its sequences are dealt round-robin, a token each, so the devices
-    // differ by at most one sequence's tokens.
+    // step's stay by the mean, a token a sequence: its sequences are dealt round-robin as their KV
+    // arrives (they finish unevenly, so a device may hold a few more than another: not modelled).
     double a2a_tokens = static_cast<double>(tokens);
     if (ri < pool_split_ && runs_dp_attention(ri) && ranks_.size() == work_.size()) {
       const int dp = tp_of(ri);
