@@ -78,10 +78,14 @@ void ServingSim::begin_layerwise(int from, uint32_t id, int32_t final_tokens) {
 // Data-parallel attention: the device of decode engine `to` that will hold the request's KV cache
 // and run its attention, dealt round-robin over its devices as copies are sent there (SGLang's
 // DP controller's default); kept while the request stays on that engine.
-void ServingSim::deal_dp_rank(Request& q, int to) {
-  if (!runs_dp_attention(to) || q.dp_engine == to) return;
-  q.dp_engine = to;
-  q.dp_rank = dp_next_[static_cast<size_t>(to)]++ % tp_of(to);
+void ServingSim::deal_dp_rank(Request& q, int to) { deal_rank(q.dp_engine, q.dp_rank, to); }
+
+// The device of engine `to` (data-parallel attention) that a request's `engine`/`rank` pair names:
+// the next in turn on that engine, kept while the request stays there.
+void ServingSim::deal_rank(int32_t& engine, int32_t& rank, int to) {
+  if (!runs_dp_attention(to) || engine == to) return;
+  engine = to;
+  rank = dp_next_[static_cast<size_t>(to)]++ % tp_of(to);
 }
 
 // Each device's share of a KV copy as a flow: with as many devices on both sides, each prefill

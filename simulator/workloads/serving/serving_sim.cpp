@@ -281,23 +281,17 @@ void ServingSim::try_start(int ri) {
   work_.clear();
   ranks_.clear();
   if (runs_dp_attention(ri)) {  // data-parallel attention: each sequence's device, where its KV cache is
-    if (ri < pool_split_) {
-      // A prefill engine's: a prompt's device dealt round-robin as it first joins a batch here
-      // (SGLang's DP controller deals requests to its ranks in turn); a chunked prompt keeps it.
-      for (const auto& en : b.entries) {
-        if (en.req == kPaddingSlot) {
-          ranks_.push_back(-1);
-          continue;
-        }
-        Request& q = front_.requests()[en.req];
-        if (q.prefill_engine != ri) {
-          q.prefill_engine = ri;
-          q.prefill_rank = dp_next_[static_cast<size_t>(ri)]++ % tp_of(ri);
-        }
-        ranks_.push_back(q.prefill_rank);
+    // On a prefill engine a prompt's device is dealt as it first joins a batch there (SGLang's DP
+    // controller deals requests to its ranks in turn); a chunked prompt keeps it.
+    const bool prefill = ri < pool_split_;
+    for (const auto& en : b.entries) {
+      if (en.req == kPaddingSlot) {
+        ranks_.push_back(-1);
+        continue;
       }
-    } else {
-      for (const auto& en : b.entries) ranks_.push_back(en.req == kPaddingSlot ? -1 : front_.requests()[en.req].dp_rank);
+      Request& q = front_.requests()[en.req];
+      if (prefill) deal_rank(q.prefill_engine, q.prefill_rank, ri);
+      ranks_.push_back(prefill ? q.prefill_rank : q.dp_rank);
     }
   }
   int generating = 0;
