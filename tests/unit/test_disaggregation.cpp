@@ -256,13 +256,25 @@ workload: {kind: llmperf, requests: 4}
                        doctest::Contains("deployment.kv_transfer"), ConfigError);
   CHECK_NOTHROW(run_text(base));
   CHECK_NOTHROW(run_text(base, {"deployment.kv_transfer=layerwise"}));
-  // Static batching on the prefill pool (the deployment's scheduler, or the pool's own): it would
-  // hold a prompt it had handed off (it ended twice, or never ended). On the decode pool alone it runs.
-  CHECK_THROWS_WITH_AS(run_text(base, {"scheduler={kind: static}"}), doctest::Contains("static batching holds a batch"), ConfigError);
-  CHECK_THROWS_WITH_AS(run_text(base, {"deployment.prefill_pool={scheduler: {kind: static}}"}),
-                       doctest::Contains("prefill_pool.scheduler"), ConfigError);
-  // The short form, written in the file: located at its line.
-  CHECK_THROWS_WITH_AS(run_text(std::string(base) + "scheduler: static\n"), doctest::Contains("t.yaml:5:"), ConfigError);
-  const Json decode_static = run_text(base, {"scheduler={kind: static}", "deployment.prefill_pool={scheduler: {kind: vllm}}"});
-  CHECK(decode_static["serving"]["requests"]["completed"] == 4);
+}
+
+TEST_CASE("static batching: a member that left its replica is padding there, not run again (handed to the decode pool, or re-routed after a failure)") {
+  // A static batch holds its members until the longest ends. A prefill engine hands each prompt to
+  // the decode pool when its prefill ends, and a failed replica's requests go elsewhere: the batch
+  // used to keep running them ("request 3 ended twice", or a run that never ended).
+  const std::string base = R"(name: t
+model: tinyllama-1.1b
+deployment: {replicas: 2, prefill_replicas: 1, cost_tables: none}
+workload: {kind: llmperf, requests: 40, output_tokens: {mean: 32, sd: 0}, arrival: {kind: closed_loop, clients: 16}}
+)";
+  for (const char* where : {"scheduler={kind: static}", "deployment.prefill_pool={scheduler: {kind: static}}"}) {
+    const Json s = run_text(base, {where})["serving"];
+    CHECK(s["requests"]["completed"] == 40);
+    CHECK(s["throughput"]["output_tokens"] == 40 * 32);  // each token once
+  }
+  const Json failures = run_text(testing::slurp(std::filesystem::path(SLUICE_TESTS_DIR).parent_path() / "scenarios/serving-failures-base.yaml"),
+                                 {"workloads.0.scheduler={kind: static}"});
+  const Json& rq = failures["serving"]["requests"];
+  CHECK(rq["completed"].get<int64_t>() > 0);
+  CHECK(rq["completed"].get<int64_t>() <= rq["announced"].get<int64_t>());
 }

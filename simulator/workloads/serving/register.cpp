@@ -518,17 +518,6 @@ ServingConfig build_serving_config(const Params& p, const Registry& reg, uint64_
   const auto& sched_factory = reg.factory<SchedulerFactory>(*reg.find("scheduler", p.str("scheduler")));
   c.make_scheduler = [sched_params, sched_factory] { return sched_factory(*sched_params); };
   read_prefill_pool(c, d, reg, cluster_hardware, p.str("scheduler"));
-  if (c.prefill_replicas > 0 && (c.prefill_pool ? c.prefill_pool->scheduler : p.str("scheduler")) == "static") {
-    // Static batching keeps a batch's members (finished ones as padding) until its longest ends;
-    // a prefill engine hands each prompt to the decode pool as its prefill ends.
-    // (At the section's key: its short form, `scheduler: static`, has no place of its own for kind.)
-    const bool own = c.prefill_pool && d.section("prefill_pool").given("scheduler");
-    const Params& at = own ? d.section("prefill_pool") : p;
-    at.fail("scheduler", "static batching holds a batch until its longest member's last token, and a prefill pool hands each "
-                    "prompt to the decode pool when its prefill ends",
-            own ? "another scheduler for the prefill pool (vllm, sarathi, ...)"
-                : "another scheduler, or static for the decode pool alone with deployment.prefill_pool.scheduler set apart");
-  }
   if (c.moe.data_parallel_attention && c.model.moe()) {
     if (!c.prefill_pool)
       d.section("moe").fail("data_parallel_attention",

@@ -22,10 +22,12 @@ class StaticScheduler final : public Scheduler {
   explicit StaticScheduler(const StaticConfig& c) : batch_size_(c.batch_size), max_wait_ns_(c.max_wait_ns) {}
 
   void schedule(Replica& r, Batch& out, int64_t now_ns) override {
-    // A member is live while its slot still holds it (slots are reused once a request ends).
+    // A member is live while its slot still holds it (slots are reused once a request ends) and
+    // this replica still runs it: a prefill engine hands a prompt to the decode pool when its
+    // prefill ends, after which it is padding here as a finished member is.
     auto live = [&](const Member& m) {
       const Request& q = r.req(m.slot);
-      return q.serial == m.serial && q.state != ReqState::Done;
+      return q.serial == m.serial && q.state != ReqState::Done && std::find(r.running.begin(), r.running.end(), m.slot) != r.running.end();
     };
     bool any = false;
     for (const Member& m : members_) any |= live(m);
