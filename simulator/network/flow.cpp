@@ -83,6 +83,7 @@ uint32_t FlowSim::start(int src, int dst, double bytes, FlowSink* sink, uint64_t
       fl.left_bytes = bytes / parts;
       fl.sink = sink;
       fl.tag = tag;
+      fl.salt = salt;
       fl.spray = s;
       begin(f);
       if (i == 0) first = f;
@@ -96,6 +97,7 @@ uint32_t FlowSim::start(int src, int dst, double bytes, FlowSink* sink, uint64_t
   fl.left_bytes = bytes;
   fl.sink = sink;
   fl.tag = tag;
+  fl.salt = salt;
   fl.spray = kNoSpray;
   begin(f);
   return f;
@@ -108,6 +110,7 @@ uint32_t FlowSim::start_on_path(const std::vector<int>& path, double bytes, Flow
   fl.left_bytes = bytes;
   fl.sink = sink;
   fl.tag = tag;
+  fl.salt = 0;
   fl.spray = kNoSpray;
   begin(f);
   return f;
@@ -231,7 +234,10 @@ std::pair<int, int> FlowSim::reroute(const std::vector<int>& links, int64_t pena
     if (fl.left_bytes <= 0) continue;
     const int src = topo_.link(fl.path.front()).src, dst = topo_.link(fl.path.back()).dst;
     np.clear();
-    router_.route(src, dst, fl.tag * 0x9E3779B97F4A7C15ull + f, np);
+    // A new hash draw from what the flow is (its tag and start salt), never from its slot in
+    // the flow table, which depends on how many flows the fabric ever held at once (fewer
+    // after a fast-forward's skipped iterations).
+    router_.route(src, dst, (fl.tag * 0x9E3779B97F4A7C15ull) ^ (fl.salt + 0x632BE59BD9B4E019ull), np);
     bool ok = !np.empty();
     for (int e : np)
       if (!topo_.link(e).up || cap_[static_cast<size_t>(e)] <= 0) ok = false;

@@ -159,6 +159,7 @@ class FlowSim final : public EventHandler {
     int64_t latency_ns = 0;
     FlowSink* sink = nullptr;
     uint64_t tag = 0;
+    uint64_t salt = 0;  // what picked its route among equal-cost ones (start's)
     uint32_t gen = 0;
     State state = State::Free;
     bool keyed = false;  // its link-heap keys hold rate_Bps (false until its first rating)
