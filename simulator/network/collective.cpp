@@ -573,6 +573,7 @@ void Collective::tree_down_all(size_t oi, int p) {
 }
 
 void Collective::on_flow_done(Engine& e, uint64_t tag) {
+  if (cancelled_) return;
   const size_t oi = static_cast<size_t>(tag >> 44);
   const int from = static_cast<int>((tag >> 22) & 0x3FFFFF);
   const uint64_t info = tag & 0x3FFFFF;
@@ -593,6 +594,7 @@ void Collective::on_flow_done(Engine& e, uint64_t tag) {
       }
       done = o.pending == 0;
       if (done && o.tail_latency_ns > 0) {
+        last_event_ns_ = e.now().count_ns() + o.tail_latency_ns;
         e.schedule_in(SimTime::ns(o.tail_latency_ns), Priority::Network, this, 0, static_cast<uint32_t>(oi));
         return;
       }
@@ -605,6 +607,7 @@ void Collective::on_flow_done(Engine& e, uint64_t tag) {
     case Op::Switch:
       done = o.pending == 0;
       if (done && o.tail_latency_ns > 0) {
+        last_event_ns_ = e.now().count_ns() + o.tail_latency_ns;
         e.schedule_in(SimTime::ns(o.tail_latency_ns), Priority::Network, this, 0, static_cast<uint32_t>(oi));
         return;
       }
@@ -643,7 +646,15 @@ void Collective::on_flow_done(Engine& e, uint64_t tag) {
   if (done) op_done(e);
 }
 
-void Collective::on_event(Engine& e, uint32_t, uint32_t) { op_done(e); }
+void Collective::on_event(Engine& e, uint32_t, uint32_t) {
+  if (cancelled_) {
+    e.discount_void_event();
+    return;
+  }
+  op_done(e);
+}
+
+bool Collective::spent() const { return finished_ || (cancelled_ && sim_.engine().now().count_ns() > last_event_ns_); }
 
 void Collective::op_done(Engine& e) {
   if (--ops_left_ > 0) return;
@@ -736,7 +747,7 @@ std::vector<int> ring_order(const Topology& topo) {
 void Graveyard::bury(std::unique_ptr<Collective> c) {
   if (!c) return;
   if (dead_.size() >= prune_at_) {  // amortised: a sweep each time the yard doubles
-    std::erase_if(dead_, [](const std::unique_ptr<Collective>& d) { return d->finished(); });
+    std::erase_if(dead_, [](const std::unique_ptr<Collective>& d) { return d->spent(); });
     prune_at_ = std::max<size_t>(64, 2 * dead_.size());
   }
   dead_.push_back(std::move(c));

@@ -103,6 +103,13 @@ class Collective final : public FlowSink, public EventHandler {
   CollectiveKind algorithm() const { return algorithm_; }
   void on_flow_done(Engine& engine, uint64_t tag) override;
   void on_event(Engine& engine, uint32_t kind, uint32_t arg) override;
+  // A failure voided it (a training job's): it starts nothing more, never finishes, and its
+  // pending events are void. Its flows are the fabric's to cut (FlowSim::cancel).
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+  bool is_void(uint32_t, uint32_t, uint32_t) const override { return cancelled_; }
+  // Nothing of it can still come: finished, or cancelled with its last event behind now.
+  bool spent() const;
 
  private:
   struct Op {  // one ring, tree, all-to-all, send or in-switch reduction within a phase
@@ -150,14 +157,16 @@ class Collective final : public FlowSink, public EventHandler {
   size_t phase_ = 0;
   size_t ops_left_ = 0;
   uint64_t flows_ = 0;
-  bool finished_ = false;
+  bool finished_ = false, cancelled_ = false;
+  int64_t last_event_ns_ = -1;  // the latest event it scheduled (a fused ring's tail latency)
   SimTime started_at_, finished_at_;
   std::function<void(Engine&)> on_done_;
 };
 
-// Collectives a failure voided. Their flows may still be on the fabric and name them, so
-// they stay alive until they finish; finished ones are let go as more are buried (a long run
-// with many failures keeps only those still draining, not every one it ever voided).
+// Collectives a failure voided. Their flows may still be on the fabric and name them (a
+// serving replica's drain), or their events be pending (a cancelled one's), so they stay alive
+// until spent; spent ones are let go as more are buried (a long run with many failures keeps
+// only those still draining, not every one it ever voided).
 class Graveyard {
  public:
   void bury(std::unique_ptr<Collective> c);

@@ -134,7 +134,7 @@ void FlowSim::begin(uint32_t f) {
     // Nothing to share: the bytes (if any) are local, or only the latency remains.
     fl.left_bytes = 0;
     fl.state = State::Flying;
-    engine_.schedule_in(SimTime::ns(fl.latency_ns), Priority::Network, this, kDeliver, f);
+    engine_.schedule_in(SimTime::ns(fl.latency_ns), Priority::Network, this, kDeliver, f, Generation(fl.gen));
     return;
   }
   fl.state = State::Sending;
@@ -548,9 +548,39 @@ void FlowSim::recompute() {
 }
 
 bool FlowSim::is_void(uint32_t kind, uint32_t arg, uint32_t generation) const {
-  if (kind != kTxDone) return false;
+  if (kind != kTxDone && kind != kDeliver) return false;
   const Flow& fl = flows_[arg];
-  return fl.state != State::Sending || !(Generation(generation) == Generation(fl.gen));
+  return fl.state != (kind == kTxDone ? State::Sending : State::Flying) || !(Generation(generation) == Generation(fl.gen));
+}
+
+size_t FlowSim::cancel(const std::function<bool(const FlowSink*)>& cut) {
+  size_t n = 0;
+  for (uint32_t f = 0; f < flows_.size(); ++f) {
+    Flow& fl = flows_[f];
+    if (fl.state == State::Free || !cut(fl.sink)) continue;
+    if (fl.state == State::Sending) {
+      level_bound_ = std::min(level_bound_, fl.rate_Bps);  // as a flow that ends: the others' shares only rise
+      detach(f);
+      --active_;
+    }
+    fl.rate_Bps = 0;
+    fl.left_bytes = 0;
+    fl.gen = (fl.gen + 1) & kGenMask;  // its completion or delivery pending is void
+    fl.state = State::Free;
+    if (fl.spray != kNoSpray && --sprays_[fl.spray].left == 0) free_sprays_.push_back(fl.spray);
+    fl.spray = kNoSpray;
+    free_.push_back(f);
+    ++n;
+  }
+  if (n == 0) return 0;
+  if (active_ == 0) {  // nothing left to re-rate: no recomputation is owed for these links
+    dirty_.clear();
+    grown_.clear();
+    level_bound_ = kInf;
+  } else {
+    request_recompute();
+  }
+  return n;
 }
 
 void FlowSim::on_event(Engine& engine, uint32_t kind, uint32_t arg) {
@@ -573,11 +603,15 @@ void FlowSim::on_event(Engine& engine, uint32_t kind, uint32_t arg) {
       fl.rate_Bps = 0;
       --active_;
       request_recompute();
-      engine.schedule_in(SimTime::ns(fl.latency_ns), Priority::Network, this, kDeliver, arg);
+      engine.schedule_in(SimTime::ns(fl.latency_ns), Priority::Network, this, kDeliver, arg, Generation(fl.gen));
       return;
     }
     case kDeliver: {
       Flow& fl = flows_[arg];
+      if (fl.state != State::Flying || !(engine.event_generation() == Generation(fl.gen))) {  // cut (cancel)
+        engine.discount_void_event();
+        return;
+      }
       FlowSink* sink = fl.sink;
       const uint64_t tag = fl.tag;
       fl.state = State::Free;

@@ -9,6 +9,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <utility>
@@ -80,10 +81,18 @@ class FlowSim final : public EventHandler {
   void set_adaptive(bool on) { adaptive_ = on; }
   bool adaptive() const { return adaptive_; }
   // Bytes each directed link has carried by now: what the flows started on it were given
-  // (moved with reroutes), less what the flows still sending there have left.
+  // (moved with reroutes), less what the flows still sending there have left (a cut flow's
+  // rest counts as carried: see cancel).
   std::vector<double> carried_link_bytes() const;
   // Starts a flow on an explicit route (a list of directed link ids, possibly empty).
   uint32_t start_on_path(const std::vector<int>& path, double bytes, FlowSink* sink, uint64_t tag);
+  // Cuts every flow whose sink `cut` names, still sending or in flight to its last byte (a
+  // training job's transfers when the job fails: its processes are killed, its communicators
+  // aborted). A cut flow never completes (its sink hears nothing, its pending events are void)
+  // and stays counted on its links' ledger as given (link bytes, bytes started: what it was
+  // handed, not what it carried). The other flows re-share at once; when none is left, no
+  // recomputation is owed. Returns how many were cut.
+  size_t cancel(const std::function<bool(const FlowSink*)>& cut);
   // Changes a directed link's capacity now (0: it carries nothing); flows re-share at once.
   void set_link_capacity(int link, double Bps);
   // The same at a later time `at` (an OCS circuit coming up after its reconfiguration).

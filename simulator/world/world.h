@@ -43,6 +43,11 @@ class Workload {
   virtual void on_devices_changed(World& world, const std::vector<int>& devices, bool up) {
     (void)world, (void)devices, (void)up;
   }
+  // Some of its devices are failing: called at the instant of the failure before anything
+  // else reacts to it (the fabric tears down their links and moves the flows over them
+  // next; on_devices_changed follows). A workload that stops at once (a training job) lets
+  // go of its transfers here, so none of them is moved.
+  virtual void before_devices_fail(World& world, const std::vector<int>& devices) { (void)world, (void)devices; }
   // Hands its results to the recorder; `scoped` is true when the world has several workloads
   // (metrics go under workloads.<name>, files are prefixed with the name).
   virtual void report(Recorder& rec, bool scoped) const = 0;

@@ -212,6 +212,21 @@ void World::set_component(FaultClass c, int index, bool down, const std::string&
       if (t.link(e).reverse >= 0) touch_link(t.link(e).reverse);
     }
   }
+  // Each workload holding changed devices hears of them (and of the cause: fault_cause()).
+  auto tell = [&](auto&& hear) {
+    if (devs_changed.empty()) return;
+    fault_cause_ = cause;
+    for (const auto& w : workloads_) {
+      std::vector<int> mine;
+      for (int d : devs_changed)
+        if (owner_[static_cast<size_t>(d)] == w->name()) mine.push_back(d);
+      if (!mine.empty()) hear(*w, mine);
+    }
+    fault_cause_.clear();
+  };
+  // Failing: first, before the fabric reacts, so a job that stops lets go of its transfers
+  // (they are not moved onto the links left).
+  if (down) tell([&](Workload& w, const std::vector<int>& mine) { w.before_devices_fail(*this, mine); });
   std::vector<int> links = comp.links;
   if (c == FaultClass::Ocs)
     for (int e = 0; e < t.link_count(); ++e)
@@ -243,17 +258,7 @@ void World::set_component(FaultClass c, int index, bool down, const std::string&
       fstats_.flows_stalled += stalled;
     }
   }
-  // The workloads that hold changed devices hear of them (and of the cause: fault_cause()).
-  if (!devs_changed.empty()) {
-    fault_cause_ = cause;
-    for (const auto& w : workloads_) {
-      std::vector<int> mine;
-      for (int d : devs_changed)
-        if (owner_[static_cast<size_t>(d)] == w->name()) mine.push_back(d);
-      if (!mine.empty()) w->on_devices_changed(*this, mine, !down);
-    }
-    fault_cause_.clear();
-  }
+  tell([&](Workload& w, const std::vector<int>& mine) { w.on_devices_changed(*this, mine, !down); });
   if (after_fault) after_fault(*this);
 }
 

@@ -1,6 +1,7 @@
 // Network flows: the incremental max-min solver against a from-scratch progressive filling on
-// random small networks, with flows starting and ending and link capacities changing; and the
-// graveyard that keeps collectives a failure voided until their flows have landed.
+// random small networks, with flows starting and ending and link capacities changing; flows
+// cut where they are (a failed training job's); and the graveyard that keeps collectives a
+// failure voided until nothing of them can come.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -233,6 +234,78 @@ TEST_CASE("flow: a reused flow record gets heap slots for a longer path, and eve
   CHECK(sink.done == 4);
   sim.check_invariants();
   CHECK(sim.active_flows() == 0);
+}
+
+TEST_CASE("flow: cutting a sink's flows re-shares their links at once, delivers none of them and keeps their bytes on the ledger") {
+  // Link 0 (10 GB/s) carries A (job) and B (other): 5 GB/s each. C (job) has sent its bytes over
+  // link 1 and is in flight for the link's 1 ms latency when the job's flows are cut.
+  Topology t("cut");
+  for (int i = 0; i < 3; ++i) t.add_node(NodeInfo{fmt::format("n{}", i), NodeKind::Device});
+  const int l0 = t.add_link(0, 1, 10e9, 0);
+  const int l1 = t.add_link(1, 2, 10e9, 1'000'000);
+  Engine e(1);
+  Router r(t);
+  FlowSim sim(e, t, r);
+  struct Count : FlowSink {
+    int done = 0;
+    void on_flow_done(Engine&, uint64_t) override { ++done; }
+  } job, other;
+  const uint32_t a = sim.start_on_path({l0}, 1e9, &job, 1);
+  const uint32_t b = sim.start_on_path({l0}, 1e9, &other, 2);
+  sim.start_on_path({l1}, 1e3, &job, 3);
+  e.run(e.now());
+  CHECK(sim.rate_Bps(a) == 5e9);
+  while (e.now().count_ns() < 100) e.step();  // C's last byte left at 100 ns: in flight
+  e.run(e.now());
+  const FlowLedger before = sim.ledger();
+  const uint64_t events = e.events_processed();
+  CHECK(sim.cancel([&](const FlowSink* s) { return s == &job; }) == 2);
+  CHECK(!sim.flow_active(a));
+  CHECK(sim.active_flows() == 1);
+  e.run(e.now());  // the recomputation: B alone on link 0
+  CHECK(sim.rate_Bps(b) == 10e9);
+  CHECK(sim.ledger().link_bytes == before.link_bytes);  // what the cut flows were given stays counted
+  CHECK(sim.ledger().bytes == before.bytes);
+  e.run();
+  CHECK(job.done == 0);  // neither the sending nor the flying one arrives
+  CHECK(other.done == 1);
+  CHECK(sim.stats().completed == 1);
+  // The recomputation, B's end, the one after it and B's delivery: the cut flows' events are void.
+  CHECK(e.events_processed() == events + 4);
+  // Cutting every flow leaves the fabric empty with no recomputation owed.
+  sim.start_on_path({l0, l1}, 1e9, &job, 4);
+  e.run(e.now());
+  const uint64_t recomputes = sim.stats().recomputes;
+  CHECK(sim.cancel([&](const FlowSink* s) { return s == &job; }) == 1);
+  CHECK(sim.empty());
+  e.run();
+  CHECK(sim.stats().recomputes == recomputes);
+  CHECK(job.done == 0);
+  sim.check_invariants();
+}
+
+TEST_CASE("collectives: a cancelled collective starts nothing more, never finishes, and is let go once nothing of it can come") {
+  TorusSpec spec;
+  spec.dims = {8};
+  const Topology t = build_torus(spec, "ring8");
+  const auto devs = ring_order(t);
+  Engine engine(0);
+  Router router(t, RoutePolicy::Auto);
+  FlowSim sim(engine, t, router);
+  bool done = false;
+  auto c = std::make_unique<Collective>(sim, CollectiveKind::AllReduceRing, devs, 64e6);
+  c->start([&](Engine&) { done = true; });
+  engine.run(SimTime::ns(1000));  // a few steps in
+  const uint64_t flows = c->flows_started();
+  c->cancel();
+  const Collective* raw = c.get();
+  CHECK(sim.cancel([raw](const FlowSink* s) { return s == raw; }) > 0);
+  engine.run();
+  CHECK(!done);
+  CHECK(!c->finished());
+  CHECK(c->flows_started() == flows);
+  CHECK(c->spent());
+  CHECK(sim.empty());
 }
 
 TEST_CASE("collectives: a graveyard keeps voided collectives until they finish, then lets them go") {

@@ -105,7 +105,7 @@ const char* kChat = R"(
 const char* kFaults = R"(
 faults:
   - {name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 60s}, repair: {dist: fixed, mean: 1s}}
-  - {kind: trace, events: ["3.019s switch:spine0 down", "7s switch:spine0 up"]}
+  - {kind: trace, events: ["3.0072s switch:spine0 down", "7s switch:spine0 up"]}
 )";
 
 }  // namespace

@@ -32,6 +32,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   void finish(World& w) override;
 
   void on_devices_changed(World& w, const std::vector<int>& devices, bool up) override;
+  void before_devices_fail(World& w, const std::vector<int>& devices) override;
   void report(Recorder& rec, bool scoped) const override;
   std::string metrics_key() const override { return "training"; }
   WorkUnits work_done() const override;
@@ -356,6 +357,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   bool replay_checkpoint(int64_t now);
   void observe_checkpoint_end(Engine& e);
 
+
   // --- Context parallelism (training_cp.cpp) ---------------------------------------------------
   // Each sequence cut into 2 cp chunks, CP rank i holding chunks i and 2cp - 1 - i (Megatron's
   // load balancing of causal attention); ring attention passes every rank's keys and values
@@ -396,6 +398,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   // checkpoint is lost, and the iterations after it will be done again.
   void fail_stop(World& w);
   bool all_up() const;
+  bool computes_on(const std::vector<int>& devices) const;  // one of them is a device it computes on (not a spare)
   // Where to train again: the same devices once healthy; on a TPU pod slice, a slice re-formed
   // at once from healthy free cubes (OCS: the healthy cubes kept and a spare for each failed
   // one; static: any healthy contiguous free block), else the same cubes after repair.
@@ -514,7 +517,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   TrainingResults res_;
   // Failures.
   std::vector<int> devices_;
-  net::Graveyard graveyard_;  // collectives a failure voided, whose flows may still land
+  net::Graveyard graveyard_;  // collectives a failure cancelled, kept while their events may still come
   uint32_t gen_ = 0;
   State state_ = State::Running;
   bool faults_ = false, restart_pending_ = false, decide_pending_ = false;

@@ -14,12 +14,20 @@
 
 namespace sluice::training::detail {
 
+bool TrainingJob::computes_on(const std::vector<int>& devices) const {
+  for (int d : devices)
+    if (active_[static_cast<size_t>(d)]) return true;
+  return false;
+}
+
+void TrainingJob::before_devices_fail(World& w, const std::vector<int>& devices) {
+  if (!done_ && state_ != State::Recovering && computes_on(devices)) fail_stop(w);
+}
+
 void TrainingJob::on_devices_changed(World& w, const std::vector<int>& devices, bool up) {
   if (done_) return;
   // A spare failing (or one coming back) does not stop the job: only a device it computes on.
-  bool computing = false;
-  for (int d : devices) computing = computing || active_[static_cast<size_t>(d)];
-  if (!up && !computing) return;
+  if (!up && !computes_on(devices)) return;
   if (!up && state_ != State::Recovering) fail_stop(w);
   if (state_ != State::Recovering || restart_pending_ || decide_pending_) return;
   // Decided at the end of the instant, once every failure and repair at this time is known
@@ -88,23 +96,33 @@ void TrainingJob::fail_stop(World& w) {
   if (state_ == State::Checkpointing) res_.checkpoint_s += static_cast<double>(now - ckpt_start_ns_) / 1e9;
   iterations_done_ = kept_iterations_;
   res_.iteration_s.resize(std::min(res_.iteration_s.size(), static_cast<size_t>(kept_iterations_)));
+  // The job's processes are killed and its communicators aborted: every transfer of it stops
+  // where it is (its collectives start nothing more, their flows and its own are cut; their
+  // bytes stay on the links' ledger as given: FlowSim::cancel).
+  std::vector<const net::FlowSink*> sinks{this};
+  auto bury = [&](std::unique_ptr<net::Collective>& c) {
+    if (!c) return;
+    c->cancel();
+    sinks.push_back(c.get());
+    graveyard_.bury(std::move(c));
+  };
   for (auto& st : stages_) {
-    for (auto& c : st.tp_collectives) graveyard_.bury(std::move(c));
-    for (auto& c : st.cp_ring) graveyard_.bury(std::move(c));
+    for (auto& c : st.tp_collectives) bury(c);
+    for (auto& c : st.cp_ring) bury(c);
     st.tp_collectives.clear();
     st.cp_ring.clear();
   }
-  for (auto& c : dp_live_) graveyard_.bury(std::move(c));
+  for (auto& c : dp_live_) bury(c);
   dp_live_.clear();
   for (auto& x : a2a_) {
-    for (auto& c : x.live)
-      if (c) graveyard_.bury(std::move(c));
+    for (auto& c : x.live) bury(c);
     x.live.clear();
-    for (auto& [oi, round] : x.rounds)  // rounds still on the fabric: their flows drain there
-      for (auto& c : round.collectives)
-        if (c) graveyard_.bury(std::move(c));
+    for (auto& [oi, round] : x.rounds)
+      for (auto& c : round.collectives) bury(c);
     x.rounds.clear();
   }
+  std::sort(sinks.begin(), sinks.end());
+  w.fabric().cancel([&sinks](const net::FlowSink* s) { return std::binary_search(sinks.begin(), sinks.end(), s); });
   for (auto& st : stages_) {
     st.busy = st.sending = false;
     st.outbox.clear();
