@@ -1,6 +1,7 @@
 // The engine: a clock, an event queue and the run seed. Passed explicitly; there is no global.
 #pragma once
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string_view>
 
@@ -15,6 +16,22 @@ namespace sluice {
 class TimeFault : public std::logic_error {
  public:
   using std::logic_error::logic_error;
+};
+
+// Watches every event as the engine delivers it (before its handler runs): a training job
+// taping an iteration it may later stand for in part (workloads/training/training_tape.cpp).
+class EventTap {
+ public:
+  virtual ~EventTap() = default;
+  virtual void before_event(int64_t t_ns) = 0;
+};
+
+// A pending event as another handler may see it (Engine::next_other_event).
+struct PendingEvent {
+  int64_t time_ns = 0;
+  Priority priority = Priority::Default;
+  const EventHandler* target = nullptr;
+  uint32_t kind = 0, arg = 0;
 };
 
 class Engine {
@@ -50,6 +67,8 @@ class Engine {
     const Event e = queue_.pop();
     if (e.time_ns() < now_.count_ns()) time_fault(SimTime::ns(e.time_ns()));
     now_ = SimTime::ns(e.time_ns());
+    if (tap_) [[unlikely]]
+      tap_->before_event(e.time_ns());
     ++processed_;
     event_generation_ = e.kind >> kKindBits;
     e.target->on_event(*this, e.kind & kMaxKind, e.arg);
@@ -92,6 +111,16 @@ class Engine {
   // handler alone in the world until then can know what happens before it.
   // Void events (EventHandler::is_void) are not counted: they will do nothing.
   int64_t next_event_excluding(const EventHandler* self) const { return queue_.earliest_excluding(self, kKindBits); }
+  // The first pending event in the run's order that another handler than `self` will
+  // receive and that is not void, if any: what acts next in the world besides `self`.
+  std::optional<PendingEvent> next_other_event(const EventHandler* self) const {
+    const Event* e = queue_.first_excluding(self, kKindBits);
+    if (!e) return std::nullopt;
+    return PendingEvent{e->time_ns(), static_cast<Priority>((e->order() >> 56) & 0xFF), e->target, e->kind & kMaxKind, e->arg};
+  }
+  // At most one tap (nullptr: none).
+  void set_tap(EventTap* tap) { tap_ = tap; }
+  EventTap* tap() const { return tap_; }
   // A handler that received a void event (one superseded before it came due: a flow's
   // completion after its rate changed, a job's step from before a failure) says so: it is
   // not counted as processed. The events a run reports are the ones that did something, so
@@ -121,6 +150,7 @@ class Engine {
   uint64_t seed_;
   uint64_t processed_ = 0;
   bool stopped_ = false;
+  EventTap* tap_ = nullptr;
   int64_t until_ = SimTime::max().count_ns();  // the horizon of the run in progress
 };
 

@@ -107,6 +107,15 @@ class EventQueue {
   }
 
   uint64_t inserted() const { return seq_; }
+  // The first pending event in the total order whose handler is not `target` and that is not
+  // void (nullptr when none): a linear scan, as earliest_excluding.
+  const Event* first_excluding(const EventHandler* target, uint32_t kind_bits) const {
+    const Event* best = nullptr;
+    const uint32_t mask = (1u << kind_bits) - 1;
+    for (const Event& e : heap_)
+      if (e.target != target && (!best || e.key < best->key) && !e.target->is_void(e.kind & mask, e.arg, e.kind >> kind_bits)) best = &e;
+    return best;
+  }
   // The earliest time of a pending event whose handler is not `target` and that is not void
   // (INT64_MAX when none): a linear scan, for a handler that asks whether anything else can
   // act before a time. `kind_bits`: the low bits of Event::kind that hold the handler's kind.

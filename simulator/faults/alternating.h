@@ -35,6 +35,7 @@ class Alternating : public FaultProcess, public EventHandler {
   }
 
  protected:
+  enum : uint32_t { kOn = 1, kOff = 2 };
   // Component `target` of the class enters (`on`) or leaves the second state.
   virtual void apply(int target, bool on) = 0;
   std::string stream_, name_;
@@ -45,7 +46,6 @@ class Alternating : public FaultProcess, public EventHandler {
   World* world_ = nullptr;
 
  private:
-  enum : uint32_t { kOn = 1, kOff = 2 };
   void schedule(size_t i, int64_t from_ns, const Distribution& d) {
     const double s = d.draw(rng_[i]);
     // Draws beyond ~290 years never happen within a run: not scheduled at all.

@@ -19,7 +19,11 @@ class RandomFaults final : public Alternating {
  public:
   RandomFaults(std::string name, FaultClass cls, Distribution ttf, Distribution repair, std::vector<int> targets, int64_t start_ns)
       : Alternating("fault", std::move(name), cls, ttf, repair, std::move(targets), start_ns) {}
-  std::string describe() const override {
+  std::optional<std::pair<FaultClass, int>> failing(uint32_t kind, uint32_t arg) const override {
+    if (kind != kOn || arg >= targets_.size()) return std::nullopt;
+    return std::pair{cls_, targets_[arg]};
+  }
+    std::string describe() const override {
     return fmt::format("{}: {} {}s fail ({}), repair {}", name_, targets_.size(), fault_class_name(cls_), until_on_.describe(), until_off_.describe());
   }
 

@@ -130,6 +130,7 @@ void FlowSim::begin(uint32_t f) {
   bytes_started_ += b;
   stats_.bytes_started = from_fixed(bytes_started_);
   for (int l : fl.path) link_bytes_[static_cast<size_t>(l)] += b;
+  if (start_log_) start_log_->on_start(fl.path, b);
   if (fl.path.empty() || fl.left_bytes <= 0) {
     // Nothing to share: the bytes (if any) are local, or only the latency remains.
     fl.left_bytes = 0;
@@ -608,7 +609,7 @@ void FlowSim::on_event(Engine& engine, uint32_t kind, uint32_t arg) {
     }
     case kDeliver: {
       Flow& fl = flows_[arg];
-      if (fl.state != State::Flying || !(engine.event_generation() == Generation(fl.gen))) {  // cut (cancel)
+      if (fl.state != State::Flying || !(engine.event_generation() == Generation(fl.gen))) [[unlikely]] {  // cut (cancel)
         engine.discount_void_event();
         return;
       }

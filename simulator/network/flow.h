@@ -66,6 +66,14 @@ struct FlowLedger {
   bool operator==(const FlowLedger&) const = default;
 };
 
+// Hears every flow (each part of a split one) as it starts: its route and the bytes its links
+// are given, in FlowLedger's fixed point (a training job taping an iteration).
+class FlowStartLog {
+ public:
+  virtual ~FlowStartLog() = default;
+  virtual void on_start(const std::vector<int>& path, FixedSum bytes) = 0;
+};
+
 class FlowSim final : public EventHandler {
  public:
   FlowSim(Engine& engine, const Topology& topo, Router& router);
@@ -80,6 +88,9 @@ class FlowSim final : public EventHandler {
   // delivered when its last part is. Off: per-flow ECMP by hash.
   void set_adaptive(bool on) { adaptive_ = on; }
   bool adaptive() const { return adaptive_; }
+  // At most one log of the flows that start (nullptr: none).
+  void set_start_log(FlowStartLog* log) { start_log_ = log; }
+  FlowStartLog* start_log() const { return start_log_; }
   // Bytes each directed link has carried by now: what the flows started on it were given
   // (moved with reroutes), less what the flows still sending there have left (a cut flow's
   // rest counts as carried: see cancel).
@@ -122,6 +133,7 @@ class FlowSim final : public EventHandler {
   // two of them added at once: only while the fabric is still (nothing in between to settle).
   FlowLedger ledger() const;
   void replay(const FlowLedger& delta, uint64_t n);
+  size_t ledger_links() const { return link_bytes_.size(); }  // the links a ledger of it counts
   // A digest of everything about the fabric that routes and rates a flow: every link's ends,
   // state (up or torn down), bandwidth, capacity, latency and routing penalty. Equal digests
   // on an empty fabric (no flow held, nothing pending) route and rate the same flows the same
@@ -231,6 +243,7 @@ class FlowSim final : public EventHandler {
   FixedSum bytes_started_ = 0;        // stats_.bytes_started exactly
   std::vector<int> part_path_;
   bool adaptive_ = false;
+  FlowStartLog* start_log_ = nullptr;
   uint32_t epoch_ = 0;
   int64_t quantum_ns_ = 0;
   bool recompute_pending_ = false;

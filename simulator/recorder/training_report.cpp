@@ -209,10 +209,14 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                         r.unsliced_model_ms, r.slice_model_ms > 0 ? r.unsliced_model_ms / r.slice_model_ms : 0.0));
   if (r.fast_forwarded > 0)
     summary(fmt::format("{} iterations (those a failure lost and were run again included) repeated the one before exactly and were counted without "
-                        "being simulated (steady-state fast-forward; --no-fast-forward simulates them and gives the same results){}",
+                        "being simulated (steady-state fast-forward; --no-fast-forward simulates them and gives the same results){}{}",
                         r.fast_forwarded,
                         r.resumed > 0 ? fmt::format("; {} times a restart or an interruption found the world as the proven iteration had and counting resumed at once", r.resumed)
-                                      : std::string()));
+                                      : std::string(),
+                        r.partials_replayed > 0 ? fmt::format("; {} iterations a failure cut short were counted up to it from the proven iteration's tape "
+                                                              "({} instants, {} flows, {:.1f} MiB)",
+                                                              r.partials_replayed, r.tape_instants, r.tape_flows, r.tape_mib)
+                                                : std::string()));
   summary(fmt::format("costs: {}", c.cost_source));
   summary(fmt::format("memory/device: {} of {} (weights {}, gradients {}, optimizer {}, activations {})", format_bytes(r.memory.total()),
                       format_bytes(c.hbm_bytes), format_bytes(r.memory.weights), format_bytes(r.memory.gradients),

@@ -59,6 +59,9 @@ struct TrainingResults {
   uint64_t flows = 0;
   int64_t fast_forwarded = 0;     // iterations counted by the steady-state fast-forward (not a metric: results do not depend on it)
   int64_t checkpoints_replayed = 0;  // checkpoint writes counted at once (not a metric)
+  int64_t tape_instants = 0, tape_flows = 0;  // the last kept tape's (not metrics)
+  double tape_mib = 0;
+  int64_t partials_replayed = 0;  // iterations a failure cut short, counted up to it from the proven iteration's tape (not a metric)
   int64_t resumed = 0;            // restarts (and iterations after an interruption) that took a proven steady iteration as their last (not a metric either)
   // Under failures (all zero without them).
   bool faults = false;            // the world has fault processes

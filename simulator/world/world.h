@@ -114,6 +114,13 @@ class FaultProcess {
   // False for a process that never takes a component down (stragglers only slow devices):
   // a world with no process that can fail needs no checkpoints, restarts or watchdogs.
   virtual bool can_fail() const { return true; }
+  // The component (class, index) that its pending event (kind, arg) takes down, if it takes one
+  // down: a workload alone in the world until that event can tell ahead that it is a failure of
+  // its own devices (World::devices_failing; the training job's replayed partial iteration).
+  virtual std::optional<std::pair<FaultClass, int>> failing(uint32_t kind, uint32_t arg) const {
+    (void)kind, (void)arg;
+    return std::nullopt;
+  }
 };
 using FaultProcessFactory = std::function<std::unique_ptr<FaultProcess>(const Params& p, World& world, const std::string& name)>;
 
@@ -159,6 +166,9 @@ class World {
   // While set_component tells the workloads of a change: the fault process that made it (its
   // name: a cause, when processes are named by cause), else "".
   const std::string& fault_cause() const { return fault_cause_; }
+  // The devices that component `index` of class c failing now would take down (those not
+  // down already; none when another process holds the component down).
+  std::vector<int> devices_failing(FaultClass c, int index);
   bool device_up(int device) const { return dev_down_.empty() || dev_down_[static_cast<size_t>(device)] == 0; }
   // Stragglers: a device computing `factor` times slower than its peers (thermal throttling, a
   // degraded HBM stack, a noisy neighbour), 1 at full speed. A straggler process sets it; a

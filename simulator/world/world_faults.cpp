@@ -173,6 +173,16 @@ void World::circuit_torn(int link) {
   if (static_cast<size_t>(link) < link_down_.size() && link_down_[static_cast<size_t>(link)] > 0) link_was_up_[static_cast<size_t>(link)] = 0;
 }
 
+std::vector<int> World::devices_failing(FaultClass c, int index) {
+  if (!built_[static_cast<size_t>(c)]) build_components(c);
+  const auto& comp = comps_[static_cast<size_t>(c)].at(static_cast<size_t>(index));
+  std::vector<int> out;
+  if (comp.down > 0) return out;
+  for (int d : comp.devices)
+    if (device_up(d)) out.push_back(d);
+  return out;
+}
+
 void World::set_component(FaultClass c, int index, bool down, const std::string& cause) {
   auto& v = comps_[static_cast<size_t>(c)];
   if (!built_[static_cast<size_t>(c)]) build_components(c);

@@ -44,6 +44,16 @@ long skipped(const Ran& r) {
 
 // How many times a restart (or an iteration another handler's event cut into) took a proven
 // steady iteration as its last, from the same line.
+long partials(const Ran& r) {
+  for (const auto& l : r.summary) {
+    const auto p = l.find(" iterations a failure cut short were counted up to it from the proven iteration's tape");
+    if (p == std::string::npos) continue;
+    size_t b = l.rfind("; ", p);
+    return b == std::string::npos ? -1 : std::stol(l.substr(b + 2));
+  }
+  return 0;
+}
+
 long resumed(const Ran& r) {
   for (const auto& l : r.summary) {
     const auto p = l.find(" times a restart or an interruption found the world as the proven iteration had");
@@ -150,6 +160,38 @@ TEST_CASE("training fast-forward: the same outputs under chip failures, a spine 
   // and count on at once (none during the outage: the spine's links are down, another state).
   CHECK(resumed(ff) >= 1);
   CHECK(resumed(full) == 0);
+  // A failure that cuts an iteration of the proven state short is foreseen at the iteration's
+  // start: the job stands for the iteration up to it from the proven iteration's tape, and
+  // every interruption but those in the spine's outage (another state) and the first (before
+  // the tape) is counted so, with the same outputs as simulating each.
+  MESSAGE("failures " << f["failures"] << ", partial iterations from tape " << partials(ff));
+  CHECK(partials(ff) >= f["failures"].get<int>() - 3);
+  CHECK(partials(full) == 0);
+}
+
+TEST_CASE("training fast-forward: iterations a failure cuts short are counted from the proven iteration's tape, with the same outputs") {
+  const std::string yaml = std::string(kWorld) + R"(
+faults:
+  - {name: gpus, kind: random, component: chip, ttf: {dist: exponential, mean: 60s}, repair: {dist: fixed, mean: 1s}}
+)";
+  // ZeRO's sharded collectives, ZeRO-3's gathers, interleaved stages, a whole server failing,
+  // checkpoints written to storage over the fabric (the tape holds the job's state at its start,
+  // the fabric's counts at every instant and every flow's bytes on every link).
+  for (const std::vector<std::string>& sets :
+       {std::vector<std::string>{}, std::vector<std::string>{"workloads.0.parallel.zero=2"}, std::vector<std::string>{"workloads.0.parallel.zero=3"},
+        std::vector<std::string>{"workloads.0.parallel.virtual_stages=2"},
+        std::vector<std::string>{"faults.0.component=node", "faults.0.ttf.mean=20s"},
+        std::vector<std::string>{"cluster.storage_servers=2", "cluster.topology.switch_radix=24", "cluster.storage_bandwidth=20GB/s", "workloads.0.recovery.checkpoint_to=storage"}}) {
+    const std::string label = sets.empty() ? std::string("chip failures") : sets[0];
+    CAPTURE(label);
+    const Ran a = run(yaml, true, sets), b = run(yaml, false, sets);
+    same(a, b);
+    const long failures = Json::parse(a.metrics)["training"]["faults"]["failures"].get<long>();
+    MESSAGE("failures " << failures << ", from tape " << partials(a));
+    CHECK(failures >= 3);
+    CHECK(partials(a) >= failures - 2);  // all but those before the tape was proven
+    CHECK(partials(b) == 0);
+  }
 }
 
 TEST_CASE("training fast-forward: the same outputs with a serving deployment beside it, skipping only once it is idle") {

@@ -174,6 +174,8 @@ void TrainingJob::start(World& w) {
 }
 
 void TrainingJob::finish(World& w) {
+  stop_tape();
+  if (standing_in_) throw std::logic_error("internal: a training job stood for an iteration up to a failure that did not come");
   res_.flows = flows_;
   const int64_t now = w.engine().now().count_ns();
   // Nothing is left to happen and the job is not done: it stalled (a transfer whose group is
@@ -243,6 +245,9 @@ void TrainingJob::on_event(Engine& e, uint32_t kind, uint32_t arg) {
     case kSkipDone: skip_done(e); break;
     case kCheckpointDone: checkpoint_done(e); break;
     case kRestart: restart_done(e); break;
+    case kPartialGuard:
+      if (standing_in_) throw std::logic_error("internal: a training job stood for an iteration up to a failure that did not come");
+      break;
     case kWatchdog:
       ++side_events_;
       watchdog(e);
@@ -271,6 +276,7 @@ void TrainingJob::on_flow_done(Engine&, uint64_t tag) {
 }
 
 void TrainingJob::start_iteration() {
+  if (stand_in_partial()) return;
   const int64_t now = world_.engine().now().count_ns();
   iter_start_ns_ = now;
   progress_ns_ = now;

@@ -15,6 +15,7 @@
 #include "engine/busy_profile.h"
 #include "network/flow.h"
 #include "workloads/training/training.h"
+#include "workloads/training/training_tape.h"
 
 namespace sluice::training::detail {
 
@@ -43,7 +44,7 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   void on_flow_done(Engine&, uint64_t tag) override;
 
  private:
-  enum : uint32_t { kCompute = 1, kIterationEnd = 2, kCheckpointDone = 3, kRestart = 4, kWatchdog = 5, kRecover = 6, kSkipDone = 7, kOptimizerDone = 8, kCpRing = 9, kCpTail = 10 };
+  enum : uint32_t { kCompute = 1, kIterationEnd = 2, kCheckpointDone = 3, kRestart = 4, kWatchdog = 5, kRecover = 6, kSkipDone = 7, kOptimizerDone = 8, kCpRing = 9, kCpTail = 10, kPartialGuard = 11 };
   enum class State { Running, Checkpointing, Recovering };
   // Schedules an event of this generation `delay_ns` from now (a failure voids it).
   void schedule(uint32_t kind, int64_t delay_ns, uint32_t arg = 0) {
@@ -357,6 +358,23 @@ class TrainingJob final : public Workload, public EventHandler, public net::Flow
   bool replay_checkpoint(int64_t now);
   void observe_checkpoint_end(Engine& e);
 
+  // --- Partial iterations on tape (training_tape.cpp) ----------------------------------------
+  // The iteration proven steady is taped (IterationTape: its counts instant by instant, its
+  // flows); a later iteration from the same state that the next event in the world (a failure
+  // of the job's own devices) will cut short is not simulated: the job stands for it up to the
+  // failure and counts there what the tape counted before that instant. Exact, as the skip is:
+  // a failure cuts every transfer of the job (FlowSim::cancel), so the cut iteration leaves
+  // nothing behind but its counts (tests/test_training_ff.cpp compares --no-fast-forward).
+  IterationTape::Scalars tape_counts() const;
+  void start_tape();
+  std::unique_ptr<IterationTape> stop_tape();
+  void keep_tape(std::unique_ptr<IterationTape> t, const Steady& r);
+  bool stand_in_partial();
+  void replay_partial(int64_t now);
+  std::unique_ptr<IterationTape> taping_, tape_;  // the iteration being taped; the proven one's
+  uint64_t taping_key_ = 0, tape_key_ = 0;        // the states they started in
+  bool standing_in_ = false;                       // no iteration simulated: the failure ahead cuts it
+  int64_t stand_in_start_ = 0;
 
   // --- Context parallelism (training_cp.cpp) ---------------------------------------------------
   // Each sequence cut into 2 cp chunks, CP rank i holding chunks i and 2cp - 1 - i (Megatron's

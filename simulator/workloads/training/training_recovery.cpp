@@ -81,6 +81,8 @@ void TrainingJob::checkpoint_done(Engine& e) {
 // checkpoint is lost, and the iterations after it will be done again.
 void TrainingJob::fail_stop(World& w) {
   const int64_t now = w.engine().now().count_ns();
+  stop_tape();  // a cut iteration proves nothing
+  if (standing_in_) replay_partial(now);
   ++gen_;
   ++res_.failures;
   steady_ = last_alone_ = false;

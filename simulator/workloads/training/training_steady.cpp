@@ -36,6 +36,7 @@ void TrainingJob::observe_start() {
   if (world_.fabric().empty()) {
     key_at_start_ = state_key();
     key_at_start_ok_ = true;
+    start_tape();
   }
 }
 
@@ -66,6 +67,7 @@ bool TrainingJob::resume_steady() {
 void TrainingJob::observe_end(int64_t now, double bubble_term) {
   const bool alone = start_alone_ && others_at_start_ > now;
   start_alone_ = false;
+  std::unique_ptr<IterationTape> tape = stop_tape();
   if (!alone) {
     last_alone_ = steady_ = false;
     return;
@@ -86,6 +88,7 @@ void TrainingJob::observe_end(int64_t now, double bubble_term) {
     proven_key_ = key_at_start_;
     proven_ok_ = true;
   }
+  if (steady_ && key_at_start_ok_) keep_tape(std::move(tape), last_);
   clean_until_ = others_at_start_;  // nothing else has acted since this iteration started
 }
 
