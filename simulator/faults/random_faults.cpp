@@ -23,7 +23,7 @@ class RandomFaults final : public Alternating {
     if (kind != kOn || arg >= targets_.size()) return std::nullopt;
     return std::pair{cls_, targets_[arg]};
   }
-    std::string describe() const override {
+  std::string describe() const override {
     return fmt::format("{}: {} {}s fail ({}), repair {}", name_, targets_.size(), fault_class_name(cls_), until_on_.describe(), until_off_.describe());
   }
 

@@ -594,7 +594,7 @@ void Collective::on_flow_done(Engine& e, uint64_t tag) {
       }
       done = o.pending == 0;
       if (done && o.tail_latency_ns > 0) {
-        last_event_ns_ = e.now().count_ns() + o.tail_latency_ns;
+        last_event_ns_ = std::max(last_event_ns_, e.now().count_ns() + o.tail_latency_ns);
         e.schedule_in(SimTime::ns(o.tail_latency_ns), Priority::Network, this, 0, static_cast<uint32_t>(oi));
         return;
       }
@@ -607,7 +607,7 @@ void Collective::on_flow_done(Engine& e, uint64_t tag) {
     case Op::Switch:
       done = o.pending == 0;
       if (done && o.tail_latency_ns > 0) {
-        last_event_ns_ = e.now().count_ns() + o.tail_latency_ns;
+        last_event_ns_ = std::max(last_event_ns_, e.now().count_ns() + o.tail_latency_ns);
         e.schedule_in(SimTime::ns(o.tail_latency_ns), Priority::Network, this, 0, static_cast<uint32_t>(oi));
         return;
       }

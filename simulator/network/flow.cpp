@@ -125,7 +125,7 @@ void FlowSim::begin(uint32_t f) {
   fl.settled_ns = now;
   fl.gen = (fl.gen + 1) & kGenMask;
   fl.shared = false;
-  ++stats_.started;
+  fl.seq = stats_.started++;
   const Fixed b = to_fixed(fl.left_bytes);
   bytes_started_ += b;
   stats_.bytes_started = from_fixed(bytes_started_);
@@ -186,8 +186,13 @@ std::vector<double> FlowSim::carried_link_bytes() const {
   std::vector<double> carried(link_bytes_.size());
   for (size_t l = 0; l < carried.size(); ++l) carried[l] = from_fixed(link_bytes_[l]);
   const int64_t now = engine_.now().count_ns();
-  for (const Flow& fl : flows_) {
-    if (fl.state != State::Sending) continue;
+  // In the order the flows began (sums of doubles depend on their order; slots do not say it).
+  std::vector<const Flow*> sending;
+  for (const Flow& fl : flows_)
+    if (fl.state == State::Sending) sending.push_back(&fl);
+  std::sort(sending.begin(), sending.end(), [](const Flow* a, const Flow* b) { return a->seq < b->seq; });
+  for (const Flow* f : sending) {
+    const Flow& fl = *f;
     const double sent = now > fl.settled_ns ? fl.rate_Bps * static_cast<double>(now - fl.settled_ns) * 1e-9 : 0.0;
     const double left = std::max(0.0, fl.left_bytes - sent);
     for (int l : fl.path) carried[static_cast<size_t>(l)] -= left;
@@ -223,6 +228,9 @@ std::pair<int, int> FlowSim::reroute(const std::vector<int>& links, int64_t pena
     for (const LinkFlow& e : link_flows_[static_cast<size_t>(l)]) hit.push_back(e.flow);
   std::sort(hit.begin(), hit.end());
   hit.erase(std::unique(hit.begin(), hit.end()), hit.end());
+  // Moved in the order they began, not by slot (slots depend on how many flows the fabric ever
+  // held at once, which a fast-forward changes).
+  std::sort(hit.begin(), hit.end(), [this](uint32_t a, uint32_t b) { return flows_[a].seq < flows_[b].seq; });
   const int64_t now = engine_.now().count_ns();
   int moved = 0, stalled = 0;
   std::vector<int> np;
@@ -555,10 +563,15 @@ bool FlowSim::is_void(uint32_t kind, uint32_t arg, uint32_t generation) const {
 }
 
 size_t FlowSim::cancel(const std::function<bool(const FlowSink*)>& cut) {
+  // In the order the flows began: the heaps the others stay in are left the same whatever
+  // slots the cut ones had.
+  std::vector<uint32_t> hit;
+  for (uint32_t f = 0; f < flows_.size(); ++f)
+    if (flows_[f].state != State::Free && cut(flows_[f].sink)) hit.push_back(f);
+  std::sort(hit.begin(), hit.end(), [this](uint32_t a, uint32_t b) { return flows_[a].seq < flows_[b].seq; });
   size_t n = 0;
-  for (uint32_t f = 0; f < flows_.size(); ++f) {
+  for (uint32_t f : hit) {
     Flow& fl = flows_[f];
-    if (fl.state == State::Free || !cut(fl.sink)) continue;
     if (fl.state == State::Sending) {
       level_bound_ = std::min(level_bound_, fl.rate_Bps);  // as a flow that ends: the others' shares only rise
       detach(f);

@@ -101,8 +101,8 @@ class FlowSim final : public EventHandler {
   // training job's transfers when the job fails: its processes are killed, its communicators
   // aborted). A cut flow never completes (its sink hears nothing, its pending events are void)
   // and stays counted on its links' ledger as given (link bytes, bytes started: what it was
-  // handed, not what it carried). The other flows re-share at once; when none is left, no
-  // recomputation is owed. Returns how many were cut.
+  // handed, not what it carried). The other flows re-share at the recomputation this asks for
+  // at the same instant; when none is left, none is owed. Returns how many were cut.
   size_t cancel(const std::function<bool(const FlowSink*)>& cut);
   // Changes a directed link's capacity now (0: it carries nothing); flows re-share at once.
   void set_link_capacity(int link, double Bps);
@@ -181,6 +181,7 @@ class FlowSim final : public EventHandler {
     FlowSink* sink = nullptr;
     uint64_t tag = 0;
     uint64_t salt = 0;  // what picked its route among equal-cost ones (start's)
+    uint64_t seq = 0;   // FlowStats::started when it began: an order of flows that no fast-forward changes (slots do)
     uint32_t gen = 0;
     State state = State::Free;
     bool keyed = false;  // its link-heap keys hold rate_Bps (false until its first rating)

@@ -207,7 +207,7 @@ void report_training(const training::TrainingResults& r, const training::Trainin
                         r.slice_tokens.empty() ? 0 : *std::min_element(r.slice_tokens.begin(), r.slice_tokens.end()),
                         r.slice_tokens.empty() ? 0 : *std::max_element(r.slice_tokens.begin(), r.slice_tokens.end()), r.slice_model_ms,
                         r.unsliced_model_ms, r.slice_model_ms > 0 ? r.unsliced_model_ms / r.slice_model_ms : 0.0));
-  if (r.fast_forwarded > 0)
+  if (r.fast_forwarded > 0 || r.partials_replayed > 0)
     summary(fmt::format("{} iterations (those a failure lost and were run again included) repeated the one before exactly and were counted without "
                         "being simulated (steady-state fast-forward; --no-fast-forward simulates them and gives the same results){}{}",
                         r.fast_forwarded,

@@ -150,6 +150,25 @@ struct RandomNet : FlowSink {
 
 }  // namespace
 
+// Counts the flows delivered to it.
+struct CountingSink : FlowSink {
+  int done = 0;
+  void on_flow_done(Engine&, uint64_t) override { ++done; }
+};
+
+// Eight chips on a ring (a 1-D torus), its ring order, and a fabric on it.
+struct Ring8 {
+  Topology t = [] {
+    TorusSpec spec;
+    spec.dims = {8};
+    return build_torus(spec, "ring8");
+  }();
+  std::vector<int> devs = ring_order(t);
+  Engine engine{0};
+  Router router{t, RoutePolicy::Auto};
+  FlowSim sim{engine, t, router};
+};
+
 TEST_CASE("flow: incremental max-min rates match progressive filling from scratch on random networks") {
   for (uint64_t seed = 1; seed <= 60; ++seed) {
     CAPTURE(seed);
@@ -212,10 +231,7 @@ TEST_CASE("flow: a reused flow record gets heap slots for a longer path, and eve
   Engine e(1);
   Router r(t);
   FlowSim sim(e, t, r);
-  struct Count : FlowSink {
-    int done = 0;
-    void on_flow_done(Engine&, uint64_t) override { ++done; }
-  } sink;
+  CountingSink sink;
   const uint32_t shortf = sim.start_on_path({l[0]}, 1e6, &sink, 1);  // ends first
   const uint32_t longf = sim.start_on_path({l[0], l[1], l[2], l[3], l[4], l[5]}, 1e9, &sink, 2);
   while (sink.done < 1) e.step();
@@ -246,10 +262,7 @@ TEST_CASE("flow: cutting a sink's flows re-shares their links at once, delivers 
   Engine e(1);
   Router r(t);
   FlowSim sim(e, t, r);
-  struct Count : FlowSink {
-    int done = 0;
-    void on_flow_done(Engine&, uint64_t) override { ++done; }
-  } job, other;
+  CountingSink job, other;
   const uint32_t a = sim.start_on_path({l0}, 1e9, &job, 1);
   const uint32_t b = sim.start_on_path({l0}, 1e9, &other, 2);
   sim.start_on_path({l1}, 1e3, &job, 3);
@@ -285,13 +298,8 @@ TEST_CASE("flow: cutting a sink's flows re-shares their links at once, delivers 
 }
 
 TEST_CASE("collectives: a cancelled collective starts nothing more, never finishes, and is let go once nothing of it can come") {
-  TorusSpec spec;
-  spec.dims = {8};
-  const Topology t = build_torus(spec, "ring8");
-  const auto devs = ring_order(t);
-  Engine engine(0);
-  Router router(t, RoutePolicy::Auto);
-  FlowSim sim(engine, t, router);
+  Ring8 r;
+  auto& [t, devs, engine, router, sim] = r;
   bool done = false;
   auto c = std::make_unique<Collective>(sim, CollectiveKind::AllReduceRing, devs, 64e6);
   c->start([&](Engine&) { done = true; });
@@ -309,13 +317,8 @@ TEST_CASE("collectives: a cancelled collective starts nothing more, never finish
 }
 
 TEST_CASE("collectives: a graveyard keeps voided collectives until they finish, then lets them go") {
-  TorusSpec spec;
-  spec.dims = {8};
-  const Topology t = build_torus(spec, "ring8");
-  const auto devs = ring_order(t);
-  Engine engine(0);
-  Router router(t, RoutePolicy::Auto);
-  FlowSim sim(engine, t, router);
+  Ring8 r;
+  auto& [t, devs, engine, router, sim] = r;
   Graveyard yard;
   // Buried while their flows are on the fabric: none may go, however many there are.
   std::vector<Collective*> live;

@@ -42,11 +42,10 @@ long skipped(const Ran& r) {
   return 0;
 }
 
-// How many times a restart (or an iteration another handler's event cut into) took a proven
-// steady iteration as its last, from the same line.
-long partials(const Ran& r) {
+// The count before `phrase` in the summary's fast-forward line ("...; N <phrase>"; 0: none).
+long count_before(const Ran& r, const char* phrase) {
   for (const auto& l : r.summary) {
-    const auto p = l.find(" iterations a failure cut short were counted up to it from the proven iteration's tape");
+    const auto p = l.find(phrase);
     if (p == std::string::npos) continue;
     size_t b = l.rfind("; ", p);
     return b == std::string::npos ? -1 : std::stol(l.substr(b + 2));
@@ -54,15 +53,12 @@ long partials(const Ran& r) {
   return 0;
 }
 
-long resumed(const Ran& r) {
-  for (const auto& l : r.summary) {
-    const auto p = l.find(" times a restart or an interruption found the world as the proven iteration had");
-    if (p == std::string::npos) continue;
-    size_t b = l.rfind("; ", p);
-    return b == std::string::npos ? -1 : std::stol(l.substr(b + 2));
-  }
-  return 0;
-}
+// How many times a restart (or an iteration another handler's event cut into) took a proven
+// steady iteration as its last.
+long resumed(const Ran& r) { return count_before(r, " times a restart or an interruption found the world as the proven iteration had"); }
+
+// How many iterations a failure cut short were counted from the proven iteration's tape.
+long partials(const Ran& r) { return count_before(r, " iterations a failure cut short were counted up to it from the proven iteration's tape"); }
 
 void same(const Ran& a, const Ran& b) {
   CHECK(a.metrics == b.metrics);
@@ -181,7 +177,8 @@ faults:
        {std::vector<std::string>{}, std::vector<std::string>{"workloads.0.parallel.zero=2"}, std::vector<std::string>{"workloads.0.parallel.zero=3"},
         std::vector<std::string>{"workloads.0.parallel.virtual_stages=2"},
         std::vector<std::string>{"faults.0.component=node", "faults.0.ttf.mean=20s"},
-        std::vector<std::string>{"cluster.storage_servers=2", "cluster.topology.switch_radix=24", "cluster.storage_bandwidth=20GB/s", "workloads.0.recovery.checkpoint_to=storage"}}) {
+        std::vector<std::string>{"cluster.storage_servers=2", "cluster.topology.switch_radix=24", "cluster.storage_bandwidth=20GB/s", "workloads.0.recovery.checkpoint_to=storage"},
+        std::vector<std::string>{"workloads.0.trace=true"}}) {
     const std::string label = sets.empty() ? std::string("chip failures") : sets[0];
     CAPTURE(label);
     const Ran a = run(yaml, true, sets), b = run(yaml, false, sets);
@@ -192,6 +189,13 @@ faults:
     CHECK(partials(a) >= failures - 2);  // all but those before the tape was proven
     CHECK(partials(b) == 0);
   }
+  // A watchdog whose timeout is shorter than the iteration: the stand-in moves no progress mark,
+  // so it is not used (nor is the skip); the outputs are the same.
+  const std::vector<std::string> short_watchdog{"workloads.0.recovery.collective_timeout=15ms"};
+  const Ran a = run(yaml, true, short_watchdog), b = run(yaml, false, short_watchdog);
+  same(a, b);
+  CHECK(partials(a) == 0);
+  CHECK(Json::parse(a.metrics)["training"]["faults"]["failures"].get<int>() >= 3);
 }
 
 TEST_CASE("training fast-forward: the same outputs with a serving deployment beside it, skipping only once it is idle") {
@@ -208,6 +212,10 @@ TEST_CASE("training fast-forward: the same outputs with a serving deployment bes
   same(busy, run(yaml, false, busy_sets));
   MESSAGE("skipped alone " << skipped(ff) << ", beside a busy deployment " << skipped(busy));
   CHECK(skipped(busy) * 10 < skipped(ff));
+  // Failures once the deployment is idle (its trace on, as by default) are foreseen too.
+  MESSAGE("partial iterations from tape " << partials(ff));
+  CHECK(partials(ff) > 0);
+  CHECK(partials(full) == 0);
 }
 
 TEST_CASE("training fast-forward: a run's horizon (max_sim_time) cuts a skip where the full simulation stops") {

@@ -101,30 +101,35 @@ void TrainingJob::fail_stop(World& w) {
   // The job's processes are killed and its communicators aborted: every transfer of it stops
   // where it is (its collectives start nothing more, their flows and its own are cut; their
   // bytes stay on the links' ledger as given: FlowSim::cancel).
-  std::vector<const net::FlowSink*> sinks{this};
-  auto bury = [&](std::unique_ptr<net::Collective>& c) {
-    if (!c) return;
-    c->cancel();
-    sinks.push_back(c.get());
-    graveyard_.bury(std::move(c));
+  // Their flows are cut first, then the collectives buried (a burial may let go of spent ones,
+  // so none may still be named by a flow by then).
+  std::vector<std::unique_ptr<net::Collective>> cut;
+  auto take = [&](std::unique_ptr<net::Collective>& c) {
+    if (c) cut.push_back(std::move(c));
   };
   for (auto& st : stages_) {
-    for (auto& c : st.tp_collectives) bury(c);
-    for (auto& c : st.cp_ring) bury(c);
+    for (auto& c : st.tp_collectives) take(c);
+    for (auto& c : st.cp_ring) take(c);
     st.tp_collectives.clear();
     st.cp_ring.clear();
   }
-  for (auto& c : dp_live_) bury(c);
+  for (auto& c : dp_live_) take(c);
   dp_live_.clear();
   for (auto& x : a2a_) {
-    for (auto& c : x.live) bury(c);
+    for (auto& c : x.live) take(c);
     x.live.clear();
     for (auto& [oi, round] : x.rounds)
-      for (auto& c : round.collectives) bury(c);
+      for (auto& c : round.collectives) take(c);
     x.rounds.clear();
+  }
+  std::vector<const net::FlowSink*> sinks{this};
+  for (auto& c : cut) {
+    c->cancel();
+    sinks.push_back(c.get());
   }
   std::sort(sinks.begin(), sinks.end());
   w.fabric().cancel([&sinks](const net::FlowSink* s) { return std::binary_search(sinks.begin(), sinks.end(), s); });
+  for (auto& c : cut) graveyard_.bury(std::move(c));
   for (auto& st : stages_) {
     st.busy = st.sending = false;
     st.outbox.clear();
@@ -278,6 +283,8 @@ void TrainingJob::watchdog(Engine& e) {
     by.lost_s += static_cast<double>(now - mark_ns_) / 1e9;
     res_.wall_s = static_cast<double>(now - start_ns_) / 1e9;
     done_ = true;
+    stop_tape();
+    standing_in_ = false;  // (never while standing in: stand_in_partial needs the iteration shorter than the timeout)
     if (c_.iterations > 0) world_.workload_done();
     return;
   }

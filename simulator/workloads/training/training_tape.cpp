@@ -162,7 +162,12 @@ void TrainingJob::keep_tape(std::unique_ptr<IterationTape> t, const Steady& r) {
 // iteration found it, nothing is simulated: the job stands for the iteration up to that failure
 // (replay_partial counts it there). The other conditions are the fast-forward's.
 bool TrainingJob::stand_in_partial() {
-  if (!tape_ || !proven_ok_ || tape_key_ != proven_key_ || !RunControl::get().fast_forward() || world_.trace().enabled()) return false;
+  if (!tape_ || !proven_ok_ || tape_key_ != proven_key_ || !RunControl::get().fast_forward()) return false;
+  if (world_.trace().enabled() && iterations_done_ < 2) return false;  // the first two iterations' ops are traced
+  // The watchdog fires as in the full simulation only if no interval it checks can pass without
+  // progress: the iteration (and so the stand-in up to the failure) shorter than its timeout, as
+  // try_skip needs too (the stand-in moves no progress mark).
+  if (faults_ && c_.collective_timeout_ns > 0 && proven_.ns >= c_.collective_timeout_ns) return false;
   net::FlowSim& fabric = world_.fabric();
   if (fabric.quantum_ns() > 1 || !fabric.empty()) return false;
   Engine& e = world_.engine();
