@@ -120,11 +120,8 @@ class EventQueue {
   // (INT64_MAX when none): a linear scan, for a handler that asks whether anything else can
   // act before a time. `kind_bits`: the low bits of Event::kind that hold the handler's kind.
   int64_t earliest_excluding(const EventHandler* target, uint32_t kind_bits) const {
-    int64_t t = INT64_MAX;
-    const uint32_t mask = (1u << kind_bits) - 1;
-    for (const Event& e : heap_)
-      if (e.target != target && e.time_ns() < t && !e.target->is_void(e.kind & mask, e.arg, e.kind >> kind_bits)) t = e.time_ns();
-    return t;
+    const Event* e = first_excluding(target, kind_bits);  // the first in the order is the earliest
+    return e ? e->time_ns() : INT64_MAX;
   }
 
  private:

@@ -106,7 +106,6 @@ class Collective final : public FlowSink, public EventHandler {
   // A failure voided it (a training job's): it starts nothing more, never finishes, and its
   // pending events are void. Its flows are the fabric's to cut (FlowSim::cancel).
   void cancel() { cancelled_ = true; }
-  bool cancelled() const { return cancelled_; }
   bool is_void(uint32_t, uint32_t, uint32_t) const override { return cancelled_; }
   // Nothing of it can still come: finished, or cancelled with its last event behind now.
   bool spent() const;

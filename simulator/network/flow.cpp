@@ -226,11 +226,10 @@ std::pair<int, int> FlowSim::reroute(const std::vector<int>& links, int64_t pena
   std::vector<uint32_t> hit;
   for (int l : links)
     for (const LinkFlow& e : link_flows_[static_cast<size_t>(l)]) hit.push_back(e.flow);
-  std::sort(hit.begin(), hit.end());
-  hit.erase(std::unique(hit.begin(), hit.end()), hit.end());
   // Moved in the order they began, not by slot (slots depend on how many flows the fabric ever
-  // held at once, which a fast-forward changes).
+  // held at once, which a fast-forward changes); a flow on several of the links once.
   std::sort(hit.begin(), hit.end(), [this](uint32_t a, uint32_t b) { return flows_[a].seq < flows_[b].seq; });
+  hit.erase(std::unique(hit.begin(), hit.end()), hit.end());
   const int64_t now = engine_.now().count_ns();
   int moved = 0, stalled = 0;
   std::vector<int> np;

@@ -190,7 +190,6 @@ CutAndMoved cut_and_moved(int warmup) {
   Router r(t);
   FlowSim sim(e, t, r);
   struct Sink : FlowSink {
-    Engine* e = nullptr;
     int64_t t0 = 0;
     std::vector<std::pair<int64_t, uint64_t>> got;
     void on_flow_done(Engine& en, uint64_t tag) override { got.emplace_back(en.now().count_ns() - t0, tag); }

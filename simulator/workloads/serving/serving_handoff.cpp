@@ -71,15 +71,13 @@ void ServingSim::begin_layerwise(int from, uint32_t id, int32_t final_tokens) {
   const auto& to_nodes = fabric_.replica_nodes[static_cast<size_t>(to)];
   // One more than the flows: the prefill's end, which sends the last layer's share.
   q.copy_gen = next_copy_gen();
-  deal_dp_rank(q, to);
+  deal_rank(q.dp_engine, q.dp_rank, to);
   q.handoff_flows = send_kv(q, from_nodes, to_nodes, early, 0) + 1;
 }
 
 // Data-parallel attention: the device of decode engine `to` that will hold the request's KV cache
 // and run its attention, dealt round-robin over its devices as copies are sent there (SGLang's
 // DP controller's default); kept while the request stays on that engine.
-void ServingSim::deal_dp_rank(Request& q, int to) { deal_rank(q.dp_engine, q.dp_rank, to); }
-
 // The device of engine `to` (data-parallel attention) that a request's `engine`/`rank` pair names:
 // the next in turn on that engine, kept while the request stays there.
 void ServingSim::deal_rank(int32_t& engine, int32_t& rank, int to) {
@@ -95,7 +93,7 @@ void ServingSim::deal_rank(int32_t& engine, int32_t& rank, int to) {
 int32_t ServingSim::send_kv(const Request& q, const std::vector<int>& from, const std::vector<int>& to, double bytes, size_t salt) {
   // Piece j of n covers the same heads on both sides: from the device that holds them to the one that will.
   // Under data-parallel attention the sequence's cache goes to the one decode device that will
-  // attend over it (its dp_rank, dealt by deal_dp_rank), each prefill device sending its share of
+  // attend over it (its dp_rank, dealt by deal_rank), each prefill device sending its share of
   // it; from a prefill pool with data-parallel attention it leaves the one device that prefilled
   // it (its prefill_rank, dealt as the prompt joined a batch there).
   const bool one_from = q.prefill_rank >= 0 && from.size() > 1, one_to = data_parallel_attention(cfg_) && to.size() > 1;
@@ -260,7 +258,7 @@ void ServingSim::pump_handoffs(int to) {
     q.handoff_mark_ns = now;
     const double bytes = dst.kv_bytes_per_token * q.computed;
     kv_transfer_bytes_ += bytes;
-    deal_dp_rank(q, to);
+    deal_rank(q.dp_engine, q.dp_rank, to);
     const auto& from_nodes = fabric_.replica_nodes[static_cast<size_t>(q.handoff_from)];
     const auto& to_nodes = fabric_.replica_nodes[static_cast<size_t>(to)];
     if (bytes <= 0 || from_nodes.empty()) {

@@ -395,7 +395,6 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   void pump_handoffs(int to);
   void kv_copied(uint32_t id);
   int32_t send_kv(const Request& q, const std::vector<int>& from, const std::vector<int>& to, double bytes, size_t salt);
-  void deal_dp_rank(Request& q, int to);
   void deal_rank(int32_t& engine, int32_t& rank, int to);
   // Flow tag bit: a KV copy (low 32 bits: the request; from bit 40: the copy's generation).
   static constexpr uint64_t kHandoffFlow = uint64_t{1} << 39;

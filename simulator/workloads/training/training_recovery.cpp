@@ -27,8 +27,7 @@ void TrainingJob::before_devices_fail(World& w, const std::vector<int>& devices)
 void TrainingJob::on_devices_changed(World& w, const std::vector<int>& devices, bool up) {
   if (done_) return;
   // A spare failing (or one coming back) does not stop the job: only a device it computes on.
-  if (!up && !computes_on(devices)) return;
-  if (!up && state_ != State::Recovering) fail_stop(w);
+  if (!up && !computes_on(devices)) return;  // (a failing device it computes on stopped it already: before_devices_fail)
   if (state_ != State::Recovering || restart_pending_ || decide_pending_) return;
   // Decided at the end of the instant, once every failure and repair at this time is known
   // (a rack or several hosts failing together re-form the slice once).
