@@ -75,8 +75,7 @@ void IterationTape::on_start(const std::vector<int>& path, net::FixedSum bytes) 
 void IterationTape::end() { close_instant(); }
 
 IterationTape::Part IterationTape::before(int64_t ns, size_t links) const {
-  Part p;
-  p.link_bytes.assign(links, 0);
+  Scalars c{};
   size_t at = 0;
   int64_t t = start_ns_;
   while (at < stream_.size()) {
@@ -85,15 +84,18 @@ IterationTape::Part IterationTape::before(int64_t ns, size_t links) const {
     if (t - start_ns_ >= ns) break;
     const uint64_t mask = get_varint(stream_, next);
     for (size_t i = 0; i < kScalars; ++i)
-      if (mask >> i & 1) p.counts[i] += get_varint(stream_, next);
+      if (mask >> i & 1) c[i] += get_varint(stream_, next);
     at = next;
   }
-  const size_t flows = std::min<size_t>(p.counts[5], flow_path_.size());  // FlowStats::started: one per flow (part) begun
+  Part p{c[0], c[1], static_cast<int64_t>(c[2]), static_cast<int64_t>(c[3]), static_cast<int64_t>(c[4]), {}};
+  for (size_t i = 0; i < kFabric; ++i) p.fabric.counts[i] = c[5 + i];
+  p.fabric.link_bytes.assign(links, 0);
+  const size_t flows = std::min<size_t>(c[5], flow_path_.size());  // FlowStats::started: one per flow (part) begun
   for (size_t f = 0; f < flows; ++f) {
     const net::FixedSum b = flow_bytes_[f];
-    p.bytes += b;
+    p.fabric.bytes += b;
     for (int l : paths_[flow_path_[f]])
-      if (static_cast<size_t>(l) < links) p.link_bytes[static_cast<size_t>(l)] += b;
+      if (static_cast<size_t>(l) < links) p.fabric.link_bytes[static_cast<size_t>(l)] += b;
   }
   return p;
 }
@@ -145,10 +147,8 @@ void TrainingJob::keep_tape(std::unique_ptr<IterationTape> t, const Steady& r) {
   if (!t || !t->ok() || !proven_ok_ || proven_key_ != taping_key_ || !(r == proven_)) return;
   t->end();
   const IterationTape::Part all = t->total(r.fabric.link_bytes.size());
-  bool same = all.counts[0] == r.events && all.counts[1] == r.flows && all.counts[2] == static_cast<uint64_t>(r.dp_ns) &&
-              all.counts[3] == static_cast<uint64_t>(r.a2a_ns) && all.counts[4] == static_cast<uint64_t>(r.cp_ns) &&
-              all.bytes == r.fabric.bytes && all.link_bytes == r.fabric.link_bytes;
-  for (size_t i = 0; i < IterationTape::kFabric; ++i) same = same && all.counts[5 + i] == r.fabric.counts[i];
+  const bool same = all.events == r.events && all.flows == r.flows && all.dp_ns == r.dp_ns && all.a2a_ns == r.a2a_ns && all.cp_ns == r.cp_ns &&
+                    all.fabric == r.fabric;
   if (!same) return;
   res_.tape_instants = static_cast<int64_t>(t->instants());
   res_.tape_flows = static_cast<int64_t>(t->flows());
@@ -193,17 +193,13 @@ bool TrainingJob::stand_in_partial() {
 void TrainingJob::replay_partial(int64_t now) {
   standing_in_ = false;
   net::FlowSim& fabric = world_.fabric();
-  IterationTape::Part p = tape_->before(now - stand_in_start_, fabric.ledger_links());
-  world_.engine().count_inline_events(p.counts[0]);
-  flows_ += p.counts[1];
-  dp_ns_total_ += static_cast<int64_t>(p.counts[2]);
-  a2a_ns_total_ += static_cast<int64_t>(p.counts[3]);
-  cp_ns_total_ += static_cast<int64_t>(p.counts[4]);
-  net::FlowLedger d;
-  for (size_t i = 0; i < IterationTape::kFabric; ++i) d.counts[i] = p.counts[5 + i];
-  d.bytes = p.bytes;
-  d.link_bytes = std::move(p.link_bytes);
-  fabric.replay(d, 1);
+  const IterationTape::Part p = tape_->before(now - stand_in_start_, fabric.ledger_links());
+  world_.engine().count_inline_events(p.events);
+  flows_ += p.flows;
+  dp_ns_total_ += p.dp_ns;
+  a2a_ns_total_ += p.a2a_ns;
+  cp_ns_total_ += p.cp_ns;
+  fabric.replay(p.fabric, 1);
   ++res_.partials_replayed;
 }
 

@@ -38,9 +38,9 @@ class IterationTape final : public EventTap, public net::FlowStartLog {
   // `ns` from its start: the counters, and the bytes and per-link bytes its flows started by
   // then were given (links: the fabric's link count).
   struct Part {
-    Scalars counts{};
-    net::FixedSum bytes = 0;
-    std::vector<net::FixedSum> link_bytes;
+    uint64_t events = 0, flows = 0;
+    int64_t dp_ns = 0, a2a_ns = 0, cp_ns = 0;
+    net::FlowLedger fabric;  // the fabric's counters, bytes and per-link bytes
   };
   Part before(int64_t ns, size_t links) const;
   // Everything it counted, as before() past its end.
