@@ -45,6 +45,7 @@ void FlowSim::sync_links() {
   rem_.resize(n);
   cnt_.resize(n);
   link_mark_.resize(n);
+  link_flag_.resize(n);
   link_bytes_.resize(n);
 }
 
@@ -78,8 +79,9 @@ uint32_t FlowSim::start(int src, int dst, double bytes, FlowSink* sink, uint64_t
     for (int i = 0; i < parts; ++i) {
       const uint32_t f = alloc();
       Flow& fl = flows_[f];
-      fl.path.clear();
-      router_.route_part(src, dst, salt, i, fl.path);
+      part_path_.clear();
+      router_.route_part(src, dst, salt, i, part_path_);
+      fl.path.assign(part_path_.begin(), part_path_.end());
       fl.left_bytes = bytes / parts;
       fl.sink = sink;
       fl.tag = tag;
@@ -92,8 +94,11 @@ uint32_t FlowSim::start(int src, int dst, double bytes, FlowSink* sink, uint64_t
   }
   const uint32_t f = alloc();
   Flow& fl = flows_[f];
-  fl.path.clear();
-  router_.route(src, dst, salt, fl.path);
+  // Routed into a scratch vector and copied: a new record's path is then one allocation of its
+  // size, not a vector grown hop by hop (a million flows starting at once).
+  part_path_.clear();
+  router_.route(src, dst, salt, part_path_);
+  fl.path.assign(part_path_.begin(), part_path_.end());
   fl.left_bytes = bytes;
   fl.sink = sink;
   fl.tag = tag;
@@ -162,11 +167,27 @@ void FlowSim::attach(uint32_t f) {
     lf.push_back(LinkFlow{kInf, f, fl.pos_base + static_cast<uint32_t>(h)});
     heap_fix(l, lf.size() - 1);
     mark_dirty(l);
-    grown_.push_back(l);
+    if (!(link_flag_[static_cast<size_t>(l)] & kGrown)) {
+      link_flag_[static_cast<size_t>(l)] |= kGrown;
+      grown_.push_back(l);
+    }
   }
 }
 
-void FlowSim::mark_dirty(int link) { dirty_.push_back(link); }
+// Each link once in dirty_ (and in grown_) between two recomputes: a million flows starting at
+// once would otherwise list their links' hops twice over (tens of MiB), to be deduplicated after.
+void FlowSim::mark_dirty(int link) {
+  if (link_flag_[static_cast<size_t>(link)] & kDirty) return;
+  link_flag_[static_cast<size_t>(link)] |= kDirty;
+  dirty_.push_back(link);
+}
+
+void FlowSim::clear_marks() {
+  for (int l : dirty_) link_flag_[static_cast<size_t>(l)] = 0;
+  for (int l : grown_) link_flag_[static_cast<size_t>(l)] = 0;
+  dirty_.clear();
+  grown_.clear();
+}
 
 void FlowSim::request_recompute() {
   if (recompute_pending_) return;
@@ -214,6 +235,8 @@ void FlowSim::check_invariants() const {
       if (pos_[e.slot] != i)
         throw std::logic_error(fmt::format("flow invariant broken at {}: flow {} sits at {} of link {}'s heap, its slot says {}",
                                            engine_.now().str(), e.flow, i, l, pos_[e.slot]));
+      if (i > 0 && link_flows_[l][(i - 1) / 2].key < e.key)
+        throw std::logic_error(fmt::format("flow invariant broken at {}: link {}'s heap of flows is out of order at {}", engine_.now().str(), l, i));
       const double r = flows_[e.flow].rate_Bps;
       if (!(r >= 0) || !std::isfinite(r))
         throw std::logic_error(fmt::format("flow invariant broken at {}: flow {} has rate {}", engine_.now().str(), e.flow, r));
@@ -451,16 +474,14 @@ void FlowSim::recompute() {
     const size_t li = static_cast<size_t>(l);
     if (!link_flows_[li].empty()) bound = std::min(bound, cap_[li] / static_cast<double>(link_flows_[li].size()));
   }
-  grown_.clear();
   const double level = bound * (1 - kLevelSlack);
   comp_links_.clear();
   comp_flows_.clear();
-  for (int l : dirty_)
-    if (link_mark_[static_cast<size_t>(l)] != epoch_) {
-      link_mark_[static_cast<size_t>(l)] = epoch_;
-      comp_links_.push_back(l);
-    }
-  dirty_.clear();
+  for (int l : dirty_) {
+    link_mark_[static_cast<size_t>(l)] = epoch_;
+    comp_links_.push_back(l);
+  }
+  clear_marks();
   // The flows to re-fill: those at or above the level on a changed link, then on their links ...
   for (size_t i = 0; i < comp_links_.size(); ++i) {
     for_each_at_least(comp_links_[i], level, [this](uint32_t f) {
@@ -534,17 +555,36 @@ void FlowSim::recompute() {
       }
     });
   }
-  // Apply the new rates (in the deterministic order the flows were found).
-  for (uint32_t f : comp_flows_) {
+  // Apply the new rates (in the deterministic order the flows were found). A link whose heap
+  // has many keys changing is re-keyed in place and rebuilt at once (Floyd, O(size)) instead of
+  // fixed entry by entry (O(changed x log size)): the first rating of a million-flow all-to-all
+  // changes every key.
+  order_.clear();
+  for (uint32_t f : comp_flows_)
+    if (flows_[f].new_rate_Bps != flows_[f].rate_Bps || !flows_[f].keyed) order_.push_back(f);
+  for (int l : comp_links_) cnt_[static_cast<size_t>(l)] = 0;
+  for (uint32_t f : order_)
+    for (int l : flows_[f].path) ++cnt_[static_cast<size_t>(l)];
+  rebuild_.clear();
+  for (int l : comp_links_) {
+    const size_t li = static_cast<size_t>(l);
+    const size_t n = link_flows_[li].size(), changed = cnt_[li];
+    link_mark_[li] = epoch_;
+    if (changed >= 64 && changed * static_cast<size_t>(std::bit_width(n)) > 2 * n) {
+      rebuild_.push_back(l);
+      link_mark_[li] = ~epoch_;  // re-keyed in place below, rebuilt after
+    }
+    cnt_[li] = 0;
+  }
+  for (uint32_t f : order_) {
     Flow& fl = flows_[f];
-    if (fl.new_rate_Bps == fl.rate_Bps && fl.keyed) continue;
     const Fixed delta = to_fixed(fl.new_rate_Bps) - to_fixed(fl.rate_Bps);
     for (size_t h = 0; h < fl.path.size(); ++h) {
       const size_t li = static_cast<size_t>(fl.path[h]);
       load_[li] += delta;
       const uint32_t p = pos_[fl.pos_base + h];
       link_flows_[li][p].key = fl.new_rate_Bps;
-      heap_fix(fl.path[h], p);
+      if (link_mark_[li] == epoch_) heap_fix(fl.path[h], p);
     }
     fl.keyed = true;
     if (fl.new_rate_Bps != fl.rate_Bps) {
@@ -552,6 +592,30 @@ void FlowSim::recompute() {
       fl.rate_Bps = fl.new_rate_Bps;
       schedule_finish(f, now);
     }
+  }
+  for (int l : rebuild_) {
+    link_mark_[static_cast<size_t>(l)] = epoch_;
+    heap_build(l);
+  }
+  stats_.heaps_rebuilt += rebuild_.size();
+}
+
+// Restores the heap order of a whole link heap whose keys changed in place (Floyd's method).
+void FlowSim::heap_build(int link) {
+  auto& h = link_flows_[static_cast<size_t>(link)];
+  const size_t n = h.size();
+  for (size_t top = n / 2; top-- > 0;) {
+    const LinkFlow e = h[top];
+    size_t i = top;
+    for (;;) {
+      size_t c = 2 * i + 1;
+      if (c >= n) break;
+      if (c + 1 < n && h[c].key < h[c + 1].key) ++c;
+      if (!(e.key < h[c].key)) break;
+      heap_place(h, i, h[c]);
+      i = c;
+    }
+    if (i != top) heap_place(h, i, e);
   }
 }
 
@@ -587,8 +651,7 @@ size_t FlowSim::cancel(const std::function<bool(const FlowSink*)>& cut) {
   }
   if (n == 0) return 0;
   if (active_ == 0) {  // nothing left to re-rate: no recomputation is owed for these links
-    dirty_.clear();
-    grown_.clear();
+    clear_marks();
     level_bound_ = kInf;
   } else {
     request_recompute();

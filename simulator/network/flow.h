@@ -47,6 +47,7 @@ struct FlowStats {
   uint64_t unsplit_completed = 0;  // completed flows that were not split (adaptive routing splits the others)
   uint64_t shared_bottleneck = 0;  // of those, the ones that at some time ran below their bottleneck link's capacity (shared it)
   uint64_t sprayed = 0;            // flows split over equal-cost paths (adaptive routing), each counted once
+  uint64_t heaps_rebuilt = 0;      // link heaps a recompute rebuilt whole (most of their keys changed) rather than entry by entry
 };
 
 // What the fabric has counted, in exact sums: the counters of FlowStats that add up (not the
@@ -57,7 +58,8 @@ struct FlowLedger {
   // The counters of FlowStats that add up, in this order.
   static constexpr uint64_t FlowStats::*kSummed[] = {
       &FlowStats::started,     &FlowStats::completed, &FlowStats::recomputes,        &FlowStats::flows_rated,       &FlowStats::links_rated,
-      &FlowStats::reschedules, &FlowStats::rerouted,  &FlowStats::unsplit_completed, &FlowStats::shared_bottleneck, &FlowStats::sprayed};
+      &FlowStats::reschedules, &FlowStats::rerouted,  &FlowStats::unsplit_completed, &FlowStats::shared_bottleneck, &FlowStats::sprayed,
+      &FlowStats::heaps_rebuilt};
   std::array<uint64_t, std::size(kSummed)> counts{};
   FixedSum bytes = 0;
   std::vector<FixedSum> link_bytes;
@@ -118,8 +120,8 @@ class FlowSim final : public EventHandler {
   // link returns. Returns {moved, stalled}.
   std::pair<int, int> reroute(const std::vector<int>& links, int64_t penalty_ns);
   // Run-time invariants, once rates are settled (no recomputation pending): on every link the
-  // flows' rates sum to at most its capacity, and no rate is negative or not finite. Throws
-  // std::logic_error naming the link.
+  // flows' rates sum to at most its capacity, no rate is negative or not finite, and its heap of
+  // flows is in order with every entry where its slot says. Throws std::logic_error naming the link.
   void check_invariants() const;
   // Current rate of an active flow (bytes/s); 0 before the first recomputation.
   double rate_Bps(uint32_t flow) const { return flows_[flow].rate_Bps; }
@@ -196,6 +198,7 @@ class FlowSim final : public EventHandler {
   void begin(uint32_t f);
   void sync_links();
   void mark_dirty(int link);
+  void clear_marks();
   void request_recompute();
   void recompute();
   void settle(Flow& f, int64_t now_ns);
@@ -204,6 +207,7 @@ class FlowSim final : public EventHandler {
   void detach(uint32_t f);
   void heap_place(std::vector<LinkFlow>& h, size_t i, const LinkFlow& e);
   void heap_fix(int link, size_t i);
+  void heap_build(int link);
   template <class Fn>
   void for_each_at_least(int link, double level, Fn&& fn);
 
@@ -229,8 +233,12 @@ class FlowSim final : public EventHandler {
   std::vector<int> dirty_;
   std::vector<int> comp_links_;
   std::vector<uint32_t> comp_flows_;
+  std::vector<uint32_t> order_;  // the flows whose rates (or keys) a recompute changes, as found
+  std::vector<int> rebuild_;     // links whose heaps a recompute rebuilds whole
   std::vector<size_t> stack_;
   std::vector<int> grown_;    // links that gained flows since the last recompute
+  std::vector<uint8_t> link_flag_;  // per link: kDirty (in dirty_), kGrown (in grown_)
+  static constexpr uint8_t kDirty = 1, kGrown = 2;
   double level_bound_ = std::numeric_limits<double>::infinity();  // lowest rate a change since the last recompute can alter
   struct CapChange {
     int link;
@@ -242,7 +250,7 @@ class FlowSim final : public EventHandler {
   std::vector<uint32_t> free_sprays_;
   std::vector<FixedSum> link_bytes_;  // per link, bytes given to it (fixed point, 2^-16 B)
   FixedSum bytes_started_ = 0;        // stats_.bytes_started exactly
-  std::vector<int> part_path_;
+  std::vector<int> part_path_;  // a route being computed (start)
   bool adaptive_ = false;
   FlowStartLog* start_log_ = nullptr;
   uint32_t epoch_ = 0;
