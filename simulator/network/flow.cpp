@@ -183,8 +183,7 @@ void FlowSim::mark_dirty(int link) {
 }
 
 void FlowSim::clear_marks() {
-  for (int l : dirty_) link_flag_[static_cast<size_t>(l)] = 0;
-  for (int l : grown_) link_flag_[static_cast<size_t>(l)] = 0;
+  for (int l : dirty_) link_flag_[static_cast<size_t>(l)] = 0;  // grown_'s links are all in dirty_ (attach marks them)
   dirty_.clear();
   grown_.clear();
 }
@@ -558,7 +557,10 @@ void FlowSim::recompute() {
   // Apply the new rates (in the deterministic order the flows were found). A link whose heap
   // has many keys changing is re-keyed in place and rebuilt at once (Floyd, O(size)) instead of
   // fixed entry by entry (O(changed x log size)): the first rating of a million-flow all-to-all
-  // changes every key.
+  // changes every key. Rates do not depend on where entries sit in a heap, but the order flows
+  // are found in does (a walk of the heaps), and so the order of completions due at one
+  // nanosecond: which heaps are rebuilt (the threshold below) is part of a run's determinism,
+  // and changing it may reorder same-instant events of a shipped scenario.
   order_.clear();
   for (uint32_t f : comp_flows_)
     if (flows_[f].new_rate_Bps != flows_[f].rate_Bps || !flows_[f].keyed) order_.push_back(f);
@@ -569,13 +571,14 @@ void FlowSim::recompute() {
   for (int l : comp_links_) {
     const size_t li = static_cast<size_t>(l);
     const size_t n = link_flows_[li].size(), changed = cnt_[li];
-    link_mark_[li] = epoch_;
     if (changed >= 64 && changed * static_cast<size_t>(std::bit_width(n)) > 2 * n) {
       rebuild_.push_back(l);
       link_mark_[li] = ~epoch_;  // re-keyed in place below, rebuilt after
     }
     cnt_[li] = 0;
   }
+  // Keys and heaps first, completions after (the heaps are whole again before anything that
+  // can throw).
   for (uint32_t f : order_) {
     Flow& fl = flows_[f];
     const Fixed delta = to_fixed(fl.new_rate_Bps) - to_fixed(fl.rate_Bps);
@@ -587,17 +590,20 @@ void FlowSim::recompute() {
       if (link_mark_[li] == epoch_) heap_fix(fl.path[h], p);
     }
     fl.keyed = true;
-    if (fl.new_rate_Bps != fl.rate_Bps) {
-      settle(fl, now);
-      fl.rate_Bps = fl.new_rate_Bps;
-      schedule_finish(f, now);
-    }
   }
   for (int l : rebuild_) {
     link_mark_[static_cast<size_t>(l)] = epoch_;
     heap_build(l);
   }
   stats_.heaps_rebuilt += rebuild_.size();
+  for (uint32_t f : order_) {
+    Flow& fl = flows_[f];
+    if (fl.new_rate_Bps != fl.rate_Bps) {
+      settle(fl, now);
+      fl.rate_Bps = fl.new_rate_Bps;
+      schedule_finish(f, now);
+    }
+  }
 }
 
 // Restores the heap order of a whole link heap whose keys changed in place (Floyd's method).
