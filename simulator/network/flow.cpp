@@ -81,7 +81,7 @@ uint32_t FlowSim::start(int src, int dst, double bytes, FlowSink* sink, uint64_t
       Flow& fl = flows_[f];
       part_path_.clear();
       router_.route_part(src, dst, salt, i, part_path_);
-      fl.path.assign(part_path_.begin(), part_path_.end());
+      set_path(f, part_path_);
       fl.left_bytes = bytes / parts;
       fl.sink = sink;
       fl.tag = tag;
@@ -94,11 +94,9 @@ uint32_t FlowSim::start(int src, int dst, double bytes, FlowSink* sink, uint64_t
   }
   const uint32_t f = alloc();
   Flow& fl = flows_[f];
-  // Routed into a scratch vector and copied: a new record's path is then one allocation of its
-  // size, not a vector grown hop by hop (a million flows starting at once).
   part_path_.clear();
   router_.route(src, dst, salt, part_path_);
-  fl.path.assign(part_path_.begin(), part_path_.end());
+  set_path(f, part_path_);
   fl.left_bytes = bytes;
   fl.sink = sink;
   fl.tag = tag;
@@ -111,7 +109,7 @@ uint32_t FlowSim::start(int src, int dst, double bytes, FlowSink* sink, uint64_t
 uint32_t FlowSim::start_on_path(const std::vector<int>& path, double bytes, FlowSink* sink, uint64_t tag) {
   const uint32_t f = alloc();
   Flow& fl = flows_[f];
-  fl.path = path;
+  set_path(f, path);
   fl.left_bytes = bytes;
   fl.sink = sink;
   fl.tag = tag;
@@ -125,7 +123,8 @@ void FlowSim::begin(uint32_t f) {
   if (static_cast<size_t>(topo_.link_count()) > cap_.size()) sync_links();
   Flow& fl = flows_[f];
   const int64_t now = engine_.now().count_ns();
-  fl.latency_ns = router_.latency_ns(fl.path);
+  const std::span<const int> route = path(fl);
+  fl.latency_ns = router_.latency_ns(route);
   fl.rate_Bps = 0;
   fl.settled_ns = now;
   fl.gen = (fl.gen + 1) & kGenMask;
@@ -134,9 +133,9 @@ void FlowSim::begin(uint32_t f) {
   const Fixed b = to_fixed(fl.left_bytes);
   bytes_started_ += b;
   stats_.bytes_started = from_fixed(bytes_started_);
-  for (int l : fl.path) link_bytes_[static_cast<size_t>(l)] += b;
-  if (start_log_) start_log_->on_start(fl.path, b);
-  if (fl.path.empty() || fl.left_bytes <= 0) {
+  for (int l : route) link_bytes_[static_cast<size_t>(l)] += b;
+  if (start_log_) start_log_->on_start(route, b);
+  if (route.empty() || fl.left_bytes <= 0) {
     // Nothing to share: the bytes (if any) are local, or only the latency remains.
     fl.left_bytes = 0;
     fl.state = State::Flying;
@@ -151,18 +150,28 @@ void FlowSim::begin(uint32_t f) {
   request_recompute();
 }
 
-// Puts a flow on every link of its path, unrated (key +infinity) until the next recomputation.
-void FlowSim::attach(uint32_t f) {
+// Gives a flow its route: its hops go to its block of hop slots (a longer route than the block
+// holds takes a new block, a power of two, and leaves the old one: at most its size again).
+void FlowSim::set_path(uint32_t f, std::span<const int> route) {
   Flow& fl = flows_[f];
-  if (fl.path.size() > fl.pos_cap) {
-    const size_t cap = std::bit_ceil(fl.path.size());
+  if (route.size() > fl.pos_cap) {
+    const size_t cap = std::bit_ceil(route.size());
     if (pos_.size() + cap > std::numeric_limits<uint32_t>::max()) throw std::overflow_error("too many flow hop slots (2^32)");
     fl.pos_base = static_cast<uint32_t>(pos_.size());
     fl.pos_cap = static_cast<uint32_t>(cap);
     pos_.resize(pos_.size() + cap);
+    hop_link_.resize(pos_.size());
   }
-  for (size_t h = 0; h < fl.path.size(); ++h) {
-    const int l = fl.path[h];
+  std::copy(route.begin(), route.end(), hop_link_.begin() + fl.pos_base);
+  fl.hops = static_cast<uint32_t>(route.size());
+}
+
+// Puts a flow on every link of its path, unrated (key +infinity) until the next recomputation.
+void FlowSim::attach(uint32_t f) {
+  Flow& fl = flows_[f];
+  const std::span<const int> route = path(fl);
+  for (size_t h = 0; h < route.size(); ++h) {
+    const int l = route[h];
     auto& lf = link_flows_[static_cast<size_t>(l)];
     lf.push_back(LinkFlow{kInf, f, fl.pos_base + static_cast<uint32_t>(h)});
     heap_fix(l, lf.size() - 1);
@@ -215,7 +224,7 @@ std::vector<double> FlowSim::carried_link_bytes() const {
     const Flow& fl = *f;
     const double sent = now > fl.settled_ns ? fl.rate_Bps * static_cast<double>(now - fl.settled_ns) * 1e-9 : 0.0;
     const double left = std::max(0.0, fl.left_bytes - sent);
-    for (int l : fl.path) carried[static_cast<size_t>(l)] -= left;
+    for (int l : path(fl)) carried[static_cast<size_t>(l)] -= left;
   }
   for (double& b : carried) b = std::max(0.0, b);
   return carried;
@@ -257,12 +266,12 @@ std::pair<int, int> FlowSim::reroute(const std::vector<int>& links, int64_t pena
   std::vector<int> np;
   for (uint32_t f : hit) {
     Flow& fl = flows_[f];
-    if (fl.state != State::Sending || fl.path.empty()) continue;
+    if (fl.state != State::Sending || fl.hops == 0) continue;
     // A flow that has sent its last byte (its end rounded up to the flow quantum, or due at
     // this instant) has nothing to move: it ends where it is.
     settle(fl, now);
     if (fl.left_bytes <= 0) continue;
-    const int src = topo_.link(fl.path.front()).src, dst = topo_.link(fl.path.back()).dst;
+    const int src = topo_.link(path(fl).front()).src, dst = topo_.link(path(fl).back()).dst;
     np.clear();
     // A new hash draw from what the flow is (its tag and start salt), never from its slot in
     // the flow table, which depends on how many flows the fabric ever held at once (fewer
@@ -277,10 +286,10 @@ std::pair<int, int> FlowSim::reroute(const std::vector<int>& links, int64_t pena
     }
     detach(f);
     const Fixed b = to_fixed(fl.left_bytes);
-    for (int l : fl.path) link_bytes_[static_cast<size_t>(l)] -= b;
+    for (int l : path(fl)) link_bytes_[static_cast<size_t>(l)] -= b;
     for (int l : np) link_bytes_[static_cast<size_t>(l)] += b;
-    fl.path = np;
-    fl.latency_ns = router_.latency_ns(fl.path) + penalty_ns;
+    set_path(f, np);
+    fl.latency_ns = router_.latency_ns(np) + penalty_ns;
     fl.rate_Bps = 0;
     fl.keyed = false;
     fl.gen = (fl.gen + 1) & kGenMask;  // its pending completion is void
@@ -429,8 +438,8 @@ void FlowSim::for_each_at_least(int link, double level, Fn&& fn) {
 void FlowSim::detach(uint32_t f) {
   Flow& fl = flows_[f];
   const Fixed r = to_fixed(fl.rate_Bps);
-  for (size_t h = 0; h < fl.path.size(); ++h) {
-    const int l = fl.path[h];
+  for (size_t h = 0; h < fl.hops; ++h) {
+    const int l = hop_link_[fl.pos_base + h];
     const size_t li = static_cast<size_t>(l);
     auto& lf = link_flows_[li];
     const size_t p = pos_[fl.pos_base + h];
@@ -488,7 +497,7 @@ void FlowSim::recompute() {
       flow_mark_[f] = epoch_;
       const Flow& fl = flows_[f];
       comp_flows_.push_back(f);
-      for (int l : fl.path)
+      for (int l : path(fl))
         if (link_mark_[static_cast<size_t>(l)] != epoch_) {
           link_mark_[static_cast<size_t>(l)] = epoch_;
           comp_links_.push_back(l);
@@ -508,7 +517,7 @@ void FlowSim::recompute() {
   for (uint32_t f : comp_flows_) {
     const Flow& fl = flows_[f];
     const Fixed r = to_fixed(fl.rate_Bps);
-    for (int l : fl.path) {
+    for (int l : path(fl)) {
       const size_t li = static_cast<size_t>(l);
       ++cnt_[li];
       part_[li] += r;
@@ -547,7 +556,7 @@ void FlowSim::recompute() {
       Flow& fl = flows_[f];
       fl.new_rate_Bps = share;
       fl.shared |= below;
-      for (int l2 : fl.path) {
+      for (int l2 : path(fl)) {
         const size_t l2i = static_cast<size_t>(l2);
         rem_[l2i] -= share;
         --cnt_[l2i];
@@ -566,7 +575,7 @@ void FlowSim::recompute() {
     if (flows_[f].new_rate_Bps != flows_[f].rate_Bps || !flows_[f].keyed) order_.push_back(f);
   for (int l : comp_links_) cnt_[static_cast<size_t>(l)] = 0;
   for (uint32_t f : order_)
-    for (int l : flows_[f].path) ++cnt_[static_cast<size_t>(l)];
+    for (int l : path(flows_[f])) ++cnt_[static_cast<size_t>(l)];
   rebuild_.clear();
   for (int l : comp_links_) {
     const size_t li = static_cast<size_t>(l);
@@ -582,12 +591,13 @@ void FlowSim::recompute() {
   for (uint32_t f : order_) {
     Flow& fl = flows_[f];
     const Fixed delta = to_fixed(fl.new_rate_Bps) - to_fixed(fl.rate_Bps);
-    for (size_t h = 0; h < fl.path.size(); ++h) {
-      const size_t li = static_cast<size_t>(fl.path[h]);
+    for (size_t h = 0; h < fl.hops; ++h) {
+      const int l = hop_link_[fl.pos_base + h];
+      const size_t li = static_cast<size_t>(l);
       load_[li] += delta;
       const uint32_t p = pos_[fl.pos_base + h];
       link_flows_[li][p].key = fl.new_rate_Bps;
-      if (link_mark_[li] == epoch_) heap_fix(fl.path[h], p);
+      if (link_mark_[li] == epoch_) heap_fix(l, p);
     }
     fl.keyed = true;
   }

@@ -12,6 +12,7 @@
 #include <functional>
 #include <iterator>
 #include <limits>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -73,7 +74,7 @@ struct FlowLedger {
 class FlowStartLog {
  public:
   virtual ~FlowStartLog() = default;
-  virtual void on_start(const std::vector<int>& path, FixedSum bytes) = 0;
+  virtual void on_start(std::span<const int> path, FixedSum bytes) = 0;
 };
 
 class FlowSim final : public EventHandler {
@@ -169,12 +170,13 @@ class FlowSim final : public EventHandler {
     uint32_t slot;  // pos_[slot]: where this entry sits in its heap (the flow's pos_base + hop)
   };
   struct Flow {
-    std::vector<int> path;
-    // Its entries' places in the link heaps: pos_[pos_base + h] is its index in
-    // link_flows_[path[h]]; pos_cap slots are reserved (a power of two, kept when the record
-    // is reused; a longer path takes a new block and leaves the old one, at most its size again).
+    // Its route, hop h the link hop_link_[pos_base + h], and its entries' places in the link
+    // heaps: pos_[pos_base + h] is its index in link_flows_[that link]; pos_cap slots are
+    // reserved (a power of two, kept when the record is reused; a longer route takes a new
+    // block and leaves the old one, at most its size again). No allocation of its own.
     uint32_t pos_base = 0;
     uint32_t pos_cap = 0;
+    uint32_t hops = 0;
     double left_bytes = 0;
     double rate_Bps = 0;
     double new_rate_Bps = 0;
@@ -195,6 +197,8 @@ class FlowSim final : public EventHandler {
     uint32_t left = 0;
   };
   uint32_t alloc();
+  void set_path(uint32_t f, std::span<const int> route);
+  std::span<const int> path(const Flow& fl) const { return {hop_link_.data() + fl.pos_base, fl.hops}; }
   void begin(uint32_t f);
   void sync_links();
   void mark_dirty(int link);
@@ -222,6 +226,7 @@ class FlowSim final : public EventHandler {
   // entry, with no load of the flow's own record first (that dependent miss was most of the
   // cost of heap maintenance on a million flows).
   std::vector<uint32_t> pos_;
+  std::vector<int> hop_link_;  // every flow's route, in the same slots as pos_
   // Per flow, the recomputation (epoch_) that last found it and froze it. Apart from the flow
   // records so that the checks, several per flow and recomputation, read a dense array.
   std::vector<uint32_t> flow_mark_, flow_frozen_;

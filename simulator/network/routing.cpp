@@ -559,7 +559,7 @@ void Router::route_part(int src, int dst, uint64_t salt, int part, std::vector<i
   route_walk(src, dst, salt, part, out);
 }
 
-int64_t Router::latency_ns(const std::vector<int>& path) const {
+int64_t Router::latency_ns(std::span<const int> path) const {
   int64_t s = 0;
   for (int e : path) s += t_.link(e).latency_ns;
   return s;

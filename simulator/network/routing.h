@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <unordered_map>
 #include <utility>
+#include <span>
 #include <vector>
 
 #include "network/topology.h"
@@ -56,7 +57,7 @@ class Router {
     set_aside_.clear();  // their kept routes hashed with the old seed
   }
   // Sum of the per-hop latencies of a route.
-  int64_t latency_ns(const std::vector<int>& path) const;
+  int64_t latency_ns(std::span<const int> path) const;
   bool dimension_order() const { return dor_; }
   // After links were added, failed, came back or were torn down (a failure, a repair, OCS
   // reprogramming): what was computed for the links as they were (distances, kept routes) is

@@ -63,11 +63,11 @@ void IterationTape::before_event(int64_t t_ns) {
   cur_ns_ = t_ns;
 }
 
-void IterationTape::on_start(const std::vector<int>& path, net::FixedSum bytes) {
+void IterationTape::on_start(std::span<const int> path, net::FixedSum bytes) {
   if (bytes < 0 || bytes > std::numeric_limits<int64_t>::max()) ok_ = false;
   std::string key(reinterpret_cast<const char*>(path.data()), path.size() * sizeof(int));
   const auto [it, fresh] = path_ids_.try_emplace(std::move(key), static_cast<uint32_t>(paths_.size()));
-  if (fresh) paths_.push_back(path);
+  if (fresh) paths_.emplace_back(path.begin(), path.end());
   flow_path_.push_back(it->second);
   flow_bytes_.push_back(static_cast<int64_t>(bytes));
 }

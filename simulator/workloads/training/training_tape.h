@@ -30,7 +30,7 @@ class IterationTape final : public EventTap, public net::FlowStartLog {
   // by `read` at the end of each instant.
   IterationTape(int64_t start_ns, std::function<Scalars()> read);
   void before_event(int64_t t_ns) override;
-  void on_start(const std::vector<int>& path, net::FixedSum bytes) override;
+  void on_start(std::span<const int> path, net::FixedSum bytes) override;
   // The iteration ended (now): the last instant is closed (as far as it went).
   void end();
 
