@@ -135,7 +135,7 @@ void FlowSim::begin(uint32_t f) {
   stats_.bytes_started = from_fixed(bytes_started_);
   for (int l : route) link_bytes_[static_cast<size_t>(l)] += b;
   if (start_log_) start_log_->on_start(route, b);
-  if (route.empty() || fl.left_bytes <= 0) {
+  if (fl.hops == 0 || fl.left_bytes <= 0) {
     // Nothing to share: the bytes (if any) are local, or only the latency remains.
     fl.left_bytes = 0;
     fl.state = State::Flying;
@@ -152,15 +152,16 @@ void FlowSim::begin(uint32_t f) {
 
 // Gives a flow its route: its hops go to its block of hop slots (a longer route than the block
 // holds takes a new block, a power of two, and leaves the old one: at most its size again).
+// `route` never points into hop_link_ (a new block would move it).
 void FlowSim::set_path(uint32_t f, std::span<const int> route) {
   Flow& fl = flows_[f];
   if (route.size() > fl.pos_cap) {
-    const size_t cap = std::bit_ceil(route.size());
-    if (pos_.size() + cap > std::numeric_limits<uint32_t>::max()) throw std::overflow_error("too many flow hop slots (2^32)");
-    fl.pos_base = static_cast<uint32_t>(pos_.size());
+    const size_t cap = std::bit_ceil(route.size()), base = pos_.size();
+    if (base + cap > std::numeric_limits<uint32_t>::max()) throw std::overflow_error("too many flow hop slots (2^32)");
+    hop_link_.resize(base + cap);
+    pos_.resize(base + cap);
+    fl.pos_base = static_cast<uint32_t>(base);
     fl.pos_cap = static_cast<uint32_t>(cap);
-    pos_.resize(pos_.size() + cap);
-    hop_link_.resize(pos_.size());
   }
   std::copy(route.begin(), route.end(), hop_link_.begin() + fl.pos_base);
   fl.hops = static_cast<uint32_t>(route.size());
@@ -240,9 +241,9 @@ void FlowSim::check_invariants() const {
                                          topo_.node(topo_.link(static_cast<int>(l)).dst).name, load, cap_[l]));
     for (size_t i = 0; i < link_flows_[l].size(); ++i) {
       const LinkFlow& e = link_flows_[l][i];
-      if (pos_[e.slot] != i)
-        throw std::logic_error(fmt::format("flow invariant broken at {}: flow {} sits at {} of link {}'s heap, its slot says {}",
-                                           engine_.now().str(), e.flow, i, l, pos_[e.slot]));
+      if (pos_[e.slot] != i || hop_link_[e.slot] != static_cast<int>(l))
+        throw std::logic_error(fmt::format("flow invariant broken at {}: flow {} sits at {} of link {}'s heap, its slot says {} on link {}",
+                                           engine_.now().str(), e.flow, i, l, pos_[e.slot], hop_link_[e.slot]));
       if (i > 0 && link_flows_[l][(i - 1) / 2].key < e.key)
         throw std::logic_error(fmt::format("flow invariant broken at {}: link {}'s heap of flows is out of order at {}", engine_.now().str(), l, i));
       const double r = flows_[e.flow].rate_Bps;

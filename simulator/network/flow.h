@@ -70,7 +70,8 @@ struct FlowLedger {
 };
 
 // Hears every flow (each part of a split one) as it starts: its route and the bytes its links
-// are given, in FlowLedger's fixed point (a training job taping an iteration).
+// are given, in FlowLedger's fixed point (a training job taping an iteration). The route is
+// valid during the call only, and the log starts no flow.
 class FlowStartLog {
  public:
   virtual ~FlowStartLog() = default;
@@ -176,7 +177,6 @@ class FlowSim final : public EventHandler {
     // block and leaves the old one, at most its size again). No allocation of its own.
     uint32_t pos_base = 0;
     uint32_t pos_cap = 0;
-    uint32_t hops = 0;
     double left_bytes = 0;
     double rate_Bps = 0;
     double new_rate_Bps = 0;
@@ -187,6 +187,7 @@ class FlowSim final : public EventHandler {
     uint64_t salt = 0;  // what picked its route among equal-cost ones (start's)
     uint64_t seq = 0;   // FlowStats::started when it began: an order of flows that no fast-forward changes (slots do)
     uint32_t gen = 0;
+    uint32_t hops = 0;  // its route's length
     State state = State::Free;
     bool keyed = false;  // its link-heap keys hold rate_Bps (false until its first rating)
     bool shared = false; // it ran below its bottleneck link's capacity at some rating

@@ -9,8 +9,8 @@
 #include <stdexcept>
 #include <cstdint>
 #include <unordered_map>
-#include <utility>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "network/topology.h"

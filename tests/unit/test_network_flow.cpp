@@ -362,6 +362,48 @@ TEST_CASE("flow: cutting a sink's flows re-shares their links at once, delivers 
   sim.check_invariants();
 }
 
+TEST_CASE("flow: a flow moved onto a longer route takes a new block of hop slots, and its old links let it go") {
+  // a -> b directly (one hop), or a -> s1 -> s2 -> b (three hops), 10 GB/s each link.
+  Topology t("detour");
+  for (const char* n : {"a", "b"}) t.add_node(NodeInfo{n, NodeKind::Device});
+  for (const char* n : {"s1", "s2"}) t.add_node(NodeInfo{n, NodeKind::Switch});
+  const int ab = t.add_link(0, 1, 10e9, 100);
+  const int a1 = t.add_link(0, 2, 10e9, 100), s12 = t.add_link(2, 3, 10e9, 100), s2b = t.add_link(3, 1, 10e9, 100);
+  Engine e(1);
+  Router r(t);
+  FlowSim sim(e, t, r);
+  CountingSink sink;
+  const uint32_t f = sim.start(0, 1, 1e9, &sink, 7);  // 100 ms alone on a -> b
+  const uint32_t g = sim.start_on_path({a1, s12}, 1e9, &sink, 8);  // shares a -> s1 and s1 -> s2 after the move
+  e.run(SimTime::ms(50));
+  sim.check_invariants();
+  CHECK(sim.rate_Bps(f) == 10e9);
+  for (const int l : {ab, ab + 1}) {  // the cable between a and b, both ways (add_link adds the way back next)
+    t.mutable_link(l).up = false;
+    sim.set_link_capacity(l, 0);
+  }
+  r.invalidate();
+  CHECK(sim.reroute({ab, ab + 1}, 0) == std::pair<int, int>{1, 0});
+  e.run(e.now());  // the recomputation: f and g share a -> s1 and s1 -> s2
+  sim.check_invariants();  // every heap entry where its slot says, on the link its slot's route names
+  CHECK(sim.rate_Bps(f) == doctest::Approx(5e9));
+  CHECK(sim.rate_Bps(g) == doctest::Approx(5e9));
+  const std::vector<double> carried = sim.carried_link_bytes();
+  CHECK(carried[static_cast<size_t>(ab)] == doctest::Approx(0.5e9));  // what it sent before the move
+  e.run();
+  CHECK(sink.done == 2);
+  const std::vector<double> after = sim.carried_link_bytes();
+  CHECK(after[static_cast<size_t>(ab)] == doctest::Approx(0.5e9));
+  CHECK(after[static_cast<size_t>(s2b)] == doctest::Approx(0.5e9));  // the rest of f over the detour
+  CHECK(after[static_cast<size_t>(a1)] == doctest::Approx(1.5e9));
+  // The record, reused, takes the longer block's route again and the fabric stays whole.
+  sim.start_on_path({a1, s12, s2b}, 1e6, &sink, 9);
+  e.run(e.now());
+  sim.check_invariants();
+  e.run();
+  CHECK(sink.done == 3);
+}
+
 TEST_CASE("flow: what a fabric reports after flows are cut and moved does not depend on the slots they had") {
   // The fabric's slots depend on how many flows it ever held at once (a training fast-forward
   // skips some); cut flows, moved flows and carried bytes follow the order flows began.
