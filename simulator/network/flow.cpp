@@ -404,18 +404,22 @@ void FlowSim::heap_fix(int link, size_t i) {
     heap_place(h, i, h[p]);
     i = p;
   }
-  if (i == start) {
-    const size_t n = h.size();
-    for (;;) {
-      size_t c = 2 * i + 1;
-      if (c >= n) break;
-      if (c + 1 < n && h[c].key < h[c + 1].key) ++c;
-      if (!(e.key < h[c].key)) break;
-      heap_place(h, i, h[c]);
-      i = c;
-    }
-  }
+  if (i == start) i = sift_down(h, i, e);
   heap_place(h, i, e);
+}
+
+// Moves the hole at i down past every child whose key exceeds e's (placing each child one
+// level up) and returns where e belongs.
+[[gnu::always_inline]] inline size_t FlowSim::sift_down(std::vector<LinkFlow>& h, size_t i, const LinkFlow& e) {
+  const size_t n = h.size();
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= n) return i;
+    if (c + 1 < n && h[c].key < h[c + 1].key) ++c;
+    if (!(e.key < h[c].key)) return i;
+    heap_place(h, i, h[c]);
+    i = c;
+  }
 }
 
 // Calls fn(flow) for every flow on `link` whose rate key is >= level: a pruned walk of the
@@ -623,15 +627,7 @@ void FlowSim::heap_build(int link) {
   const size_t n = h.size();
   for (size_t top = n / 2; top-- > 0;) {
     const LinkFlow e = h[top];
-    size_t i = top;
-    for (;;) {
-      size_t c = 2 * i + 1;
-      if (c >= n) break;
-      if (c + 1 < n && h[c].key < h[c + 1].key) ++c;
-      if (!(e.key < h[c].key)) break;
-      heap_place(h, i, h[c]);
-      i = c;
-    }
+    const size_t i = sift_down(h, top, e);
     if (i != top) heap_place(h, i, e);
   }
 }

@@ -213,6 +213,7 @@ class FlowSim final : public EventHandler {
   void heap_place(std::vector<LinkFlow>& h, size_t i, const LinkFlow& e);
   void heap_fix(int link, size_t i);
   void heap_build(int link);
+  size_t sift_down(std::vector<LinkFlow>& h, size_t i, const LinkFlow& e);
   template <class Fn>
   void for_each_at_least(int link, double level, Fn&& fn);
 
