@@ -380,13 +380,24 @@ void Router::route(int src, int dst, uint64_t salt, std::vector<int>& out) {
     return;
   }
   const size_t at = out.size();
-  route_walk(src, dst, salt, -1, out);
-  // Kept the second time it is asked for: the first only marks it seen.
+  // Kept the second time it is asked for: the first walks it and marks it seen, with its walk
+  // in the ring of recent walks, which the second copies while the ring still holds it.
   if (seen_.empty()) seen_.resize(kSeen);
   Seen& seen = seen_[static_cast<size_t>(h >> 11) & (kSeen - 1)];
   if (seen.hash != h || seen.epoch != seen_stamp_) {
     seen = Seen{h, seen_stamp_};
+    ++walks_;
+    route_walk(src, dst, salt, -1, out);
+    remember_walk(key, std::span<const int>(out).subspan(at), seen);
     return;
+  }
+  size_t hops = 0;
+  if (const int32_t* r = walked_route(key, seen, hops)) {
+    out.insert(out.end(), r, r + hops);
+  } else {
+    ++walks_;
+    route_walk(src, dst, salt, -1, out);
+    remember_walk(key, std::span<const int>(out).subspan(at), seen);
   }
   const size_t n = out.size() - at;
   if (n > kMaxKeptHops || cur_.route_pool.size() + n > kRoutePoolMax || cur_.kept_n >= kRoutesKept) return;
@@ -404,6 +415,39 @@ size_t kept_slot(uint64_t h, size_t mask) {
   return static_cast<size_t>(h) & mask;
 }
 }  // namespace
+
+void Router::remember_walk(const RouteKey& key, std::span<const int> links, Seen& seen) {
+  if (links.size() > kMaxKeptHops) return;  // (never found: walked_route reads none of this length)
+  if (!walked_) walked_ = std::make_unique_for_overwrite<int32_t[]>(walked_cap_);  // (pages touched as written)
+  const size_t need = 5 + links.size();
+  if (walked_head_ % walked_cap_ + need > walked_cap_) walked_head_ += walked_cap_ - walked_head_ % walked_cap_;  // to the start
+  int32_t* e = walked_.get() + walked_head_ % walked_cap_;
+  e[0] = static_cast<int32_t>(key.ends >> 32);
+  e[1] = static_cast<int32_t>(key.ends & 0xFFFFFFFFu);
+  e[2] = static_cast<int32_t>(key.salt & 0xFFFFFFFFu);
+  e[3] = static_cast<int32_t>(key.salt >> 32);
+  e[4] = static_cast<int32_t>(links.size());
+  std::copy(links.begin(), links.end(), e + 5);
+  seen.walked = static_cast<uint32_t>(walked_head_);
+  walked_head_ += need;
+}
+
+const int32_t* Router::walked_route(const RouteKey& key, const Seen& seen, size_t& hops) const {
+  if (!walked_) return nullptr;
+  // How far the ring has written since: past its size, the entry is written over. (The low 32
+  // bits alone: an entry 16 GiB of walks old would pass this test, and is then caught by its key
+  // check; a Seen slot that old has long been taken by another key.)
+  const uint64_t since = static_cast<uint32_t>(static_cast<uint32_t>(walked_head_) - seen.walked);
+  if (since > walked_cap_ || since < 5) return nullptr;
+  const int32_t* e = walked_.get() + (walked_head_ - since) % walked_cap_;
+  const size_t n = static_cast<size_t>(static_cast<uint32_t>(e[4]));
+  if (static_cast<uint32_t>(e[0]) != key.ends >> 32 || static_cast<uint32_t>(e[1]) != (key.ends & 0xFFFFFFFFu) ||
+      static_cast<uint32_t>(e[2]) != (key.salt & 0xFFFFFFFFu) || static_cast<uint32_t>(e[3]) != key.salt >> 32 || n > kMaxKeptHops ||
+      5 + n > since)
+    return nullptr;
+  hops = n;
+  return e + 5;
+}
 
 const Router::Kept* Router::find_kept(const RouteKey& key, uint64_t h) const {
   if (cur_.kept_n == 0) return nullptr;

@@ -80,6 +80,13 @@ class Router {
   size_t distance_vectors() const { return cur_.dist.size(); }
   // Off: every destination keeps its own Dijkstra (tests compare the composed routes with them).
   void set_compose(bool on) { compose_ = on; }
+  // Routes walked by route() (shortest-path routing): once a key each while the ring of recent
+  // walks holds it (tests; a smaller ring: set_walked_capacity, in integers, before any route).
+  uint64_t walks() const { return walks_; }
+  void set_walked_capacity(size_t ints) {
+    if (walked_) throw std::logic_error("Router::set_walked_capacity: routes were walked already");
+    walked_cap_ = std::max<size_t>(ints, 5 + kMaxKeptHops);
+  }
   const Topology& topology() const { return t_; }
 
  private:
@@ -290,9 +297,24 @@ class Router {
   struct Seen {
     uint64_t hash = 0;
     uint32_t epoch = 0;
+    uint32_t walked = 0;  // where its walk went in walked_: the low 32 bits of walked_head_ then
   };
   std::vector<Seen> seen_;  // kSeen slots once a route is asked for, stamped seen_stamp_
   uint32_t seen_stamp_ = 1;
+  // The routes walked lately, so that the second ask (the one that keeps a route) and any ask
+  // once the kept table is full copy the first walk instead of walking again: a ring of
+  // walked_cap_ integers, each entry its key (src, dst, salt's two halves), its hop count and
+  // its links, written at walked_head_ (integers written since the start; an entry never
+  // straddles the ring's end). An entry is found from its key's Seen slot and read only while
+  // the ring has not come round to it and its key matches, so serving's one-off routes cycle
+  // through it in fixed memory (16 MiB) and never crowd out the routes asked again. It needs no
+  // clearing: a change of the links moves seen_stamp_, and no Seen slot of the old stamp is read.
+  std::unique_ptr<int32_t[]> walked_;
+  size_t walked_cap_ = size_t{1} << 22;
+  uint64_t walked_head_ = 0;
+  uint64_t walks_ = 0;  // route walks (route_walk calls from route())
+  void remember_walk(const RouteKey& key, std::span<const int> links, Seen& seen);
+  const int32_t* walked_route(const RouteKey& key, const Seen& seen, size_t& hops) const;
   // Everything computed for one set of link weights: what invalidate() sets aside and brings
   // back (a default State is nothing computed yet). The router routes from cur_.
   struct State {

@@ -521,3 +521,55 @@ TEST_CASE("routing: distances settled only as far as each route needs give the r
     CHECK(differ_part == 0);
   }
 }
+
+TEST_CASE("routing: a route's second ask copies its first walk from the ring of recent walks, and a ring come round walks it again") {
+  // The first ask of a (src, dst, salt) walks the route and leaves the walk in a ring; the
+  // second (the one that keeps it) copies it from there instead of walking again, and later
+  // asks read the kept route. Every ask must give a fresh router's route, and each key be walked
+  // once; with a ring too small to hold more than a route or two, the second asks walk again
+  // (the same routes). After a change of the links nothing in the ring is read.
+  Topology t = three_tier(48);
+  const auto asks = route_asks(t, 5, 1, 7, 131);
+  const size_t n = asks.size();
+  REQUIRE(n > 100);
+  Router fresh(t);
+  std::vector<std::vector<int>> want(n);
+  for (size_t k = 0; k < n; ++k) want[k] = fresh.route(asks[k][0], asks[k][1], static_cast<uint64_t>(asks[k][2]));
+  auto differ = [&](Router& r) {
+    size_t d = 0;
+    for (size_t k = 0; k < n; ++k) d += r.route(asks[k][0], asks[k][1], static_cast<uint64_t>(asks[k][2])) != want[k];
+    return d;
+  };
+  // (Keys whose hashes share a slot of the table of keys asked once take it from each other and
+  // are walked at every ask, ring or not: a few in a thousand here, c of them.)
+  Router r(t);
+  CHECK(differ(r) == 0);
+  CHECK(r.walks() == n);
+  CHECK(differ(r) == 0);  // from the ring
+  const uint64_t c = r.walks() - n;
+  CHECK(c < n / 100);
+  CHECK(differ(r) == 0);  // kept
+  CHECK(r.walks() == n + 2 * c);
+  CHECK_THROWS_AS(r.set_walked_capacity(1000), std::logic_error);
+
+  Router small(t);
+  small.set_walked_capacity(300);  // one route at a time
+  CHECK(differ(small) == 0);
+  CHECK(differ(small) == 0);
+  CHECK(small.walks() >= 2 * n - 1);  // (the last route asked may still be there)
+  const uint64_t walked = small.walks();
+  CHECK(differ(small) == 0);  // kept at the second ask
+  CHECK(small.walks() == walked + c);
+
+  // A leaf uplink of the first route fails: every route is walked again, none through it.
+  const int failed = want[0].at(1), back = t.link(failed).reverse;
+  both_ways(t, failed, false);
+  r.invalidate();
+  size_t through = 0;
+  for (int pass = 0; pass < 2; ++pass)
+    for (const auto& a : asks)
+      for (int e : r.route(a[0], a[1], static_cast<uint64_t>(a[2]))) through += e == failed || e == back;
+  CHECK(through == 0);
+  CHECK(r.walks() == 2 * n + 3 * c);
+  CHECK(differ_from_fresh(r, t, asks) == 0);
+}
