@@ -458,6 +458,18 @@ void Collective::send(size_t oi, int from_pos, int to_pos, double bytes, uint64_
              route_hash(opt_.salt, static_cast<uint64_t>(from_pos), salt));
 }
 
+// A million pairs start at once: the flow tables take their room first (FlowSim::reserve), the
+// routes' length estimated as twice the longest of a few from the first device (routes differ in
+// length; hop slots reserved and never used cost address space, not memory).
+void Collective::reserve_alltoall(const Op& o, size_t pairs) {
+  const size_t n = o.dev.size();
+  if (pairs * static_cast<size_t>(opt_.paths) < 4096 + sim_.free_flows()) return;  // (a repeated collective reuses its records)
+  size_t hops = 1;
+  for (const size_t j : {n / 4, n / 2, 3 * n / 4, n - 1})
+    if (j > 0) hops = std::max(hops, sim_.router().route(o.dev[0], o.dev[j], route_hash(opt_.salt, 0, 0)).size());
+  sim_.reserve(pairs * static_cast<size_t>(opt_.paths), 2 * hops);
+}
+
 void Collective::start_op(size_t oi) {
   Op& o = phases_[phase_][oi];
   const int n = static_cast<int>(o.dev.size());
@@ -482,6 +494,7 @@ void Collective::start_op(size_t oi) {
       for (int i = 0; i < n; ++i) send(oi, i, (i + 1) % n, o.chunk_bytes, 0, 0);
       break;
     case Op::AllToAll:
+      reserve_alltoall(o, o.pairs.empty() ? static_cast<size_t>(n) * static_cast<size_t>(n - 1) : o.pairs.size());
       if (!o.pairs.empty()) {  // listed pairs (hierarchical)
         o.tail_latency_ns = o.layer_latency_ns * (std::llround(opt_.fused()) - 1);
         for (const auto& pr : o.pairs)

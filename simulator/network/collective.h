@@ -141,6 +141,7 @@ class Collective final : public FlowSink, public EventHandler {
   std::vector<Op> nccl_trees() const;
   void start_phase(Engine& e);
   void start_op(size_t oi);
+  void reserve_alltoall(const Op& o, size_t pairs);
   void send(size_t oi, int from_pos, int to_pos, double bytes, uint64_t info, uint64_t salt);
   void tree_try_up(size_t oi, int p);
   void tree_try_down(size_t oi, int p, int k);

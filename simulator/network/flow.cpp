@@ -49,6 +49,20 @@ void FlowSim::sync_links() {
   link_bytes_.resize(n);
 }
 
+void FlowSim::reserve(size_t flows, size_t hops) {
+  if (flows <= free_.size()) return;
+  const size_t more = flows - free_.size(), n = flows_.size() + more;
+  if (n > (size_t{1} << 31)) return;  // (alloc refuses past it)
+  flows_.reserve(n);
+  flow_mark_.reserve(n);
+  flow_frozen_.reserve(n);
+  const size_t slots = pos_.size() + more * std::bit_ceil(std::max<size_t>(hops, 1));
+  if (slots <= std::numeric_limits<uint32_t>::max()) {
+    hop_link_.reserve(slots);
+    pos_.reserve(slots);
+  }
+}
+
 uint32_t FlowSim::alloc() {
   if (!free_.empty()) {
     const uint32_t f = free_.back();

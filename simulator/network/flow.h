@@ -153,6 +153,12 @@ class FlowSim final : public EventHandler {
   // completions that fall in one window share one rate recomputation. Each completion is
   // late by less than the quantum: a knob trading accuracy for speed on huge collectives.
   void set_quantum(SimTime quantum) { quantum_ns_ = quantum.count_ns(); }
+  // Room for `flows` more flows at once, of routes up to `hops` links, before they start (a
+  // collective of a million pairs): the tables grow once to their size instead of doubling
+  // their way there, a copy and fresh pages each time. Flows ended and free to reuse count.
+  void reserve(size_t flows, size_t hops);
+  size_t free_flows() const { return free_.size(); }  // records of ended flows, reused first
+  size_t flow_capacity() const { return flows_.capacity(); }  // (tests)
   Engine& engine() { return engine_; }
   Router& router() { return router_; }
   const Topology& topology() const { return topo_; }

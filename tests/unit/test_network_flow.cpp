@@ -580,3 +580,27 @@ TEST_CASE("flow: a link given its bandwidth for a later time twice (reprogrammed
   engine.run(SimTime::us(40));
   CHECK(sim.link_capacity(0) == bw);
 }
+
+TEST_CASE("flow: a large all-to-all makes room for its pairs once, and a second one reuses their records") {
+  // 128 chips, 16,256 pairs started at one instant: the flow table grows once to exactly that
+  // (FlowSim::reserve), not by doubling to 16,384; run again, the ended flows' records serve.
+  TorusSpec spec;
+  spec.dims = {4, 4, 8};
+  const Topology t = build_torus(spec, "torus");
+  Engine engine(1);
+  Router router(t);
+  FlowSim sim(engine, t, router);
+  CHECK(sim.flow_capacity() == 0);
+  Collective first(sim, CollectiveKind::AllToAll, t.devices(), 16.0 * 1024 * 1024);
+  first.start();
+  CHECK(sim.stats().started == 128u * 127u);
+  CHECK(sim.flow_capacity() == 128u * 127u);
+  engine.run();
+  REQUIRE(first.finished());
+  Collective second(sim, CollectiveKind::AllToAll, t.devices(), 16.0 * 1024 * 1024);
+  second.start();
+  engine.run();
+  REQUIRE(second.finished());
+  CHECK(sim.flow_capacity() == 128u * 127u);
+  CHECK(second.duration() == first.duration());
+}
