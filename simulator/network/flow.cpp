@@ -53,13 +53,18 @@ void FlowSim::reserve(size_t flows, size_t hops) {
   if (flows <= free_.size()) return;
   const size_t more = flows - free_.size(), n = flows_.size() + more;
   if (n > (size_t{1} << 31)) return;  // (alloc refuses past it)
-  flows_.reserve(n);
-  flow_mark_.reserve(n);
-  flow_frozen_.reserve(n);
+  // (At least doubling, as growth by push_back would: several large collectives starting at one
+  // instant copy the tables a few times, not once each.)
+  auto grow = [](auto& v, size_t want) {
+    if (want > v.capacity()) v.reserve(std::max(want, 2 * v.capacity()));
+  };
+  grow(flows_, n);
+  grow(flow_mark_, n);
+  grow(flow_frozen_, n);
   const size_t slots = pos_.size() + more * std::bit_ceil(std::max<size_t>(hops, 1));
   if (slots <= std::numeric_limits<uint32_t>::max()) {
-    hop_link_.reserve(slots);
-    pos_.reserve(slots);
+    grow(hop_link_, slots);
+    grow(pos_, slots);
   }
 }
 

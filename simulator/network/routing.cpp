@@ -385,7 +385,7 @@ void Router::route(int src, int dst, uint64_t salt, std::vector<int>& out) {
   if (seen_.empty()) seen_.resize(kSeen);
   Seen& seen = seen_[static_cast<size_t>(h >> 11) & (kSeen - 1)];
   if (seen.hash != h || seen.epoch != seen_stamp_) {
-    seen = Seen{h, seen_stamp_};
+    seen = Seen{h, seen_stamp_, static_cast<uint32_t>(walked_head_)};  // (no walk of its own in the ring until remember_walk)
     ++walks_;
     route_walk(src, dst, salt, -1, out);
     remember_walk(key, std::span<const int>(out).subspan(at), seen);
@@ -417,9 +417,9 @@ size_t kept_slot(uint64_t h, size_t mask) {
 }  // namespace
 
 void Router::remember_walk(const RouteKey& key, std::span<const int> links, Seen& seen) {
-  if (links.size() > kMaxKeptHops) return;  // (never found: walked_route reads none of this length)
+  if (links.size() > kMaxKeptHops) return;  // (walked at every ask; seen.walked finds nothing)
   if (!walked_) walked_ = std::make_unique_for_overwrite<int32_t[]>(walked_cap_);  // (pages touched as written)
-  const size_t need = 5 + links.size();
+  const size_t need = kWalkHeader + links.size();
   if (walked_head_ % walked_cap_ + need > walked_cap_) walked_head_ += walked_cap_ - walked_head_ % walked_cap_;  // to the start
   int32_t* e = walked_.get() + walked_head_ % walked_cap_;
   e[0] = static_cast<int32_t>(key.ends >> 32);
@@ -427,7 +427,8 @@ void Router::remember_walk(const RouteKey& key, std::span<const int> links, Seen
   e[2] = static_cast<int32_t>(key.salt & 0xFFFFFFFFu);
   e[3] = static_cast<int32_t>(key.salt >> 32);
   e[4] = static_cast<int32_t>(links.size());
-  std::copy(links.begin(), links.end(), e + 5);
+  e[5] = static_cast<int32_t>(seen_stamp_);  // the links' weights it was walked under
+  std::copy(links.begin(), links.end(), e + kWalkHeader);
   seen.walked = static_cast<uint32_t>(walked_head_);
   walked_head_ += need;
 }
@@ -438,15 +439,17 @@ const int32_t* Router::walked_route(const RouteKey& key, const Seen& seen, size_
   // bits alone: an entry 16 GiB of walks old would pass this test, and is then caught by its key
   // check; a Seen slot that old has long been taken by another key.)
   const uint64_t since = static_cast<uint32_t>(static_cast<uint32_t>(walked_head_) - seen.walked);
-  if (since > walked_cap_ || since < 5) return nullptr;
-  const int32_t* e = walked_.get() + (walked_head_ - since) % walked_cap_;
+  if (since > walked_cap_ || since < kWalkHeader) return nullptr;
+  const size_t at = (walked_head_ - since) % walked_cap_;
+  if (at + kWalkHeader > walked_cap_) return nullptr;  // (a position no entry starts at)
+  const int32_t* e = walked_.get() + at;
   const size_t n = static_cast<size_t>(static_cast<uint32_t>(e[4]));
   if (static_cast<uint32_t>(e[0]) != key.ends >> 32 || static_cast<uint32_t>(e[1]) != (key.ends & 0xFFFFFFFFu) ||
-      static_cast<uint32_t>(e[2]) != (key.salt & 0xFFFFFFFFu) || static_cast<uint32_t>(e[3]) != key.salt >> 32 || n > kMaxKeptHops ||
-      5 + n > since)
+      static_cast<uint32_t>(e[2]) != (key.salt & 0xFFFFFFFFu) || static_cast<uint32_t>(e[3]) != key.salt >> 32 ||
+      static_cast<uint32_t>(e[5]) != seen_stamp_ || n > kMaxKeptHops || kWalkHeader + n > since || at + kWalkHeader + n > walked_cap_)
     return nullptr;
   hops = n;
-  return e + 5;
+  return e + kWalkHeader;
 }
 
 const Router::Kept* Router::find_kept(const RouteKey& key, uint64_t h) const {

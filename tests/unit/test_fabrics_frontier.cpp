@@ -553,7 +553,7 @@ TEST_CASE("routing: a route's second ask copies its first walk from the ring of 
   CHECK_THROWS_AS(r.set_walked_capacity(1000), std::logic_error);
 
   Router small(t);
-  small.set_walked_capacity(300);  // one route at a time
+  small.set_walked_capacity(300);  // (512 integers: a few dozen routes)
   CHECK(differ(small) == 0);
   CHECK(differ(small) == 0);
   CHECK(small.walks() >= 2 * n - 1);  // (the last route asked may still be there)
@@ -572,4 +572,26 @@ TEST_CASE("routing: a route's second ask copies its first walk from the ring of 
   CHECK(through == 0);
   CHECK(r.walks() == 2 * n + 3 * c);
   CHECK(differ_from_fresh(r, t, asks) == 0);
+}
+
+TEST_CASE("routing: a route too long for the ring of recent walks, asked again after a link change, is walked over the links as they are") {
+  // 400 switches in a ring, a device on switch 0 and one on switch 10: 12 links one way. The
+  // ring link 0 -> 1 fails: the route goes the long way round (392 links, too many for the
+  // ring of recent walks or the kept routes). Every ask after the change must give a fresh
+  // router's route (the first walk, 12 links, sits where the ring starts: it must not be read).
+  Topology t("ring");
+  const int n = 400;
+  std::vector<int> sw, ring;
+  for (int i = 0; i < n; ++i) sw.push_back(t.add_node(NodeInfo{fmt::format("s{}", i), NodeKind::Switch}));
+  for (int i = 0; i < n; ++i) ring.push_back(t.add_link(sw[static_cast<size_t>(i)], sw[static_cast<size_t>((i + 1) % n)], 50e9, 100, "r"));
+  const int a = t.add_node(NodeInfo{"a", NodeKind::Device}), b = t.add_node(NodeInfo{"b", NodeKind::Device});
+  t.add_link(a, sw[0], 50e9, 100, "nic");
+  t.add_link(b, sw[10], 50e9, 100, "nic");
+  Router r(t, RoutePolicy::ShortestPath);
+  CHECK(r.route(a, b, 7).size() == 12);
+  both_ways(t, ring[0], false);
+  r.invalidate();
+  const auto want = Router(t, RoutePolicy::ShortestPath).route(a, b, 7);
+  CHECK(want.size() == 392);
+  for (int ask = 0; ask < 3; ++ask) CHECK(r.route(a, b, 7) == want);
 }
