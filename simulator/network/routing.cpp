@@ -384,21 +384,19 @@ void Router::route(int src, int dst, uint64_t salt, std::vector<int>& out) {
   // in the ring of recent walks, which the second copies while the ring still holds it.
   if (seen_.empty()) seen_.resize(kSeen);
   Seen& seen = seen_[static_cast<size_t>(h >> 11) & (kSeen - 1)];
-  if (seen.hash != h || seen.epoch != seen_stamp_) {
-    seen = Seen{h, seen_stamp_, static_cast<uint32_t>(walked_head_)};  // (no walk of its own in the ring until remember_walk)
+  auto walk = [&] {
     ++walks_;
     route_walk(src, dst, salt, -1, out);
     remember_walk(key, std::span<const int>(out).subspan(at), seen);
+  };
+  if (seen.hash != h || seen.epoch != seen_stamp_) {
+    seen = Seen{h, seen_stamp_, static_cast<uint32_t>(walked_head_)};  // (no walk of its own in the ring until remember_walk)
+    walk();
     return;
   }
   size_t hops = 0;
-  if (const int32_t* r = walked_route(key, seen, hops)) {
-    out.insert(out.end(), r, r + hops);
-  } else {
-    ++walks_;
-    route_walk(src, dst, salt, -1, out);
-    remember_walk(key, std::span<const int>(out).subspan(at), seen);
-  }
+  if (const int32_t* r = walked_route(key, seen, hops)) out.insert(out.end(), r, r + hops);
+  else walk();
   const size_t n = out.size() - at;
   if (n > kMaxKeptHops || cur_.route_pool.size() + n > kRoutePoolMax || cur_.kept_n >= kRoutesKept) return;
   keep(key, h, static_cast<uint32_t>(cur_.route_pool.size()), static_cast<uint32_t>(n));

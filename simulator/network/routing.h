@@ -305,12 +305,13 @@ class Router {
   // The routes walked lately, so that the second ask (the one that keeps a route) and any ask
   // once the kept table is full copy the first walk instead of walking again: a ring of
   // walked_cap_ integers (a power of two), each entry its key (src, dst, salt's two halves), its
-  // hop count, the seen_stamp_ it was walked under and its links, written at walked_head_ (integers written since the start; an entry never
-  // straddles the ring's end). An entry is found from its key's Seen slot and read only while
-  // the ring has not come round to it and its key and stamp match, so serving's one-off routes
-  // cycle through it in fixed memory (16 MiB) and never crowd out the routes asked again. It needs
-  // no clearing: a change of the links moves seen_stamp_, and an entry of another stamp is never
-  // read. A route of more than kMaxKeptHops links is not put in it (walked at every ask).
+  // hop count, the seen_stamp_ it was walked under and its links, written at walked_head_
+  // (integers written since the start; an entry never straddles the ring's end). An entry is
+  // found from its key's Seen slot and read only while the ring has not come round to it and its
+  // key and stamp match, so serving's one-off routes cycle through it in fixed memory (16 MiB)
+  // and never crowd out the routes asked again. It needs no clearing: a change of the links
+  // moves seen_stamp_, and an entry of another stamp is never read. A route of more than
+  // kMaxKeptHops links is not put in it (walked at every ask).
   static constexpr size_t kWalkHeader = 6;
   std::unique_ptr<int32_t[]> walked_;
   size_t walked_cap_ = size_t{1} << 22;

@@ -526,7 +526,7 @@ TEST_CASE("routing: a route's second ask copies its first walk from the ring of 
   // The first ask of a (src, dst, salt) walks the route and leaves the walk in a ring; the
   // second (the one that keeps it) copies it from there instead of walking again, and later
   // asks read the kept route. Every ask must give a fresh router's route, and each key be walked
-  // once; with a ring too small to hold more than a route or two, the second asks walk again
+  // once; with a ring of a few dozen routes, the second asks (4,224 routes later) walk again
   // (the same routes). After a change of the links nothing in the ring is read.
   Topology t = three_tier(48);
   const auto asks = route_asks(t, 5, 1, 7, 131);
