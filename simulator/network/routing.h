@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "network/clos_distances.h"
 #include "network/topology.h"
 
 namespace sluice::net {
@@ -81,6 +82,12 @@ class Router {
   size_t distance_vectors() const { return cur_.dist.size(); }
   // Off: every destination keeps its own Dijkstra (tests compare the composed routes with them).
   void set_compose(bool on) { compose_ = on; }
+  // Off: a Clos fabric's distances are searched as any fabric's (tests compare the structural ones
+  // with them). On (the default), a fabric that ClosDistances::detect accepts has its distances
+  // to every GPU computed from its structure while every link is up.
+  void set_structural(bool on) { structural_ = on; }
+  // Whether the last distances asked for came from the structure (tests).
+  bool structural() const { return clos_ != nullptr && clos_on_; }
   // Routes walked by route() (shortest-path routing): once a key each while the ring of recent
   // walks holds it (tests; a smaller ring: set_walked_capacity, in integers, before any route).
   uint64_t walks() const { return walks_; }
@@ -176,6 +183,8 @@ class Router {
     static constexpr int kMaxTerms = 12;  // distance vectors composed
     static constexpr int kMaxNear = 20;   // single nodes at a fixed distance (a dead end and its devices)
     DistState* whole = nullptr;
+    const ClosDistances* clos = nullptr;  // from the fabric's structure (tg): no vector at all
+    ClosDistances::Target tg;
     std::array<int32_t, kMaxTerms> via_w{};                    // a path's weight to a switch ...
     std::array<DistState*, kMaxTerms> via{};                   // ... and that switch's distances
     std::array<std::pair<int32_t, int32_t>, kMaxNear> near{};  // (node, distance)
@@ -183,6 +192,7 @@ class Router {
     int32_t near_lo = std::numeric_limits<int32_t>::max(), near_hi = -1;
     int32_t operator[](size_t w) const {
       if (whole) return whole->dist[w];
+      if (clos) return clos->dist(tg, static_cast<int>(w));
       if (static_cast<int>(w) == dst) return 0;
       int64_t best = std::numeric_limits<int32_t>::max();
       for (int i = 0; i < vias; ++i) {
@@ -347,6 +357,12 @@ class Router {
   size_t min_set_aside_ = size_t{16} << 20;
   uint64_t revived_ = 0;
   bool compose_ = true;
+  bool structural_ = true;
+  // The fabric's structure (ClosDistances::detect) for the topology's size it was found at:
+  // found again once links or nodes were added (storage servers, circuits).
+  std::unique_ptr<ClosDistances> clos_;
+  int clos_nodes_ = -1, clos_links_ = -1;
+  bool clos_on_ = false;
 };
 
 }  // namespace sluice::net
