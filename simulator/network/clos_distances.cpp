@@ -24,13 +24,15 @@ bool same_weight(int32_t& slot, int32_t w) {
 }  // namespace
 
 std::unique_ptr<ClosDistances> ClosDistances::detect(const Topology& t, std::span<const int32_t> w) {
-  if (t.family != "fat-tree" && t.family != "rail-optimized" && t.family != "multi-plane") return nullptr;
+  const bool df = t.family == "dragonfly";
+  if (t.family != "fat-tree" && t.family != "rail-optimized" && t.family != "multi-plane" && !df) return nullptr;
   const int n = t.node_count(), m = t.link_count();
   if (w.size() != static_cast<size_t>(m)) return nullptr;
   auto c = std::make_unique<ClosDistances>();
   ClosDistances& d = *c;
   d.t_ = &t;
   d.links_ = m;
+  d.dragonfly_ = df;
   const size_t un = static_cast<size_t>(n);
   d.role_.assign(un, kOther);
   d.server_.assign(un, -1);
@@ -76,11 +78,12 @@ std::unique_ptr<ClosDistances> ClosDistances::detect(const Topology& t, std::spa
     if (s < 0) return nullptr;  // a server without its NVSwitch (a mesh, or a group index that is no server)
   // Every link (each direction is a link of its own: the checks hold both ways).
   std::vector<char> leafish(un, 0);
+  std::vector<int32_t> nvlinks(un, 0);
   for (int e = 0; e < m; ++e) {
     const LinkInfo& l = t.link(e);
     const size_t a = static_cast<size_t>(l.src), b = static_cast<size_t>(l.dst);
     const int32_t we = w[static_cast<size_t>(e)];
-    if (l.route_penalty != 0 || !l.up) return nullptr;
+    if ((l.route_penalty != 0 && !(df && fab[a] && fab[b])) || !l.up) return nullptr;  // (a dragonfly's global links: below)
     const Role ra = d.role_[a], rb = d.role_[b];
     if (ra == kServerHost || rb == kServerHost || ra == kOther || rb == kOther) {
       if (!same_weight(d.w_host_, we)) return nullptr;
@@ -102,6 +105,14 @@ std::unique_ptr<ClosDistances> ClosDistances::detect(const Topology& t, std::spa
     if (fab[a] && (rb == kGpu || rb == kNvs)) continue;  // the reverse of a NIC
     const bool nvlink = ((ra == kGpu && rb == kNvs) || (ra == kNvs && rb == kGpu)) && d.server_[a] == d.server_[b];
     if (!nvlink || !same_weight(d.w_nv_, we)) return nullptr;
+    if (ra == kGpu) ++nvlinks[a];
+  }
+  for (int v = 0; v < n; ++v)  // every GPU one NVLink to its server's switch (the way inside a server the closed forms take)
+    if (d.role_[static_cast<size_t>(v)] == kGpu && nvlinks[static_cast<size_t>(v)] != 1) return nullptr;
+  if (d.w_nic_ < 0 && d.w_snic_ < 0) return nullptr;  // no NIC: one server, nothing to route over a fabric
+  if (df) {
+    if (!d.dragonfly(fab, w)) return nullptr;
+    return d.servers_alike(fab) ? std::move(c) : nullptr;
   }
   // Levels: breadth-first from the leaves (the switches NICs reach) over switch-to-switch links.
   std::vector<int32_t> level(un, -1), queue;
@@ -123,7 +134,6 @@ std::unique_ptr<ClosDistances> ClosDistances::detect(const Topology& t, std::spa
     plane.join(l.src, l.dst);
     if (lo == 0) pod.join(l.src, l.dst);
   }
-  if (d.w_nic_ < 0 && d.w_snic_ < 0) return nullptr;  // no NIC: one server, nothing to route over a fabric
   if (d.w_up_ >= 0 && ((d.w_nic_ >= 0 && d.w_up_ > d.w_nic_) || (d.w_snic_ >= 0 && d.w_up_ > d.w_snic_))) return nullptr;
   std::vector<int32_t> leaves_in_pod(un, 0), pods_in_plane(un, 0);
   std::vector<char> pod_seen(un, 0);
@@ -160,6 +170,14 @@ std::unique_ptr<ClosDistances> ClosDistances::detect(const Topology& t, std::spa
     if (d.role_[uv] == kMid && (below != leaves_in_pod[static_cast<size_t>(d.pod_[uv])] || (pods_in_plane[pl] > 1 && !core))) return nullptr;
     if (d.role_[uv] == kCore && below != pods_in_plane[pl]) return nullptr;
   }
+  return d.servers_alike(fab) ? std::move(c) : nullptr;
+}
+
+bool ClosDistances::servers_alike(const std::vector<char>& fab) {
+  ClosDistances& d = *this;
+  const Topology& t = *t_;
+  const int n = t.node_count();
+  const size_t un = static_cast<size_t>(n), us = nvs_.size();
   // Servers: their GPUs, and their NICs' pods plane by plane, alike in every plane.
   d.gpu_at_.assign(us + 1, 0);
   for (int v = 0; v < n; ++v)
@@ -184,11 +202,14 @@ std::unique_ptr<ClosDistances> ClosDistances::detect(const Topology& t, std::spa
       p = d.pod_[static_cast<size_t>(leaf)];
       return true;
     };
-    if (d.nvs_nic_[s] >= 0 && !enter(d.nvs_nic_[s])) return nullptr;
+    if (d.nvs_nic_[s] >= 0 && !enter(d.nvs_nic_[s])) return false;
     for (int32_t i = d.gpu_at_[s]; i < d.gpu_at_[s + 1]; ++i) {
       const int32_t leaf = d.nic_[static_cast<size_t>(d.gpu_[static_cast<size_t>(i)])];
       if (leaf < 0) continue;
-      if (++entries > kMaxEntries || !enter(leaf)) return nullptr;
+      // NICs on the switch and on GPUs together: a detour through the server would pay one
+      // NVLink hop, not the two the closed forms count on.
+      if (d.nvs_nic_[s] >= 0) return false;
+      if (++entries > kMaxEntries || !enter(leaf)) return false;
     }
   }
   // Alike: in every plane, server s shares its pod with the same servers (labelled by the first).
@@ -197,14 +218,14 @@ std::unique_ptr<ClosDistances> ClosDistances::detect(const Topology& t, std::spa
     std::fill(first.begin(), first.end(), -1);
     for (size_t s = 0; s < us; ++s) {
       const int32_t q = pod_of[s * planes.size() + p];
-      if (q < 0) return nullptr;  // no NIC in this plane
+      if (q < 0) return false;  // no NIC in this plane
       if (first[static_cast<size_t>(q)] < 0) first[static_cast<size_t>(q)] = static_cast<int32_t>(s);
       const int32_t label = first[static_cast<size_t>(q)];
       if (p == 0) label0[s] = label;
-      else if (label0[s] != label) return nullptr;
+      else if (label0[s] != label) return false;
     }
   }
-  return c;
+  return true;
 }
 
 bool ClosDistances::target(int dst, Target& tg) const {
@@ -234,8 +255,105 @@ bool ClosDistances::target(int dst, Target& tg) const {
   return true;
 }
 
+bool ClosDistances::dragonfly(const std::vector<char>& fab, std::span<const int32_t> w) {
+  // Groups: routers joined by links without a penalty (local links); every group a clique of
+  // one local weight, global links (with a penalty) of one weight between different groups,
+  // every pair of groups joined, and one global hop heavier than two local ones (so a route
+  // crosses one global link, and a third group is never on the way).
+  const Topology& t = *t_;
+  const int n = t.node_count(), m = t.link_count();
+  const size_t un = static_cast<size_t>(n);
+  Sets grp(n);
+  int32_t first = -1;
+  for (int v = 0; v < n; ++v)
+    if (fab[static_cast<size_t>(v)] && first < 0) first = v;
+  for (int e = 0; e < m; ++e) {
+    const LinkInfo& l = t.link(e);
+    if (!fab[static_cast<size_t>(l.src)] || !fab[static_cast<size_t>(l.dst)]) continue;
+    const int32_t we = w[static_cast<size_t>(e)];
+    if (l.route_penalty == 0) {
+      if (!same_weight(w_up_, we)) return false;
+      grp.join(l.src, l.dst);
+    } else if (!same_weight(w_core_, we)) {
+      return false;
+    }
+  }
+  std::vector<int32_t> size(un, 0);
+  for (int v = 0; v < n; ++v)
+    if (fab[static_cast<size_t>(v)]) {
+      plane_[static_cast<size_t>(v)] = first;  // one plane
+      pod_[static_cast<size_t>(v)] = grp.find(v);
+      role_[static_cast<size_t>(v)] = kLeaf;
+      ++size[static_cast<size_t>(pod_[static_cast<size_t>(v)])];
+    }
+  int32_t groups = 0;
+  for (int v = 0; v < n; ++v) groups += fab[static_cast<size_t>(v)] && pod_[static_cast<size_t>(v)] == v;
+  if (groups > 1 && (w_core_ < 0 || w_up_ < 0 || 2 * w_up_ >= w_core_)) return false;
+  const int32_t w_in = std::min(w_nic_ < 0 ? kInf : w_nic_, w_snic_ < 0 ? kInf : w_snic_);
+  if (w_up_ >= 0 && w_up_ > 2 * w_in + 2 * w_nv_) return false;  // (a detour through a server never shorter than a local hop)
+  gpeer_at_.assign(un + 1, 0);
+  for (int v = 0; v < n; ++v) {
+    const size_t uv = static_cast<size_t>(v);
+    gpeer_at_[uv + 1] = gpeer_at_[uv];
+    if (!fab[uv]) continue;
+    std::vector<int32_t> local;
+    for (int e : t.out_links(v)) {
+      const LinkInfo& l = t.link(e);
+      const size_t to = static_cast<size_t>(l.dst);
+      if (!fab[to]) continue;
+      if (l.route_penalty == 0) {
+        local.push_back(l.dst);
+        continue;
+      }
+      if (pod_[to] == pod_[uv]) return false;  // a global link inside a group
+      gpeer_.push_back(l.dst);
+      ++gpeer_at_[uv + 1];
+    }
+    std::sort(local.begin(), local.end());
+    local.erase(std::unique(local.begin(), local.end()), local.end());
+    if (static_cast<int32_t>(local.size()) != size[static_cast<size_t>(pod_[uv])] - 1) return false;  // not a clique
+    std::sort(gpeer_.begin() + gpeer_at_[uv], gpeer_.end());
+  }
+  // Each router's groups reached by its global links (sorted), and every group reaching all.
+  ggrp_at_.assign(un + 1, 0);
+  for (int v = 0; v < n; ++v) {
+    const size_t uv = static_cast<size_t>(v);
+    ggrp_at_[uv + 1] = ggrp_at_[uv];
+    if (!fab[uv]) continue;
+    const size_t from = ggrp_.size();
+    for (int32_t i = gpeer_at_[uv]; i < gpeer_at_[uv + 1]; ++i) ggrp_.push_back(pod_[static_cast<size_t>(gpeer_[static_cast<size_t>(i)])]);
+    std::sort(ggrp_.begin() + static_cast<std::ptrdiff_t>(from), ggrp_.end());
+    ggrp_.erase(std::unique(ggrp_.begin() + static_cast<std::ptrdiff_t>(from), ggrp_.end()), ggrp_.end());
+    ggrp_at_[uv + 1] = static_cast<int32_t>(ggrp_.size());
+  }
+  std::vector<std::vector<int32_t>> seen(un);  // each group's groups reached
+  for (int v = 0; v < n; ++v)
+    if (fab[static_cast<size_t>(v)])
+      for (int32_t i = ggrp_at_[static_cast<size_t>(v)]; i < ggrp_at_[static_cast<size_t>(v) + 1]; ++i)
+        seen[static_cast<size_t>(pod_[static_cast<size_t>(v)])].push_back(ggrp_[static_cast<size_t>(i)]);
+  for (int v = 0; v < n; ++v) {
+    if (!fab[static_cast<size_t>(v)] || pod_[static_cast<size_t>(v)] != v) continue;
+    auto& g = seen[static_cast<size_t>(v)];
+    std::sort(g.begin(), g.end());
+    g.erase(std::unique(g.begin(), g.end()), g.end());
+    if (static_cast<int32_t>(g.size()) != groups - 1) return false;  // a pair of groups without a global link
+  }
+  return true;
+}
+
 int32_t ClosDistances::fabric(int x, int leaf) const {
   const size_t ux = static_cast<size_t>(x);
+  if (dragonfly_) {
+    // One global hop, with a local hop before it unless x holds it and after it unless leaf does.
+    const size_t ul = static_cast<size_t>(leaf);
+    if (pod_[ux] == pod_[ul]) return x == leaf ? 0 : w_up_;
+    const auto peers = gpeer_.begin();
+    if (std::binary_search(peers + gpeer_at_[ux], peers + gpeer_at_[ux + 1], leaf)) return w_core_;
+    const auto gr = ggrp_.begin();
+    const bool near = std::binary_search(gr + ggrp_at_[ux], gr + ggrp_at_[ux + 1], pod_[ul]) ||
+                      std::binary_search(gr + ggrp_at_[ul], gr + ggrp_at_[ul + 1], pod_[ux]);
+    return w_core_ + (near ? w_up_ : 2 * w_up_);
+  }
   const bool same_pod = pod_[ux] == pod_[static_cast<size_t>(leaf)];
   switch (role_[ux]) {
     case kLeaf:

@@ -4,12 +4,12 @@
 // same; what goes is the search (a Dijkstra per leaf, settled as far as routes need) and its
 // memory (on 102,400 GPUs, 3,200 leaves' vectors over 123,520 nodes: 1.6 GB).
 //
-// It applies to the fabrics build_clos makes (fat-tree, rail-optimized, multi-plane) while every
-// link is up, and only where the topology passes every check of detect(), which are exactly the
-// assumptions of the closed forms:
-//  - servers: one NVSwitch each, GPUs linked to it (one weight, w_nv) and to at most one leaf
-//    each (one weight, w_nic), hosts only over their PCIe links (host weight), nothing else;
-//    an NVSwitch may have one NIC of its own;
+// It applies to the fabrics build_clos makes (fat-tree, rail-optimized, multi-plane) and to
+// dragonflies while every link is up, and only where the topology passes every check of
+// detect(), the assumptions of the closed forms:
+//  - servers: one NVSwitch each, every GPU linked to it once (one weight, w_nv) and to at most
+//    one leaf (one weight, w_nic), hosts only over their PCIe links (host weight), nothing else;
+//    or NICs on the NVSwitch instead (one a server), never both in one server;
 //  - fabric switches in levels (leaf 0, aggregation/spine 1, core 2) joined only between adjacent
 //    levels, one weight per pair of levels (w_up, w_core), planes (connected switch fabrics) and
 //    pods (a plane's leaves and level-1 switches, connected without cores) where every level-1
@@ -23,6 +23,13 @@
 // changes planes through another server first is never shorter (it pays two NIC hops and two
 // NVLink hops for at most what the pods' structure saves, the same in every plane). A GPU, an
 // NVSwitch or a host is at the least over its links of the link's weight plus the far end's.
+// A dragonfly (groups of routers, each a clique of local links, every pair of groups joined by
+// global links whose penalty makes one global hop heavier than two local ones; each server's
+// NICs in one group) is one plane whose pods are its groups: from router x to router y in
+// another group, one global hop, plus a local hop before it unless x holds a global link to
+// y's group, after it unless y holds one to x's, and neither where x and y share one.
+// Test programs that drew some 50,000 random build_clos shapes found no distance differing from
+// a Dijkstra's (a review's; the shapes tests/unit/test_clos_distances.cpp keeps are below).
 // tests/unit/test_clos_distances.cpp holds every distance equal to a Dijkstra's on small
 // instances of every shape detect() accepts, and checks that it refuses the rest.
 #pragma once
@@ -65,6 +72,9 @@ class ClosDistances {
 
  private:
   enum Role : uint8_t { kGpu, kNvs, kServerHost, kLeaf, kMid, kCore, kOther };
+  // detect()'s parts: a dragonfly's groups and links, and the servers' NICs (both fill members).
+  bool dragonfly(const std::vector<char>& fab, std::span<const int32_t> w);
+  bool servers_alike(const std::vector<char>& fab);
   int32_t fabric(int x, int leaf) const;  // x and leaf in one plane
   int32_t switch_dist(const Target& tg, int x) const;
   int32_t nvs_dist(const Target& tg, int s) const;
@@ -78,6 +88,10 @@ class ClosDistances {
   std::vector<int32_t> nic_;  // a GPU's leaf, -1 when it has none
   std::vector<int32_t> nvs_, nvs_nic_;  // each server's NVSwitch and its leaf (-1 when none)
   std::vector<int32_t> gpu_at_, gpu_;  // each server's GPUs (compressed rows)
+  // A dragonfly (pods are its groups, one plane, w_up_ its local and w_core_ its global weight):
+  // each router's global peers and the groups they are in, sorted (compressed rows).
+  bool dragonfly_ = false;
+  std::vector<int32_t> gpeer_at_, gpeer_, ggrp_at_, ggrp_;
   // Each server's NVSwitch distance to the latest target, (serial << 32 | distance): a walk reads
   // a leaf's GPUs, and through each its server's switch, again at every hop near them.
   mutable std::vector<uint64_t> nvs_memo_;

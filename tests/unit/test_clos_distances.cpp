@@ -1,4 +1,4 @@
-// Structural routes on Clos fabrics (network/clos_distances.h): every route a router computes
+// Structural routes on Clos fabrics and dragonflies (network/clos_distances.h): every route a router computes
 // from the fabric's structure equals the route a router that searches (a Dijkstra per
 // destination) gives, hop for hop, on small instances of each shape the structure accepts; the
 // shapes its closed forms do not hold for are refused (and searched); a failed link sends the
@@ -10,8 +10,10 @@
 
 #include <fmt/format.h>
 
+#include "config/node.h"
 #include "network/generators.h"
 #include "network/routing.h"
+#include "test_support.h"
 
 using namespace sluice::net;
 
@@ -104,6 +106,33 @@ TEST_CASE("structural routes on Clos fabrics equal searched shortest paths, hop 
   }
 }
 
+TEST_CASE("structural routes on dragonflies equal searched minimal routes, hop for hop") {
+  // Groups of routers, all-to-all local links, every pair of groups joined by global links (a
+  // penalty on each, so a route crosses one); servers over one or several routers of a group.
+  for (const char* yaml :
+       {"{kind: dragonfly, servers: 8, nics_per_router: 4, routers_per_group: 4, switch_radix: 16, global_links_per_router: 2}",
+        "{kind: dragonfly, servers: 16, nics_per_router: 16, routers_per_group: 4, switch_radix: 32, host_cpus: 2}",
+        "{kind: dragonfly, servers: 12, nics_per_router: 8, routers_per_group: 2, switch_radix: 16, global_links_per_router: 3, "
+        "global_bandwidth: 800Gb/s, nvlink_bandwidth: 100GB/s}"}) {
+    CAPTURE(yaml);
+    const Topology t = load_topology(sluice::load_yaml_string(yaml, "t.yaml"), sluice::testing::registry(), "topology");
+    Router structural(t), searched(t);
+    searched.set_structural(false);
+    CHECK(compare_all(t, structural, searched) > 0);
+    CHECK(structural.structural());
+    CHECK(structural.distance_vectors() == 0);
+  }
+  // Three GPUs a router, two routers a group: server 0's GPUs on routers 0 to 2, in two groups (a
+  // path through it joins the groups without a global link): searched.
+  const Topology t = load_topology(
+      sluice::load_yaml_string("{kind: dragonfly, servers: 6, nics_per_router: 3, routers_per_group: 2, switch_radix: 8}", "t.yaml"),
+      sluice::testing::registry(), "topology");
+  Router structural(t), searched(t);
+  searched.set_structural(false);
+  CHECK(compare_all(t, structural, searched) > 0);
+  CHECK_FALSE(structural.structural());
+}
+
 TEST_CASE("structural routes are refused where their closed forms do not hold, and those fabrics are searched") {
   // Radix 12: 6 GPUs a leaf, 6 leaves a pod; server 4's GPUs (32-39) fall on leaves 5 and 6, in
   // two pods: a path through the server joins the pods shorter than the cores do.
@@ -121,13 +150,57 @@ TEST_CASE("structural routes are refused where their closed forms do not hold, a
     CHECK(compare_all(*t, structural, searched) > 0);
     CHECK_FALSE(structural.structural());
   }
-  // Another family (a dragonfly, a torus) is never taken for a Clos.
+  // A torus is never taken for a Clos.
   TorusSpec ts;
   ts.dims = {4, 4};
   const Topology torus = build_torus(ts, "torus");
   Router tr(torus, RoutePolicy::ShortestPath);
   (void)tr.route(torus.devices()[0], torus.devices()[5]);
   CHECK_FALSE(tr.structural());
+}
+
+TEST_CASE("structural routes refuse hand-made servers whose inside the closed forms do not describe") {
+  // (A review's two cases, which no generator makes.) 1: a server with a NIC on its NVSwitch and
+  // one on a GPU, in different planes: a detour through it pays one NVLink hop, not two.
+  // 2: a GPU with a NIC but no NVLink to its switch.
+  auto node = [](Topology& t, const std::string& name, NodeKind kind, int group) {
+    return t.add_node(NodeInfo{name, kind, 0, 0, {-1, -1, -1}, group});
+  };
+  Topology mixed("mixed");
+  mixed.family = "multi-plane";
+  {
+    ServerSpec s;
+    s.gpus = 2;
+    s.host_cpus = 0;
+    const int nvs1 = 3;  // (server 0: nvswitch0, gpu0.0, gpu0.1; server 1 starts at 3)
+    const auto g0 = add_server(mixed, 0, s), g1 = add_server(mixed, 1, s);
+    REQUIRE(mixed.node(nvs1).kind == NodeKind::Switch);
+    const int a = node(mixed, "A", NodeKind::Switch, -1), b = node(mixed, "B", NodeKind::Switch, -1),
+              spine = node(mixed, "spine", NodeKind::Switch, -1), q = node(mixed, "q", NodeKind::Switch, -1);
+    mixed.add_link(g0[1], a, 50e9, 500, "nic");
+    mixed.add_link(nvs1, b, 50e9, 500, "nic");
+    mixed.add_link(a, spine, 50e9, 500, "uplink");
+    mixed.add_link(b, spine, 50e9, 500, "uplink");
+    mixed.add_link(g0[0], q, 50e9, 500, "nic");
+    mixed.add_link(g1[0], q, 50e9, 500, "nic");
+  }
+  Topology unlinked("unlinked");
+  unlinked.family = "fat-tree";
+  {
+    const int nvs0 = node(unlinked, "nvswitch0", NodeKind::Switch, 0), g00 = node(unlinked, "gpu0.0", NodeKind::Device, 0),
+              g01 = node(unlinked, "gpu0.1", NodeKind::Device, 0), nvs1 = node(unlinked, "nvswitch1", NodeKind::Switch, 1),
+              g10 = node(unlinked, "gpu1.0", NodeKind::Device, 1), leaf = node(unlinked, "leaf", NodeKind::Switch, -1);
+    unlinked.add_link(g01, nvs0, 450e9, 250, "nvlink");
+    unlinked.add_link(g10, nvs1, 450e9, 250, "nvlink");
+    for (int g : {g00, g01, g10}) unlinked.add_link(g, leaf, 50e9, 500, "nic");
+  }
+  for (const Topology* t : {&mixed, &unlinked}) {
+    CAPTURE(t->name());
+    Router structural(*t), searched(*t);
+    searched.set_structural(false);
+    CHECK(compare_all(*t, structural, searched) > 0);
+    CHECK_FALSE(structural.structural());
+  }
 }
 
 TEST_CASE("a failed link sends structural routes back to searching until it is repaired") {

@@ -767,7 +767,11 @@ TEST_CASE("routing: routes composed from neighbours' distances (dead-end NVSwitc
       }
       return d;
     };
+    // Composed from searched distances, and (the Clos shapes) from the fabric's structure.
+    for (const bool structural : {false, true}) {
+    CAPTURE(structural);
     Router rt(t);
+    rt.set_structural(structural);
     const auto& devs = t.devices();
     const size_t n = devs.size(), step = std::max<size_t>(1, n / 48);
     int checked = 0;
@@ -789,5 +793,6 @@ TEST_CASE("routing: routes composed from neighbours' distances (dead-end NVSwitc
       }
     }
     CHECK(checked >= static_cast<int>(std::min<size_t>(56, n * (n - 1))));
+    }
   }
 }
