@@ -1,20 +1,18 @@
 #include "network/clos_distances.h"
 
 #include <algorithm>
-#include <numeric>
+
+#include <boost/pending/disjoint_sets.hpp>
 
 namespace sluice::net {
 
 namespace {
-// Disjoint sets over node ids (planes, pods).
+// Disjoint sets over node ids (planes, pods, groups): Boost's, a node's set named by a node of it.
 struct Sets {
-  std::vector<int32_t> up;
-  explicit Sets(int n) : up(static_cast<size_t>(n)) { std::iota(up.begin(), up.end(), 0); }
-  int32_t find(int32_t v) {
-    while (up[static_cast<size_t>(v)] != v) v = up[static_cast<size_t>(v)] = up[static_cast<size_t>(up[static_cast<size_t>(v)])];
-    return v;
-  }
-  void join(int32_t a, int32_t b) { up[static_cast<size_t>(find(a))] = find(b); }
+  boost::disjoint_sets_with_storage<> ds;
+  explicit Sets(int n) : ds(static_cast<size_t>(n)) {}
+  int32_t find(int32_t v) { return static_cast<int32_t>(ds.find_set(v)); }
+  void join(int32_t a, int32_t b) { ds.union_set(a, b); }
 };
 // Sets a weight the first time, then holds every later one to it.
 bool same_weight(int32_t& slot, int32_t w) {
@@ -174,41 +172,40 @@ std::unique_ptr<ClosDistances> ClosDistances::detect(const Topology& t, std::spa
 }
 
 bool ClosDistances::servers_alike(const std::vector<char>& fab) {
-  ClosDistances& d = *this;
   const Topology& t = *t_;
   const int n = t.node_count();
   const size_t un = static_cast<size_t>(n), us = nvs_.size();
   // Servers: their GPUs, and their NICs' pods plane by plane, alike in every plane.
-  d.gpu_at_.assign(us + 1, 0);
+  gpu_at_.assign(us + 1, 0);
   for (int v = 0; v < n; ++v)
-    if (d.role_[static_cast<size_t>(v)] == kGpu) ++d.gpu_at_[static_cast<size_t>(d.server_[static_cast<size_t>(v)]) + 1];
-  for (size_t s = 0; s < us; ++s) d.gpu_at_[s + 1] += d.gpu_at_[s];
-  d.gpu_.assign(static_cast<size_t>(d.gpu_at_[us]), -1);
+    if (role_[static_cast<size_t>(v)] == kGpu) ++gpu_at_[static_cast<size_t>(server_[static_cast<size_t>(v)]) + 1];
+  for (size_t s = 0; s < us; ++s) gpu_at_[s + 1] += gpu_at_[s];
+  gpu_.assign(static_cast<size_t>(gpu_at_[us]), -1);
   {
-    std::vector<int32_t> fill(d.gpu_at_.begin(), d.gpu_at_.end() - 1);
+    std::vector<int32_t> fill(gpu_at_.begin(), gpu_at_.end() - 1);
     for (int v = 0; v < n; ++v)
-      if (d.role_[static_cast<size_t>(v)] == kGpu) d.gpu_[static_cast<size_t>(fill[static_cast<size_t>(d.server_[static_cast<size_t>(v)])]++)] = v;
+      if (role_[static_cast<size_t>(v)] == kGpu) gpu_[static_cast<size_t>(fill[static_cast<size_t>(server_[static_cast<size_t>(v)])]++)] = v;
   }
   std::vector<int32_t> planes;
   for (int v = 0; v < n; ++v)
-    if (fab[static_cast<size_t>(v)] && d.plane_[static_cast<size_t>(v)] == v) planes.push_back(v);
+    if (fab[static_cast<size_t>(v)] && plane_[static_cast<size_t>(v)] == v) planes.push_back(v);
   std::vector<int32_t> pod_of(us * planes.size(), -1), plane_index(un, -1);
   for (size_t i = 0; i < planes.size(); ++i) plane_index[static_cast<size_t>(planes[i])] = static_cast<int32_t>(i);
   for (size_t s = 0; s < us; ++s) {
-    int entries = d.nvs_nic_[s] >= 0 ? 1 : 0;
+    int entries = nvs_nic_[s] >= 0 ? 1 : 0;
     auto enter = [&](int32_t leaf) {
-      int32_t& p = pod_of[s * planes.size() + static_cast<size_t>(plane_index[static_cast<size_t>(d.plane_[static_cast<size_t>(leaf)])])];
-      if (p >= 0 && p != d.pod_[static_cast<size_t>(leaf)]) return false;  // two pods of one plane
-      p = d.pod_[static_cast<size_t>(leaf)];
+      int32_t& p = pod_of[s * planes.size() + static_cast<size_t>(plane_index[static_cast<size_t>(plane_[static_cast<size_t>(leaf)])])];
+      if (p >= 0 && p != pod_[static_cast<size_t>(leaf)]) return false;  // two pods of one plane
+      p = pod_[static_cast<size_t>(leaf)];
       return true;
     };
-    if (d.nvs_nic_[s] >= 0 && !enter(d.nvs_nic_[s])) return false;
-    for (int32_t i = d.gpu_at_[s]; i < d.gpu_at_[s + 1]; ++i) {
-      const int32_t leaf = d.nic_[static_cast<size_t>(d.gpu_[static_cast<size_t>(i)])];
+    if (nvs_nic_[s] >= 0 && !enter(nvs_nic_[s])) return false;
+    for (int32_t i = gpu_at_[s]; i < gpu_at_[s + 1]; ++i) {
+      const int32_t leaf = nic_[static_cast<size_t>(gpu_[static_cast<size_t>(i)])];
       if (leaf < 0) continue;
       // NICs on the switch and on GPUs together: a detour through the server would pay one
       // NVLink hop, not the two the closed forms count on.
-      if (d.nvs_nic_[s] >= 0) return false;
+      if (nvs_nic_[s] >= 0) return false;
       if (++entries > kMaxEntries || !enter(leaf)) return false;
     }
   }
@@ -345,14 +342,15 @@ int32_t ClosDistances::fabric(int x, int leaf) const {
   const size_t ux = static_cast<size_t>(x);
   if (dragonfly_) {
     // One global hop, with a local hop before it unless x holds it and after it unless leaf does.
+    const int32_t local = w_up_, global = w_core_;
     const size_t ul = static_cast<size_t>(leaf);
-    if (pod_[ux] == pod_[ul]) return x == leaf ? 0 : w_up_;
+    if (pod_[ux] == pod_[ul]) return x == leaf ? 0 : local;
     const auto peers = gpeer_.begin();
-    if (std::binary_search(peers + gpeer_at_[ux], peers + gpeer_at_[ux + 1], leaf)) return w_core_;
+    if (std::binary_search(peers + gpeer_at_[ux], peers + gpeer_at_[ux + 1], leaf)) return global;
     const auto gr = ggrp_.begin();
     const bool near = std::binary_search(gr + ggrp_at_[ux], gr + ggrp_at_[ux + 1], pod_[ul]) ||
                       std::binary_search(gr + ggrp_at_[ul], gr + ggrp_at_[ul + 1], pod_[ux]);
-    return w_core_ + (near ? w_up_ : 2 * w_up_);
+    return global + (near ? local : 2 * local);
   }
   const bool same_pod = pod_[ux] == pod_[static_cast<size_t>(leaf)];
   switch (role_[ux]) {
