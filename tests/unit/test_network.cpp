@@ -769,30 +769,30 @@ TEST_CASE("routing: routes composed from neighbours' distances (dead-end NVSwitc
     };
     // Composed from searched distances, and (the Clos shapes) from the fabric's structure.
     for (const bool structural : {false, true}) {
-    CAPTURE(structural);
-    Router rt(t);
-    rt.set_structural(structural);
-    const auto& devs = t.devices();
-    const size_t n = devs.size(), step = std::max<size_t>(1, n / 48);
-    int checked = 0;
-    for (size_t i = 0; i < n; i += step) {
-      const auto d = dijkstra(devs[i]);
-      for (size_t j = 0; j < n; j += (j % 3 == 0 ? 1 : step)) {
-        if (i == j) continue;
-        const auto path = rt.route(devs[i], devs[j], i * 7919 + j);
-        int v = devs[i];
-        int64_t len = 0;
-        for (int e : path) {
-          REQUIRE(t.link(e).src == v);
-          v = t.link(e).dst;
-          len += w(e);
+      CAPTURE(structural);
+      Router rt(t);
+      rt.set_structural(structural);
+      const auto& devs = t.devices();
+      const size_t n = devs.size(), step = std::max<size_t>(1, n / 48);
+      int checked = 0;
+      for (size_t i = 0; i < n; i += step) {
+        const auto d = dijkstra(devs[i]);
+        for (size_t j = 0; j < n; j += (j % 3 == 0 ? 1 : step)) {
+          if (i == j) continue;
+          const auto path = rt.route(devs[i], devs[j], i * 7919 + j);
+          int v = devs[i];
+          int64_t len = 0;
+          for (int e : path) {
+            REQUIRE(t.link(e).src == v);
+            v = t.link(e).dst;
+            len += w(e);
+          }
+          CHECK(v == devs[j]);
+          CHECK(len == d[static_cast<size_t>(devs[j])]);
+          ++checked;
         }
-        CHECK(v == devs[j]);
-        CHECK(len == d[static_cast<size_t>(devs[j])]);
-        ++checked;
       }
-    }
-    CHECK(checked >= static_cast<int>(std::min<size_t>(56, n * (n - 1))));
+      CHECK(checked >= static_cast<int>(std::min<size_t>(56, n * (n - 1))));
     }
   }
 }
