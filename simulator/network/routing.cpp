@@ -136,6 +136,7 @@ void Router::invalidate() {
   // Nothing that routes changed (a slice torn down without circuits, a failure of links already
   // down): what was computed stands. (Set aside and computed again, it would be kept twice.)
   if (!cur_.weights.empty() && cur_.weights == now && cur_.arc_at.size() == arcs) return;
+  ++weights_epoch_;
   forget_seen();
   // Links and nodes only grow: a state computed for fewer of them can never fit again.
   auto may_fit = [&](const State& s) { return s.weights.size() == now.size() && s.arc_at.size() == arcs; };
@@ -175,6 +176,7 @@ void Router::invalidate() {
 }
 
 void Router::start_state(DistState& s, int dst) {
+  ++walk_stats_.searches;
   s = DistState{};
   s.dst = dst;
   s.dist.reset(cur_.arena, static_cast<size_t>(t_.node_count()));
@@ -483,8 +485,23 @@ Router::Dist Router::distances(int src, int dst) {
   Dist d;
   d.dst = dst;
   ensure_weights();
-  // A Clos with every link up: from its structure (exact: the same integers a search gives).
+  // Inside a torus or OCS slice whose links are as its coordinates say: from them.
+  torus_on_ = false;
   clos_on_ = false;
+  if (structural_ && compose_) {
+    if (torus_nodes_ != t_.node_count() || torus_links_ != t_.link_count() || torus_epoch_ != weights_epoch_) {
+      torus_ = TorusDistances::detect(t_, cur_.weights);
+      torus_nodes_ = t_.node_count();
+      torus_links_ = t_.link_count();
+      torus_epoch_ = weights_epoch_;
+    }
+    if (torus_ && torus_->target(src, dst, d.tt)) {
+      d.torus = torus_.get();
+      torus_on_ = true;
+      return d;
+    }
+  }
+  // A Clos with every link up: from its structure (exact: the same integers a search gives).
   if (structural_ && compose_ && !cur_.weights_down) {
     if (clos_nodes_ != t_.node_count() || clos_links_ != t_.link_count()) {
       clos_ = ClosDistances::detect(t_, static_w_);
@@ -566,6 +583,8 @@ bool Router::compose_dead_end(int u, int dst, int32_t wu, int rest, Dist& d) {
 
 void Router::route_walk(int src, int dst, uint64_t salt, int part, std::vector<int>& out) {
   const Dist dist = distances(src, dst);
+  ++walk_stats_.walks;
+  walk_stats_.structural += dist.clos != nullptr || dist.torus != nullptr;
   const uint64_t pair = static_cast<uint64_t>(src) << 32 | static_cast<uint32_t>(dst);
   int v = src;
   int hop = 0;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "network/clos_distances.h"
+#include "network/torus_distances.h"
 #include "network/topology.h"
 
 namespace sluice::net {
@@ -82,15 +83,25 @@ class Router {
   size_t distance_vectors() const { return cur_.dist.size(); }
   // Off: every destination keeps its own Dijkstra (tests compare the composed routes with them).
   void set_compose(bool on) { compose_ = on; }
-  // Off: a Clos fabric's distances are searched as any fabric's (tests compare the structural ones
-  // with them). On (the default), a fabric that ClosDistances::detect accepts has its distances
-  // to every GPU computed from its structure while every link is up.
+  // Off: a Clos fabric's or a torus's distances are searched as any fabric's (tests compare the
+  // structural ones with them). On (the default), a fabric that ClosDistances::detect accepts has
+  // its distances to every GPU computed from its structure while every link is up, and a route
+  // inside a torus or OCS slice that TorusDistances::detect accepts (with the links as they are
+  // now) has them from its coordinates.
   void set_structural(bool on) { structural_ = on; }
   // Whether the last distances asked for came from the structure (tests).
-  bool structural() const { return clos_ != nullptr && clos_on_; }
+  bool structural() const { return (clos_ != nullptr && clos_on_) || torus_on_; }
   // Routes walked by route() (shortest-path routing): once a key each while the ring of recent
   // walks holds it (tests; a smaller ring: set_walked_capacity, in integers, before any route).
   uint64_t walks() const { return walks_; }
+  // For the metrics: every shortest-path walk (route(), route_part(), a dimension-order route's
+  // detour), those whose distances came from the structure (a Clos, dragonfly, torus or OCS
+  // slice: no search), and the searches (a Dijkstra started, or started again past a torn-down
+  // circuit) the rest needed.
+  struct WalkStats {
+    uint64_t walks = 0, structural = 0, searches = 0;
+  };
+  const WalkStats& walk_stats() const { return walk_stats_; }
   void set_walked_capacity(size_t ints) {
     if (walked_) throw std::logic_error("Router::set_walked_capacity: routes were walked already");
     walked_cap_ = std::bit_ceil(std::max<size_t>(ints, kWalkHeader + kMaxKeptHops));
@@ -185,6 +196,8 @@ class Router {
     DistState* whole = nullptr;
     const ClosDistances* clos = nullptr;  // from the fabric's structure (tg): no vector at all
     ClosDistances::Target tg;
+    const TorusDistances* torus = nullptr;  // from a torus's coordinates (tt): no vector either
+    TorusDistances::Target tt;
     std::array<int32_t, kMaxTerms> via_w{};                    // a path's weight to a switch ...
     std::array<DistState*, kMaxTerms> via{};                   // ... and that switch's distances
     std::array<std::pair<int32_t, int32_t>, kMaxNear> near{};  // (node, distance)
@@ -193,6 +206,7 @@ class Router {
     int32_t operator[](size_t w) const {
       if (whole) return whole->dist[w];
       if (clos) return clos->dist(tg, static_cast<int>(w));
+      if (torus) return torus->dist(tt, static_cast<int>(w));
       if (static_cast<int>(w) == dst) return 0;
       int64_t best = std::numeric_limits<int32_t>::max();
       for (int i = 0; i < vias; ++i) {
@@ -327,6 +341,7 @@ class Router {
   size_t walked_cap_ = size_t{1} << 22;
   uint64_t walked_head_ = 0;
   uint64_t walks_ = 0;  // route walks (route_walk calls from route())
+  WalkStats walk_stats_;
   void remember_walk(const RouteKey& key, std::span<const int> links, Seen& seen);
   const int32_t* walked_route(const RouteKey& key, const Seen& seen, size_t& hops) const;
   // Everything computed for one set of link weights: what invalidate() sets aside and brings
@@ -363,6 +378,12 @@ class Router {
   std::unique_ptr<ClosDistances> clos_;
   int clos_nodes_ = -1, clos_links_ = -1;
   bool clos_on_ = false;
+  // The tori and slices whose links are as their coordinates say (TorusDistances::detect), for the
+  // topology's size and the links' weights (weights_epoch_, counted by invalidate()) it was found at.
+  std::unique_ptr<TorusDistances> torus_;
+  int torus_nodes_ = -1, torus_links_ = -1;
+  uint64_t torus_epoch_ = 0, weights_epoch_ = 1;
+  bool torus_on_ = false;
 };
 
 }  // namespace sluice::net

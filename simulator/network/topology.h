@@ -106,6 +106,9 @@ class Topology {
   std::string family;  // generator name
   std::optional<TorusShape> torus;
   std::optional<PodShape> pod;  // set by the TPU pod generator
+  // A pod's OCS slices, each wired as its own torus (in the slice's coordinates; node_at in
+  // them): kept by SliceManager while the slice's circuits stand, for the router's closed forms.
+  std::vector<TorusShape> slices;
   std::vector<CapexItem> extra_capex;
 
   // Checks: endpoints exist, ports within each switch's radix, the routable part connected,

@@ -108,6 +108,14 @@ std::vector<int> SliceManager::form(const std::vector<int>& cubes, std::array<in
               }
           }
         }
+    // The slice's torus as the router's closed forms read it (checked there against the links).
+    net::TorusShape shape;
+    shape.ndims = 3;
+    shape.dims = D;
+    shape.twisted = twisted;
+    shape.node_at.resize(at.size());
+    for (size_t i = 0; i < at.size(); ++i) shape.node_at[i] = device_node(at[i]);
+    t.slices.push_back(std::move(shape));
     if (hooks_.added) hooks_.added(first_circuit, t.link_count());  // (before the router reads them)
     router_.invalidate();
     formed_.push_back(Record{who, {X, Y, Z}, twisted ? "twisted torus" : "torus"});
@@ -141,6 +149,7 @@ void SliceManager::tear_down(const std::vector<int>& devices) {
     l.up = false;
     flows_.set_link_capacity(e, 0);
   }
+  std::erase_if(t.slices, [&](const net::TorusShape& s) { return !s.node_at.empty() && in[static_cast<size_t>(s.node_at.front())]; });
   router_.invalidate();
 }
 
