@@ -165,6 +165,13 @@ void World::report(Recorder& rec) const {
     }
     if (!hot.empty()) r["hottest_links"] = hot;
     m["fabric"] = r;
+    // How routes were found: the simulator's own work, as the event count is (not a metric: a
+    // fast-forward walks fewer routes for the same results).
+    const auto& ws = router_.walk_stats();
+    if (ws.walks > 0)
+      rec.summary(fmt::format("routes: {} walked over shortest-path distances, {} of them from the fabric's structure; {} searches (a "
+                              "Dijkstra to one destination) for the rest",
+                              ws.walks, ws.structural, ws.searches));
   }
   if (!faults_.empty()) {
     // Availability per component class: 1 − (time components were down) / (components × run time).
