@@ -36,7 +36,8 @@ std::unique_ptr<TorusDistances> TorusDistances::detect(const Topology& t, std::s
       if (v >= 0 && v < n) ++claims[static_cast<size_t>(v)];
   auto out = std::unique_ptr<TorusDistances>(new TorusDistances());
   out->region_of_.assign(static_cast<size_t>(n), -1);
-  out->coord_.assign(static_cast<size_t>(n), {0, 0, 0});
+  out->key_.assign(static_cast<size_t>(n), 0);
+  std::vector<int32_t> cell(static_cast<size_t>(n), -1);  // a node's linear index in its region
   for (const TorusShape* s : shapes) {
     Region r;
     r.dims = s->dims;
@@ -63,11 +64,13 @@ std::unique_ptr<TorusDistances> TorusDistances::detect(const Topology& t, std::s
       const int li = static_cast<int>(i);
       return std::array<int, 3>{li % r.dims[0], (li / r.dims[0]) % r.dims[1], li / (r.dims[0] * r.dims[1])};
     };
+    const int32_t S0 = 2 * r.dims[0] - 1, S1 = 2 * r.dims[1] - 1, S2 = 2 * r.dims[2] - 1;
     for (size_t i = 0; i < cells; ++i) {
       const auto c = coord_of(i);
       const size_t v = static_cast<size_t>(s->node_at[i]);
       out->region_of_[v] = id;
-      out->coord_[v] = {static_cast<int16_t>(c[0]), static_cast<int16_t>(c[1]), static_cast<int16_t>(c[2])};
+      out->key_[v] = c[0] + S0 * (c[1] + S1 * c[2]);
+      cell[v] = static_cast<int32_t>(i);
     }
     // A cell's torus neighbours (c ± e_d, wrapped; a mesh's edges have fewer), by linear index.
     auto neighbours = [&](const std::array<int, 3>& c, std::array<size_t, 6>& nb) {
@@ -100,8 +103,7 @@ std::unique_ptr<TorusDistances> TorusDistances::detect(const Topology& t, std::s
           break;
         }
         w = we;
-        const auto& cu = out->coord_[static_cast<size_t>(u)];
-        const size_t lu = lin({cu[0], cu[1], cu[2]});
+        const size_t lu = static_cast<size_t>(cell[static_cast<size_t>(u)]);
         bool found = false;
         for (int j = 0; j < m; ++j)
           if (nb[static_cast<size_t>(j)] == lu) covered |= 1u << j, found = true;
@@ -110,18 +112,19 @@ std::unique_ptr<TorusDistances> TorusDistances::detect(const Topology& t, std::s
       ok = ok && covered == (1u << m) - 1;
     }
     int64_t diameter = 0;
+    std::vector<int32_t> hops;  // hop distance from the origin by cell (wrapping regions)
     if (ok && r.wrap) {  // hop distances from the origin: a breadth-first search over the cells
-      r.hops.assign(cells, -1);
+      hops.assign(cells, -1);
       std::vector<size_t> queue{0};
-      r.hops[0] = 0;
+      hops[0] = 0;
       for (size_t q = 0; q < queue.size(); ++q) {
         std::array<size_t, 6> nb{};
         const int m = neighbours(coord_of(queue[q]), nb);
         for (int j = 0; j < m; ++j) {
           const size_t x = nb[static_cast<size_t>(j)];
-          if (r.hops[x] >= 0) continue;
-          r.hops[x] = r.hops[queue[q]] + 1;
-          diameter = r.hops[x];
+          if (hops[x] >= 0) continue;
+          hops[x] = hops[queue[q]] + 1;
+          diameter = hops[x];
           queue.push_back(x);
         }
       }
@@ -134,6 +137,21 @@ std::unique_ptr<TorusDistances> TorusDistances::detect(const Topology& t, std::s
       for (int v : s->node_at) out->region_of_[static_cast<size_t>(v)] = -1;
       continue;
     }
+    r.by_diff.resize(static_cast<size_t>(S0) * static_cast<size_t>(S1) * static_cast<size_t>(S2));
+    r.center = (r.dims[0] - 1) + S0 * ((r.dims[1] - 1) + S1 * (r.dims[2] - 1));
+    for (int d2 = 1 - r.dims[2]; d2 < r.dims[2]; ++d2)
+      for (int d1 = 1 - r.dims[1]; d1 < r.dims[1]; ++d1)
+        for (int d0 = 1 - r.dims[0]; d0 < r.dims[0]; ++d0) {
+          std::array<int, 3> x{d0, d1, d2};
+          int32_t h;
+          if (r.wrap) {
+            reduce(r, x);
+            h = hops[lin(x)];
+          } else {
+            h = std::abs(d0) + std::abs(d1) + std::abs(d2);
+          }
+          r.by_diff[static_cast<size_t>(r.center + d0 + S0 * (d1 + S1 * d2))] = h * r.w;
+        }
     out->regions_.push_back(std::move(r));
   }
   if (out->regions_.empty()) return nullptr;
@@ -144,20 +162,11 @@ bool TorusDistances::target(int src, int dst, Target& tg) const {
   if (src < 0 || dst < 0 || static_cast<size_t>(src) >= region_of_.size() || static_cast<size_t>(dst) >= region_of_.size()) return false;
   const int32_t r = region_of_[static_cast<size_t>(dst)];
   if (r < 0 || region_of_[static_cast<size_t>(src)] != r) return false;
+  const Region& g = regions_[static_cast<size_t>(r)];
   tg.region = r;
-  const auto& c = coord_[static_cast<size_t>(dst)];
-  tg.c = {c[0], c[1], c[2]};
+  tg.by_diff = g.by_diff.data();
+  tg.base = g.center - key_[static_cast<size_t>(dst)];  // by_diff[base + key(v)]: the difference v - dst
   return true;
-}
-
-int32_t TorusDistances::dist(const Target& tg, int v) const {
-  if (v < 0 || static_cast<size_t>(v) >= region_of_.size() || region_of_[static_cast<size_t>(v)] != tg.region) return kInf;
-  const Region& r = regions_[static_cast<size_t>(tg.region)];
-  const auto& c = coord_[static_cast<size_t>(v)];
-  std::array<int, 3> x{c[0] - tg.c[0], c[1] - tg.c[1], c[2] - tg.c[2]};
-  if (!r.wrap) return (std::abs(x[0]) + std::abs(x[1]) + std::abs(x[2])) * r.w;
-  reduce(r, x);
-  return r.hops[static_cast<size_t>(x[0] + r.dims[0] * (x[1] + r.dims[1] * x[2]))] * r.w;
 }
 
 }  // namespace sluice::net

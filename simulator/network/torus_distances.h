@@ -18,7 +18,8 @@
 // a torn-down link: the distance between two of its nodes is w times their hop distance on the
 // torus. A torus (regular or twisted) is the Cayley graph of Z^3 modulo its wrap lattice, so the
 // hop distance depends on the coordinates' difference only: one breadth-first search from the
-// origin per region gives every distance (a mesh's is the L1 norm). The twist (TPU v4: a short
+// origin per region gives every distance (a mesh's is the L1 norm), kept by difference (8
+// integers a node: a walk's read is a lookup). The twist (TPU v4: a short
 // dimension's wrap-around also steps k along every long one, extents k and 2k) is a lattice
 // vector k e_s + k sum of e_l, reduced as the generators wire it; detect() checks the wiring
 // against that reduction, so a torus wired otherwise is searched, not mis-measured.
@@ -47,12 +48,16 @@ class TorusDistances {
 
   struct Target {
     int region = -1;
-    std::array<int, 3> c{0, 0, 0};  // the destination's coordinates in its region
+    const int32_t* by_diff = nullptr;  // the region's distances by coordinate difference ...
+    int32_t base = 0;                  // ... offset for this destination
   };
   // Whether src and dst lie in one region (then tg describes dst).
   bool target(int src, int dst, Target& tg) const;
   // The distance from node v to tg's destination: the max when v is outside its region.
-  int32_t dist(const Target& tg, int v) const;
+  int32_t dist(const Target& tg, int v) const {
+    if (static_cast<size_t>(v) >= region_of_.size() || region_of_[static_cast<size_t>(v)] != tg.region) return kInf;
+    return tg.by_diff[tg.base + key_[static_cast<size_t>(v)]];
+  }
   size_t regions() const { return regions_.size(); }
 
  private:
@@ -61,13 +66,19 @@ class TorusDistances {
     bool wrap = true, twisted = false;
     int k = 0;  // a twisted region's short extent (its long ones are 2k)
     int32_t w = 0;
-    std::vector<int32_t> hops;  // hop distance from the origin by reduced offset (wrapping regions)
+    // w times the hop distance for every coordinate difference d (each in (-D, D)), at
+    // (d0 + D0 - 1) + S0 (d1 + D1 - 1) + S0 S1 (d2 + D2 - 1), S = 2D - 1: from one breadth-first
+    // search from the origin (hop distances depend on the difference only), reduced by the wrap
+    // lattice; a mesh's is the L1 norm. 8 integers a node: the walk reads it for every neighbour
+    // of every hop, so a lookup beats reducing the difference each time.
+    std::vector<int32_t> by_diff;
+    int32_t center = 0;  // the index of difference 0
   };
   // Brings an offset into the region's fundamental box [0, dims) by its wrap lattice.
   static void reduce(const Region& r, std::array<int, 3>& x);
   std::vector<Region> regions_;
-  std::vector<int32_t> region_of_;              // per node, -1 outside every region
-  std::vector<std::array<int16_t, 3>> coord_;  // per node, its coordinates in its region
+  std::vector<int32_t> region_of_;  // per node, -1 outside every region
+  std::vector<int32_t> key_;        // per node, c0 + S0 c1 + S0 S1 c2 of its coordinates in its region
 };
 
 }  // namespace sluice::net
