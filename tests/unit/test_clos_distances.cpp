@@ -13,6 +13,7 @@
 #include "config/node.h"
 #include "network/generators.h"
 #include "network/routing.h"
+#include "route_compare.h"
 #include "test_support.h"
 
 using namespace sluice::net;
@@ -38,20 +39,7 @@ ClosSpec clos(int servers, int tiers, int radix, bool rail, int planes = 1) {
 // Every route from every node (GPUs, NVSwitches, hosts, switches, storage) to every GPU, two
 // salts each, and every spray width, the same from both routers. Returns how many were compared.
 size_t compare_all(const Topology& t, Router& structural, Router& searched) {
-  size_t n = 0;
-  for (int dst : t.devices())
-    for (int src = 0; src < t.node_count(); ++src) {
-      if (src == dst) continue;
-      for (uint64_t salt : {uint64_t{0}, uint64_t{0x9E37} * static_cast<uint64_t>(src + 1)}) {
-        const auto a = structural.route(src, dst, salt), b = searched.route(src, dst, salt);
-        CAPTURE(t.node(src).name);
-        CAPTURE(t.node(dst).name);
-        REQUIRE(a == b);
-        ++n;
-      }
-      REQUIRE(structural.spray_width(src, dst) == searched.spray_width(src, dst));
-    }
-  return n;
+  return sluice::testing::compare_routes(t, structural, searched, sluice::testing::all_nodes(t), t.devices());
 }
 
 }  // namespace

@@ -14,10 +14,13 @@
 #include "hardware/spec.h"
 #include "network/generators.h"
 #include "network/routing.h"
+#include "route_compare.h"
 #include "test_support.h"
 #include "world/world.h"
 
 using namespace sluice::net;
+using sluice::testing::all_nodes;
+using sluice::testing::compare_routes;
 
 namespace {
 
@@ -27,31 +30,6 @@ TorusSpec torus_spec(std::vector<int> dims, bool twisted, bool wrap = true) {
   s.twisted = twisted;
   s.wrap = wrap;
   return s;
-}
-
-// Every route from each of `srcs` to each of `dsts`, two salts each, and every spray width, the
-// same from both routers. Returns how many were compared.
-size_t compare_routes(const Topology& t, Router& structural, Router& searched, const std::vector<int>& srcs, const std::vector<int>& dsts) {
-  size_t n = 0;
-  for (int dst : dsts)
-    for (int src : srcs) {
-      if (src == dst) continue;
-      for (uint64_t salt : {uint64_t{0}, uint64_t{0x9E37} * static_cast<uint64_t>(src + 1)}) {
-        const auto a = structural.route(src, dst, salt), b = searched.route(src, dst, salt);
-        CAPTURE(t.node(src).name);
-        CAPTURE(t.node(dst).name);
-        REQUIRE(a == b);
-        ++n;
-      }
-      REQUIRE(structural.spray_width(src, dst) == searched.spray_width(src, dst));
-    }
-  return n;
-}
-
-std::vector<int> all_nodes(const Topology& t) {
-  std::vector<int> v(static_cast<size_t>(t.node_count()));
-  for (int i = 0; i < t.node_count(); ++i) v[static_cast<size_t>(i)] = i;
-  return v;
 }
 
 }  // namespace
