@@ -97,7 +97,7 @@ std::unique_ptr<TorusDistances> TorusDistances::detect(const Topology& t, std::s
       for (int e : t.out_links(v)) {
         const int32_t we = weights[static_cast<size_t>(e)];
         const int u = t.link(e).dst;
-        if (we >= kDown || u == v) continue;
+        if (we >= kDown) continue;
         if (out->region_of_[static_cast<size_t>(u)] != id || (w >= 0 && we != w)) {
           ok = false;
           break;

@@ -10,7 +10,7 @@
 // detect() checks each region against the links as they are, and takes it only where
 //  - every link out of a region node that is up (weight below a torn-down link's) goes to one of
 //    its torus neighbours (c ± e_d, wrapped as the region wraps) in the same region, all with
-//    one weight w (self-loops, which no shortest path uses, aside);
+//    one weight w;
 //  - every torus neighbour is reached by such a link;
 //  - no node lies in two regions, and the region's diameter times w stays below a torn-down
 //    link's weight (so no path over one is ever shorter).

@@ -169,8 +169,8 @@ void World::report(Recorder& rec) const {
     // fast-forward walks fewer routes for the same results).
     const auto& ws = router_.walk_stats();
     if (ws.walks > 0)
-      rec.summary(fmt::format("routes: {} walked over shortest-path distances, {} of them from the fabric's structure; {} searches (a "
-                              "Dijkstra to one destination) for the rest",
+      rec.summary(fmt::format("routes: {} walked over shortest-path distances, {} of them from the fabric's structure; {} shortest-path "
+                              "searches for the rest",
                               ws.walks, ws.structural, ws.searches));
   }
   if (!faults_.empty()) {
