@@ -94,7 +94,7 @@ class Router {
   // Routes walked by route() (shortest-path routing): once a key each while the ring of recent
   // walks holds it (tests; a smaller ring: set_walked_capacity, in integers, before any route).
   uint64_t walks() const { return walks_; }
-  // For the metrics: every shortest-path walk (route(), route_part(), a dimension-order route's
+  // For the run summary's routes line: every shortest-path walk (route(), route_part(), a dimension-order route's
   // detour), those whose distances came from the structure (a Clos, dragonfly, torus or OCS
   // slice: no search), and the searches (a Dijkstra started, or started again past a torn-down
   // circuit) the rest needed.

@@ -47,10 +47,11 @@ std::unique_ptr<TorusDistances> TorusDistances::detect(const Topology& t, std::s
     bool ok = true;
     size_t cells = 1;
     for (size_t d = 0; d < 3; ++d) {
-      ok = ok && r.dims[d] >= 1 && r.dims[d] <= 32767 && (static_cast<int>(d) < nd || r.dims[d] == 1);
+      ok = ok && r.dims[d] >= 1 && (static_cast<int>(d) < nd || r.dims[d] == 1);
       cells *= static_cast<size_t>(std::max(1, r.dims[d]));
     }
-    if (!ok || cells != s->node_at.size()) continue;
+    // (At most 2^27 cells: by_diff's 8 integers a cell then index in 32 bits.)
+    if (!ok || cells != s->node_at.size() || cells > (size_t{1} << 27)) continue;
     if (r.twisted) {
       r.k = *std::min_element(r.dims.begin(), r.dims.begin() + nd);
       for (int d = 0; d < nd; ++d) ok = ok && (r.dims[static_cast<size_t>(d)] == r.k || r.dims[static_cast<size_t>(d)] == 2 * r.k);

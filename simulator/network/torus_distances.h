@@ -58,7 +58,6 @@ class TorusDistances {
     if (static_cast<size_t>(v) >= region_of_.size() || region_of_[static_cast<size_t>(v)] != tg.region) return kInf;
     return tg.by_diff[tg.base + key_[static_cast<size_t>(v)]];
   }
-  size_t regions() const { return regions_.size(); }
 
  private:
   struct Region {
