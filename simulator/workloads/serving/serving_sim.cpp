@@ -365,11 +365,13 @@ void ServingSim::try_start(int ri) {
     for (const SeqWork& w : work_) tokens += w.new_tokens + w.drafts;  // (a verification carries its drafts through every layer)
     f.passes.resize(static_cast<size_t>(passes));
     f.stage_ns.resize(static_cast<size_t>(passes * pp_));
-    // A data-parallel prefill's all-to-alls by its busiest device (Pass::a2a_tokens). A decode
-    // step's stay by the mean, a token a sequence: its sequences are dealt round-robin as their KV
-    // arrives (they finish unevenly, so a device may hold a few more than another: not modelled).
+    // Under data-parallel attention the all-to-alls go by the busiest device (Pass::a2a_tokens):
+    // each device dispatches its own sequences' tokens, and the step waits for the one with the
+    // most, as its compute does (dp_whole_ns). A prefill's prompts are dealt as they join; a
+    // decode step's sequences as their KV arrives, and they finish unevenly, so one device may
+    // hold several more than another.
     double a2a_tokens = static_cast<double>(tokens);
-    if (ri < pool_split_ && runs_dp_attention(ri) && ranks_.size() == work_.size()) {
+    if (runs_dp_attention(ri) && ranks_.size() == work_.size()) {
       const int dp = tp_of(ri);
       per_rank_tokens_.assign(static_cast<size_t>(dp), 0);
       for (size_t i = 0; i < work_.size(); ++i)

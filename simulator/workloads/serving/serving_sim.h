@@ -464,8 +464,9 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
     int64_t comm_started_ns = 0;  // when its all-reduce or hand-off began (the communication metrics)
     double tokens = 0;
     // The tokens its MoE all-to-alls are sized by (the collective sends every device's alike): the
-    // pass's, or on a prefill engine with data-parallel attention its busiest device's times the
-    // devices (a lone prompt's rows all leave its one device; exact when the devices are balanced).
+    // pass's, or on an engine with data-parallel attention (prefill or decode) its busiest device's
+    // times the devices (a lone prompt's rows all leave its one device; exact when the devices are
+    // balanced).
     double a2a_tokens = 0;
     std::unique_ptr<net::Collective> collective;
     std::unique_ptr<net::Collective> alltoall;  // the MoE layers' dispatch and combine, after the all-reduces
