@@ -118,3 +118,55 @@ TEST_CASE("prefill dp attention: bad input is refused at its key before anything
   CHECK_THROWS_WITH_AS(run_text(testing::kDeepSeekTwoServers, with_pool({"workloads.0.deployment.prefill_replicas=0", "workloads.0.deployment.replicas=1"})),
                        doctest::Contains("prefill_pool"), ConfigError);
 }
+
+TEST_CASE("prefill dp attention: a chunking scheduler's token budget is shared out among the devices, each chunking its own prompts") {
+  // SGLang's data-parallel attention runs a scheduler a device and divides chunked_prefill_size
+  // among them. Eight prompts of 4,096 tokens, one a device: under sarathi's 1,024 tokens each
+  // device chunks its own 128 a pass and every prompt ends in the 32nd pass; one budget for the
+  // engine would have run them one after another on one device at a time (the last TTFT 1.8x the
+  // first). vllm_chunked's 2,048: 256 a device, 16 passes.
+  const auto run = [](const std::string& scheduler) {
+    return run_text(testing::kDeepSeekTwoServers,
+                    {"workloads.0.deployment.prefill_pool={tensor_parallel: 8, data_parallel_attention: true}",
+                     "workloads.0.scheduler=" + scheduler,
+                     "workloads.0.workload={kind: llmperf, requests: 8, input_tokens: {mean: 4097, sd: 0}, output_tokens: {mean: 2, sd: 0}, "
+                     "tokenizer: llama3, arrival: {kind: closed_loop, clients: 8}}"})["serving"];
+  };
+  for (const auto& [scheduler, passes] : {std::pair<std::string, int>{"{kind: sarathi, token_budget: 1024, max_num_seqs: 64}", 32},
+                                          {"{kind: vllm_chunked, max_num_batched_tokens: 2048, max_num_seqs: 64}", 16}}) {
+    CAPTURE(scheduler);
+    const Json s = run(scheduler);
+    CHECK(s["disaggregation"]["prefill"]["iterations"] == passes);
+    const Json& t = s["latency_ms"]["ttft"];
+    CHECK(t["max"].get<double>() < 1.02 * t["min"].get<double>());
+  }
+}
+
+TEST_CASE("data-parallel attention: a decode pool's token budget is a share a device, and its steady decode runs as its events do") {
+  // 24 sequences over a data-parallel decode pool of 8 devices, 3 each, under vllm_chunked: a
+  // budget of 64 tokens (8 a device) decodes all of them every step; one of 20 is 2 a device (20 / 8,
+  // as SGLang divides its budget), so a step carries 16, not the 20 one budget for the engine would
+  // take, and the answers take about twice the steps. Either way the steady-decode fast-forward
+  // gives the event path's figures.
+  const auto run = [](int budget, bool fast) {
+    const RunControl::FastForward ff(fast);
+    return run_text(testing::kDeepSeekTwoServers,
+                    {"workloads.0.deployment.moe={expert_parallel: true, dispatch: alltoall, data_parallel_attention: true}",
+                     "workloads.0.deployment.prefill_pool={tensor_parallel: 8, scheduler: {kind: vllm_chunked, max_num_batched_tokens: 8192}}",
+                     fmt::format("workloads.0.scheduler={{kind: vllm_chunked, max_num_batched_tokens: {}, max_num_seqs: 64}}", budget),
+                     "workloads.0.workload={kind: llmperf, requests: 24, input_tokens: {mean: 256, sd: 0}, output_tokens: {mean: 64, sd: 0}, "
+                     "arrival: {kind: closed_loop, clients: 24}}"});
+  };
+  const Json wide = run(64, true), narrow = run(20, true);
+  CHECK(wide.dump() == run(64, false).dump());
+  CHECK(narrow.dump() == run(20, false).dump());
+  const Json &bw = wide["serving"]["batching"], &bn = narrow["serving"]["batching"];
+  // (Each run's one prefill pass of 24 prompts counts in the mean batch.)
+  const auto decode_mean = [](const Json& b) {
+    return (b["mean_batch"].get<double>() * b["iterations"].get<double>() - 24) / b["decode_iterations"].get<double>();
+  };
+  CHECK(decode_mean(bw) > 23);
+  CHECK(decode_mean(bn) <= 16.0);
+  CHECK(decode_mean(bn) > 13);
+  CHECK(bn["decode_iterations"].get<double>() > 1.8 * bw["decode_iterations"].get<double>());
+}

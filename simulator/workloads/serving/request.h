@@ -81,8 +81,8 @@ struct alignas(64) Request {
   int32_t dp_engine = -1;
   int32_t dp_rank = -1;
   // The same on a prefill pool with data-parallel attention: the prefill engine and its device
-  // that prefill the prompt and hold its KV cache until the copy (dealt round-robin as the prompt
-  // first joins a batch there); its KV copy leaves from that device alone.
+  // that prefill the prompt and hold its KV cache until the copy (dealt round-robin as the
+  // engine's scheduler first considers it); its KV copy leaves from that device alone.
   int32_t prefill_engine = -1;
   int32_t prefill_rank = -1;
 

@@ -22,32 +22,28 @@ class SarathiScheduler final : public Scheduler {
 
   void schedule(Replica& r, Batch& out, int64_t) override {
     mech::reserve_decode_slots(r, out);
-    int64_t budget = budget_;
+    mech::TokenBudget budget(r, budget_);  // (a share a device under data-parallel attention)
     for (uint32_t id : r.running) {
       Request& q = r.req(id);
       if (!q.in_prefill()) {
         mech::add(out, q, 1);
-        budget -= 1 + r.lookahead;  // a speculative step scores its drafts too
+        budget.take(r.rank_of(q), 1 + r.lookahead);  // a speculative step scores its drafts too
       }
     }
     if (r.swapped.empty()) {
       // Ongoing chunked prefills, then new admissions, while budget remains.
-      for (size_t i = 0; i < r.running.size() && budget > 0; ++i) {
+      for (size_t i = 0; i < r.running.size() && budget.any(); ++i) {
         Request& q = r.req(r.running[i]);
         if (!q.in_prefill()) continue;
-        const int32_t chunk = static_cast<int32_t>(std::min<int64_t>(q.length() - q.computed, budget));
+        const int k = r.rank_of(q, /*deal=*/true);
+        const int64_t left = budget.left(k);
+        if (left <= 0) continue;  // its device's budget is spent (another's may not be)
+        const int32_t chunk = static_cast<int32_t>(std::min<int64_t>(q.length() - q.computed, left));
         if (!r.kv.grow_to(q, q.computed + chunk)) break;
         mech::add(out, q, chunk);
-        budget -= chunk;
+        budget.take(k, chunk);
       }
-      while (budget > 0 && !r.waiting.empty() && r.running.size() < max_seqs_) {
-        Request& q = r.req(r.waiting.front());
-        auto chunk_of = [&](const Request& x) { return std::min<int64_t>(x.length() - x.computed, budget); };
-        if (!mech::admit(r, q, [&](const Request& x) { return x.computed + chunk_of(x); })) break;
-        const int32_t chunk = static_cast<int32_t>(chunk_of(q));
-        mech::add(out, q, chunk);
-        budget -= chunk;
-      }
+      mech::admit_waiting(r, out, budget, max_seqs_, [](const Request& x, int64_t left) { return std::min<int64_t>(x.length() - x.computed, left); });
     } else {
       mech::swap_in(r, out, max_seqs_);
     }
@@ -67,7 +63,8 @@ SLUICE_REGISTER(component, sarathi_scheduler) {
   Schema s;
   Binding<SarathiConfig> keys(s);
   keys.integer("max_num_seqs", &SarathiConfig::max_seqs, "most sequences in one iteration").def("256").range(1, 65536);
-  keys.integer("token_budget", &SarathiConfig::budget, "tokens per iteration: decodes first, prefill chunks fill the rest")
+  keys.integer("token_budget", &SarathiConfig::budget,
+               "tokens per iteration (under data-parallel attention an equal share a device): decodes first, prefill chunks fill the rest")
       .def("512")
       .range(1, 1 << 20);
   reg.add("scheduler", "sarathi", "chunked prefill with a per-iteration token budget, decode-first (Sarathi-Serve)", s,

@@ -22,18 +22,12 @@ class VllmScheduler final : public Scheduler {
 
   void schedule(Replica& r, Batch& out, int64_t) override {
     if (r.swapped.empty()) {
-      int64_t tokens = 0;
-      while (!r.waiting.empty() && r.running.size() < max_seqs_) {
-        Request& q = r.req(r.waiting.front());
-        const bool ok = mech::admit(r, q, [&](const Request& x) -> int64_t {
-          const int64_t n = x.length() - x.computed;
-          return tokens > 0 && tokens + n > max_tokens_ ? -1 : x.length();
-        });
-        if (!ok) break;
-        const int32_t n = q.length() - q.computed;
-        mech::add(out, q, n);
-        tokens += n;
-      }
+      mech::TokenBudget budget(r, max_tokens_);  // (a share a device under data-parallel attention)
+      // A prompt whole, unless its device has taken some of its budget and the prompt exceeds what is left.
+      mech::admit_waiting(r, out, budget, max_seqs_, [&budget](const Request& x, int64_t left) -> int64_t {
+        const int64_t n = x.length() - x.computed;
+        return left < budget.each() && n > left ? -1 : n;
+      });
       if (!out.empty()) return;
     }
     const int preempted = mech::reserve_decode_slots(r, out);
@@ -57,7 +51,7 @@ SLUICE_REGISTER(component, vllm_scheduler) {
   Schema s;
   Binding<VllmConfig> keys(s);
   keys.integer("max_num_seqs", &VllmConfig::max_seqs, "most sequences in one iteration").def("256").range(1, 65536);
-  keys.integer("max_num_batched_tokens", &VllmConfig::max_tokens, "token budget of a prefill iteration").def("8192").range(1, 1 << 22);
+  keys.integer("max_num_batched_tokens", &VllmConfig::max_tokens, "token budget of a prefill iteration (under data-parallel attention an equal share a device)").def("8192").range(1, 1 << 22);
   reg.add("scheduler", "vllm", "continuous batching, prefill-first, paged KV with preemption (vLLM v0 default)", s,
           SchedulerFactory([keys](const Params& p) { return std::make_unique<VllmScheduler>(keys.make(p)); }));
 }

@@ -32,36 +32,33 @@ class VllmChunkedScheduler final : public Scheduler {
 
   void schedule(Replica& r, Batch& out, int64_t) override {
     mech::reserve_decode_slots(r, out);  // every running decode has room (the latest admitted preempted if not)
-    int64_t budget = budget_;
-    for (size_t i = 0; i < r.running.size() && budget > 0; ++i) {
+    mech::TokenBudget budget(r, budget_);  // (a share a device under data-parallel attention)
+    for (size_t i = 0; i < r.running.size() && budget.any(); ++i) {
       Request& q = r.req(r.running[i]);
+      const int k = r.rank_of(q, /*deal=*/true);
+      if (budget.left(k) <= 0) continue;  // its device's budget is spent (another's may not be)
       if (!q.in_prefill()) {
         mech::add(out, q, 1);
-        budget -= 1 + r.lookahead;  // a speculative step scores its drafts too, and they count (as vLLM counts them)
+        budget.take(k, 1 + r.lookahead);  // a speculative step scores its drafts too, and they count (as vLLM counts them)
         continue;
       }
-      const int32_t chunk = static_cast<int32_t>(std::min({static_cast<int64_t>(q.length() - q.computed), budget, long_prefill_}));
+      const int32_t chunk = static_cast<int32_t>(std::min({static_cast<int64_t>(q.length() - q.computed), budget.left(k), long_prefill_}));
       if (!r.kv.grow_to(q, q.computed + chunk)) continue;  // no blocks for its chunk now: it waits a step
       mech::add(out, q, chunk);
-      budget -= chunk;
+      budget.take(k, chunk);
     }
     if (!r.swapped.empty()) {
       mech::swap_in(r, out, max_seqs_);
       return;
     }
-    while (budget > 0 && !r.waiting.empty() && r.running.size() < max_seqs_) {
-      Request& q = r.req(r.waiting.front());
-      auto chunk_of = [&](const Request& x) { return std::min({static_cast<int64_t>(x.length() - x.computed), budget, long_prefill_}); };
-      if (!mech::admit(r, q, [&](const Request& x) { return x.computed + chunk_of(x); })) break;
-      const int32_t chunk = static_cast<int32_t>(chunk_of(q));
-      mech::add(out, q, chunk);
-      budget -= chunk;
-    }
+    mech::admit_waiting(r, out, budget, max_seqs_, [this](const Request& x, int64_t left) {
+      return std::min({static_cast<int64_t>(x.length() - x.computed), left, long_prefill_});
+    });
   }
   // Nothing waiting or swapped (and, as the simulation checks, no running prefill chunk), and
   // every running decode within the budget: only decodes, all of them.
   bool steady_decode(const Replica& r) const override {
-    return r.waiting.empty() && r.swapped.empty() && static_cast<int64_t>(r.running.size()) <= budget_;
+    return r.waiting.empty() && r.swapped.empty() && mech::most_on_one_rank(r) <= mech::TokenBudget::share(r, budget_);
   }
   int64_t max_tokens_per_iteration() const override { return budget_ + static_cast<int64_t>(max_seqs_); }
 
@@ -78,7 +75,7 @@ SLUICE_REGISTER(component, vllm_chunked_scheduler) {
   Binding<VllmChunkedConfig> keys(s);
   keys.integer("max_num_seqs", &VllmChunkedConfig::max_seqs, "most sequences in one step").def("256").range(1, 65536);
   keys.integer("max_num_batched_tokens", &VllmChunkedConfig::budget,
-               "tokens per step: running requests in admission order (a decode one, a prefill a chunk), then new prompts")
+               "tokens per step (under data-parallel attention an equal share a device): running requests in admission order (a decode one, a prefill a chunk), then new prompts")
       .def("8192")
       .range(1, 1 << 22);
   keys.integer("long_prefill_token_threshold", &VllmChunkedConfig::long_prefill, "the most tokens one prompt takes in a step (0: no cap)")

@@ -55,6 +55,16 @@ struct Replica {
   // (the drafts it verifies; vLLM's lookahead slots).
   int lookahead = 0;
   bool reuse = false;
+  // Data-parallel attention: the engine's devices each schedule their own sequences as a rank
+  // of its own (SGLang's enable_dp_attention runs a scheduler a rank and divides the token
+  // budget among them, chunked_prefill_size // dp_size), so a token budget is a share per
+  // device (mech::TokenBudget). `ranks` is the engine's devices (1 otherwise) and rank_of the
+  // device a request's tokens run on: a prompt first joining a batch on a prefill engine is
+  // dealt the next in turn when `deal` is set (as it joins), and told which it would get
+  // otherwise.
+  int ranks = 1;
+  std::function<int(Request&, bool deal)> rank_fn;
+  int rank_of(Request& q, bool deal = false) const { return ranks <= 1 ? 0 : rank_fn(q, deal); }
   // Counters.
   int64_t preemptions = 0;
   double swap_bytes = 0;
@@ -88,6 +98,46 @@ using SchedulerFactory = std::function<std::unique_ptr<Scheduler>(const Params&)
 
 // Shared mechanics used by the policies.
 namespace mech {
+// One iteration's token budget: `total` for the engine, or where its devices schedule as ranks
+// of their own (Replica::ranks > 1) an equal share of it for each (at least one token), as SGLang
+// divides its chunked_prefill_size by the data-parallel size.
+class TokenBudget {
+ public:
+  TokenBudget(const Replica& r, int64_t total) : ranks_(r.ranks), each_(share(r, total)), one_(total) {
+    if (ranks_ > 1) {
+      many_.assign(static_cast<size_t>(ranks_), each_);
+      open_ = ranks_;
+    }
+  }
+  static int64_t share(const Replica& r, int64_t total) { return r.ranks > 1 ? std::max<int64_t>(1, total / r.ranks) : total; }
+  // Tokens left to rank k's device, and a device's whole share.
+  int64_t left(int k) const { return ranks_ <= 1 ? one_ : many_[static_cast<size_t>(k)]; }
+  int64_t each() const { return each_; }
+  // Some device has tokens left.
+  bool any() const { return ranks_ <= 1 ? one_ > 0 : open_ > 0; }
+  void take(int k, int64_t n) {
+    if (ranks_ <= 1) {
+      one_ -= n;
+      return;
+    }
+    int64_t& l = many_[static_cast<size_t>(k)];
+    if (l > 0 && l - n <= 0) --open_;
+    l -= n;
+  }
+
+ private:
+  int ranks_;
+  int64_t each_, one_;
+  std::vector<int64_t> many_;
+  int open_ = 0;
+};
+// The most running sequences any one device of r holds (all of them with one device).
+inline int64_t most_on_one_rank(const Replica& r) {
+  if (r.ranks <= 1) return static_cast<int64_t>(r.running.size());
+  std::vector<int64_t> n(static_cast<size_t>(r.ranks), 0);
+  for (uint32_t id : r.running) ++n[static_cast<size_t>(r.rank_of((*r.reqs)[id]))];
+  return *std::max_element(n.begin(), n.end());
+}
 // Admits the request at the head of the waiting queue if its KV can grow to want(q) tokens
 // (want returns -1 to refuse, e.g. over a token budget). A first admission takes over the
 // conversation's resident cache before `want` is asked; the claim is undone if admission
@@ -121,6 +171,20 @@ bool admit(Replica& r, Request& q, Want want) {
   }
   return false;
 }
+// The same for the request at position `pos` of the waiting queue (q): where a replica's devices
+// each admit their own (admit_waiting), a request whose device has no budget left is passed over
+// for one behind it. (Brought to the head for admit, and put back where it was if refused.)
+template <class Want>
+bool admit_at(Replica& r, size_t pos, Request& q, Want want) {
+  if (pos == 0) return admit(r, q, want);
+  const uint32_t id = r.waiting[pos];
+  r.waiting.erase(r.waiting.begin() + static_cast<std::ptrdiff_t>(pos));
+  r.waiting.push_front(id);
+  if (admit(r, q, want)) return true;
+  r.waiting.pop_front();
+  r.waiting.insert(r.waiting.begin() + static_cast<std::ptrdiff_t>(pos), id);
+  return false;
+}
 // Preempts `victim` (recompute: drop its KV and requeue at the front; swap: copy its KV to
 // host over the host link, charging the time to `batch`). Removes it from `running`.
 void preempt(Replica& r, uint32_t victim, Batch& batch);
@@ -137,11 +201,57 @@ inline int32_t decode_slots(const Replica& r, const Request& q) {
 // to the batch as a decode.
 void swap_in(Replica& r, Batch& batch, size_t max_running);
 // Adds `new_tokens` of `q` to the batch (the first time it is scheduled, at the batch's start).
-inline void add(Batch& b, Request& q, int32_t new_tokens) {
+[[gnu::always_inline]] inline void add(Batch& b, Request& q, int32_t new_tokens) {
   if (q.first_scheduled_ns < 0) q.first_scheduled_ns = b.start_ns;
   b.entries.push_back(BatchEntry{q.id, new_tokens, q.computed, q.computed + new_tokens >= q.length()});
   if (q.in_prefill()) ++b.prefill_entries;
   else ++b.decode_entries;
+}
+// Admits waiting requests in arrival order while the budget lasts, each with the tokens
+// chunk(q, left) gives it (-1: not now), `left` being what its device's share has left: with one
+// device the queue's head alone, as a FCFS scheduler does; where the devices schedule as ranks of
+// their own, each takes its own requests in order and a request whose device's share is spent is
+// passed over for the next (SGLang's ranks keep a queue each). A request that cannot be admitted
+// (no blocks, or refused) ends the admissions.
+template <class Chunk>
+[[gnu::noinline]] void admit_waiting_by_device(Replica& r, Batch& out, TokenBudget& budget, size_t max_seqs, Chunk& chunk);
+template <class Chunk>
+void admit_waiting(Replica& r, Batch& out, TokenBudget& budget, size_t max_seqs, Chunk chunk) {
+  if (r.ranks > 1) return admit_waiting_by_device(r, out, budget, max_seqs, chunk);
+  int64_t n = -1;  // the tokens chunk() gave the request being admitted
+  // The head alone, while the budget lasts (the serving hot path: no scan).
+  while (budget.any() && !r.waiting.empty() && r.running.size() < max_seqs) {
+    Request& q = r.req(r.waiting.front());
+    const int64_t left = budget.left(0);
+    if (!admit(r, q, [&](const Request& x) -> int64_t {
+          n = chunk(x, left);
+          return n < 0 ? -1 : x.computed + n;
+        }))
+      break;
+    add(out, q, static_cast<int32_t>(n));
+    budget.take(0, n);
+  }
+}
+template <class Chunk>
+void admit_waiting_by_device(Replica& r, Batch& out, TokenBudget& budget, size_t max_seqs, Chunk& chunk) {
+  int64_t n = -1;
+  size_t i = 0;
+  while (budget.any() && i < r.waiting.size() && r.running.size() < max_seqs) {
+    Request& q = r.req(r.waiting[i]);
+    const int k = r.rank_of(q, /*deal=*/true);  // (a prompt new to a prefill engine is dealt its device as it is first considered)
+    const int64_t left = budget.left(k);
+    if (left <= 0) {
+      ++i;  // its device's share is spent: the next request may be another device's
+      continue;
+    }
+    if (!admit_at(r, i, q, [&](const Request& x) -> int64_t {
+          n = chunk(x, left);
+          return n < 0 ? -1 : x.computed + n;
+        }))
+      break;
+    add(out, q, static_cast<int32_t>(n));
+    budget.take(k, n);
+  }
 }
 }  // namespace mech
 

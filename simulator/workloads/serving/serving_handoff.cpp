@@ -86,6 +86,18 @@ void ServingSim::deal_rank(int32_t& engine, int32_t& rank, int to) {
   rank = dp_next_[static_cast<size_t>(to)]++ % tp_of(to);
 }
 
+int ServingSim::rank_on(int ri, Request& q, bool deal) {
+  const int dp = tp_of(ri);
+  if (ri < pool_split_) {  // a prefill engine: a prompt's device is dealt as its scheduler first considers it here
+    if (q.prefill_engine != ri) {
+      if (!deal) return dp_next_[static_cast<size_t>(ri)] % dp;
+      deal_rank(q.prefill_engine, q.prefill_rank, ri);
+    }
+    return q.prefill_rank % dp;
+  }
+  return q.dp_rank >= 0 ? q.dp_rank % dp : 0;  // a decode engine's: dealt as its KV copy was sent here
+}
+
 // Each device's share of a KV copy as a flow: with as many devices on both sides, each prefill
 // device sends its heads to its decode peer; where the pools' tensor parallelism differs, the
 // copy is cut into as many pieces as the larger side has devices, each piece from the device

@@ -79,6 +79,10 @@ ServingSim::ServingSim(ServingConfig cfg, Engine& engine, TraceWriter* trace, Se
     r->swap_capacity_tokens = static_cast<int64_t>(cfg_.swap_space_bytes / r->kv_bytes_per_token);
     r->ssd_Bps = hw.ssd_read_Bps * shards;
     set_kv_tiers(r->kv, r->kv_bytes_per_token, i);
+    if (runs_dp_attention(i)) {  // its devices schedule as ranks of their own (a token budget each)
+      r->ranks = tp_of(i);
+      r->rank_fn = [this, i](Request& q, bool deal) { return rank_on(i, q, deal); };
+    }
     replicas_.push_back(std::move(r));
     schedulers_.push_back(own ? prefill_pool()->make_scheduler() : cfg_.make_scheduler());
   }
@@ -281,8 +285,9 @@ void ServingSim::try_start(int ri) {
   work_.clear();
   ranks_.clear();
   if (runs_dp_attention(ri)) {  // data-parallel attention: each sequence's device, where its KV cache is
-    // On a prefill engine a prompt's device is dealt as it first joins a batch there (SGLang's DP
-    // controller deals requests to its ranks in turn); a chunked prompt keeps it.
+    // On a prefill engine a prompt's device is dealt as its scheduler first considers it (SGLang's
+    // DP controller deals requests to its ranks in turn), or here as it joins a batch for a
+    // scheduler without budgets (orca, static); a chunked prompt keeps it.
     const bool prefill = ri < pool_split_;
     for (const auto& en : b.entries) {
       if (en.req == kPaddingSlot) {

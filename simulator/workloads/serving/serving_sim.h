@@ -396,6 +396,10 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   void kv_copied(uint32_t id);
   int32_t send_kv(const Request& q, const std::vector<int>& from, const std::vector<int>& to, double bytes, size_t salt);
   void deal_rank(int32_t& engine, int32_t& rank, int to);
+  // The device of engine ri that runs q's tokens under data-parallel attention (Replica::rank_of):
+  // a prompt's on a prefill engine dealt now if `deal` (else the one it would get), a decoding
+  // sequence's its dp_rank.
+  int rank_on(int ri, Request& q, bool deal);
   // Flow tag bit: a KV copy (low 32 bits: the request; from bit 40: the copy's generation).
   static constexpr uint64_t kHandoffFlow = uint64_t{1} << 39;
   static constexpr uint32_t kCopyGenMask = 0xFFFFFF;
