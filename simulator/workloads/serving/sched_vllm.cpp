@@ -24,10 +24,13 @@ class VllmScheduler final : public Scheduler {
     if (r.swapped.empty()) {
       mech::TokenBudget budget(r, max_tokens_);  // (a share a device under data-parallel attention)
       // A prompt whole, unless its device has taken some of its budget and the prompt exceeds what is left.
-      mech::admit_waiting(r, out, budget, max_seqs_, [&budget](const Request& x, int64_t left) -> int64_t {
-        const int64_t n = x.length() - x.computed;
-        return left < budget.each() && n > left ? -1 : n;
-      });
+      mech::admit_waiting(
+          r, out, budget, max_seqs_,
+          [&budget](const Request& x, int64_t left) -> int64_t {
+            const int64_t n = x.length() - x.computed;
+            return left < budget.each() && n > left ? -1 : n;
+          },
+          /*ask_when_spent=*/true);
       if (!out.empty()) return;
     }
     const int preempted = mech::reserve_decode_slots(r, out);

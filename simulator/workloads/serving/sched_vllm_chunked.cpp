@@ -56,7 +56,9 @@ class VllmChunkedScheduler final : public Scheduler {
     });
   }
   // Nothing waiting or swapped (and, as the simulation checks, no running prefill chunk), and
-  // every running decode within the budget: only decodes, all of them.
+  // every running decode within the budget (each device's within its share: an engine whose
+  // devices schedule as ranks is on the fabric today, so its steps are events and this is not
+  // asked of it): only decodes, all of them.
   bool steady_decode(const Replica& r) const override {
     return r.waiting.empty() && r.swapped.empty() && mech::most_on_one_rank(r) <= mech::TokenBudget::share(r, budget_);
   }

@@ -59,8 +59,8 @@ struct Replica {
   // of its own (SGLang's enable_dp_attention runs a scheduler a rank and divides the token
   // budget among them, chunked_prefill_size // dp_size), so a token budget is a share per
   // device (mech::TokenBudget). `ranks` is the engine's devices (1 otherwise) and rank_of the
-  // device a request's tokens run on: a prompt first joining a batch on a prefill engine is
-  // dealt the next in turn when `deal` is set (as it joins), and told which it would get
+  // device a request's tokens run on: a prompt new to a prefill engine is dealt the next in turn
+  // when `deal` is set (as its scheduler first considers it), and told which it would get
   // otherwise.
   int ranks = 1;
   std::function<int(Request&, bool deal)> rank_fn;
@@ -99,8 +99,9 @@ using SchedulerFactory = std::function<std::unique_ptr<Scheduler>(const Params&)
 // Shared mechanics used by the policies.
 namespace mech {
 // One iteration's token budget: `total` for the engine, or where its devices schedule as ranks
-// of their own (Replica::ranks > 1) an equal share of it for each (at least one token), as SGLang
-// divides its chunked_prefill_size by the data-parallel size.
+// of their own (Replica::ranks > 1) an equal share of it for each, as SGLang divides its
+// chunked_prefill_size by the data-parallel size (at least one token a device, so a budget
+// smaller than the devices lets each take one).
 class TokenBudget {
  public:
   TokenBudget(const Replica& r, int64_t total) : ranks_(r.ranks), each_(share(r, total)), one_(total) {
@@ -207,20 +208,23 @@ void swap_in(Replica& r, Batch& batch, size_t max_running);
   if (q.in_prefill()) ++b.prefill_entries;
   else ++b.decode_entries;
 }
-// Admits waiting requests in arrival order while the budget lasts, each with the tokens
-// chunk(q, left) gives it (-1: not now), `left` being what its device's share has left: with one
-// device the queue's head alone, as a FCFS scheduler does; where the devices schedule as ranks of
-// their own, each takes its own requests in order and a request whose device's share is spent is
-// passed over for the next (SGLang's ranks keep a queue each). A request that cannot be admitted
-// (no blocks, or refused) ends the admissions.
+// Admits waiting requests in queue order while the budget lasts, each with the tokens
+// chunk(q, left) gives it (-1: refused), `left` being what its device's share has left. With one
+// device: the queue's head alone, as a FCFS scheduler does, until one is refused or cannot be
+// admitted; `ask_when_spent` asks the head even once the budget is spent (vLLM's prefill loop,
+// whose chunk() refuses it then: kept as it was, since a refused admission still claims a
+// cached prefix first, mech::admit). Where the devices schedule as ranks of their own (SGLang's
+// keep a queue each), each takes its own requests in order: a request whose device's share is
+// spent or refuses it is passed over for the next, its device closed for the rest of the pass
+// (so a device's requests stay in order); one that cannot be admitted (no blocks) ends it.
 template <class Chunk>
 [[gnu::noinline]] void admit_waiting_by_device(Replica& r, Batch& out, TokenBudget& budget, size_t max_seqs, Chunk& chunk);
 template <class Chunk>
-void admit_waiting(Replica& r, Batch& out, TokenBudget& budget, size_t max_seqs, Chunk chunk) {
+void admit_waiting(Replica& r, Batch& out, TokenBudget& budget, size_t max_seqs, Chunk chunk, bool ask_when_spent = false) {
   if (r.ranks > 1) return admit_waiting_by_device(r, out, budget, max_seqs, chunk);
   int64_t n = -1;  // the tokens chunk() gave the request being admitted
   // The head alone, while the budget lasts (the serving hot path: no scan).
-  while (budget.any() && !r.waiting.empty() && r.running.size() < max_seqs) {
+  while ((ask_when_spent || budget.any()) && !r.waiting.empty() && r.running.size() < max_seqs) {
     Request& q = r.req(r.waiting.front());
     const int64_t left = budget.left(0);
     if (!admit(r, q, [&](const Request& x) -> int64_t {
@@ -244,11 +248,16 @@ void admit_waiting_by_device(Replica& r, Batch& out, TokenBudget& budget, size_t
       ++i;  // its device's share is spent: the next request may be another device's
       continue;
     }
+    n = -1;
     if (!admit_at(r, i, q, [&](const Request& x) -> int64_t {
           n = chunk(x, left);
           return n < 0 ? -1 : x.computed + n;
-        }))
-      break;
+        })) {
+      if (n >= 0) break;  // no blocks for it: nothing behind it is admitted either (FCFS)
+      budget.take(k, left);  // refused by its device's share: the device takes nothing more this pass
+      ++i;
+      continue;
+    }
     add(out, q, static_cast<int32_t>(n));
     budget.take(k, n);
   }

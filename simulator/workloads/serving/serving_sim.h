@@ -565,7 +565,7 @@ class ServingSim final : public EventHandler, public net::FlowSink, public Repli
   std::vector<TimeSample> samples_;
   std::vector<SeqWork> work_;
   std::vector<int32_t> ranks_;  // data-parallel attention: work_[i]'s device (Request::dp_rank)
-  std::vector<int64_t> per_rank_tokens_;  // ... and a data-parallel prefill's tokens by device (Pass::a2a_tokens)
+  std::vector<int64_t> per_rank_tokens_;  // ... and a data-parallel pass's tokens by device, prefill or decode (Pass::a2a_tokens)
   std::vector<int32_t> dp_next_;  // per engine under data-parallel attention: the device dealt next (round-robin)
   bool runs_dp_attention(int engine) const {
     return engine < pool_split_ ? own_prefill(engine) && data_parallel_attention(cfg_, prefill_pool()) : data_parallel_attention(cfg_);
