@@ -173,8 +173,9 @@ bool admit(Replica& r, Request& q, Want want) {
   return false;
 }
 // The same for the request at position `pos` of the waiting queue (q): where a replica's devices
-// each admit their own (admit_waiting), a request whose device has no budget left is passed over
-// for one behind it. (Brought to the head for admit, and put back where it was if refused.)
+// each admit their own (admit_waiting_by_device), the scan reaches past requests whose device's
+// share is spent or refused them. (Brought to the head for admit, and put back where it was if
+// refused.)
 template <class Want>
 bool admit_at(Replica& r, size_t pos, Request& q, Want want) {
   if (pos == 0) return admit(r, q, want);
