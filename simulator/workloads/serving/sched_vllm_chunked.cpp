@@ -56,11 +56,11 @@ class VllmChunkedScheduler final : public Scheduler {
     });
   }
   // Nothing waiting or swapped (and, as the simulation checks, no running prefill chunk), and
-  // every running decode within the budget (each device's within its share: an engine whose
-  // devices schedule as ranks is on the fabric today, so its steps are events and this is not
-  // asked of it): only decodes, all of them.
+  // every running decode within the budget: only decodes, all of them. (Never said of an engine
+  // whose devices schedule as ranks, each within its share: such an engine is on the fabric, so
+  // its steps are events and this is not asked of it.)
   bool steady_decode(const Replica& r) const override {
-    return r.waiting.empty() && r.swapped.empty() && mech::most_on_one_rank(r) <= mech::TokenBudget::share(r, budget_);
+    return r.ranks <= 1 && r.waiting.empty() && r.swapped.empty() && static_cast<int64_t>(r.running.size()) <= budget_;
   }
   int64_t max_tokens_per_iteration() const override { return budget_ + static_cast<int64_t>(max_seqs_); }
 

@@ -132,13 +132,6 @@ class TokenBudget {
   std::vector<int64_t> many_;
   int open_ = 0;
 };
-// The most running sequences any one device of r holds (all of them with one device).
-inline int64_t most_on_one_rank(const Replica& r) {
-  if (r.ranks <= 1) return static_cast<int64_t>(r.running.size());
-  std::vector<int64_t> n(static_cast<size_t>(r.ranks), 0);
-  for (uint32_t id : r.running) ++n[static_cast<size_t>(r.rank_of((*r.reqs)[id]))];
-  return *std::max_element(n.begin(), n.end());
-}
 // Admits the request at the head of the waiting queue if its KV can grow to want(q) tokens
 // (want returns -1 to refuse, e.g. over a token budget). A first admission takes over the
 // conversation's resident cache before `want` is asked; the claim is undone if admission

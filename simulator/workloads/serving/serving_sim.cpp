@@ -295,8 +295,7 @@ void ServingSim::try_start(int ri) {
         continue;
       }
       Request& q = front_.requests()[en.req];
-      if (prefill) deal_rank(q.prefill_engine, q.prefill_rank, ri);
-      ranks_.push_back(prefill ? q.prefill_rank : q.dp_rank);
+      ranks_.push_back(prefill ? rank_on(ri, q, /*deal=*/true) : q.dp_rank);
     }
   }
   int generating = 0;
@@ -372,9 +371,9 @@ void ServingSim::try_start(int ri) {
     f.stage_ns.resize(static_cast<size_t>(passes * pp_));
     // Under data-parallel attention the all-to-alls go by the busiest device (Pass::a2a_tokens):
     // each device dispatches its own sequences' tokens, and the step waits for the one with the
-    // most, as its compute does (dp_whole_ns). A prefill's prompts are dealt as they join; a
-    // decode step's sequences as their KV arrives, and they finish unevenly, so one device may
-    // hold several more than another.
+    // most, as its compute does (dp_whole_ns). A prefill's prompts are dealt as their scheduler
+    // first considers them; a decode step's sequences as their KV arrives, and they finish
+    // unevenly, so one device may hold several more than another.
     double a2a_tokens = static_cast<double>(tokens);
     if (runs_dp_attention(ri) && ranks_.size() == work_.size()) {
       const int dp = tp_of(ri);
